@@ -1,0 +1,1 @@
+"""Backends: how a model version is loaded into instances and executed."""

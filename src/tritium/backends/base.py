@@ -1,0 +1,73 @@
+"""The backend protocol: load a model version into instances; an instance executes requests.
+
+An instance answers every request through ``request.sender`` (one final response for
+ordinary models, 0..N for decoupled ones).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ..errors import internal
+from ..repository.config import ModelConfig
+from ..repository.spec import ModelSpec
+from ..types import DataType, InferenceRequest, InferenceResponse, Tensor
+
+
+@dataclass(slots=True)
+class LoadContext:
+    """What a backend gets to load one version of one model."""
+
+    model_name: str
+    version: int
+    model_dir: Path
+    version_dir: Path
+    config: ModelConfig  # as read from disk; auto-complete may fill it in
+    auto_complete: bool
+    finalize: Callable[[ModelConfig], ModelSpec]  # normalise + validate → frozen spec
+    on_failure: Callable[[str], None]  # an instance died: the model must stop reporting ready
+
+    def model_file(self, default: str) -> Path:
+        name = self.config.default_model_filename or default
+        return self.version_dir / name
+
+
+class ModelInstance(Protocol):
+    name: str
+
+    async def execute(self, requests: list[InferenceRequest]) -> None: ...
+
+    async def is_ready(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]: ...
+
+
+def requested_names(spec: ModelSpec, request: InferenceRequest) -> list[str]:
+    """The outputs to return: the requested ones, or every configured output."""
+    if request.outputs:
+        return [o.name for o in request.outputs]
+    return list(spec.outputs)
+
+
+def output_tensor(name: str, array: np.ndarray) -> Tensor:
+    """Wrap a backend's numpy output as a Tensor, picking the datatype from its dtype."""
+    datatype = DataType.from_numpy(array.dtype)
+    if datatype is None:
+        raise internal(f"output '{name}' has unsupported numpy dtype {array.dtype}")
+    return Tensor(name, datatype, array.shape, array)
+
+
+def send_error(request: InferenceRequest, version: str, error: Exception) -> None:
+    assert request.sender is not None
+    request.sender.send(
+        InferenceResponse(request.model_name, version, request.id, error=error), True
+    )

@@ -1,0 +1,183 @@
+"""ONNX Runtime backend (CPU execution provider): one session per instance, each run on the
+instance's own thread so the event loop never blocks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from ..errors import internal, invalid_arg
+from ..repository.config import ModelConfig, mc
+from ..repository.spec import ModelSpec
+from ..types import DataType, InferenceRequest, InferenceResponse, Tensor
+from .base import LoadContext, ModelInstance, requested_names, send_error
+
+log = logging.getLogger("tritium")
+
+_ONNX_TO_CONFIG = {
+    "tensor(bool)": "TYPE_BOOL",
+    "tensor(uint8)": "TYPE_UINT8",
+    "tensor(uint16)": "TYPE_UINT16",
+    "tensor(uint32)": "TYPE_UINT32",
+    "tensor(uint64)": "TYPE_UINT64",
+    "tensor(int8)": "TYPE_INT8",
+    "tensor(int16)": "TYPE_INT16",
+    "tensor(int32)": "TYPE_INT32",
+    "tensor(int64)": "TYPE_INT64",
+    "tensor(float16)": "TYPE_FP16",
+    "tensor(float)": "TYPE_FP32",
+    "tensor(double)": "TYPE_FP64",
+    "tensor(bfloat16)": "TYPE_BF16",
+    "tensor(string)": "TYPE_STRING",
+}
+DEFAULT_MAX_BATCH_SIZE = 4
+
+
+def _session_options(config: ModelConfig) -> ort.SessionOptions:
+    params = {k: v.string_value for k, v in config.parameters.items()}
+    options = ort.SessionOptions()
+    # One intra-op thread per instance unless configured: instances are the parallelism, and
+    # spinning thread pools fight the server for the CPU.
+    options.intra_op_num_threads = int(params.get("intra_op_thread_count", "1") or 1)
+    options.inter_op_num_threads = int(params.get("inter_op_thread_count", "1") or 1)
+    if params.get("execution_mode", "0") == "1":
+        options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
+    level = config.optimization.graph.level
+    options.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        if level == -1
+        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    )
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    return options
+
+
+def _create_session(path: Path, config: ModelConfig) -> ort.InferenceSession:
+    if path.is_dir():
+        path = path / "model.onnx"
+    if not path.is_file():
+        raise internal(f"unable to find '{path.name}' in '{path.parent}'")
+    try:
+        return ort.InferenceSession(
+            str(path), _session_options(config), providers=["CPUExecutionProvider"]
+        )
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise internal(f"onnxruntime failed to load '{path}': {exc}") from None
+
+
+def auto_complete(config: ModelConfig, session: ort.InferenceSession) -> None:
+    """Fill inputs, outputs and max_batch_size from the model, as Triton's ORT backend does."""
+    if config.input and config.output:
+        return
+    ins, outs = session.get_inputs(), session.get_outputs()
+
+    def batched(arg: Any) -> bool:
+        return len(arg.shape) >= 1 and not isinstance(arg.shape[0], int)
+
+    can_batch = all(batched(a) for a in ins + outs)
+    if config.max_batch_size > 0 and not can_batch:
+        raise invalid_arg(
+            f"autofill failed for model '{config.name}': model does not support batching "
+            "while non-zero max_batch_size is specified"
+        )
+    if can_batch and config.max_batch_size == 0:
+        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+        log.warning(
+            "autofilled max_batch_size to %d for model '%s' which supports batching",
+            DEFAULT_MAX_BATCH_SIZE,
+            config.name,
+        )
+        if not config.HasField("dynamic_batching") and not config.HasField("sequence_batching"):
+            config.dynamic_batching.SetInParent()
+    skip = 1 if config.max_batch_size > 0 else 0
+    for args, target in ((ins, config.input), (outs, config.output)):
+        if len(target):
+            continue
+        for arg in args:
+            entry = target.add()
+            entry.name = arg.name
+            entry.data_type = mc.DataType.Value(_ONNX_TO_CONFIG.get(arg.type, "TYPE_INVALID"))
+            dims = [d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape[skip:]]
+            if dims:
+                entry.dims.extend(dims)
+            else:
+                entry.dims.append(1)
+                if skip:
+                    entry.reshape.SetInParent()
+
+
+class OnnxInstance:
+    def __init__(self, name: str, spec: ModelSpec, version: int, session: Any) -> None:
+        self.name = name
+        self._spec = spec
+        self._version = str(version)
+        self._session = session
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ort-{name}")
+        self._input_types = {i.name: i.type for i in session.get_inputs()}
+
+    def _feed(self, tensor: Tensor) -> np.ndarray:
+        if tensor.datatype is DataType.BYTES:  # ORT takes str, not bytes, for strings
+            return np.array(
+                [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                 for v in tensor.data.reshape(-1)],
+                dtype=object,
+            ).reshape(tensor.data.shape)
+        return tensor.data
+
+    def _run(self, request: InferenceRequest) -> InferenceResponse:
+        names = requested_names(self._spec, request)
+        feeds = {t.name: self._feed(t) for t in request.inputs}
+        results = self._session.run(names, feeds)
+        outputs = []
+        for name, array in zip(names, results, strict=True):
+            io = self._spec.outputs.get(name)
+            datatype = io.datatype if io else DataType.from_numpy(array.dtype)
+            if datatype is DataType.BYTES:
+                flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
+                array = np.array(flat, dtype=object).reshape(array.shape)
+            outputs.append(Tensor(name, datatype or DataType.BYTES, array.shape, array))
+        return InferenceResponse(request.model_name, self._version, request.id, outputs)
+
+    async def execute(self, requests: list[InferenceRequest]) -> None:
+        loop = asyncio.get_running_loop()
+        for request in requests:
+            try:
+                response = await loop.run_in_executor(self._executor, self._run, request)
+            except Exception as exc:
+                send_error(request, self._version, internal(f"onnxruntime execute failure: {exc}"))
+                continue
+            assert request.sender is not None
+            request.sender.send(response, True)
+
+    async def is_ready(self) -> bool:
+        return True
+
+    async def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class OnnxRuntimeBackend:
+    async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
+        path = ctx.model_file("model.onnx")
+        first = await asyncio.to_thread(_create_session, path, ctx.config)
+        config = ctx.config
+        if ctx.auto_complete:
+            config.name = config.name or ctx.model_name
+            auto_complete(config, first)
+        spec = ctx.finalize(config)
+        names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
+        rest = await asyncio.gather(
+            *(asyncio.to_thread(_create_session, path, spec.config) for _ in names[1:])
+        )
+        sessions = [first, *rest]
+        return spec, [
+            OnnxInstance(n, spec, ctx.version, s) for n, s in zip(names, sessions, strict=True)
+        ]

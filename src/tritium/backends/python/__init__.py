@@ -1,0 +1,1 @@
+"""The Python backend: Triton ``model.py`` files run unchanged, one stub process per instance."""

@@ -1,0 +1,772 @@
+"""tritium's implementation of Triton's ``triton_python_backend_utils`` module.
+
+The Python-backend stub installs this module as
+``sys.modules["triton_python_backend_utils"]`` before importing an unmodified
+Triton ``model.py``, so names, signatures, behaviour and error messages follow
+triton-inference-server/python_backend (``triton_python_backend_utils.py`` plus
+the pybind11 ``c_python_backend_utils`` classes). Standalone: numpy only
+(``ml_dtypes`` optional, for BF16); it must not import anything from tritium.
+
+Private hooks for the stub (not part of Triton's API):
+
+* ``InferenceRequest._attach(sender, is_cancelled=None)``: attach the response
+  sender and the cancellation probe to a request the stub built.
+* ``InferenceRequest._release_flags()``: what the model passed to ``set_release_flags``.
+* ``InferenceResponseSender(send, is_cancelled=None, decoupled=True)``: ``send`` is
+  called as ``send(response_or_None, flags)``; ``_is_closed()``, ``_responses_sent()``.
+* ``Tensor._create(name, array, triton_dtype)``: tensor with an explicit dtype (BF16
+  held as ``uint16`` when ml_dtypes is missing); ``Tensor._as_array()``: stored array.
+* ``_set_log_sink(fn)``: ``fn(level_name, message)`` receives ``Logger`` output.
+* ``_metric_families()``: the in-process metric registry (custom metrics are kept
+  in-process only; they are not exported to the server's metrics endpoint yet).
+"""
+
+import json
+import struct
+import sys
+import weakref
+from enum import IntEnum
+
+import numpy as np
+
+try:  # numpy has no native bfloat16
+    import ml_dtypes as _ml_dtypes
+
+    _BF16 = np.dtype(_ml_dtypes.bfloat16)
+except Exception:  # pragma: no cover - depends on the environment
+    _BF16 = None
+
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_START = 1
+TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
+TRITONSERVER_REQUEST_RELEASE_ALL = 1
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
+TRITONSERVER_MEMORY_GPU = 0  # PreferredMemory kinds (BLS)
+TRITONSERVER_MEMORY_CPU = 1
+
+# TRITONSERVER_DataType codes.
+TYPE_INVALID, TYPE_BOOL, TYPE_UINT8, TYPE_UINT16, TYPE_UINT32, TYPE_UINT64 = 0, 1, 2, 3, 4, 5
+TYPE_INT8, TYPE_INT16, TYPE_INT32, TYPE_INT64 = 6, 7, 8, 9
+TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_STRING, TYPE_BF16 = 10, 11, 12, 13, 14
+TYPE_BYTES = TYPE_STRING
+
+_CODE_TO_NUMPY = {
+    TYPE_BOOL: np.bool_, TYPE_UINT8: np.uint8, TYPE_UINT16: np.uint16,
+    TYPE_UINT32: np.uint32, TYPE_UINT64: np.uint64, TYPE_INT8: np.int8,
+    TYPE_INT16: np.int16, TYPE_INT32: np.int32, TYPE_INT64: np.int64,
+    TYPE_FP16: np.float16, TYPE_FP32: np.float32, TYPE_FP64: np.float64,
+    TYPE_STRING: np.object_,
+}
+_NUMPY_TO_CODE = {np.dtype(t): c for c, t in _CODE_TO_NUMPY.items()}
+
+TRITON_STRING_TO_NUMPY = {
+    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_STRING": np.object_,
+}
+if _BF16 is not None:
+    TRITON_STRING_TO_NUMPY["TYPE_BF16"] = _BF16.type
+
+
+def _getter(attr, doc=None):
+    def get(self):
+        return getattr(self, attr)
+
+    get.__doc__ = doc
+    return get
+
+
+# ------------------------------------------------------------------------------ errors
+
+class TritonModelException(Exception):
+    """Raised wherever Triton's python backend raises ``TritonModelException``."""
+
+    def message(self):
+        return str(self)
+
+
+class TritonError:
+    """An error carried by an ``InferenceResponse`` (not an exception)."""
+
+    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG = 0, 1, 2, 3
+    UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = 4, 5, 6, 7
+
+    def __init__(self, message, code=INTERNAL):
+        if not isinstance(message, str):
+            raise TypeError("TritonError message must be a str")
+        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 7:
+            raise TypeError("TritonError code must be one of the TritonError codes")
+        self._message, self._code = message, int(code)
+
+    message = _getter("_message")
+    code = _getter("_code")
+
+    def __str__(self):
+        return self._message
+
+    def __repr__(self):
+        return f"TritonError({self._message!r}, code={self._code})"
+
+
+# ------------------------------------------------------------------------------ dtypes
+
+def _require_bf16():
+    if _BF16 is None:
+        raise TritonModelException("TYPE_BF16 requires the 'ml_dtypes' package.")
+    return _BF16.type
+
+
+def triton_to_numpy_type(data_type):
+    """TRITONSERVER_DataType code -> numpy type (None when unknown, as Triton)."""
+    if data_type == TYPE_BF16:
+        return _require_bf16()
+    return _CODE_TO_NUMPY.get(data_type)
+
+
+def numpy_to_triton_type(data_type):
+    """numpy type or dtype -> TRITONSERVER_DataType code (None when unsupported)."""
+    try:
+        dt = np.dtype(data_type)
+    except TypeError:
+        return None
+    if dt.type is np.bytes_:
+        return TYPE_STRING
+    if _BF16 is not None and dt == _BF16:
+        return TYPE_BF16
+    return _NUMPY_TO_CODE.get(dt)
+
+
+def triton_string_to_numpy(triton_type_string):
+    if triton_type_string == "TYPE_BF16":
+        return _require_bf16()
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def serialize_byte_tensor(input_tensor):
+    """Flatten an object/bytes_ array (C order) into elements each prefixed with
+    its 4-byte little-endian length. Returns ``bytes`` as Triton does (``b""``
+    for an empty tensor, None for other dtypes); non-bytes objects are stored
+    as ``str(obj)`` encoded in UTF-8."""
+    if input_tensor.size == 0:
+        return b""
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    parts = []
+    for obj in input_tensor.ravel(order="C"):
+        s = bytes(obj) if isinstance(obj, (bytes, bytearray)) else str(obj).encode("utf-8")
+        parts.append(struct.pack("<I", len(s)))
+        parts.append(s)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """Inverse of ``serialize_byte_tensor``: a 1-D ``np.object_`` array of bytes."""
+    buf = memoryview(encoded_tensor).cast("B")
+    items, offset, total = [], 0, len(buf)
+    while offset < total:
+        if offset + 4 > total:
+            raise TritonModelException("Malformed BYTES tensor: truncated element length.")
+        (length,) = struct.unpack_from("<I", buf, offset)
+        offset += 4
+        if offset + length > total:
+            raise TritonModelException("Malformed BYTES tensor: element exceeds the buffer.")
+        items.append(bytes(buf[offset:offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=np.object_)
+    out[:] = items
+    return out
+
+
+# ------------------------------------------------------------------------------ Tensor
+
+def _check_tensor_name(name):
+    if not isinstance(name, str):
+        raise TypeError("Tensor name must be a str")
+    if name == "":
+        raise TritonModelException("Tensor name cannot be an empty string.")
+
+
+class Tensor:
+    """``Tensor(name, numpy_array)``: a named tensor, always in CPU memory.
+
+    BYTES tensors hold ``np.object_`` (or ``np.bytes_``) arrays; ``str`` arrays
+    are rejected as in Triton. BF16 tensors hold ``ml_dtypes.bfloat16`` arrays
+    (Triton cannot show BF16 through numpy; tritium can when ml_dtypes exists)."""
+
+    def __init__(self, name, numpy_array):
+        _check_tensor_name(name)
+        if not isinstance(numpy_array, np.ndarray):
+            numpy_array = np.asarray(numpy_array)
+        dtype = numpy_to_triton_type(numpy_array.dtype)
+        if dtype is None:
+            raise TritonModelException("NumPy dtype is not supported.")
+        if not numpy_array.flags["C_CONTIGUOUS"]:
+            numpy_array = np.ascontiguousarray(numpy_array)
+        self._name, self._array, self._dtype = name, numpy_array, dtype
+
+    @classmethod
+    def _create(cls, name, array, triton_dtype):
+        """Stub hook: a tensor with an explicit Triton dtype code."""
+        _check_tensor_name(name)
+        self = cls.__new__(cls)
+        self._name, self._array, self._dtype = name, np.ascontiguousarray(array), triton_dtype
+        return self
+
+    _as_array = _getter("_array", "Stub hook: the stored array, whatever the dtype.")
+    name = _getter("_name")
+    triton_dtype = _getter("_dtype")
+
+    def shape(self):
+        return [int(d) for d in self._array.shape]
+
+    def is_cpu(self):
+        return True
+
+    def as_numpy(self):
+        if self._dtype == TYPE_BF16 and (_BF16 is None or self._array.dtype != _BF16):
+            raise TritonModelException("Tensor dtype is BF16 and cannot be converted to NumPy. "
+                                       "Use to_dlpack() and from_dlpack() instead.")
+        return self._array
+
+    def to_dlpack(self):
+        return self.__dlpack__()
+
+    def __dlpack__(self, stream=None, **kwargs):
+        if self._dtype == TYPE_STRING:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._dtype == TYPE_BF16:
+            raise TritonModelException("DLPack export of BF16 tensors is not supported by "
+                                       "tritium yet.")
+        # numpy refuses to export read-only arrays (e.g. views of request buffers).
+        array = self._array if self._array.flags.writeable else self._array.copy()
+        return array.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # (kDLCPU, device 0)
+
+    @staticmethod
+    def from_dlpack(name, tensor):
+        """Tensor from a DLPack capsule or an object with ``__dlpack__``/``__dlpack_device__``."""
+        _check_tensor_name(name)
+        if type(tensor).__name__ == "PyCapsule":
+            tensor = _Capsule(tensor)
+        elif not hasattr(tensor, "__dlpack__") or not hasattr(tensor, "__dlpack_device__"):
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                "`__dlpack__` and `__dlpack_device__` attributes")
+        device_type = tensor.__dlpack_device__()[0]
+        if device_type == 2:
+            raise TritonModelException("DLPack capsule passed pointer to memory allocated on GPU "
+                                       "device, when GPU is not available")
+        if device_type not in (1, 3):
+            raise TritonModelException(
+                f"DLDevice type {device_type} is not support by Python backend.")
+        try:
+            array = np.from_dlpack(tensor)
+        except (BufferError, TypeError, ValueError, RuntimeError) as e:
+            raise TritonModelException(f"Failed to convert the DLPack tensor: {e}") from None
+        return Tensor(name, array)
+
+    def __repr__(self):
+        return f"Tensor({self._name!r}, triton_dtype={self._dtype}, shape={self.shape()})"
+
+
+class _Capsule:
+    """Lets ``np.from_dlpack`` consume a bare (legacy, CPU) DLPack capsule."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, **kwargs):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+# ------------------------------------------------------------------------------ responses
+
+def _parameters_to_json(parameters):
+    """Triton's PyParametersToJSON: None or a dict of str -> bool/int/str."""
+    if parameters is None:
+        parameters = {}
+    if not isinstance(parameters, dict):
+        raise TritonModelException(f"Expect dict, got {type(parameters)}")
+    for key, value in parameters.items():
+        if not isinstance(key, str):
+            raise TritonModelException(
+                f"Expect parameters keys to have type str, found type {type(key)}")
+        if not isinstance(value, (bool, int, str)):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+    return json.dumps(parameters)
+
+
+class InferenceResponse:
+    """``InferenceResponse(output_tensors=[], error=None, parameters=None)``;
+    ``parameters()`` returns the parameters as a JSON string."""
+
+    def __init__(self, output_tensors=None, error=None, parameters=None):
+        if output_tensors is None:
+            output_tensors = []
+        if not isinstance(output_tensors, (list, tuple)) or not all(
+                isinstance(t, Tensor) for t in output_tensors):
+            raise TypeError("output_tensors must be a list of pb_utils.Tensor")
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError("error must be a pb_utils.TritonError or None")
+        self._parameters = _parameters_to_json(parameters)
+        self._output_tensors, self._error = list(output_tensors), error
+
+    def output_tensors(self):
+        return list(self._output_tensors)
+
+    def has_error(self):
+        return self._error is not None
+
+    error = _getter("_error")
+    parameters = _getter("_parameters")
+
+
+class InferenceResponseSender:
+    """Sends the responses of one request. ``send_callable(response_or_None,
+    flags)`` delivers them; ``is_cancelled_callable()`` reports cancellation.
+    ``decoupled=False`` applies Triton's one-response rules for models that
+    are not decoupled."""
+
+    def __init__(self, send_callable=None, is_cancelled_callable=None, decoupled=True):
+        self._send, self._is_cancelled = send_callable, is_cancelled_callable
+        self._decoupled, self._closed, self._sent = decoupled, False, 0
+
+    def send(self, response=None, flags=0):
+        if response is not None and not isinstance(response, InferenceResponse):
+            raise TypeError("response must be a pb_utils.InferenceResponse or None")
+        final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
+        if not final and flags != 0:
+            raise TritonModelException("Unable to send response. Unsupported flag provided.")
+        if flags == 0 and response is None:
+            raise TritonModelException("Inference Response object must be provided when the "
+                                       "response flags is set to zero.")
+        if self._send is None:
+            raise TritonModelException("Unable to send response. Response sender has no "
+                                       "reference to the decoupled state of the model.")
+        if not self._decoupled and response is not None and self._sent > 0:
+            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
+                                       "send more than one response.")
+        if not self._decoupled and response is None and final and self._sent == 0:
+            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
+                                       "send complete final before sending a response.")
+        if self._closed:
+            raise TritonModelException(
+                "Unable to send response. Response sender has been closed.")
+        self._closed = self._closed or final
+        self._sent += 1
+        self._send(response, flags)
+
+    def is_cancelled(self):
+        return bool(self._is_cancelled()) if self._is_cancelled is not None else False
+
+    _is_closed = _getter("_closed")
+    _responses_sent = _getter("_sent")
+
+
+# ------------------------------------------------------------------------------ requests
+
+class PreferredMemory:
+    def __init__(self, preferred_memory_type, preferred_device_id=0):
+        self.preferred_memory_type = preferred_memory_type
+        self.preferred_device_id = preferred_device_id
+
+
+class InferenceTrace:
+    def __init__(self, context=None):
+        self._context = context
+
+    def get_context(self):
+        return self._context or None
+
+
+class InferenceRequest:
+    """An inference request, built by the stub for ``execute`` or by a model for
+    BLS (``exec``/``async_exec`` are not supported by tritium yet).
+
+    ``parameters`` is None or a dict validated as in Triton (str keys,
+    bool/int/str values), or, as a tritium extension for the stub, a JSON
+    object string kept as-is (server-side parameters may hold doubles)."""
+
+    def __init__(self, request_id="", correlation_id=0, inputs=None,
+                 requested_output_names=None, model_name=None, model_version=-1, flags=0,
+                 timeout=0, preferred_memory=None, trace=None, parameters=None):
+        for arg, value in (("inputs", inputs), ("requested_output_names", requested_output_names),
+                           ("model_name", model_name)):
+            if value is None:
+                raise TypeError(f"InferenceRequest() missing required argument: '{arg}'")
+        if not isinstance(request_id, str) or not isinstance(model_name, str):
+            raise TypeError("request_id and model_name must be str")
+        if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
+            raise TritonModelException("Correlation ID must be integer or string")
+        for arg, value in (("model_version", model_version), ("flags", flags),
+                           ("timeout", timeout)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{arg} must be an int")
+        where = f"for request with id '{request_id}' and model name '{model_name}'"
+        inputs = list(inputs)
+        for tensor in inputs:
+            if tensor is None:
+                raise TritonModelException(f"Input tensor {where} should not be empty.")
+            if not isinstance(tensor, Tensor):
+                raise TypeError("inputs must be a list of pb_utils.Tensor")
+        if isinstance(requested_output_names, str):
+            raise TypeError("requested_output_names must be a list of str")
+        if "" in requested_output_names:
+            raise TritonModelException(f"Requested output name {where} should not be empty.")
+        if isinstance(parameters, (str, bytes)):
+            parameters = parameters.decode() if isinstance(parameters, bytes) else parameters
+            try:
+                parsed = json.loads(parameters or "{}")
+            except ValueError as e:
+                raise TritonModelException(f"Failed to parse request parameters: {e}") from None
+            if not isinstance(parsed, dict):
+                raise TritonModelException(f"Expect dict, got {type(parsed)}")
+            self._parameters = parameters or "{}"
+        else:
+            self._parameters = _parameters_to_json(parameters)
+        self._request_id, self._correlation_id, self._inputs = request_id, correlation_id, inputs
+        self._requested_output_names = list(dict.fromkeys(requested_output_names))
+        self._model_name, self._model_version = model_name, model_version
+        self._flags, self._timeout = flags, timeout
+        self._preferred_memory = preferred_memory or PreferredMemory(2, 0)  # kDefault
+        self._trace = trace or InferenceTrace()
+        self._release = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._sender, self._cancelled = InferenceResponseSender(), None
+
+    def _attach(self, sender, is_cancelled=None):
+        """Stub hook. ``sender`` is an ``InferenceResponseSender`` (a bare
+        ``send(response, flags)`` callable is wrapped into one); ``is_cancelled``
+        is a zero-argument callable backing ``is_cancelled()``."""
+        if not isinstance(sender, InferenceResponseSender):
+            sender = InferenceResponseSender(sender, is_cancelled)
+        self._sender, self._cancelled = sender, is_cancelled
+
+    _release_flags = _getter("_release", "Stub hook: flags from set_release_flags().")
+    request_id = _getter("_request_id")
+    correlation_id = _getter("_correlation_id")
+    flags = _getter("_flags")
+    timeout = _getter("_timeout")
+    parameters = _getter("_parameters", "Request parameters as a JSON string.")
+    trace = _getter("_trace")
+    model_name = _getter("_model_name")
+    model_version = _getter("_model_version")
+    get_response_sender = _getter("_sender")
+
+    def inputs(self):
+        return list(self._inputs)
+
+    def requested_output_names(self):
+        return set(self._requested_output_names)  # Triton returns a (pybind std::set) set
+
+    def set_flags(self, flags):
+        self._flags = flags
+
+    def is_cancelled(self):
+        if self._cancelled is not None:
+            return bool(self._cancelled())
+        return self._sender.is_cancelled()
+
+    def set_release_flags(self, flags):
+        if isinstance(flags, bool) or not isinstance(flags, int):
+            raise TypeError("flags must be an int")
+        self._release = flags
+
+    def exec(self, decoupled=False):
+        raise TritonModelException("BLS is not supported by tritium yet")
+
+    def async_exec(self, decoupled=False):
+        raise TritonModelException("BLS is not supported by tritium yet")
+
+
+def load_model(model_name, config="", files=None):
+    raise TritonModelException("load_model is not supported by tritium yet")
+
+
+def unload_model(model_name, unload_dependents=False):
+    raise TritonModelException("unload_model is not supported by tritium yet")
+
+
+def is_model_ready(model_name, model_version=""):
+    raise TritonModelException("is_model_ready is not supported by tritium yet")
+
+
+# ------------------------------------------------------------------------------ lookups
+
+def get_input_tensor_by_name(inference_request, name):
+    return next((t for t in inference_request.inputs() if t.name() == name), None)
+
+
+def get_output_tensor_by_name(inference_response, name):
+    return next((t for t in inference_response.output_tensors() if t.name() == name), None)
+
+
+def get_input_config_by_name(model_config, name):
+    return next((p for p in model_config.get("input", []) if p.get("name") == name), None)
+
+
+def get_output_config_by_name(model_config, name):
+    return next((p for p in model_config.get("output", []) if p.get("name") == name), None)
+
+
+def using_decoupled_model_transaction_policy(model_config):
+    return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
+
+
+# ------------------------------------------------------------------------------ auto-complete
+
+class ModelConfig:
+    """The configuration given to ``auto_complete_config``: a JSON string (as in
+    Triton) or a dict (copied), using protobuf field names. Unset message
+    fields (e.g. ``model_transaction_policy``) should be absent, as in Triton."""
+
+    def __init__(self, model_config):
+        if isinstance(model_config, (str, bytes)):
+            config = json.loads(model_config)
+        else:
+            config = json.loads(json.dumps(model_config))
+        for key, default in (("name", ""), ("max_batch_size", 0), ("input", []), ("output", [])):
+            config.setdefault(key, default)
+        self._model_config = config
+
+    as_dict = _getter("_model_config")
+
+    def set_max_batch_size(self, max_batch_size):
+        cfg = self._model_config
+        if cfg["max_batch_size"] > max_batch_size:
+            raise ValueError(
+                f"configuration specified max_batch_size {cfg['max_batch_size']}, but in "
+                f"auto-complete-config function for model '{cfg['name']}' specified "
+                f"max_batch_size {max_batch_size}")
+        cfg["max_batch_size"] = max_batch_size
+
+    def set_dynamic_batching(self):
+        cfg = self._model_config
+        for found in ("sequence_batching", "ensemble_scheduling"):
+            if found in cfg:
+                raise ValueError(
+                    f"Configuration specified scheduling_choice as '{found}', but "
+                    f"auto-complete-config function for model '{cfg['name']}' tries to set "
+                    "scheduling_choice as 'dynamic_batching'")
+        cfg.setdefault("dynamic_batching", {})
+
+    def _add_tensor(self, kind, tensor, valid):
+        cfg = self._model_config
+        model = cfg["name"]
+        where = f"in auto-complete-config function for model '{model}'"
+        if any(prop not in valid for prop in tensor):
+            allowed = ", ".join(f"'{p}'" for p in valid[:-1]) + f" and '{valid[-1]}'"
+            raise ValueError(f"{kind} '{tensor.get('name')}' {where} contains property other "
+                             f"than {allowed}.")
+        if "name" not in tensor:
+            raise ValueError(f"{kind} {where} is missing 'name' property.")
+        name = tensor["name"]
+        for prop in ("data_type", "dims"):
+            if prop not in tensor:
+                raise ValueError(f"{kind} '{name}' {where} is missing '{prop}' property.")
+        for current in cfg[kind]:
+            if current.get("name") != name:
+                continue
+            cur_type = current.get("data_type", "TYPE_INVALID")
+            if cur_type != "TYPE_INVALID" and cur_type != tensor["data_type"]:
+                raise ValueError(
+                    f"unable to load model '{model}', configuration expects datatype "
+                    f"{cur_type} for {kind} '{name}', model provides {tensor['data_type']}")
+            cur_dims = current.get("dims") or []
+            if cur_dims and list(cur_dims) != list(tensor["dims"]):
+                raise ValueError(
+                    f"model '{model}', tensor '{name}': the model expects dims "
+                    f"{tensor['dims']} but the model configuration specifies dims {cur_dims}")
+            if current.get("optional", tensor.get("optional")) != tensor.get(
+                    "optional", current.get("optional")):
+                raise ValueError(
+                    f"model '{model}', tensor '{name}': the model expects optional "
+                    f"{tensor['optional']} but the model configuration specifies optional "
+                    f"{current['optional']}")
+            current["data_type"], current["dims"] = tensor["data_type"], tensor["dims"]
+            if "optional" in tensor:
+                current["optional"] = tensor["optional"]
+            return
+        cfg[kind].append(tensor)
+
+    def add_input(self, input):  # noqa: A002 - Triton's parameter name
+        """Add (or complete) an input: keys 'name', 'data_type', 'dims', 'optional'."""
+        self._add_tensor("input", input, ["name", "data_type", "dims", "optional"])
+
+    def add_output(self, output):
+        """Add (or complete) an output: keys 'name', 'data_type', 'dims'."""
+        self._add_tensor("output", output, ["name", "data_type", "dims"])
+
+    def set_model_transaction_policy(self, transaction_policy_dict):
+        cfg = self._model_config
+        if any(prop != "decoupled" for prop in transaction_policy_dict):
+            raise ValueError(
+                "model transaction property in auto-complete-config function for model "
+                f"'{cfg['name']}' contains property other than 'decoupled'.")
+        policy = cfg.setdefault("model_transaction_policy", {})
+        if "decoupled" in transaction_policy_dict:
+            new = transaction_policy_dict["decoupled"]
+            if "decoupled" in policy and policy["decoupled"] != new:
+                raise ValueError(
+                    "trying to change decoupled property in auto-complete-config for model "
+                    f"'{cfg['name']}', which is already set to '{policy['decoupled']}'.")
+            policy["decoupled"] = new
+
+
+# ------------------------------------------------------------------------------ logging
+
+class LogLevel(IntEnum):
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
+
+
+def _default_log_sink(level_name, message):
+    print(f"{level_name}: {message}", file=sys.stderr, flush=True)
+
+
+_log_sink = _default_log_sink
+
+
+def _set_log_sink(sink):
+    """Stub hook: route Logger output to ``sink(level_name, message)``; None resets."""
+    global _log_sink
+    _log_sink = sink if sink is not None else _default_log_sink
+
+
+class Logger:
+    """``pb_utils.Logger.log_info("msg")`` or ``Logger.log("msg", Logger.WARNING)``."""
+
+    LogLevel = LogLevel
+    INFO, WARNING, ERROR, VERBOSE = LogLevel.INFO, LogLevel.WARNING, LogLevel.ERROR, LogLevel.VERBOSE
+
+    @staticmethod
+    def log(message, level=LogLevel.INFO):
+        _log_sink(LogLevel(level).name, str(message))
+
+    @staticmethod
+    def log_info(message):
+        Logger.log(message, LogLevel.INFO)
+
+    @staticmethod
+    def log_warn(message):
+        Logger.log(message, LogLevel.WARNING)
+
+    @staticmethod
+    def log_error(message):
+        Logger.log(message, LogLevel.ERROR)
+
+    @staticmethod
+    def log_verbose(message):
+        Logger.log(message, LogLevel.VERBOSE)
+
+
+# ------------------------------------------------------------------------------ metrics
+# In-process only for now: values live in _FAMILIES and are not exported to the
+# server's metrics endpoint yet.
+
+_FAMILIES = {}  # name -> {"kind", "description", "metrics": {labels_json: state dict}}
+_KIND_NAMES = ("COUNTER", "GAUGE", "HISTOGRAM")
+
+
+def _metric_families():
+    """Stub hook: the in-process metric registry."""
+    return _FAMILIES
+
+
+class _Metric:
+    def __init__(self, state, kind):
+        self._state, self._kind, self._cleared = state, kind, False
+
+    def _check(self, action, allowed):
+        if self._cleared:
+            raise TritonModelException(
+                f"Failed to {action} metric value: Invalid metric operation as the "
+                "corresponding 'MetricFamily' has been deleted. The 'MetricFamily' object "
+                "should be deleted AFTER its corresponding 'Metric' objects have been deleted.")
+        if self._kind not in allowed:
+            raise TritonModelException(
+                f"Failed to {action} metric value: TRITONSERVER_METRIC_KIND_"
+                f"{_KIND_NAMES[self._kind]} does not support {action}")
+
+    def increment(self, value):
+        self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        if self._kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException(
+                "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
+                "be incremented monotonically by non-negative values.")
+        self._state["value"] += float(value)
+
+    def set(self, value):
+        self._check("set", (MetricFamily.GAUGE,))
+        self._state["value"] = float(value)
+
+    def observe(self, value):
+        self._check("observe", (MetricFamily.HISTOGRAM,))
+        state = self._state
+        state["count"] += 1
+        state["sum"] += float(value)
+        for i, bound in enumerate(state["buckets"]):
+            if value <= bound:
+                state["bucket_counts"][i] += 1
+
+    def value(self):
+        self._check("get", (MetricFamily.COUNTER, MetricFamily.GAUGE))
+        return self._state["value"]
+
+
+class MetricFamily:
+    """``MetricFamily(name, description, kind)``; a second family with the same
+    name shares the first one's metrics (a different kind is an error)."""
+
+    COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+
+    def __init__(self, name, description, kind):
+        if not isinstance(name, str) or not isinstance(description, str):
+            raise TypeError("name and description must be str")
+        if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
+            raise TritonModelException("Error when creating MetricFamily: Unknown metric kind")
+        family = _FAMILIES.setdefault(name, {"kind": kind, "description": description,
+                                             "metrics": {}})
+        if family["kind"] != kind:
+            raise TritonModelException(
+                f"Error when creating MetricFamily: metric family '{name}' already exists "
+                "with a different kind")
+        self._kind, self._family, self._created = kind, family, weakref.WeakSet()
+
+    def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's name
+        """Metric with these labels (the same labels give the same metric);
+        histograms need strictly increasing ``buckets``."""
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        labels = labels or {}
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise TritonModelException("Error when creating Metric: labels must map str to str")
+        if self._kind == self.HISTOGRAM:
+            if buckets is None:
+                raise TritonModelException("Error when creating Metric: Missing required "
+                                           "buckets for histogram metrics.")
+            buckets = [float(b) for b in buckets]
+            if any(b >= a for b, a in zip(buckets, buckets[1:])):
+                raise TritonModelException("Error when creating Metric: histogram buckets "
+                                           "must be in strictly increasing order.")
+        state = self._family["metrics"].setdefault(json.dumps(labels, sort_keys=True),
+                                                   {"labels": dict(labels), "value": 0.0})
+        if self._kind == self.HISTOGRAM and "buckets" not in state:
+            state.update(buckets=buckets, bucket_counts=[0] * len(buckets), count=0, sum=0.0)
+        metric = _Metric(state, self._kind)
+        self._created.add(metric)
+        return metric
+
+    def __del__(self):
+        # As in Triton, metrics made by a deleted family can no longer be used.
+        for metric in list(getattr(self, "_created", ())):
+            metric._cleared = True

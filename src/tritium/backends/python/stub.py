@@ -1,0 +1,194 @@
+"""The stub process that hosts one instance of a Triton Python model.
+
+Run as ``python -m tritium.backends.python.stub <fd>``; it speaks the frames of ``ipc`` over
+the socket ``fd``. The model runs here, isolated: if it raises, the error goes back as a
+response; if it crashes, only this process dies and the server notices the closed socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import inspect
+import json
+import socket
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import ipc
+from . import pb_utils
+
+
+class Stub:
+    def __init__(self, channel: ipc.BlockingChannel) -> None:
+        self._channel = channel
+        self._send_lock = threading.Lock()
+        self._model_cls: Any = None
+        self._model: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._execute_is_async = False
+        self._decoupled = False
+        self._output_names: list[str] = []
+        self._model_name = ""
+        self._model_version = -1
+
+    def send(self, kind: int, body: Any) -> None:
+        with self._send_lock:
+            self._channel.send(kind, body)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def _import_model(self, path: str) -> None:
+        model_path = Path(path)
+        sys.path.insert(0, str(model_path.parent))
+        spec = importlib.util.spec_from_file_location("model", model_path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"cannot import {model_path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["model"] = module
+        spec.loader.exec_module(module)
+        self._model_cls = module.TritonPythonModel
+
+    def autocomplete(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        self._import_model(body["path"])
+        hook = getattr(self._model_cls, "auto_complete_config", None)
+        if hook is None:
+            return None
+        config = pb_utils.ModelConfig(body["config"])
+        result = hook(config)
+        return (result or config).as_dict()
+
+    def init(self, body: dict[str, Any]) -> None:
+        if self._model_cls is None:
+            self._import_model(body["path"])
+        config = json.loads(body["args"]["model_config"])
+        self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
+        self._output_names = [o["name"] for o in config.get("output", [])]
+        self._model_name = body["args"]["model_name"]
+        self._model_version = int(body["args"]["model_version"])
+        self._model = self._model_cls()
+        execute = getattr(self._model, "execute", None)
+        self._execute_is_async = inspect.iscoroutinefunction(execute)
+        init = getattr(self._model, "initialize", None)
+        if init is not None:
+            result = init(body["args"])
+            if inspect.isawaitable(result):
+                self._run(result)
+
+    def _run(self, awaitable: Any) -> Any:
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(awaitable)
+
+    # -- execution ---------------------------------------------------------------------------
+    def _make_request(self, batch_id: int, index: int, wire: tuple) -> Any:
+        request_id, correlation_id, flags, inputs, outputs, params = wire
+        tensors = [pb_utils.Tensor(name, array) for name, array in inputs]
+        request = pb_utils.InferenceRequest(
+            request_id=request_id,
+            correlation_id=correlation_id,
+            flags=flags,
+            inputs=tensors,
+            requested_output_names=outputs or self._output_names,
+            parameters=params,
+            model_name=self._model_name,
+            model_version=self._model_version,
+        )
+        if self._decoupled:
+            def send(response: Any, flags: int) -> None:
+                final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                payload = None if response is None else self._wire_response(response)
+                self.send(ipc.RESPONSE, (batch_id, index, payload, final))
+
+            request._attach(pb_utils.InferenceResponseSender(send, lambda: False), lambda: False)
+        return request
+
+    @staticmethod
+    def _wire_response(response: Any) -> tuple:
+        if response.has_error():
+            return (None, response.error().message(), response.error().code())
+        tensors = [(t.name(), t.as_numpy()) for t in response.output_tensors()]
+        params = response.parameters()
+        return (tensors, None, params if params and params != "{}" else None)
+
+    def execute(self, batch_id: int, wires: list[tuple]) -> None:
+        try:
+            requests = [self._make_request(batch_id, i, w) for i, w in enumerate(wires)]
+            result = self._model.execute(requests)
+            if self._execute_is_async or inspect.isawaitable(result):
+                result = self._run(result)
+        except Exception as exc:  # the model raised: every request of the batch fails
+            message = f"{type(exc).__name__}: {exc}"
+            self.send(ipc.EXEC_DONE, (batch_id, message, None))
+            return
+        if self._decoupled:
+            self.send(ipc.EXEC_DONE, (batch_id, None, None))
+            return
+        if result is None or len(result) != len(requests):
+            got = "None" if result is None else str(len(result))
+            message = (
+                f"Number of InferenceResponse objects do not match the number of "
+                f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
+                f"and InferenceResponse(s) size is:{got}"
+            )
+            self.send(ipc.EXEC_DONE, (batch_id, message, None))
+            return
+        try:
+            wired = [None if r is None else self._wire_response(r) for r in result]
+        except Exception as exc:
+            self.send(ipc.EXEC_DONE, (batch_id, f"{type(exc).__name__}: {exc}", None))
+            return
+        self.send(ipc.EXEC_DONE, (batch_id, None, wired))
+
+    def is_ready(self) -> bool:
+        hook = getattr(self._model, "is_ready", None)
+        if hook is None:
+            return True
+        result = hook()
+        if inspect.isawaitable(result):
+            result = self._run(result)
+        return bool(result)
+
+    def finalize(self) -> None:
+        hook = getattr(self._model, "finalize", None)
+        if hook is not None:
+            result = hook()
+            if inspect.isawaitable(result):
+                self._run(result)
+
+    # -- main loop ---------------------------------------------------------------------------
+    def serve(self) -> None:
+        handlers = {
+            ipc.AUTOCOMPLETE: self.autocomplete,
+            ipc.INIT: self.init,
+            ipc.IS_READY: lambda _body: self.is_ready(),
+            ipc.FINALIZE: lambda _body: self.finalize(),
+        }
+        while True:
+            try:
+                kind, body = self._channel.recv()
+            except EOFError:
+                return
+            if kind == ipc.EXECUTE:
+                self.execute(*body)
+                continue
+            try:
+                reply: tuple = (True, handlers[kind](body))
+            except Exception as exc:
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                reply = (False, detail)
+            self.send(ipc.REPLY, reply)
+            if kind == ipc.FINALIZE:
+                return
+
+
+def main() -> None:
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    sys.modules["triton_python_backend_utils"] = pb_utils
+    Stub(ipc.BlockingChannel(sock)).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""``tritium serve``: Triton's command-line flags, names and defaults."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
+
+log = logging.getLogger("tritium")
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
+    parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, help=help_text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tritium", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve model repositories (Triton's flags)")
+    serve.add_argument("--model-repository", "--model-store", action="append", default=[],
+                       required=True, help="path of a model repository (repeatable)")
+    serve.add_argument("--id", default="triton", help="server identifier in server metadata")
+    _flag(serve, "--allow-http", True, "serve HTTP/REST")
+    serve.add_argument("--http-address", default="0.0.0.0")
+    serve.add_argument("--http-port", type=int, default=8000)
+    serve.add_argument("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE)
+    _flag(serve, "--allow-grpc", True, "serve gRPC")
+    serve.add_argument("--grpc-address", default="0.0.0.0")
+    serve.add_argument("--grpc-port", type=int, default=8001)
+    _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
+    serve.add_argument("--metrics-address", default="")
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    _flag(serve, "--exit-on-error", True, "exit if any model fails to load at startup")
+    _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
+    serve.add_argument("--disable-auto-complete-config", action="store_true",
+                       help="do not complete model configurations from the model files")
+    serve.add_argument("--strict-model-config", type=_bool, nargs="?", const=True, default=None,
+                       help="deprecated: same as --disable-auto-complete-config when true")
+    serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    serve.add_argument("--model-load-thread-count", type=int, default=4)
+    serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument("--ports-file", default="",
+                       help="tritium: write the bound ports as JSON to this file once serving")
+    return parser
+
+
+def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    auto_complete = not args.disable_auto_complete_config
+    if args.strict_model_config is not None:
+        auto_complete = auto_complete and not args.strict_model_config
+    return ServerOptions(
+        model_repositories=tuple(Path(p) for p in args.model_repository),
+        server_id=args.id,
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        allow_grpc=args.allow_grpc,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        exit_on_error=args.exit_on_error,
+        strict_readiness=args.strict_readiness,
+        auto_complete_config=auto_complete,
+        exit_timeout_secs=args.exit_timeout_secs,
+        model_load_thread_count=args.model_load_thread_count,
+        log_verbose=args.log_verbose,
+    )
+
+
+def _setup_logging(verbose: int) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(module)s] %(message)s",
+        datefmt="%m%d %H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    options = options_from_args(args)
+    _setup_logging(options.log_verbose)
+    from .runtime import run  # imported late: argument errors stay fast
+
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        runner = asyncio.run
+    return runner(run(options, args.ports_file))
+
+
+def write_ports(path: str, ports: dict[str, int]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(ports, handle)
+    os.replace(tmp, path)
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

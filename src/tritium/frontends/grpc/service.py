@@ -1,0 +1,134 @@
+"""inference.GRPCInferenceService: one thin method per RPC (decode → server call → encode)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from ...errors import ServerError
+from ...server import InferenceServer, parse_version
+from .codec import decode_request, encode_response
+from .errors import CODE
+
+log = logging.getLogger("tritium")
+
+_DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+_NOT_YET = (
+    "ModelStreamInfer", "ModelStatistics", "RepositoryModelLoad", "RepositoryModelUnload",
+    "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister",
+    "TraceSetting", "LogSettings",
+)
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: ServerError) -> Any:
+    await context.abort(CODE[exc.kind], exc.message)
+
+
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+    def __init__(self, server: InferenceServer) -> None:
+        self._server = server
+
+    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self._server.is_live())
+
+    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self._server.is_ready())
+
+    async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
+        try:
+            ready = await self._server.model_ready(request.name, request.version)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+        return pb.ServerMetadataResponse(**self._server.metadata())
+
+    async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
+        try:
+            meta = self._server.model_metadata(request.name, request.version)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.ModelMetadataResponse(
+            name=meta["name"],
+            versions=meta["versions"],
+            platform=meta["platform"],
+            inputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["inputs"]],
+            outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["outputs"]],
+        )
+
+    async def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
+        try:
+            config = self._server.model_config(request.name, request.version)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.ModelConfigResponse(config=config)
+
+    async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
+        if request.repository_name:
+            return await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "'repository_name' specification is not supported",
+            )
+        rows = self._server.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(
+            models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
+        )
+
+    async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
+        try:
+            inference = decode_request(request, parse_version(request.model_version))
+            response = await self._server.infer(inference, _DECOUPLED)
+            return encode_response(response)
+        except ServerError as exc:
+            return await _abort(context, exc)
+
+
+def _not_implemented(name: str) -> Any:
+    async def method(self: Any, request: Any, context: Any) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by tritium yet")
+
+    method.__name__ = name
+    return method
+
+
+for _name in _NOT_YET:
+    setattr(InferenceService, _name, _not_implemented(_name))
+
+
+class HealthService(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1: SERVING when the server is ready."""
+
+    def __init__(self, server: InferenceServer) -> None:
+        self._server = server
+
+    async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if self._server.is_ready()
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
+
+
+def build_grpc_server(server: InferenceServer) -> grpc.aio.Server:
+    grpc_server = grpc.aio.server(
+        options=[
+            ("grpc.max_send_message_length", -1),
+            ("grpc.max_receive_message_length", -1),
+            ("grpc.keepalive_time_ms", 7_200_000),
+            ("grpc.keepalive_timeout_ms", 20_000),
+            ("grpc.http2.min_ping_interval_without_data_ms", 300_000),
+            ("grpc.http2.max_ping_strikes", 2),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), grpc_server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthService(server), grpc_server)
+    return grpc_server

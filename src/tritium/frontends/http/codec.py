@@ -1,0 +1,231 @@
+"""HTTP/REST inference codec: KServe v2 JSON plus Triton's binary tensor extension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+from typing import Any
+
+import numpy as np
+import orjson
+
+from ...errors import invalid_arg, unsupported
+from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ..tensors import parse_shape, tensor_bytes, tensor_from_buffer
+
+_RESERVED = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
+_NUMPY_JSON = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
+
+
+@dataclass(slots=True)
+class OutputPlan:
+    """How the client wants outputs encoded: binary by default or per output."""
+
+    binary_default: bool = False
+    binary: dict[str, bool] = field(default_factory=dict)
+
+
+def _json_error(exc: Exception) -> Exception:
+    return invalid_arg(f"failed to parse the request JSON buffer: {exc}")
+
+
+def decode_request(
+    body: bytes, header_length: int | None, model: str, version: int
+) -> tuple[InferenceRequest, OutputPlan]:
+    if header_length is None:
+        json_part, binary = body, memoryview(b"")
+    else:
+        if header_length < 0 or header_length > len(body):
+            raise invalid_arg(
+                f"inference header size should be in range (0, {len(body)}), got: {header_length}"
+            )
+        json_part, binary = body[:header_length], memoryview(body)[header_length:]
+    try:
+        doc = orjson.loads(json_part)
+    except orjson.JSONDecodeError as exc:
+        raise _json_error(exc) from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
+    request = InferenceRequest(model, version)
+    plan = OutputPlan()
+    rid = doc.get("id")
+    if rid is not None:
+        request.id = str(rid)
+    params = doc.get("parameters")
+    if params:
+        _request_parameters(request, params, plan)
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list):
+        raise invalid_arg("failed to parse the request JSON buffer: 'inputs' must be an array")
+    offset = 0
+    for item in inputs:
+        tensor, used = _input(item, binary, offset, model)
+        offset += used
+        request.inputs.append(tensor)
+    if offset != len(binary):
+        raise invalid_arg(
+            f"unexpected additional input data for model '{model}': {len(binary) - offset} "
+            "bytes beyond the inputs' binary_data_size"
+        )
+    outputs = doc.get("outputs")
+    if outputs:
+        _requested_outputs(request, outputs, plan)
+    return request, plan
+
+
+def _request_parameters(request: InferenceRequest, params: Any, plan: OutputPlan) -> None:
+    if not isinstance(params, dict):
+        raise invalid_arg("failed to parse the request JSON buffer: 'parameters' must be an object")
+    custom = {}
+    for key, value in params.items():
+        if key == "binary_data_output":
+            plan.binary_default = bool(value)
+        elif key.startswith("triton_"):
+            raise invalid_arg(
+                f"parameter keys starting with 'triton_' are reserved for Triton usage and "
+                f"should not be specified: '{key}'"
+            )
+        elif key == "priority":
+            request.priority = int(value)
+        elif key == "sequence_id":
+            request.correlation_id = value
+        elif key not in _RESERVED:
+            custom[key] = value
+    request.parameters = custom
+
+
+def _input(item: Any, binary: memoryview, offset: int, model: str) -> tuple[Tensor, int]:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        raise invalid_arg("failed to parse the request JSON buffer: each input needs a 'name'")
+    name = item["name"]
+    datatype = DataType.from_wire(item.get("datatype", ""))
+    if datatype is None:
+        raise invalid_arg(f"invalid datatype '{item.get('datatype')}' for input '{name}'")
+    shape = parse_shape(item.get("shape"), name)
+    params = item.get("parameters") or {}
+    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    if "shared_memory_region" in params:
+        raise unsupported(
+            "Client shared memory is disabled. Start the server with "
+            "'--allow-client-shm=true' to enable."
+        )
+    if size is not None:
+        if "data" in item:
+            raise invalid_arg(f"input '{name}' must not specify both 'data' and 'binary_data_size'")
+        if not isinstance(size, int) or size < 0:
+            raise invalid_arg(f"invalid 'binary_data_size' for input '{name}'")
+        if offset + size > len(binary):
+            raise invalid_arg(
+                f"unexpected size for input '{name}', expecting {size} bytes of binary data "
+                f"but only {len(binary) - offset} bytes remain in the request body"
+            )
+        return tensor_from_buffer(name, datatype, shape, binary[offset : offset + size], model), size
+    if "data" not in item:
+        raise invalid_arg(
+            f"input '{name}' must specify 'data', 'binary_data_size' or 'shared_memory_region'"
+        )
+    return _json_tensor(name, datatype, shape, item["data"]), 0
+
+
+def _flatten(data: Any) -> list[Any]:
+    if not isinstance(data, list):
+        return [data]
+    if data and isinstance(data[0], list):
+        out: list[Any] = []
+        for sub in data:
+            out.extend(_flatten(sub))
+        return out
+    return data
+
+
+def _json_tensor(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> Tensor:
+    if datatype in (DataType.FP16, DataType.BF16):
+        raise invalid_arg(
+            f"receiving {datatype.wire} data via JSON is not supported. Please use the binary "
+            f"data format for input '{name}'"
+        )
+    flat = _flatten(data)
+    count = prod(shape)
+    if len(flat) != count:
+        raise invalid_arg(f"input '{name}' got unexpected elements count {len(flat)}, expected {count}")
+    try:
+        if datatype is DataType.BYTES:
+            array = np.empty(count, dtype=object)
+            array[:] = [v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat]
+        elif datatype is DataType.BOOL:
+            if not all(isinstance(v, bool) for v in flat):
+                raise ValueError("expected booleans")
+            array = np.array(flat, dtype=np.bool_)
+        else:
+            if any(isinstance(v, (bool, str, list, dict)) or v is None for v in flat):
+                raise ValueError("expected numbers")
+            array = np.array(flat, dtype=datatype.dtype)
+    except (ValueError, OverflowError, TypeError) as exc:
+        raise invalid_arg(
+            f"unable to parse 'data' for input '{name}' as {datatype.wire}: {exc}"
+        ) from None
+    return Tensor(name, datatype, shape, array.reshape(shape))
+
+
+def _not_string(name: str, value: Any) -> bytes:
+    raise ValueError(f"expected strings for BYTES input '{name}', got {type(value).__name__}")
+
+
+def _requested_outputs(request: InferenceRequest, outputs: Any, plan: OutputPlan) -> None:
+    if not isinstance(outputs, list):
+        raise invalid_arg("failed to parse the request JSON buffer: 'outputs' must be an array")
+    for item in outputs:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise invalid_arg("failed to parse the request JSON buffer: each output needs a 'name'")
+        params = item.get("parameters") or {}
+        if "classification" in params:
+            raise unsupported("the classification extension is not supported by tritium yet")
+        if "shared_memory_region" in params:
+            raise unsupported(
+                "Client shared memory is disabled. Start the server with "
+                "'--allow-client-shm=true' to enable."
+            )
+        if "binary_data" in params:
+            plan.binary[item["name"]] = bool(params["binary_data"])
+        request.outputs.append(RequestedOutput(item["name"], params))
+
+
+def _json_data(tensor: Tensor) -> Any:
+    data = tensor.data.reshape(-1)
+    if tensor.datatype is DataType.BYTES:
+        return [
+            v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
+            for v in data
+        ]
+    if tensor.datatype in _NUMPY_JSON:
+        return data.astype(np.float32).tolist()
+    return data
+
+
+def encode_response(response: InferenceResponse, plan: OutputPlan) -> tuple[bytes, list[Any], int]:
+    """JSON header, binary parts, and the header length (-1 when nothing is binary)."""
+    outputs = []
+    parts: list[Any] = []
+    for tensor in response.outputs:
+        entry: dict[str, Any] = {
+            "name": tensor.name,
+            "datatype": tensor.datatype.wire,
+            "shape": list(tensor.shape),
+        }
+        if plan.binary.get(tensor.name, plan.binary_default):
+            raw = tensor_bytes(tensor)
+            entry["parameters"] = {"binary_data_size": len(raw) if isinstance(raw, bytes) else raw.nbytes}
+            parts.append(raw)
+        else:
+            entry["data"] = _json_data(tensor)
+        outputs.append(entry)
+    doc: dict[str, Any] = {}
+    if response.id:
+        doc["id"] = response.id
+    doc["model_name"] = response.model_name
+    doc["model_version"] = response.model_version
+    if response.parameters:
+        doc["parameters"] = response.parameters
+    doc["outputs"] = outputs
+    header = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    return header, parts, (len(header) if parts else -1)

@@ -1,0 +1,223 @@
+"""HTTP/1.1 on a bare ``asyncio.Protocol`` with httptools: keep-alive, chunked bodies,
+body-size limits, gzip/deflate. One request at a time per connection, answered in order."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httptools
+import orjson
+
+log = logging.getLogger("tritium")
+
+_REASONS = {
+    200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found",
+    405: b"Method Not Allowed", 413: b"Payload Too Large", 500: b"Internal Server Error",
+    501: b"Not Implemented", 503: b"Service Unavailable",
+}
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str
+    headers: dict[bytes, bytes]
+    body: bytes
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int = 200
+    body: list[Any] = field(default_factory=list)  # bytes-like parts
+    content_type: bytes | None = b"application/json"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+
+Handler = Callable[[HttpRequest], "HttpResponse | Awaitable[HttpResponse]"]
+
+
+class TooLarge(Exception):
+    pass
+
+
+def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
+    if encoding == b"gzip":
+        out = gzip.decompress(body)
+    elif encoding == b"deflate":
+        try:
+            out = zlib.decompress(body)
+        except zlib.error:
+            out = zlib.decompress(body, -zlib.MAX_WBITS)
+    elif encoding in (b"", b"identity"):
+        return body
+    else:
+        raise ValueError(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}'")
+    if len(out) > limit:
+        raise TooLarge(len(out))
+    return out
+
+
+def compress(parts: list[Any], accept: bytes) -> tuple[bytes, bytes] | None:
+    for token in accept.lower().split(b","):
+        name = token.split(b";")[0].strip()
+        if name in (b"gzip", b"deflate"):
+            data = b"".join(bytes(p) for p in parts)
+            packed = gzip.compress(data, 1) if name == b"gzip" else zlib.compress(data, 1)
+            return packed, name
+    return None
+
+
+class HttpProtocol(asyncio.Protocol):
+    __slots__ = (
+        "_handler", "_limit", "_parser", "_transport", "_url", "_headers", "_body",
+        "_size", "_too_large", "_busy", "_pending", "_closed",
+    )
+
+    def __init__(self, handler: Handler, limit: int) -> None:
+        self._handler = handler
+        self._limit = limit
+        self._parser = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._url = b""
+        self._headers: dict[bytes, bytes] = {}
+        self._body: list[bytes] = []
+        self._size = 0
+        self._too_large = False
+        self._busy = False
+        self._pending: list[HttpRequest | None] = []
+        self._closed = False
+
+    # transport callbacks -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._reply_now(400, b'{"error":"protocol upgrade is not supported"}', close=True)
+        except httptools.HttpParserError as exc:
+            message = f'{{"error":"malformed HTTP request: {str(exc)[:100]}"}}'.encode()
+            self._reply_now(400, message, close=True)
+
+    # parser callbacks ----------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._size = 0
+        self._too_large = False
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers[name.lower()] = value
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size > self._limit:
+            self._too_large = True
+            self._body = []
+        elif not self._too_large:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self._too_large:
+            self._queue(None)
+            return
+        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        method = self._parser.get_method().decode()
+        self._queue(HttpRequest(method, self._url.decode("latin-1"), self._headers, body))
+
+    # dispatch ------------------------------------------------------------------------------
+    def _queue(self, request: HttpRequest | None) -> None:
+        if self._busy:
+            self._pending.append(request)
+            return
+        self._dispatch(request)
+
+    def _dispatch(self, request: HttpRequest | None) -> None:
+        keep_alive = self._parser.should_keep_alive()
+        if request is None:
+            message = (
+                f'{{"error":"request size {self._size} exceeds the maximum allowed value of '
+                f'{self._limit} bytes; use --http-max-input-size to increase the limit"}}'
+            )
+            self._write(HttpResponse(400, [message.encode()]), request, keep_alive=False)
+            return
+        try:
+            request.body = decompress(
+                request.body, request.headers.get(b"content-encoding", b"").lower(), self._limit
+            )
+        except TooLarge as exc:
+            self._reply_now(400, f'{{"error":"decompressed request size {exc} exceeds the '
+                            f'maximum allowed value of {self._limit} bytes"}}'.encode())
+            return
+        except (OSError, ValueError, zlib.error, EOFError) as exc:
+            self._reply_now(400, orjson_error(f"failed to decompress the request body: {exc}"))
+            return
+        result = self._handler(request)
+        if isinstance(result, HttpResponse):
+            self._write(result, request, keep_alive)
+            return
+        self._busy = True
+        task = asyncio.ensure_future(result)
+        task.add_done_callback(lambda t: self._finish(t, request, keep_alive))
+
+    def _finish(self, task: asyncio.Future[HttpResponse], request: HttpRequest, keep_alive: bool) -> None:
+        self._busy = False
+        if task.cancelled():
+            response = HttpResponse(503, [b'{"error":"request cancelled"}'])
+        elif task.exception() is not None:
+            log.error("unhandled error in HTTP handler", exc_info=task.exception())
+            response = HttpResponse(500, [orjson_error(str(task.exception()))])
+        else:
+            response = task.result()
+        self._write(response, request, keep_alive)
+        while self._pending and not self._busy and not self._closed:
+            self._dispatch(self._pending.pop(0))
+
+    def _reply_now(self, status: int, body: bytes, close: bool = False) -> None:
+        self._write(HttpResponse(status, [body]), None, keep_alive=not close)
+
+    def _write(self, response: HttpResponse, request: HttpRequest | None, keep_alive: bool) -> None:
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        parts = response.body
+        headers = response.headers
+        if request is not None and parts:
+            accept = request.headers.get(b"accept-encoding")
+            if accept:
+                packed = compress(parts, accept)
+                if packed is not None:
+                    parts = [packed[0]]
+                    headers = [*headers, (b"Content-Encoding", packed[1])]
+        length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+        head = [b"HTTP/1.1 %d %s\r\n" % (response.status, _REASONS.get(response.status, b"Error"))]
+        if response.content_type is not None and parts:
+            head.append(b"Content-Type: " + response.content_type + b"\r\n")
+        for name, value in headers:
+            head.append(name + b": " + value + b"\r\n")
+        head.append(b"Content-Length: %d\r\n" % length)
+        if not keep_alive:
+            head.append(b"Connection: close\r\n")
+        head.append(b"\r\n")
+        transport.writelines([b"".join(head), *parts])
+        if not keep_alive:
+            transport.close()
+            self._closed = True
+
+
+def orjson_error(message: str) -> bytes:
+    return orjson.dumps({"error": message})

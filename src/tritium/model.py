@@ -1,0 +1,138 @@
+"""A loaded model version: its spec, instances and scheduler, and request validation."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from .backends.base import ModelInstance
+from .errors import invalid_arg
+from .repository.spec import ModelSpec
+from .scheduling.direct import DirectScheduler
+from .types import InferenceRequest
+
+
+class ModelState(enum.Enum):
+    UNKNOWN = "UNKNOWN"
+    READY = "READY"
+    UNAVAILABLE = "UNAVAILABLE"
+    LOADING = "LOADING"
+    UNLOADING = "UNLOADING"
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+class Model:
+    """One version of one model, ready to take requests."""
+
+    def __init__(self, spec: ModelSpec, version: int, instances: list[ModelInstance]) -> None:
+        self.spec = spec
+        self.name = spec.name
+        self.version = version
+        self.version_str = str(version)
+        self.instances = instances
+        self.scheduler = DirectScheduler(instances, self.version_str)
+        batching = spec.max_batch_size > 0
+        # Shapes as the client sees them, for messages; the batch dimension included.
+        self._full_dims = {
+            n: ((-1,) + s.dims if batching else s.dims) for n, s in spec.inputs.items()
+        }
+        self._batching_note = (
+            ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
+            "dimension to be prepended to each input shape. If you want to specify the full "
+            "shape including the batch dim in your input dims config, try setting "
+            "max_batch_size to zero. See the model configuration docs for more info on "
+            "max_batch_size."
+            if batching
+            else ""
+        )
+
+    def validate(self, request: InferenceRequest) -> None:
+        """Check inputs and requested outputs against the config; apply ``reshape``."""
+        spec = self.spec
+        inputs = spec.inputs
+        batch = -1
+        seen = 0
+        for tensor in request.inputs:
+            io = inputs.get(tensor.name)
+            if io is None:
+                raise invalid_arg(
+                    f"unexpected inference input '{tensor.name}' for model '{self.name}'"
+                )
+            if tensor.datatype is not io.datatype:
+                raise invalid_arg(
+                    f"inference input '{tensor.name}' data-type is '{tensor.datatype.wire}', "
+                    f"but model '{self.name}' expects '{io.datatype.wire}'"
+                )
+            shape = tensor.shape
+            full = self._full_dims[tensor.name]
+            if len(shape) != len(full) or any(
+                d != e and e != -1 for d, e in zip(shape, full, strict=True)
+            ):
+                raise invalid_arg(
+                    f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
+                    f"Expected {_dims(full)}, got {_dims(shape)}{self._batching_note}"
+                )
+            if spec.max_batch_size:
+                if batch == -1:
+                    batch = shape[0]
+                elif shape[0] != batch:
+                    raise invalid_arg(
+                        f"input '{tensor.name}' batch size does not match other inputs for "
+                        f"'{self.name}'"
+                    )
+            if io.reshape is not None:
+                new_shape = ((shape[0],) if spec.max_batch_size else ()) + io.reshape
+                tensor.data = tensor.data.reshape(new_shape)
+                tensor.shape = tensor.data.shape
+            if not io.optional:
+                seen += 1
+        if seen != len(spec.required_inputs):
+            self._missing_inputs(request)
+        if spec.max_batch_size and batch > spec.max_batch_size:
+            raise invalid_arg(
+                f"inference request batch-size must be <= {spec.max_batch_size} for "
+                f"'{self.name}'"
+            )
+        for output in request.outputs:
+            if output.name not in spec.outputs:
+                raise invalid_arg(
+                    f"unexpected inference output '{output.name}' for model '{self.name}'"
+                )
+
+    def _missing_inputs(self, request: InferenceRequest) -> None:
+        spec = self.spec
+        got = [t.name for t in request.inputs]
+        names = [t.name for t in request.inputs]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise invalid_arg(f"input '{dup}' is specified more than once for model '{self.name}'")
+        missing = [n for n in spec.inputs if n in spec.required_inputs and n not in got]
+        total, required = len(spec.inputs), len(spec.required_inputs)
+        expected = (
+            f"expected {required} inputs"
+            if total == required
+            else f"expected number of inputs between {required} and {total}"
+        )
+        raise invalid_arg(
+            f"{expected} but got {len(got)} inputs for model '{self.name}'. Got input(s) "
+            f"{_names(got)}, but missing required input(s) {_names(missing)}. Please provide "
+            "all required input(s)."
+        )
+
+    async def is_ready(self) -> bool:
+        for instance in self.instances:
+            if not await instance.is_ready():
+                return False
+        return True
+
+    async def close(self) -> None:
+        await self.scheduler.close()
+        for instance in self.instances:
+            await instance.close()
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"

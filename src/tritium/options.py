@@ -1,0 +1,31 @@
+"""ServerOptions: every setting the server runs with, built once by the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
+
+
+@dataclass(frozen=True, slots=True)
+class ServerOptions:
+    model_repositories: tuple[Path, ...] = ()
+    server_id: str = "triton"
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
+    allow_grpc: bool = True
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    allow_metrics: bool = True
+    metrics_address: str = ""
+    metrics_port: int = 8002
+    exit_on_error: bool = True
+    strict_readiness: bool = True
+    auto_complete_config: bool = True
+    exit_timeout_secs: float = 30.0
+    model_load_thread_count: int = 4
+    log_verbose: int = 0
+    extra: dict[str, str] = field(default_factory=dict)

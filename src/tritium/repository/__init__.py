@@ -1,0 +1,1 @@
+"""Model repositories: layout scan, config.pbtxt parsing and normalisation, load manager."""

@@ -1,0 +1,58 @@
+"""The on-disk layout of model repositories: model directories and numeric version folders."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import ModelConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLocation:
+    name: str
+    path: Path | None  # None when the name is ambiguous
+    problem: str = ""
+
+
+def scan(repositories: list[Path]) -> dict[str, ModelLocation]:
+    """Every model directory across the repositories; a name found twice is unavailable."""
+    found: dict[str, list[Path]] = {}
+    for repo in repositories:
+        if not repo.is_dir():
+            continue
+        for entry in sorted(repo.iterdir()):
+            if entry.is_dir() and not entry.name.startswith("."):
+                found.setdefault(entry.name, []).append(entry)
+    locations = {}
+    for name, paths in found.items():
+        if len(paths) == 1:
+            locations[name] = ModelLocation(name, paths[0])
+        else:
+            where = ", ".join(str(p.parent) for p in paths)
+            locations[name] = ModelLocation(
+                name, None, f"model '{name}' appears in multiple repositories: {where}"
+            )
+    return locations
+
+
+def version_dirs(model_dir: Path) -> dict[int, Path]:
+    """Numeric version folders; names that are not numbers or start with '0' are ignored."""
+    versions = {}
+    for entry in model_dir.iterdir():
+        name = entry.name
+        if entry.is_dir() and name.isdigit() and not name.startswith("0"):
+            versions[int(name)] = entry
+    return dict(sorted(versions.items()))
+
+
+def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
+    """The versions the version policy serves, ascending."""
+    policy = config.version_policy
+    if policy.HasField("all"):
+        return sorted(available)
+    if policy.HasField("specific"):
+        wanted = set(policy.specific.versions)
+        return sorted(v for v in available if v in wanted)
+    count = policy.latest.num_versions if policy.HasField("latest") else 1
+    return sorted(available)[-max(count, 1):] if available else []

@@ -1,0 +1,255 @@
+"""Loads the models of the repositories, tracks each version's state, and resolves requests
+to a ready ``Model``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..backends.base import Backend, LoadContext
+from ..errors import ServerError, invalid_arg, not_found, unavailable
+from ..model import Model, ModelState
+from .config import ConfigProblem, ModelConfig, read_config
+from .layout import ModelLocation, scan, select_versions, version_dirs
+from .spec import ModelSpec, build_spec, infer_backend, normalize
+
+log = logging.getLogger("tritium")
+
+
+@dataclass(slots=True)
+class VersionRecord:
+    version: int
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    model: Model | None = None
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    name: str
+    state: ModelState = ModelState.UNKNOWN  # for failures before any version exists
+    reason: str = ""
+    versions: dict[int, VersionRecord] = field(default_factory=dict)
+    ready: dict[int, Model] = field(default_factory=dict)  # ready versions, for lookups
+    latest: Model | None = None
+
+
+class ModelRepositoryManager:
+    def __init__(
+        self,
+        repositories: list[Path],
+        backends: dict[str, Backend],
+        auto_complete: bool = True,
+        load_threads: int = 4,
+    ) -> None:
+        self._repositories = repositories
+        self._backends = backends
+        self._auto_complete = auto_complete
+        self._load_slots = asyncio.Semaphore(max(load_threads, 1))
+        self._records: dict[str, ModelRecord] = {}
+
+    # -- loading -----------------------------------------------------------------------------
+    async def load_all(self) -> None:
+        locations = scan(self._repositories)
+        await asyncio.gather(*(self._load_model(loc) for loc in locations.values()))
+
+    async def _load_model(self, location: ModelLocation) -> None:
+        record = ModelRecord(location.name)
+        self._records[location.name] = record
+        async with self._load_slots:
+            try:
+                await self._load_versions(record, location)
+            except ServerError as exc:
+                self._fail_model(record, exc.message)
+            except Exception as exc:  # a broken model must never stop the others
+                log.exception("failed to load '%s'", location.name)
+                self._fail_model(record, f"{type(exc).__name__}: {exc}")
+
+    def _fail_model(self, record: ModelRecord, reason: str) -> None:
+        record.state, record.reason = ModelState.UNAVAILABLE, reason
+        log.error("failed to load '%s': %s", record.name, reason)
+
+    async def _load_versions(self, record: ModelRecord, location: ModelLocation) -> None:
+        if location.path is None:
+            raise invalid_arg(location.problem)
+        config, path, text = await asyncio.to_thread(read_config, location.path)
+        versions = version_dirs(location.path)
+        infer_backend(config, list(versions.values()))
+        served = select_versions(config, list(versions))
+        if not served:
+            raise invalid_arg(
+                f"at least one version must be available under the version policy of model "
+                f"'{record.name}'"
+            )
+        backend = self._backends.get(config.backend)
+        if backend is None:
+            raise invalid_arg(
+                f"unable to find backend '{config.backend or config.platform}' for model "
+                f"'{record.name}'; tritium serves {', '.join(sorted(self._backends))}"
+            )
+        problem = ConfigProblem(record.name, path, text)
+        for version in served:
+            record.versions[version] = VersionRecord(version)
+        await asyncio.gather(
+            *(
+                self._load_version(record, backend, config, problem, location.path, versions[v])
+                for v in served
+            )
+        )
+
+    async def _load_version(
+        self,
+        record: ModelRecord,
+        backend: Backend,
+        config: ModelConfig,
+        problem: ConfigProblem,
+        model_dir: Path,
+        version_dir: Path,
+    ) -> None:
+        version = int(version_dir.name)
+        entry = record.versions[version]
+        own = ModelConfig()
+        own.CopyFrom(config)
+
+        def finalize(completed: ModelConfig) -> ModelSpec:
+            normalize(completed, record.name, problem)
+            return build_spec(completed, problem)
+
+        def on_failure(reason: str) -> None:
+            entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+            self._refresh(record)
+            log.error("model '%s' version %d is unavailable: %s", record.name, version, reason)
+
+        ctx = LoadContext(
+            record.name, version, model_dir, version_dir, own, self._auto_complete, finalize,
+            on_failure,
+        )
+        started = time.monotonic()
+        try:
+            spec, instances = await backend.load(ctx)
+        except ServerError as exc:
+            entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
+            log.error("failed to load '%s' version %d: %s", record.name, version, exc.message)
+            return
+        except Exception as exc:
+            entry.state, entry.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
+            log.error("failed to load '%s' version %d: %s", record.name, version, entry.reason)
+            return
+        entry.model = Model(spec, version, instances)
+        entry.state = ModelState.READY
+        self._refresh(record)
+        log.info(
+            "successfully loaded '%s' version %d (%.0f ms)",
+            record.name,
+            version,
+            (time.monotonic() - started) * 1000,
+        )
+
+    @staticmethod
+    def _refresh(record: ModelRecord) -> None:
+        record.ready = {
+            v: e.model
+            for v, e in record.versions.items()
+            if e.state is ModelState.READY and e.model is not None
+        }
+        record.latest = record.ready[max(record.ready)] if record.ready else None
+
+    async def unload_all(self) -> None:
+        models = [
+            e.model for r in self._records.values() for e in r.versions.values() if e.model
+        ]
+        for record in self._records.values():
+            for entry in record.versions.values():
+                entry.state = ModelState.UNLOADING
+            self._refresh(record)
+        await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+
+    # -- lookups -----------------------------------------------------------------------------
+    def get(self, name: str, version: int = -1) -> Model:
+        """The ready model version a request is for, or Triton's error for why not."""
+        record = self._records.get(name)
+        if record is None:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        if version < 0 or version == 0:
+            if record.latest is None:
+                raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+            return record.latest
+        model = record.ready.get(version)
+        if model is not None:
+            return model
+        if version in record.versions:
+            raise unavailable(
+                f"Request for unknown model: '{name}' version {version} is not at ready state"
+            )
+        raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
+
+    def knows(self, name: str, version: int = -1) -> bool:
+        record = self._records.get(name)
+        return record is not None and (version <= 0 or version in record.versions)
+
+    def ready_versions(self, name: str) -> list[int]:
+        record = self._records.get(name)
+        return sorted(record.ready) if record else []
+
+    def failures(self) -> list[str]:
+        problems = []
+        for record in self._records.values():
+            if record.state is ModelState.UNAVAILABLE:
+                problems.append(f"{record.name}: {record.reason}")
+            for v, entry in record.versions.items():
+                if entry.state is ModelState.UNAVAILABLE:
+                    problems.append(f"{record.name} version {v}: {entry.reason}")
+        return problems
+
+    def all_ready(self) -> bool:
+        return not self.failures() and all(
+            e.state is ModelState.READY for r in self._records.values() for e in r.versions.values()
+        )
+
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """The repository index: one entry per model version (or per model that has none)."""
+        rows: list[dict[str, str]] = []
+        for name in sorted(self._records):
+            record = self._records[name]
+            if not record.versions:
+                if ready_only:
+                    continue
+                row = {"name": name}
+                if record.state is not ModelState.UNKNOWN:
+                    row["state"] = record.state.value
+                if record.reason:
+                    row["reason"] = record.reason
+                rows.append(row)
+                continue
+            for version, entry in sorted(record.versions.items()):
+                if ready_only and entry.state is not ModelState.READY:
+                    continue
+                row = {"name": name, "version": str(version), "state": entry.state.value}
+                if entry.reason:
+                    row["reason"] = entry.reason
+                rows.append(row)
+        return rows
+
+
+def version_from_string(text: str) -> int:
+    """Parse a version string as Triton does ('' means the latest)."""
+    if not text:
+        return -1
+    try:
+        version = int(text)
+    except ValueError:
+        raise invalid_arg(
+            f"failed to get model version from specified version string '{text}' "
+            "(details: stol), version should be an integral value > 0"
+        ) from None
+    if version < 0:
+        raise invalid_arg(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return version
+
+
+__all__ = ["ModelRepositoryManager", "version_from_string"]

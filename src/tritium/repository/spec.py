@@ -1,0 +1,201 @@
+"""Normalise and validate a ModelConfig, then freeze it into a ModelSpec.
+
+Everything the request path needs (datatype objects, dims, batch rules, rendered JSON) is
+computed here, once, at load time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..types import DataType
+from .config import BACKEND_DEFAULTS, PLATFORM_TO_BACKEND, ConfigProblem, ModelConfig, config_to_json
+from .config import mc
+
+# Default instance count per backend for KIND_CPU groups (Triton core's rule).
+_CPU_DEFAULT_COUNT = {"onnxruntime": 2, "tensorflow": 2}
+_FILE_TO_BACKEND = {"model.onnx": "onnxruntime", "model.py": "python", "model.pt": "pytorch"}
+
+
+@dataclass(frozen=True, slots=True)
+class IOSpec:
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    reshape: tuple[int, ...] | None
+    optional: bool
+    label_filename: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A normalised, validated model configuration (shared by every version of a model)."""
+
+    name: str
+    config: ModelConfig
+    backend: str
+    platform: str  # what metadata reports: config.platform, else config.backend
+    max_batch_size: int
+    inputs: dict[str, IOSpec]
+    outputs: dict[str, IOSpec]
+    required_inputs: frozenset[str]
+    decoupled: bool
+    config_json: dict[str, Any]
+
+    @property
+    def instance_count(self) -> int:
+        return sum(group.count for group in self.config.instance_group)
+
+
+def infer_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
+    """Fill backend/platform as Triton core does (AutoCompleteBackendFields)."""
+    if not config.backend and config.platform:
+        config.backend = PLATFORM_TO_BACKEND.get(config.platform, "")
+    if not config.backend and version_dirs:
+        first = version_dirs[0]
+        filename = config.default_model_filename
+        for name, backend in _FILE_TO_BACKEND.items():
+            if (first / (filename or name)).exists() and (not filename or filename == name):
+                config.backend = backend
+                break
+        else:
+            if filename:
+                suffix = filename.rsplit(".", 1)[-1]
+                config.backend = {"onnx": "onnxruntime", "py": "python", "pt": "pytorch"}.get(
+                    suffix, ""
+                )
+    if config.backend == "onnxruntime" and not config.platform:
+        config.platform = "onnxruntime_onnx"
+    if config.backend == "pytorch" and not config.platform:
+        config.platform = "pytorch_libtorch"
+
+
+def normalize(config: ModelConfig, model_name: str, problem: ConfigProblem) -> None:
+    """Apply Triton core's normalisation (NormalizeModelConfig) in place."""
+    if config.name and config.name != model_name:
+        raise problem.error(
+            "name",
+            f"model name '{config.name}' does not match the directory name '{model_name}'",
+        )
+    config.name = model_name
+    if not config.backend and not config.platform:
+        raise problem.error(
+            "backend", "unable to determine the backend: set 'backend' or 'platform'"
+        )
+    defaults = BACKEND_DEFAULTS.get(config.backend)
+    if defaults and not config.default_model_filename:
+        config.default_model_filename = defaults[1]
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if config.HasField("dynamic_batching") and not config.dynamic_batching.preferred_batch_size:
+        if config.max_batch_size > 0:
+            config.dynamic_batching.preferred_batch_size.append(config.max_batch_size)
+    if (
+        config.HasField("sequence_batching")
+        and config.sequence_batching.max_sequence_idle_microseconds == 0
+    ):
+        config.sequence_batching.max_sequence_idle_microseconds = 1_000_000
+    config.optimization.input_pinned_memory.enable = True
+    config.optimization.output_pinned_memory.enable = True
+    _normalize_instance_groups(config, problem)
+
+
+def _normalize_instance_groups(config: ModelConfig, problem: ConfigProblem) -> None:
+    if config.backend == "ensemble" or config.platform == "ensemble":
+        return
+    if not config.instance_group:
+        config.instance_group.add()
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == mc.ModelInstanceGroup.KIND_AUTO:
+            group.kind = mc.ModelInstanceGroup.KIND_CPU
+        if group.kind == mc.ModelInstanceGroup.KIND_GPU:
+            raise problem.error(
+                "instance_group",
+                f"instance group {group.name} of model {config.name} specifies KIND_GPU, "
+                "but no GPUs are available on this server",
+                anchor="KIND_GPU",
+            )
+        if group.count == 0:
+            group.count = _CPU_DEFAULT_COUNT.get(config.backend, 1)
+        if group.count < 0:
+            raise problem.error("instance_group", "count must be >= 1", anchor="count")
+
+
+def _io_specs(
+    entries: Any, kind: str, problem: ConfigProblem
+) -> dict[str, IOSpec]:
+    specs: dict[str, IOSpec] = {}
+    for entry in entries:
+        if not entry.name:
+            raise problem.error(kind, f"model {kind} must specify 'name'")
+        anchor = f'"{entry.name}"'
+        if entry.name in specs:
+            raise problem.error(kind, f"duplicate {kind} name '{entry.name}'", anchor)
+        datatype = DataType.from_config(mc.DataType.Name(entry.data_type))
+        if datatype is None:
+            raise problem.error(
+                f"{kind}.data_type", f"{kind} '{entry.name}' must specify 'data_type'", anchor
+            )
+        dims = tuple(entry.dims)
+        if not dims and not entry.HasField("reshape"):
+            raise problem.error(f"{kind}.dims", f"{kind} '{entry.name}' must specify 'dims'", anchor)
+        if any(d < -1 or d == 0 for d in dims):
+            raise problem.error(
+                f"{kind}.dims",
+                f"{kind} '{entry.name}' dimension must be integer >= 1, or -1 to indicate a "
+                f"variable-size dimension, got {list(dims)}",
+                anchor,
+            )
+        reshape = tuple(entry.reshape.shape) if entry.HasField("reshape") else None
+        if reshape is not None and -1 not in dims and -1 not in reshape:
+            if _count(dims) != _count(reshape):
+                raise problem.error(
+                    f"{kind}.reshape",
+                    f"{kind} '{entry.name}' has different size for dims and reshape",
+                    anchor,
+                )
+        specs[entry.name] = IOSpec(
+            name=entry.name,
+            datatype=datatype,
+            dims=dims,
+            reshape=reshape,
+            optional=bool(getattr(entry, "optional", False)),
+            label_filename=getattr(entry, "label_filename", ""),
+        )
+    return specs
+
+
+def _count(dims: tuple[int, ...]) -> int:
+    total = 1
+    for d in dims:
+        total *= d
+    return total
+
+
+def build_spec(config: ModelConfig, problem: ConfigProblem) -> ModelSpec:
+    """Validate a normalised config and freeze it."""
+    if config.max_batch_size < 0:
+        raise problem.error("max_batch_size", "must be >= 0")
+    policy = config.version_policy
+    if policy.HasField("latest") and policy.latest.num_versions < 1:
+        raise problem.error("version_policy", "latest.num_versions must be >= 1")
+    if policy.HasField("specific") and not policy.specific.versions:
+        raise problem.error("version_policy", "specific.versions must list at least one version")
+    inputs = _io_specs(config.input, "input", problem)
+    outputs = _io_specs(config.output, "output", problem)
+    return ModelSpec(
+        name=config.name,
+        config=config,
+        backend=config.backend,
+        platform=config.platform or config.backend,
+        max_batch_size=config.max_batch_size,
+        inputs=inputs,
+        outputs=outputs,
+        required_inputs=frozenset(n for n, s in inputs.items() if not s.optional),
+        decoupled=config.model_transaction_policy.decoupled,
+        config_json=config_to_json(config),
+    )

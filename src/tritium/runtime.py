@@ -1,0 +1,80 @@
+"""Runs the server: loads models, binds the front-ends on one event loop, shuts down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from .cli import install_signal_handlers, write_ports
+from .frontends.grpc.service import build_grpc_server
+from .frontends.http.app import HttpApp
+from .frontends.http.protocol import HttpProtocol
+from .options import ServerOptions
+from .server import InferenceServer
+
+log = logging.getLogger("tritium")
+
+
+async def run(options: ServerOptions, ports_file: str = "") -> int:
+    server = InferenceServer(options)
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
+    try:
+        await server.start()
+    except RuntimeError as exc:
+        log.error("error: creating server: Internal - %s", exc)
+        return 1
+    try:
+        http_server, grpc_server, ports = await _bind(server, options)
+    except OSError as exc:
+        log.error("error: failed to start the front-ends: %s", exc)
+        await server.stop()
+        return 1
+    if ports_file:
+        write_ports(ports_file, ports)
+    await stop.wait()
+    log.info("shutting down: waiting for in-flight requests")
+    await server.stop()
+    if http_server is not None:
+        http_server.close()
+    if grpc_server is not None:
+        await grpc_server.stop(grace=1.0)
+    log.info("server stopped")
+    return 0
+
+
+async def _bind(
+    server: InferenceServer, options: ServerOptions
+) -> tuple[asyncio.Server | None, grpc.aio.Server | None, dict[str, int]]:
+    ports: dict[str, int] = {}
+    loop = asyncio.get_running_loop()
+    http_server = None
+    grpc_server = None
+    if options.allow_http:
+        app = HttpApp(server)
+        limit = options.http_max_input_size
+        http_server = await loop.create_server(
+            lambda: HttpProtocol(app, limit), options.http_address, options.http_port,
+            reuse_address=True, backlog=1024,
+        )
+        ports["http"] = http_server.sockets[0].getsockname()[1]
+        log.info("Started HTTPService at %s:%d", options.http_address, ports["http"])
+    if options.allow_grpc:
+        grpc_server = build_grpc_server(server)
+        address = f"{_host(options.grpc_address)}:{options.grpc_port}"
+        try:
+            ports["grpc"] = grpc_server.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"failed to bind gRPC to {address}: {exc}") from None
+        await grpc_server.start()
+        log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
+    return http_server, grpc_server, ports
+
+
+def _host(address: str) -> str:
+    if ":" in address and not address.startswith("["):
+        return f"[{address}]"
+    return address
+

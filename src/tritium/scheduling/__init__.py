@@ -1,0 +1,1 @@
+"""Schedulers: how requests reach a model's instances."""

@@ -1,0 +1,176 @@
+"""InferenceServer: the one facade both front-ends call.
+
+Front-ends decode bytes into ``types.InferenceRequest`` and call ``infer``; everything about
+models, versions, validation and scheduling happens behind this class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from . import TRITON_VERSION
+from .backends.base import Backend
+from .backends.onnxruntime import OnnxRuntimeBackend
+from .backends.python.backend import PythonBackend
+from .errors import ServerError, internal, unavailable, unsupported
+from .options import ServerOptions
+from .repository.config import ModelConfig
+from .repository.manager import ModelRepositoryManager
+from .repository.manager import version_from_string as parse_version
+from .types import InferenceRequest, InferenceResponse
+
+log = logging.getLogger("tritium")
+
+# The Triton extensions tritium implements, in Triton's order.
+EXTENSIONS = (
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+)
+
+
+class _UnarySender:
+    """Collects the single final response of a non-decoupled request."""
+
+    __slots__ = ("future", "response")
+
+    def __init__(self, future: asyncio.Future[InferenceResponse]) -> None:
+        self.future = future
+        self.response: InferenceResponse | None = None
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        if response is not None:
+            self.response = response
+        if final and not self.future.done():
+            if self.response is None:
+                self.future.set_exception(internal("the model sent no response"))
+            else:
+                self.future.set_result(self.response)
+
+
+class InferenceServer:
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        backends: dict[str, Backend] = {
+            "onnxruntime": OnnxRuntimeBackend(),
+            "python": PythonBackend(),
+        }
+        self.repository = ModelRepositoryManager(
+            list(options.model_repositories),
+            backends,
+            auto_complete=options.auto_complete_config,
+            load_threads=options.model_load_thread_count,
+        )
+        self._live = False
+        self._accepting = False
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._metadata = {
+            "name": options.server_id,
+            "version": TRITON_VERSION,
+            "extensions": list(EXTENSIONS),
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._live = True
+        await self.repository.load_all()
+        failures = self.repository.failures()
+        if failures and self.options.exit_on_error:
+            await self.repository.unload_all()
+            raise RuntimeError("failed to load all models:\n  " + "\n  ".join(failures))
+        self._accepting = True
+
+    async def stop(self) -> None:
+        """Stop taking requests, let in-flight ones finish (bounded), unload every model."""
+        self._accepting = False
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.options.exit_timeout_secs)
+        except asyncio.TimeoutError:
+            log.warning("%d requests still in flight at shutdown timeout", self._inflight)
+        await self.repository.unload_all()
+        self._live = False
+
+    # -- health and metadata -----------------------------------------------------------------
+    def is_live(self) -> bool:
+        return self._live
+
+    def is_ready(self) -> bool:
+        if not (self._live and self._accepting):
+            return False
+        return self.repository.all_ready() if self.options.strict_readiness else True
+
+    def metadata(self) -> dict[str, Any]:
+        return self._metadata
+
+    async def model_ready(self, name: str, version: str = "") -> bool:
+        number = parse_version(version)
+        if not self.repository.knows(name, number):
+            self.repository.get(name, number)  # raises Triton's error for an unknown model
+        try:
+            model = self.repository.get(name, number)
+        except ServerError:
+            return False  # known, but failed or not loaded: not ready
+        return await model.is_ready()
+
+    def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
+        number = parse_version(version)
+        model = self.repository.get(name, number)
+        spec = model.spec
+        batch = (-1,) if spec.max_batch_size > 0 else ()
+        if number > 0:
+            versions = [str(number)]
+        else:
+            versions = [str(v) for v in self.repository.ready_versions(name)]
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": spec.platform,
+            "inputs": [
+                {"name": s.name, "datatype": s.datatype.wire, "shape": [*batch, *s.dims]}
+                for s in spec.inputs.values()
+            ],
+            "outputs": [
+                {"name": s.name, "datatype": s.datatype.wire, "shape": [*batch, *s.dims]}
+                for s in spec.outputs.values()
+            ],
+        }
+
+    def model_config(self, name: str, version: str = "") -> ModelConfig:
+        return self.repository.get(name, parse_version(version)).spec.config
+
+    def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
+        return self.repository.get(name, parse_version(version)).spec.config_json
+
+    def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        return self.repository.index(ready_only)
+
+    # -- inference ---------------------------------------------------------------------------
+    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
+        """Run one non-decoupled inference and return its response (errors raise).
+
+        ``decoupled_error`` is the front-end's message for a decoupled model, which a unary
+        call cannot serve."""
+        if not self._accepting:
+            raise unavailable("Server is not ready to accept inference requests")
+        model = self.repository.get(request.model_name, request.model_version)
+        if model.spec.decoupled:
+            raise unsupported(decoupled_error)
+        model.validate(request)
+        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        request.sender = _UnarySender(future)
+        self._inflight += 1
+        self._idle.clear()
+        try:
+            model.scheduler.submit(request)
+            response = await future
+        finally:
+            self._inflight -= 1
+            if not self._inflight:
+                self._idle.set()
+        if response.error is not None:
+            raise response.error
+        return response

@@ -1,0 +1,449 @@
+"""Test-only behaviour models, generated at test time into a model repository.
+
+    from models import build_test_repository          # or tests.models
+    repo = build_test_repository(tmp_path / "repo", ["identity_fp32", "raises"])
+
+Every model is written from Python strings below (Triton-style ``config.pbtxt``
+and ``<version>/model.py``); the ONNX ones are generated with the ``onnx``
+package (imported only when an ONNX model is requested).
+
+Unless stated otherwise a model takes ``INPUT0`` and returns ``OUTPUT0`` with
+``max_batch_size: 0``:
+
+identity_<dtype>     python; INPUT0 -> OUTPUT0 unchanged, dims [-1], one model per
+                     Triton data type: identity_bool, identity_uint8, identity_uint16,
+                     identity_uint32, identity_uint64, identity_int8, identity_int16,
+                     identity_int32, identity_int64, identity_fp16, identity_fp32,
+                     identity_fp64, identity_bf16, identity_bytes (TYPE_STRING).
+                     ``IDENTITY_MODELS`` maps wire datatype ("FP32", "BYTES", ...) -> name.
+identity_onnx_fp32   onnxruntime; ONNX Identity, FP32 [-1].
+identity_onnx_nocfg  onnxruntime, NO config.pbtxt: INPUT0 FP32 [batch, 4] ->
+                     OUTPUT0 = INPUT0 * 2 (ONNX shapes ["batch", 4]).
+onnx_partial_cfg     the same ONNX model; config.pbtxt is only
+                     ``backend: "onnxruntime"`` + ``max_batch_size: 2``.
+raises               python; execute raises ValueError("boom from model"). FP32 [-1].
+error_response       python; every response is
+                     InferenceResponse(error=TritonError("bad things")). FP32 [-1].
+crash_exit           python; execute calls os._exit(3). FP32 [-1].
+crash_segv           python; execute segfaults (ctypes.string_at(0)). FP32 [-1].
+async_add_sub        python, ``async def execute``; INPUT0/INPUT1 INT32 [16] ->
+                     OUTPUT0 = sum, OUTPUT1 = difference, max_batch_size 8.
+bad_config           config.pbtxt syntax error on line BAD_CONFIG_LINE (3):
+                     ``max_batch_size: "x"``.
+bad_field            config.pbtxt with unknown field ``foo_bar: 1`` on line
+                     BAD_FIELD_LINE (4).
+bad_init             python; initialize raises RuntimeError("init failed on purpose").
+versioned_latest     python, versions 1, 2, 3; INPUT0 INT32 [1] -> OUTPUT0 = INPUT0 *
+                     version. Default version policy (latest 1 -> only 3 served).
+versioned_all        same, ``version_policy: { all: {} }`` (1, 2, 3 served).
+versioned_specific   same, ``version_policy: { specific: { versions: [1, 3] } }``.
+slow                 python; sleeps SLOW_SECONDS (0.5 s), then echoes. FP32 [-1].
+is_ready_false       python; identity FP32 [-1] whose ``is_ready()`` returns False.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+# ----------------------------------------------------------------------------------
+# Public constants
+# ----------------------------------------------------------------------------------
+
+# wire datatype -> (config data_type, model name)
+_IDENTITY_TYPES = {
+    "BOOL": "TYPE_BOOL",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BF16": "TYPE_BF16",
+    "BYTES": "TYPE_STRING",
+}
+IDENTITY_MODELS: dict[str, str] = {dt: f"identity_{dt.lower()}" for dt in _IDENTITY_TYPES}
+
+BAD_CONFIG_LINE = 3  # line of the syntax error in bad_config/config.pbtxt
+BAD_FIELD_LINE = 4  # line of the unknown field in bad_field/config.pbtxt
+SLOW_SECONDS = 0.5
+VERSIONS = (1, 2, 3)
+
+ONNX_OPSET = 17
+ONNX_IR_VERSION = 8
+
+# ----------------------------------------------------------------------------------
+# config.pbtxt helpers
+# ----------------------------------------------------------------------------------
+
+
+def _tensor(name: str, data_type: str, dims: Iterable[int]) -> str:
+    dims_text = ", ".join(str(d) for d in dims)
+    return (
+        "  {\n"
+        f'    name: "{name}"\n'
+        f"    data_type: {data_type}\n"
+        f"    dims: [ {dims_text} ]\n"
+        "  }"
+    )
+
+
+def _config(
+    name: str,
+    backend: str,
+    max_batch_size: int,
+    inputs: list[tuple[str, str, list[int]]],
+    outputs: list[tuple[str, str, list[int]]],
+    extra: str = "",
+) -> str:
+    lines = [
+        f'name: "{name}"',
+        f'backend: "{backend}"',
+        f"max_batch_size: {max_batch_size}",
+    ]
+    if extra:
+        lines.append(extra.rstrip("\n"))
+    lines.append("input [\n" + ",\n".join(_tensor(*t) for t in inputs) + "\n]")
+    lines.append("output [\n" + ",\n".join(_tensor(*t) for t in outputs) + "\n]")
+    return "\n".join(lines) + "\n"
+
+
+def _unary_config(name: str, data_type: str, dims: list[int], backend: str = "python",
+                  max_batch_size: int = 0, extra: str = "") -> str:
+    return _config(
+        name, backend, max_batch_size,
+        [("INPUT0", data_type, dims)], [("OUTPUT0", data_type, dims)], extra,
+    )
+
+
+def _add_sub_config(name: str) -> str:
+    io = ("TYPE_INT32", [16])
+    return _config(
+        name, "python", 8,
+        [("INPUT0", *io), ("INPUT1", *io)], [("OUTPUT0", *io), ("OUTPUT1", *io)],
+    )
+
+
+# ----------------------------------------------------------------------------------
+# model.py sources
+# ----------------------------------------------------------------------------------
+
+_IDENTITY_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Returns INPUT0 unchanged as OUTPUT0 (same array, same dtype)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            out_0 = pb_utils.Tensor("OUTPUT0", in_0.as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_0]))
+        return responses
+'''
+
+_RAISES_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        raise ValueError("boom from model")
+'''
+
+_ERROR_RESPONSE_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for _request in requests:
+            responses.append(
+                pb_utils.InferenceResponse(
+                    output_tensors=[], error=pb_utils.TritonError("bad things")
+                )
+            )
+        return responses
+'''
+
+_CRASH_EXIT_PY = '''\
+import os
+
+import triton_python_backend_utils as pb_utils  # noqa: F401
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        os._exit(3)
+'''
+
+_CRASH_SEGV_PY = '''\
+import ctypes
+
+import triton_python_backend_utils as pb_utils  # noqa: F401
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        ctypes.string_at(0)  # reads address 0: a real SIGSEGV
+        return []
+'''
+
+_ASYNC_ADD_SUB_PY = '''\
+import asyncio
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        model_config = json.loads(args["model_config"])
+        output0_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT0")
+        output1_config = pb_utils.get_output_config_by_name(model_config, "OUTPUT1")
+        self.output0_dtype = pb_utils.triton_string_to_numpy(output0_config["data_type"])
+        self.output1_dtype = pb_utils.triton_string_to_numpy(output1_config["data_type"])
+
+    async def execute(self, requests):
+        await asyncio.sleep(0)
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            in_1 = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            out_0 = pb_utils.Tensor("OUTPUT0", (in_0 + in_1).astype(self.output0_dtype))
+            out_1 = pb_utils.Tensor("OUTPUT1", (in_0 - in_1).astype(self.output1_dtype))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_0, out_1]))
+        return responses
+'''
+
+_BAD_INIT_PY = '''\
+import triton_python_backend_utils as pb_utils  # noqa: F401
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        raise RuntimeError("init failed on purpose")
+
+    def execute(self, requests):
+        return []
+'''
+
+_VERSIONED_PY = '''\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+VERSION = {version}
+
+
+class TritonPythonModel:
+    """Version {version}: OUTPUT0 = INPUT0 * {version}."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            out_0 = pb_utils.Tensor("OUTPUT0", (in_0 * VERSION).astype(np.int32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_0]))
+        return responses
+'''
+
+_SLOW_PY = f'''\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        time.sleep({SLOW_SECONDS!r})
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            out_0 = pb_utils.Tensor("OUTPUT0", in_0.as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_0]))
+        return responses
+'''
+
+_IS_READY_FALSE_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def is_ready(self):
+        return False
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0")
+            out_0 = pb_utils.Tensor("OUTPUT0", in_0.as_numpy())
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out_0]))
+        return responses
+'''
+
+# ----------------------------------------------------------------------------------
+# ONNX models
+# ----------------------------------------------------------------------------------
+
+
+def _onnx_identity_fp32() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "identity_onnx_fp32",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["N"])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["N"])],
+    )
+    return _onnx_bytes(graph)
+
+
+def _onnx_times_two() -> bytes:
+    """INPUT0 FP32 [batch, 4] -> OUTPUT0 = INPUT0 * 2 (for auto-complete tests)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["INPUT0", "two"], ["OUTPUT0"])],
+        "times_two",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 4])],
+        initializer=[helper.make_tensor("two", TensorProto.FLOAT, [], [2.0])],
+    )
+    return _onnx_bytes(graph)
+
+
+def _onnx_bytes(graph) -> bytes:
+    import onnx
+    from onnx import helper
+
+    model = helper.make_model(
+        graph,
+        producer_name="tritium-tests",
+        opset_imports=[helper.make_opsetid("", ONNX_OPSET)],
+        ir_version=ONNX_IR_VERSION,
+    )
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+# ----------------------------------------------------------------------------------
+# Model table
+# ----------------------------------------------------------------------------------
+
+# A model is {relative path: text or bytes (or a zero-arg callable producing them)}.
+_Content = str | bytes | Callable[[], bytes]
+_Spec = Callable[[str], dict[str, _Content]]
+
+
+def _python(config: str, source: str) -> dict[str, _Content]:
+    return {"config.pbtxt": config, "1/model.py": source}
+
+
+def _fp32_python(source: str) -> _Spec:
+    return lambda name: _python(_unary_config(name, "TYPE_FP32", [-1]), source)
+
+
+def _identity(data_type: str) -> _Spec:
+    return lambda name: _python(_unary_config(name, data_type, [-1]), _IDENTITY_PY)
+
+
+def _versioned(extra: str) -> _Spec:
+    def spec(name: str) -> dict[str, _Content]:
+        files: dict[str, _Content] = {
+            "config.pbtxt": _unary_config(name, "TYPE_INT32", [1], extra=extra),
+        }
+        for v in VERSIONS:
+            files[f"{v}/model.py"] = _VERSIONED_PY.format(version=v)
+        return files
+
+    return spec
+
+
+def _bad_config(name: str) -> dict[str, _Content]:
+    config = f'name: "{name}"\nbackend: "python"\nmax_batch_size: "x"\n'
+    assert config.splitlines()[BAD_CONFIG_LINE - 1].startswith("max_batch_size")
+    return _python(config, _IDENTITY_PY)
+
+
+def _bad_field(name: str) -> dict[str, _Content]:
+    good = _unary_config(name, "TYPE_FP32", [-1]).splitlines(keepends=True)
+    config = "".join(good[: BAD_FIELD_LINE - 1] + ["foo_bar: 1\n"] + good[BAD_FIELD_LINE - 1 :])
+    assert config.splitlines()[BAD_FIELD_LINE - 1] == "foo_bar: 1"
+    return _python(config, _IDENTITY_PY)
+
+
+_SPECS: dict[str, _Spec] = {
+    **{IDENTITY_MODELS[dt]: _identity(ct) for dt, ct in _IDENTITY_TYPES.items()},
+    "identity_onnx_fp32": lambda name: {
+        "config.pbtxt": _unary_config(name, "TYPE_FP32", [-1], backend="onnxruntime"),
+        "1/model.onnx": _onnx_identity_fp32,
+    },
+    "identity_onnx_nocfg": lambda name: {"1/model.onnx": _onnx_times_two},
+    "onnx_partial_cfg": lambda name: {
+        "config.pbtxt": 'backend: "onnxruntime"\nmax_batch_size: 2\n',
+        "1/model.onnx": _onnx_times_two,
+    },
+    "raises": _fp32_python(_RAISES_PY),
+    "error_response": _fp32_python(_ERROR_RESPONSE_PY),
+    "crash_exit": _fp32_python(_CRASH_EXIT_PY),
+    "crash_segv": _fp32_python(_CRASH_SEGV_PY),
+    "async_add_sub": lambda name: _python(_add_sub_config(name), _ASYNC_ADD_SUB_PY),
+    "bad_config": _bad_config,
+    "bad_field": _bad_field,
+    "bad_init": _fp32_python(_BAD_INIT_PY),
+    "versioned_latest": _versioned(""),
+    "versioned_all": _versioned("version_policy: { all: {} }"),
+    "versioned_specific": _versioned("version_policy: { specific: { versions: [1, 3] } }"),
+    "slow": _fp32_python(_SLOW_PY),
+    "is_ready_false": _fp32_python(_IS_READY_FALSE_PY),
+}
+
+ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
+ONNX_MODELS: tuple[str, ...] = ("identity_onnx_fp32", "identity_onnx_nocfg", "onnx_partial_cfg")
+# Models whose config.pbtxt is deliberately invalid.
+INVALID_CONFIG_MODELS: tuple[str, ...] = ("bad_config", "bad_field")
+
+
+def model_files(name: str) -> dict[str, str | bytes]:
+    """The files of test model ``name`` as {relative path: content}."""
+    try:
+        spec = _SPECS[name]
+    except KeyError:
+        raise KeyError(f"unknown test model {name!r}; known: {', '.join(ALL_MODELS)}") from None
+    return {path: (c() if callable(c) else c) for path, c in spec(name).items()}
+
+
+def build_test_repository(root: Path, names: Iterable[str] | None = None) -> Path:
+    """Write the test models ``names`` (default: all of them) under ``root``.
+
+    ``root`` is created if needed and returned; existing files are overwritten.
+    """
+    if isinstance(names, str):
+        raise TypeError("names must be an iterable of model names, not a str")
+    root = Path(root)
+    selected = ALL_MODELS if names is None else tuple(names)
+    root.mkdir(parents=True, exist_ok=True)
+    onnx_cache: dict[Callable[[], bytes], bytes] = {}
+    for name in selected:
+        if name not in _SPECS:
+            raise KeyError(f"unknown test model {name!r}; known: {', '.join(ALL_MODELS)}")
+        for rel, content in _SPECS[name](name).items():
+            if callable(content):
+                if content not in onnx_cache:
+                    onnx_cache[content] = content()
+                content = onnx_cache[content]
+            path = root / name / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, bytes):
+                path.write_bytes(content)
+            else:
+                path.write_text(content, encoding="utf-8")
+    return root
