@@ -1,0 +1,62 @@
+"""Shared fixtures: model repositories built at test time and the real server."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "examples"))
+
+from build_models import build_examples  # noqa: E402
+from models import build_test_repository  # noqa: E402
+from server_process import ServerProcess  # noqa: E402
+
+# Models every healthy shared server has; crash/bad models get servers of their own.
+GOOD_TEST_MODELS = [
+    "identity_bool", "identity_uint8", "identity_uint16", "identity_uint32", "identity_uint64",
+    "identity_int8", "identity_int16", "identity_int32", "identity_int64", "identity_fp16",
+    "identity_fp32", "identity_fp64", "identity_bf16", "identity_bytes",
+    "identity_onnx_fp32", "identity_onnx_nocfg", "onnx_partial_cfg",
+    "raises", "error_response", "async_add_sub",
+    "versioned_latest", "versioned_all", "versioned_specific", "slow", "is_ready_false",
+]
+PROTOCOLS = ["http", "grpc"]
+
+
+@pytest.fixture(scope="session")
+def example_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("examples") / "model_repository"
+    shutil.copytree(ROOT / "examples" / "model_repository", repo)
+    build_examples(repo)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def test_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_test_repository(tmp_path_factory.mktemp("testmodels") / "repo", GOOD_TEST_MODELS)
+
+
+@pytest.fixture(scope="session")
+def server(example_repo: Path, test_repo: Path) -> Iterator[ServerProcess]:
+    """One server over the examples and the well-behaved test models, shared by the session.
+
+    ``is_ready_false`` keeps strict readiness from ever holding, so readiness is not strict
+    here; tests about readiness start their own server."""
+    proc = ServerProcess(
+        [example_repo, test_repo],
+        "--strict-readiness=false",
+        "--http-max-input-size", str(160 * 1024 * 1024),
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(params=PROTOCOLS)
+def protocol(request: pytest.FixtureRequest) -> str:
+    return request.param

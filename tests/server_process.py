@@ -1,0 +1,93 @@
+"""Start the real tritium server as a child process on 127.0.0.1 with port 0.
+
+The server writes its bound ports to ``--ports-file``; readiness is then found by polling
+the HTTP health endpoint, never by reading logs.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+class ServerProcess:
+    def __init__(self, repositories: list[Path], *args: str, wait_ready: bool = True) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="tritium-test-")
+        self.ports_file = Path(self._dir.name) / "ports.json"
+        self.log_path = Path(self._dir.name) / "server.log"
+        command = [sys.executable, "-m", "tritium", "serve"]
+        for repo in repositories:
+            command += ["--model-repository", str(repo)]
+        command += [
+            "--http-address", "127.0.0.1", "--http-port", "0",
+            "--grpc-address", "127.0.0.1", "--grpc-port", "0",
+            "--metrics-address", "127.0.0.1", "--metrics-port", "0",
+            "--ports-file", str(self.ports_file),
+            *args,
+        ]
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.ports: dict[str, int] = {}
+        self._wait_ports()
+        if wait_ready:
+            self.wait_live()
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports['http']}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports['grpc']}"
+
+    def url(self, protocol: str) -> str:
+        return self.http_url if protocol == "http" else self.grpc_url
+
+    def log_text(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def _wait_ports(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ports_file.exists():
+                self.ports = json.loads(self.ports_file.read_text())
+                return
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.proc.returncode}:\n{self.log_text()}"
+                )
+            time.sleep(0.05)
+        raise RuntimeError(f"server did not bind within {timeout}s:\n{self.log_text()}")
+
+    def wait_live(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.http_url}/v2/health/live"
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server not live within {timeout}s:\n{self.log_text()}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+        self._dir.cleanup()
+        return self.proc.returncode
