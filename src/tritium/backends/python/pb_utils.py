@@ -24,6 +24,7 @@ Private hooks for the stub (not part of Triton's API):
 import json
 import struct
 import sys
+import threading
 import weakref
 from enum import IntEnum
 
@@ -338,6 +339,7 @@ class InferenceResponseSender:
     def __init__(self, send_callable=None, is_cancelled_callable=None, decoupled=True):
         self._send, self._is_cancelled = send_callable, is_cancelled_callable
         self._decoupled, self._closed, self._sent = decoupled, False, 0
+        self._lock = threading.Lock()  # decoupled models often send from their own threads
 
     def send(self, response=None, flags=0):
         if response is not None and not isinstance(response, InferenceResponse):
@@ -351,17 +353,19 @@ class InferenceResponseSender:
         if self._send is None:
             raise TritonModelException("Unable to send response. Response sender has no "
                                        "reference to the decoupled state of the model.")
-        if not self._decoupled and response is not None and self._sent > 0:
-            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
-                                       "send more than one response.")
-        if not self._decoupled and response is None and final and self._sent == 0:
-            raise TritonModelException("Unable to send response. Non-decoupled model cannot "
-                                       "send complete final before sending a response.")
-        if self._closed:
-            raise TritonModelException(
-                "Unable to send response. Response sender has been closed.")
-        self._closed = self._closed or final
-        self._sent += 1
+        with self._lock:
+            if not self._decoupled and response is not None and self._sent > 0:
+                raise TritonModelException("Unable to send response. Non-decoupled model "
+                                           "cannot send more than one response.")
+            if not self._decoupled and response is None and final and self._sent == 0:
+                raise TritonModelException("Unable to send response. Non-decoupled model "
+                                           "cannot send complete final before sending a "
+                                           "response.")
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed.")
+            self._closed = self._closed or final
+            self._sent += 1
         self._send(response, flags)
 
     def is_cancelled(self):
