@@ -7,8 +7,10 @@ models, versions, validation and scheduling happens behind this class.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
 
 from . import TRITON_VERSION
 from .backends.base import Backend
@@ -22,6 +24,7 @@ from .repository.manager import version_from_string as parse_version
 from .types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("tritium")
+T = TypeVar("T")
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
@@ -32,18 +35,23 @@ EXTENSIONS = (
 
 
 class _UnarySender:
-    """Collects the single final response of a non-decoupled request."""
+    """Collects the single final response of a non-decoupled request into a future: an
+    asyncio future for callers on the loop, a concurrent one for callers on other threads."""
 
-    __slots__ = ("future", "response")
+    __slots__ = ("future", "response", "done")
 
-    def __init__(self, future: asyncio.Future[InferenceResponse]) -> None:
+    def __init__(self, future: Any, done: Callable[[], None]) -> None:
         self.future = future
         self.response: InferenceResponse | None = None
+        self.done = done
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         if response is not None:
             self.response = response
-        if final and not self.future.done():
+        if final:
+            self.done()
+            if self.future.done():
+                return
             if self.response is None:
                 self.future.set_exception(internal("the model sent no response"))
             else:
@@ -63,6 +71,7 @@ class InferenceServer:
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
         )
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._live = False
         self._accepting = False
         self._inflight = 0
@@ -76,6 +85,7 @@ class InferenceServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._live = True
         await self.repository.load_all()
         failures = self.repository.failures()
@@ -149,8 +159,8 @@ class InferenceServer:
         return self.repository.index(ready_only)
 
     # -- inference ---------------------------------------------------------------------------
-    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-        """Run one non-decoupled inference and return its response (errors raise).
+    def submit(self, request: InferenceRequest, decoupled_error: str) -> None:
+        """Resolve, validate and schedule a request whose ``sender`` is set (loop thread).
 
         ``decoupled_error`` is the front-end's message for a decoupled model, which a unary
         call cannot serve."""
@@ -160,17 +170,46 @@ class InferenceServer:
         if model.spec.decoupled:
             raise unsupported(decoupled_error)
         model.validate(request)
-        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        request.sender = _UnarySender(future)
         self._inflight += 1
         self._idle.clear()
-        try:
-            model.scheduler.submit(request)
-            response = await future
-        finally:
-            self._inflight -= 1
-            if not self._inflight:
-                self._idle.set()
+        model.scheduler.submit(request)
+
+    def _finished(self) -> None:
+        self._inflight -= 1
+        if not self._inflight:
+            self._idle.set()
+
+    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
+        """Run one non-decoupled inference on the event loop; errors raise."""
+        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        request.sender = _UnarySender(future, self._finished)
+        self.submit(request, decoupled_error)
+        response = await future
         if response.error is not None:
             raise response.error
         return response
+
+    def infer_from_thread(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
+        """The same, for a caller on another thread (the gRPC handlers): one hop onto the
+        loop to schedule, and the answer comes straight back to the waiting thread."""
+        future: concurrent.futures.Future[InferenceResponse] = concurrent.futures.Future()
+        request.sender = _UnarySender(future, self._finished)
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._submit_or_fail, request, decoupled_error, future)
+        response = future.result()
+        if response.error is not None:
+            raise response.error
+        return response
+
+    def _submit_or_fail(
+        self, request: InferenceRequest, decoupled_error: str, future: concurrent.futures.Future
+    ) -> None:
+        try:
+            self.submit(request, decoupled_error)
+        except ServerError as exc:
+            future.set_exception(exc)
+
+    def run_from_thread(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine of the server on its loop and wait for it from another thread."""
+        assert self._loop is not None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

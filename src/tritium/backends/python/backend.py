@@ -213,6 +213,10 @@ class PythonInstance:
             for request, payload in zip(requests, wired, strict=True):
                 assert request.sender is not None
                 request.sender.send(self._make_response(request, payload), True)
+        elif not self._spec.decoupled:  # execute returned None: senders must have answered
+            for i, request in enumerate(requests):
+                if not finished[i]:
+                    request.sender.send(self._make_response(request, None), True)
         if not future.done():
             future.set_result(None)
 

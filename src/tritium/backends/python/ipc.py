@@ -68,27 +68,41 @@ class FrameReader:
 
 
 class BlockingChannel:
-    """The stub's side: blocking reads and writes of whole frames."""
+    """The stub's side: blocking reads and writes of whole frames.
+
+    Reads go through a buffer so a small frame costs one ``recv`` system call."""
+
+    _CHUNK = 1 << 16
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
+        self._buf = bytearray()
+        self._pos = 0
 
-    def _read_exact(self, n: int) -> bytearray:
-        out = bytearray(n)
-        view = memoryview(out)
-        got = 0
-        while got < n:
-            k = self._sock.recv_into(view[got:], n - got)
-            if k == 0:
+    def _fill(self, need: int) -> None:
+        """Make at least ``need`` unread bytes available in the buffer."""
+        buf = self._buf
+        if self._pos:
+            del buf[: self._pos]
+            self._pos = 0
+        while len(buf) < need:
+            chunk = self._sock.recv(max(self._CHUNK, need - len(buf)))
+            if not chunk:
                 raise EOFError("server closed the connection")
-            got += k
-        return out
+            buf += chunk
+
+    def _take(self, n: int) -> bytearray:
+        if len(self._buf) - self._pos < n:
+            self._fill(n)
+        start = self._pos
+        self._pos = start + n
+        return self._buf[start : start + n]
 
     def recv(self) -> tuple[int, Any]:
-        plen, nbuf = _HEAD.unpack(self._read_exact(8))
-        lens = struct.unpack(f"<{nbuf}Q", self._read_exact(8 * nbuf)) if nbuf else ()
-        payload = self._read_exact(plen)
-        buffers = [self._read_exact(n) for n in lens]
+        plen, nbuf = _HEAD.unpack(self._take(8))
+        lens = struct.unpack(f"<{nbuf}Q", self._take(8 * nbuf)) if nbuf else ()
+        payload = self._take(plen)
+        buffers = [self._take(n) for n in lens]
         return decode(payload, buffers)
 
     def send(self, kind: int, body: Any) -> None:

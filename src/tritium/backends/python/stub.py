@@ -96,13 +96,13 @@ class Stub:
             model_name=self._model_name,
             model_version=self._model_version,
         )
-        if self._decoupled:
-            def send(response: Any, flags: int) -> None:
-                final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-                payload = None if response is None else self._wire_response(response)
-                self.send(ipc.RESPONSE, (batch_id, index, payload, final))
+        def send(response: Any, flags: int) -> None:
+            final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            payload = None if response is None else self._wire_response(response)
+            self.send(ipc.RESPONSE, (batch_id, index, payload, final))
 
-            request._attach(pb_utils.InferenceResponseSender(send, lambda: False), lambda: False)
+        sender = pb_utils.InferenceResponseSender(send, _never, decoupled=self._decoupled)
+        request._attach(sender, _never)
         return request
 
     @staticmethod
@@ -123,7 +123,7 @@ class Stub:
             message = f"{type(exc).__name__}: {exc}"
             self.send(ipc.EXEC_DONE, (batch_id, message, None))
             return
-        if self._decoupled:
+        if self._decoupled or result is None:  # answered (or answering) through senders
             self.send(ipc.EXEC_DONE, (batch_id, None, None))
             return
         if result is None or len(result) != len(requests):
@@ -182,6 +182,10 @@ class Stub:
             self.send(ipc.REPLY, reply)
             if kind == ipc.FINALIZE:
                 return
+
+
+def _never() -> bool:
+    return False
 
 
 def main() -> None:

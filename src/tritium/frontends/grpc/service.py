@@ -1,8 +1,14 @@
-"""inference.GRPCInferenceService: one thin method per RPC (decode → server call → encode)."""
+"""inference.GRPCInferenceService: one thin method per RPC (decode → server call → encode).
+
+grpcio's synchronous server is used on purpose: measured here, it costs ~200 µs of CPU per
+unary call against ~270–290 µs for grpc.aio, and it keeps up far better under concurrency.
+Handlers run on grpc's thread pool and hand each inference to the server's event loop in
+one hop (``InferenceServer.infer_from_thread``)."""
 
 from __future__ import annotations
 
 import logging
+from concurrent import futures
 from typing import Any
 
 import grpc
@@ -26,35 +32,37 @@ _NOT_YET = (
 )
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: ServerError) -> Any:
-    await context.abort(CODE[exc.kind], exc.message)
+def _abort(context: grpc.ServicerContext, exc: ServerError) -> Any:
+    context.abort(CODE[exc.kind], exc.message)
 
 
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
 
-    async def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
+    def ServerLive(self, request: Any, context: Any) -> pb.ServerLiveResponse:
         return pb.ServerLiveResponse(live=self._server.is_live())
 
-    async def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
+    def ServerReady(self, request: Any, context: Any) -> pb.ServerReadyResponse:
         return pb.ServerReadyResponse(ready=self._server.is_ready())
 
-    async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
+    def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
         try:
-            ready = await self._server.model_ready(request.name, request.version)
+            ready = self._server.run_from_thread(
+                self._server.model_ready(request.name, request.version)
+            )
         except ServerError as exc:
-            return await _abort(context, exc)
+            return _abort(context, exc)
         return pb.ModelReadyResponse(ready=ready)
 
-    async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
+    def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(**self._server.metadata())
 
-    async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
+    def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
         try:
             meta = self._server.model_metadata(request.name, request.version)
         except ServerError as exc:
-            return await _abort(context, exc)
+            return _abort(context, exc)
         return pb.ModelMetadataResponse(
             name=meta["name"],
             versions=meta["versions"],
@@ -63,16 +71,16 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             outputs=[pb.ModelMetadataResponse.TensorMetadata(**t) for t in meta["outputs"]],
         )
 
-    async def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
+    def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
         try:
             config = self._server.model_config(request.name, request.version)
         except ServerError as exc:
-            return await _abort(context, exc)
+            return _abort(context, exc)
         return pb.ModelConfigResponse(config=config)
 
-    async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
+    def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
         if request.repository_name:
-            return await context.abort(
+            return context.abort(
                 grpc.StatusCode.UNIMPLEMENTED,
                 "'repository_name' specification is not supported",
             )
@@ -81,18 +89,18 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
         )
 
-    async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
+    def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
         try:
             inference = decode_request(request, parse_version(request.model_version))
-            response = await self._server.infer(inference, _DECOUPLED)
+            response = self._server.infer_from_thread(inference, _DECOUPLED)
             return encode_response(response)
         except ServerError as exc:
-            return await _abort(context, exc)
+            return _abort(context, exc)
 
 
 def _not_implemented(name: str) -> Any:
-    async def method(self: Any, request: Any, context: Any) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by tritium yet")
+    def method(self: Any, request: Any, context: Any) -> Any:
+        context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by tritium yet")
 
     method.__name__ = name
     return method
@@ -108,7 +116,7 @@ class HealthService(health_pb2_grpc.HealthServicer):
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
 
-    async def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
+    def Check(self, request: Any, context: Any) -> health_pb2.HealthCheckResponse:
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if self._server.is_ready()
@@ -117,8 +125,9 @@ class HealthService(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=status)
 
 
-def build_grpc_server(server: InferenceServer) -> grpc.aio.Server:
-    grpc_server = grpc.aio.server(
+def build_grpc_server(server: InferenceServer, threads: int = 64) -> grpc.Server:
+    grpc_server = grpc.server(
+        futures.ThreadPoolExecutor(threads, thread_name_prefix="grpc"),
         options=[
             ("grpc.max_send_message_length", -1),
             ("grpc.max_receive_message_length", -1),

@@ -16,6 +16,10 @@ import orjson
 
 log = logging.getLogger("tritium")
 
+# Responses smaller than this are sent as they are even when the client accepts gzip/deflate
+# (aiohttp-based clients always do): compressing a few hundred bytes costs more than it saves.
+COMPRESS_MIN_BYTES = 1024
+
 _REASONS = {
     200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found",
     405: b"Method Not Allowed", 413: b"Payload Too Large", 500: b"Internal Server Error",
@@ -196,14 +200,15 @@ class HttpProtocol(asyncio.Protocol):
             return
         parts = response.body
         headers = response.headers
-        if request is not None and parts:
+        length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+        if request is not None and length >= COMPRESS_MIN_BYTES:
             accept = request.headers.get(b"accept-encoding")
             if accept:
                 packed = compress(parts, accept)
                 if packed is not None:
                     parts = [packed[0]]
+                    length = len(packed[0])
                     headers = [*headers, (b"Content-Encoding", packed[1])]
-        length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
         head = [b"HTTP/1.1 %d %s\r\n" % (response.status, _REASONS.get(response.status, b"Error"))]
         if response.content_type is not None and parts:
             head.append(b"Content-Type: " + response.content_type + b"\r\n")
