@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import ThreadPoolExecutor
+import queue
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -115,13 +116,16 @@ def auto_complete(config: ModelConfig, session: ort.InferenceSession) -> None:
 
 
 class OnnxInstance:
+    """One ORT session with its own thread; the event loop hands it work and is called back."""
+
     def __init__(self, name: str, spec: ModelSpec, version: int, session: Any) -> None:
         self.name = name
         self._spec = spec
         self._version = str(version)
         self._session = session
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ort-{name}")
-        self._input_types = {i.name: i.type for i in session.get_inputs()}
+        self._work: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=f"ort-{name}", daemon=True)
+        self._thread.start()
 
     def _feed(self, tensor: Tensor) -> np.ndarray:
         if tensor.datatype is DataType.BYTES:  # ORT takes str, not bytes, for strings
@@ -146,22 +150,39 @@ class OnnxInstance:
             outputs.append(Tensor(name, datatype or DataType.BYTES, array.shape, array))
         return InferenceResponse(request.model_name, self._version, request.id, outputs)
 
+    def _serve(self) -> None:
+        """The instance thread: run each request, hand the answer back to the loop."""
+        while (item := self._work.get()) is not None:
+            loop, future, request = item
+            try:
+                outcome: Any = self._run(request)
+            except Exception as exc:  # onnxruntime raises its own exception types
+                outcome = internal(f"onnxruntime execute failure: {exc}")
+            loop.call_soon_threadsafe(_resolve, future, outcome)
+
     async def execute(self, requests: list[InferenceRequest]) -> None:
         loop = asyncio.get_running_loop()
         for request in requests:
-            try:
-                response = await loop.run_in_executor(self._executor, self._run, request)
-            except Exception as exc:
-                send_error(request, self._version, internal(f"onnxruntime execute failure: {exc}"))
-                continue
-            assert request.sender is not None
-            request.sender.send(response, True)
+            future = loop.create_future()
+            self._work.put((loop, future, request))
+            outcome = await future
+            if isinstance(outcome, InferenceResponse):
+                assert request.sender is not None
+                request.sender.send(outcome, True)
+            else:
+                send_error(request, self._version, outcome)
 
     async def is_ready(self) -> bool:
-        return True
+        return self._thread.is_alive()
 
     async def close(self) -> None:
-        self._executor.shutdown(wait=True)
+        self._work.put(None)
+        await asyncio.to_thread(self._thread.join)
+
+
+def _resolve(future: asyncio.Future[Any], outcome: Any) -> None:
+    if not future.done():
+        future.set_result(outcome)
 
 
 class OnnxRuntimeBackend:
