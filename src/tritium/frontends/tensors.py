@@ -2,47 +2,15 @@
 
 from __future__ import annotations
 
-import struct
 from math import prod
 
 import numpy as np
 
 from ..errors import invalid_arg
+from ..tensor_codec import deserialize_bytes, object_array, raw_bytes, serialize_bytes
 from ..types import DataType, Tensor
 
-_U32 = struct.Struct("<I")
-
-
-def deserialize_bytes(buf: bytes | memoryview, name: str) -> list[bytes]:
-    """Split Triton's BYTES wire format: each element is a u32 LE length then the bytes."""
-    view = memoryview(buf)
-    out = []
-    pos, end = 0, len(view)
-    while pos < end:
-        if pos + 4 > end:
-            raise invalid_arg(f"incomplete string length for input '{name}'")
-        (n,) = _U32.unpack_from(view, pos)
-        pos += 4
-        if pos + n > end:
-            raise invalid_arg(
-                f"incomplete string data for input '{name}': expected {n} bytes, "
-                f"{end - pos} remain"
-            )
-        out.append(bytes(view[pos : pos + n]))
-        pos += n
-    return out
-
-
-def serialize_bytes(array: np.ndarray) -> bytes:
-    parts = []
-    for item in array.reshape(-1):
-        if isinstance(item, str):
-            item = item.encode("utf-8")
-        elif not isinstance(item, (bytes, bytearray)):
-            item = str(item).encode("utf-8")
-        parts.append(_U32.pack(len(item)))
-        parts.append(item)
-    return b"".join(parts)
+__all__ = ["deserialize_bytes", "serialize_bytes", "tensor_bytes", "tensor_from_buffer", "parse_shape"]
 
 
 def tensor_from_buffer(
@@ -56,9 +24,7 @@ def tensor_from_buffer(
             raise invalid_arg(
                 f"input '{name}' got unexpected elements count {len(items)}, expected {count}"
             )
-        array = np.empty(count, dtype=object)
-        array[:] = items
-        return Tensor(name, datatype, shape, array.reshape(shape))
+        return Tensor(name, datatype, shape, object_array(items, shape))
     expected = count * datatype.size
     size = len(buf) if isinstance(buf, bytes) else buf.nbytes
     if size != expected:
@@ -71,15 +37,8 @@ def tensor_from_buffer(
 
 
 def tensor_bytes(tensor: Tensor) -> bytes | memoryview:
-    """The wire bytes of an output: little-endian, row-major, BYTES length-prefixed."""
-    data = tensor.data
-    if tensor.datatype is DataType.BYTES:
-        return serialize_bytes(data)
-    if data.dtype != tensor.datatype.dtype:
-        data = data.astype(tensor.datatype.dtype)
-    if not data.flags.c_contiguous:
-        data = np.ascontiguousarray(data)
-    return memoryview(data.reshape(-1).view(np.uint8)) if data.size else b""
+    """The wire bytes of an output tensor."""
+    return raw_bytes(tensor.data, tensor.datatype)
 
 
 def parse_shape(value: object, name: str) -> tuple[int, ...]:

@@ -73,11 +73,11 @@ class StubProcess(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        for kind, body in self._reader.feed(data):
+        for kind, body, buffers in self._reader.feed(data):
             if kind == ipc.EXEC_DONE:
-                self.on_batch_done(*body)
+                self.on_batch_done(body, buffers)
             elif kind == ipc.RESPONSE:
-                self.on_response(*body)
+                self.on_response(body, buffers)
             elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
                 self._reply.set_result(body)
 
@@ -104,9 +104,13 @@ class StubProcess(asyncio.Protocol):
         return f"exit code {code}"
 
     # calls -----------------------------------------------------------------------------------
-    def send(self, kind: int, body: Any) -> None:
+    def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
         assert self._transport is not None
-        self._transport.writelines(ipc.encode(kind, body))
+        parts = ipc.join(ipc.encode(kind, body, buffers))
+        if len(parts) == 1:
+            self._transport.write(parts[0])
+        else:
+            self._transport.writelines(parts)
 
     async def call(self, kind: int, body: Any, timeout: float | None = None) -> Any:
         """A request/reply exchange (autocomplete, init, is_ready, finalize)."""
@@ -133,8 +137,11 @@ class StubProcess(asyncio.Protocol):
         if self._transport is not None:
             self._transport.close()
         if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            await asyncio.to_thread(self._proc.wait)
+            try:  # the stub exits by itself once finalize returned and the socket closed
+                await asyncio.to_thread(self._proc.wait, timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                await asyncio.to_thread(self._proc.wait)
 
 
 class PythonInstance:
@@ -162,22 +169,25 @@ class PythonInstance:
         batch_id = next(self._ids)
         future = asyncio.get_running_loop().create_future()
         self._batches[batch_id] = (future, requests, [False] * len(requests))
-        wires = [self._wire(r) for r in requests]
-        self._stub.send(ipc.EXECUTE, (batch_id, wires))
+        buffers: ipc.Buffers = []
+        wires = [self._wire(r, buffers) for r in requests]
+        self._stub.send(ipc.EXECUTE, (batch_id, wires), buffers)
         await future
 
-    def _wire(self, request: InferenceRequest) -> tuple:
+    def _wire(self, request: InferenceRequest, buffers: ipc.Buffers) -> tuple:
         params = orjson.dumps(request.parameters).decode() if request.parameters else "{}"
         return (
             request.id,
             request.correlation_id,
             request.flags,
-            [(t.name, t.data) for t in request.inputs],
+            [(t.name, ipc.pack_array(t.data, buffers)) for t in request.inputs],
             requested_names(self._spec, request),
             params,
         )
 
-    def _make_response(self, request: InferenceRequest, payload: tuple | None) -> InferenceResponse:
+    def _make_response(
+        self, request: InferenceRequest, payload: tuple | None, buffers: ipc.Buffers
+    ) -> InferenceResponse:
         response = InferenceResponse(request.model_name, self._version, request.id)
         if payload is None:
             response.error = internal(
@@ -192,14 +202,17 @@ class PythonInstance:
             return response
         wanted = set(requested_names(self._spec, request))
         try:
-            response.outputs = [output_tensor(n, a) for n, a in tensors if n in wanted]
+            response.outputs = [
+                output_tensor(n, ipc.unpack_array(t, buffers)) for n, t in tensors if n in wanted
+            ]
         except ServerError as exc:
             response.error = exc
         if extra:
             response.parameters = json.loads(extra)
         return response
 
-    def _batch_done(self, batch_id: int, error: str | None, wired: list | None) -> None:
+    def _batch_done(self, body: tuple, buffers: ipc.Buffers) -> None:
+        batch_id, error, wired = body
         future, requests, finished = self._batches.pop(batch_id)
         if error is not None:
             failure = internal(
@@ -212,15 +225,17 @@ class PythonInstance:
         elif wired is not None:
             for request, payload in zip(requests, wired, strict=True):
                 assert request.sender is not None
-                request.sender.send(self._make_response(request, payload), True)
+                request.sender.send(self._make_response(request, payload, buffers), True)
         elif not self._spec.decoupled:  # execute returned None: senders must have answered
             for i, request in enumerate(requests):
                 if not finished[i]:
-                    request.sender.send(self._make_response(request, None), True)
+                    assert request.sender is not None
+                    request.sender.send(self._make_response(request, None, buffers), True)
         if not future.done():
             future.set_result(None)
 
-    def _response(self, batch_id: int, index: int, payload: tuple | None, final: bool) -> None:
+    def _response(self, body: tuple, buffers: ipc.Buffers) -> None:
+        batch_id, index, payload, final = body
         entry = self._batches.get(batch_id)
         if entry is None:
             return
@@ -228,7 +243,7 @@ class PythonInstance:
         assert request.sender is not None
         if final:
             entry[2][index] = True
-        response = None if payload is None else self._make_response(request, payload)
+        response = None if payload is None else self._make_response(request, payload, buffers)
         request.sender.send(response, final)
 
     def fail_all(self, reason: str) -> None:

@@ -1,16 +1,22 @@
 """Framing between the server and a Python-model stub process.
 
-A frame is ``<u32 payload_len><u32 nbuf><u64 len>*nbuf`` + a pickle-5 payload + the raw
-out-of-band buffers (numpy arrays travel as buffers, never pickled in-band), so one frame is
-one write and one wake-up, and tensors are not copied into the pickle.
+A frame is ``<u32 payload_len><u32 nbuf><u64 len>*nbuf`` + a ``marshal`` payload of plain
+values + raw buffers. Tensors never go through pickle: ``pack_array`` turns an array into a
+small ``(datatype, shape, buffer index)`` tuple plus its bytes, and ``unpack_array`` makes a
+numpy view over the received buffer. One frame is one write and one wake-up.
 """
 
 from __future__ import annotations
 
-import pickle
+import marshal
 import socket
 import struct
 from typing import Any
+
+import numpy as np
+
+from ...tensor_codec import deserialize_bytes, object_array, raw_bytes
+from ...types import DataType
 
 _HEAD = struct.Struct("<II")
 _SMALL = 1 << 16
@@ -20,19 +26,44 @@ AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE = range(1, 6)
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
 
-
-def encode(kind: int, body: Any) -> list[bytes | memoryview]:
-    buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps((kind, body), protocol=5, buffer_callback=buffers.append)
-    views = [b.raw() for b in buffers]
-    head = _HEAD.pack(len(payload), len(views))
-    if views:
-        head += struct.pack(f"<{len(views)}Q", *(v.nbytes for v in views))
-    return [head, payload, *views]
+Buffers = list[Any]
 
 
-def decode(payload: bytes | memoryview, buffers: list[bytearray]) -> tuple[int, Any]:
-    return pickle.loads(payload, buffers=buffers)
+def pack_array(array: Any, buffers: Buffers) -> tuple[str, tuple[int, ...], int]:
+    """Describe ``array`` in the payload and queue its bytes as an out-of-band buffer."""
+    array = np.asarray(array)
+    datatype = DataType.from_numpy(array.dtype)
+    if datatype is None:
+        raise TypeError(f"unsupported numpy dtype {array.dtype}")
+    buffers.append(raw_bytes(array, datatype))
+    return (datatype.wire, tuple(array.shape), len(buffers) - 1)
+
+
+def unpack_array(packed: tuple[str, tuple[int, ...], int], buffers: Buffers) -> np.ndarray:
+    wire, shape, index = packed
+    datatype = DataType.from_wire(wire)
+    assert datatype is not None
+    buf = buffers[index]
+    if datatype is DataType.BYTES:
+        return object_array(deserialize_bytes(buf, "tensor"), tuple(shape))
+    return np.frombuffer(buf, dtype=datatype.dtype).reshape(shape)
+
+
+def encode(kind: int, body: Any, buffers: Buffers | None = None) -> list[Any]:
+    payload = marshal.dumps((kind, body))
+    buffers = buffers or []
+    head = _HEAD.pack(len(payload), len(buffers))
+    if buffers:
+        head += struct.pack(
+            f"<{len(buffers)}Q", *(len(b) if isinstance(b, bytes) else b.nbytes for b in buffers)
+        )
+    return [head, payload, *buffers]
+
+
+def join(parts: list[Any]) -> list[Any]:
+    """Small frames as one bytes object (one write); large ones as they are (no copy)."""
+    size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
+    return [b"".join(parts)] if size < _SMALL else parts
 
 
 class FrameReader:
@@ -41,29 +72,31 @@ class FrameReader:
     def __init__(self) -> None:
         self._buf = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, Any]]:
+    def feed(self, data: bytes) -> list[tuple[int, Any, Buffers]]:
         buf = self._buf
         buf += data
         frames = []
-        while True:
-            if len(buf) < 8:
+        pos = 0
+        size = len(buf)
+        while size - pos >= 8:
+            plen, nbuf = _HEAD.unpack_from(buf, pos)
+            lens_end = pos + 8 + 8 * nbuf
+            if size < lens_end:
                 break
-            plen, nbuf = _HEAD.unpack_from(buf, 0)
-            lens_end = 8 + 8 * nbuf
-            if len(buf) < lens_end:
+            lens = struct.unpack_from(f"<{nbuf}Q", buf, pos + 8) if nbuf else ()
+            end = lens_end + plen + sum(lens)
+            if size < end:
                 break
-            lens = struct.unpack_from(f"<{nbuf}Q", buf, 8) if nbuf else ()
-            total = lens_end + plen + sum(lens)
-            if len(buf) < total:
-                break
-            payload = bytes(buf[lens_end : lens_end + plen])
-            pos = lens_end + plen
+            kind, body = marshal.loads(buf[lens_end : lens_end + plen])
+            at = lens_end + plen
             buffers = []
             for n in lens:
-                buffers.append(bytearray(buf[pos : pos + n]))
-                pos += n
-            del buf[:total]
-            frames.append(decode(payload, buffers))
+                buffers.append(buf[at : at + n])
+                at += n
+            frames.append((kind, body, buffers))
+            pos = end
+        if pos:
+            del buf[:pos]
         return frames
 
 
@@ -79,36 +112,32 @@ class BlockingChannel:
         self._buf = bytearray()
         self._pos = 0
 
-    def _fill(self, need: int) -> None:
-        """Make at least ``need`` unread bytes available in the buffer."""
-        buf = self._buf
-        if self._pos:
-            del buf[: self._pos]
-            self._pos = 0
-        while len(buf) < need:
-            chunk = self._sock.recv(max(self._CHUNK, need - len(buf)))
-            if not chunk:
-                raise EOFError("server closed the connection")
-            buf += chunk
-
     def _take(self, n: int) -> bytearray:
-        if len(self._buf) - self._pos < n:
-            self._fill(n)
+        buf = self._buf
+        if len(buf) - self._pos < n:
+            if self._pos:
+                del buf[: self._pos]
+                self._pos = 0
+            while len(buf) < n:
+                chunk = self._sock.recv(max(self._CHUNK, n - len(buf)))
+                if not chunk:
+                    raise EOFError("server closed the connection")
+                buf += chunk
         start = self._pos
         self._pos = start + n
-        return self._buf[start : start + n]
+        return buf[start : start + n]
 
-    def recv(self) -> tuple[int, Any]:
+    def recv(self) -> tuple[int, Any, Buffers]:
         plen, nbuf = _HEAD.unpack(self._take(8))
         lens = struct.unpack(f"<{nbuf}Q", self._take(8 * nbuf)) if nbuf else ()
-        payload = self._take(plen)
+        kind, body = marshal.loads(self._take(plen))
         buffers = [self._take(n) for n in lens]
-        return decode(payload, buffers)
+        return kind, body, buffers
 
-    def send(self, kind: int, body: Any) -> None:
-        parts = encode(kind, body)
-        if sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts) < _SMALL:
-            self._sock.sendall(b"".join(parts))
+    def send(self, kind: int, body: Any, buffers: Buffers | None = None) -> None:
+        parts = join(encode(kind, body, buffers))
+        if len(parts) == 1:
+            self._sock.sendall(parts[0])
         else:
             for part in parts:
                 self._sock.sendall(part)

@@ -208,6 +208,13 @@ class Tensor:
         self._name, self._array, self._dtype = name, numpy_array, dtype
 
     @classmethod
+    def _wrap(cls, name, array, triton_dtype):
+        """Stub hook: wrap a contiguous array received from the server, unchecked."""
+        self = cls.__new__(cls)
+        self._name, self._array, self._dtype = name, array, triton_dtype
+        return self
+
+    @classmethod
     def _create(cls, name, array, triton_dtype):
         """Stub hook: a tensor with an explicit Triton dtype code."""
         _check_tensor_name(name)
@@ -444,6 +451,27 @@ class InferenceRequest:
         self._trace = trace or InferenceTrace()
         self._release = TRITONSERVER_REQUEST_RELEASE_ALL
         self._sender, self._cancelled = InferenceResponseSender(), None
+        self._sender_factory = None
+
+    @classmethod
+    def _from_server(cls, request_id, correlation_id, flags, inputs, requested_output_names,
+                     parameters, model_name, model_version, sender_factory):
+        """Stub hook: a request decoded from the server, already validated there, so none of
+        the constructor's checks run; the response sender is made on first use."""
+        self = cls.__new__(cls)
+        self._request_id, self._correlation_id, self._inputs = request_id, correlation_id, inputs
+        self._requested_output_names = requested_output_names
+        self._model_name, self._model_version = model_name, model_version
+        self._flags, self._timeout, self._parameters = flags, 0, parameters
+        self._preferred_memory, self._trace = PreferredMemory(2, 0), InferenceTrace()
+        self._release = TRITONSERVER_REQUEST_RELEASE_ALL
+        self._sender, self._cancelled, self._sender_factory = None, None, sender_factory
+        return self
+
+    def get_response_sender(self):
+        if self._sender is None:
+            self._sender = self._sender_factory()
+        return self._sender
 
     def _attach(self, sender, is_cancelled=None):
         """Stub hook. ``sender`` is an ``InferenceResponseSender`` (a bare
@@ -462,7 +490,6 @@ class InferenceRequest:
     trace = _getter("_trace")
     model_name = _getter("_model_name")
     model_version = _getter("_model_version")
-    get_response_sender = _getter("_sender")
 
     def inputs(self):
         return list(self._inputs)

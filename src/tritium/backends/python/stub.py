@@ -18,6 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from ...types import DataType
 from . import ipc
 from . import pb_utils
 
@@ -35,9 +36,9 @@ class Stub:
         self._model_name = ""
         self._model_version = -1
 
-    def send(self, kind: int, body: Any) -> None:
+    def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
         with self._send_lock:
-            self._channel.send(kind, body)
+            self._channel.send(kind, body, buffers)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _import_model(self, path: str) -> None:
@@ -83,39 +84,41 @@ class Stub:
         return self._loop.run_until_complete(awaitable)
 
     # -- execution ---------------------------------------------------------------------------
-    def _make_request(self, batch_id: int, index: int, wire: tuple) -> Any:
+    def _make_request(self, batch_id: int, index: int, wire: tuple, buffers: ipc.Buffers) -> Any:
         request_id, correlation_id, flags, inputs, outputs, params = wire
-        tensors = [pb_utils.Tensor(name, array) for name, array in inputs]
-        request = pb_utils.InferenceRequest(
-            request_id=request_id,
-            correlation_id=correlation_id,
-            flags=flags,
-            inputs=tensors,
-            requested_output_names=outputs or self._output_names,
-            parameters=params,
-            model_name=self._model_name,
-            model_version=self._model_version,
-        )
+        tensors = [
+            pb_utils.Tensor._wrap(name, ipc.unpack_array(t, buffers), _TYPE_CODE[t[0]])
+            for name, t in inputs
+        ]
+        decoupled = self._decoupled
+
         def send(response: Any, flags: int) -> None:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-            payload = None if response is None else self._wire_response(response)
-            self.send(ipc.RESPONSE, (batch_id, index, payload, final))
+            out: ipc.Buffers = []
+            payload = None if response is None else self._wire_response(response, out)
+            self.send(ipc.RESPONSE, (batch_id, index, payload, final), out)
 
-        sender = pb_utils.InferenceResponseSender(send, _never, decoupled=self._decoupled)
-        request._attach(sender, _never)
-        return request
+        def make_sender() -> Any:
+            return pb_utils.InferenceResponseSender(send, _never, decoupled=decoupled)
+
+        return pb_utils.InferenceRequest._from_server(
+            request_id, correlation_id, flags, tensors, outputs or self._output_names, params,
+            self._model_name, self._model_version, make_sender,
+        )
 
     @staticmethod
-    def _wire_response(response: Any) -> tuple:
+    def _wire_response(response: Any, buffers: ipc.Buffers) -> tuple:
         if response.has_error():
             return (None, response.error().message(), response.error().code())
-        tensors = [(t.name(), t.as_numpy()) for t in response.output_tensors()]
+        tensors = [
+            (t.name(), ipc.pack_array(t._as_array(), buffers)) for t in response.output_tensors()
+        ]
         params = response.parameters()
         return (tensors, None, params if params and params != "{}" else None)
 
-    def execute(self, batch_id: int, wires: list[tuple]) -> None:
+    def execute(self, batch_id: int, wires: list[tuple], buffers: ipc.Buffers) -> None:
         try:
-            requests = [self._make_request(batch_id, i, w) for i, w in enumerate(wires)]
+            requests = [self._make_request(batch_id, i, w, buffers) for i, w in enumerate(wires)]
             result = self._model.execute(requests)
             if self._execute_is_async or inspect.isawaitable(result):
                 result = self._run(result)
@@ -135,12 +138,13 @@ class Stub:
             )
             self.send(ipc.EXEC_DONE, (batch_id, message, None))
             return
+        out: ipc.Buffers = []
         try:
-            wired = [None if r is None else self._wire_response(r) for r in result]
+            wired = [None if r is None else self._wire_response(r, out) for r in result]
         except Exception as exc:
             self.send(ipc.EXEC_DONE, (batch_id, f"{type(exc).__name__}: {exc}", None))
             return
-        self.send(ipc.EXEC_DONE, (batch_id, None, wired))
+        self.send(ipc.EXEC_DONE, (batch_id, None, wired), out)
 
     def is_ready(self) -> bool:
         hook = getattr(self._model, "is_ready", None)
@@ -168,11 +172,11 @@ class Stub:
         }
         while True:
             try:
-                kind, body = self._channel.recv()
+                kind, body, buffers = self._channel.recv()
             except EOFError:
                 return
             if kind == ipc.EXECUTE:
-                self.execute(*body)
+                self.execute(body[0], body[1], buffers)
                 continue
             try:
                 reply: tuple = (True, handlers[kind](body))
@@ -182,6 +186,12 @@ class Stub:
             self.send(ipc.REPLY, reply)
             if kind == ipc.FINALIZE:
                 return
+
+
+_TYPE_CODE = {
+    t.wire: getattr(pb_utils, "TYPE_STRING" if t is DataType.BYTES else f"TYPE_{t.wire}")
+    for t in DataType
+}
 
 
 def _never() -> bool:
