@@ -58,7 +58,7 @@ def expect_error(
         call()
     exc = info.value
     expected = http_status if protocol == "http" else (grpc_status or GRPC_STATUS[http_status])
-    assert exc.status() == expected, exc
+    assert exc.status() == expected, str(exc)
     message = exc.message()
     for phrase in phrases:
         assert phrase in message, f"{phrase!r} not in {message!r}"

@@ -155,7 +155,12 @@ def test_load_failure_model_refuses_inference(
             infer_fp32(c, protocol, name, np.ones(2, dtype=np.float32))
     finally:
         c.close()
-    assert name in info.value.message()
+    # Triton core: a model with no READY version is NOT_FOUND ("... has no available
+    # versions", or "... is not found" when it never got a version), never served.
+    assert info.value.status() == ("404" if protocol == "http" else "StatusCode.NOT_FOUND"), (
+        str(info.value)
+    )
+    assert f"Request for unknown model: '{name}'" in info.value.message()
 
 
 def test_load_failures_server_live_not_ready(bad_server: ServerProcess, protocol: str) -> None:
@@ -187,7 +192,9 @@ CRASH_MODELS = ("crash_exit", "crash_segv")
 
 
 @pytest.fixture(params=PROTOCOLS)
-def crash_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, str]]:
+def crash_server(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[ServerProcess, str]]:
     repo = build_test_repository(tmp_path / "repo", [*CRASH_MODELS, GOOD_MODEL])
     proc = ServerProcess([repo])
     yield proc, request.param
@@ -220,7 +227,7 @@ def test_crashing_models_fail_request_and_server_survives(
         message = info.value.message()
         assert re.search(r"(?i)stub|instance", message), message
         assert name in message, message
-        assert info.value.status() in ("500", "StatusCode.INTERNAL"), info.value
+        assert info.value.status() in ("500", "StatusCode.INTERNAL"), str(info.value)
 
         # The server stays up and keeps serving a good model over both protocols.
         assert server.proc.poll() is None, server.log_text()
@@ -279,7 +286,7 @@ def test_sigterm_drains_in_flight_request(slow_server: ServerProcess, protocol: 
     worker.start()
     assert connected.wait(TIMEOUT_S)
     started = time.monotonic()
-    time.sleep(0.15)  # the request is in the 0.5 s model by now
+    time.sleep(0.25)  # the request is in the 0.5 s model by now
     slow_server.proc.send_signal(signal.SIGTERM)
     worker.join(TIMEOUT_S)
     assert not worker.is_alive()
@@ -345,7 +352,12 @@ def test_duplicate_model_name_unavailable(duplicate_server: ServerProcess, proto
         np.testing.assert_array_equal(
             c.infer("identity_int32", inputs).as_numpy("OUTPUT0"), data
         )
-        with pytest.raises(InferenceServerException):
+        with pytest.raises(InferenceServerException) as info:
             infer_fp32(c, protocol, GOOD_MODEL, np.ones(2, dtype=np.float32))
     finally:
         c.close()
+    # Triton never loads a duplicate: requests for it are NOT_FOUND.
+    assert info.value.status() == ("404" if protocol == "http" else "StatusCode.NOT_FOUND"), (
+        str(info.value)
+    )
+    assert f"Request for unknown model: '{GOOD_MODEL}'" in info.value.message()

@@ -358,7 +358,10 @@ def test_missing_data_type_error_names_line_and_field() -> None:
 
 @pytest.mark.parametrize("dims", ["[ 0 ]", "[ -2 ]", "[ 4, 0 ]"])
 def test_invalid_dims(dims: str) -> None:
-    text = f'name: "m"\nbackend: "python"\ninput [ {{ name: "a" data_type: TYPE_FP32 dims: {dims} }} ]\n'
+    text = (
+        'name: "m"\nbackend: "python"\n'
+        f'input [ {{ name: "a" data_type: TYPE_FP32 dims: {dims} }} ]\n'
+    )
     exc = error_of(text)
     assert "dims" in exc.message
     assert f"{PATH}:3" in exc.message

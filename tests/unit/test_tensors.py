@@ -1,5 +1,6 @@
-"""Tensor bytes (BYTES length prefixes, raw buffers) and the HTTP codec (JSON + binary tensor
-extension), checked against tritonclient's own serialisation where it has one (no sockets)."""
+"""Tensor bytes (``tritium.tensor_codec``: BYTES length prefixes; ``tritium.frontends.tensors``:
+raw buffers) and the HTTP codec (JSON + binary tensor extension), checked against tritonclient's
+own serialisation where it has one (no sockets)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,8 @@ from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from tritium.errors import ErrorKind, ServerError
 from tritium.frontends.http.codec import OutputPlan, decode_request, encode_response
-from tritium.frontends.tensors import (
-    deserialize_bytes,
-    parse_shape,
-    serialize_bytes,
-    tensor_bytes,
-    tensor_from_buffer,
-)
+from tritium.frontends.tensors import parse_shape, tensor_bytes, tensor_from_buffer
+from tritium.tensor_codec import deserialize_bytes, serialize_bytes
 from tritium.types import DataType, InferenceResponse, Tensor
 
 BYTES_CASES = [
@@ -185,7 +181,8 @@ def test_decode_json_flat_data_reshaped() -> None:
     doc = {"inputs": [{"name": "A", "datatype": "FP32", "shape": [2, 3],
                        "data": [0, 1, 2, 3, 4, 5]}]}
     request, _ = decode(doc)
-    np.testing.assert_array_equal(request.inputs[0].data, np.arange(6, dtype=np.float32).reshape(2, 3))
+    expected = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(request.inputs[0].data, expected)
 
 
 @pytest.mark.parametrize("data", [[1, 2, 3], [[1, 2], [3]], [1, 2, 3, 4, 5], []])
@@ -227,7 +224,8 @@ def test_decode_binary_inputs() -> None:
     doc = {"inputs": [
         {"name": "A", "datatype": "INT32", "shape": [1, 16],
          "parameters": {"binary_data_size": a.nbytes}},
-        {"name": "S", "datatype": "BYTES", "shape": [2], "parameters": {"binary_data_size": len(s)}},
+        {"name": "S", "datatype": "BYTES", "shape": [2],
+         "parameters": {"binary_data_size": len(s)}},
     ]}
     request, _ = decode(doc, a.tobytes() + s)
     np.testing.assert_array_equal(request.inputs[0].data, a.reshape(1, 16))

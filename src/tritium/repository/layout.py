@@ -18,7 +18,7 @@ class ModelLocation:
 def scan(repositories: list[Path]) -> dict[str, ModelLocation]:
     """Every model directory across the repositories; a name found twice is unavailable."""
     found: dict[str, list[Path]] = {}
-    for repo in repositories:
+    for repo in dict.fromkeys(p.resolve() for p in repositories):  # the same one twice is one
         if not repo.is_dir():
             continue
         for entry in sorted(repo.iterdir()):

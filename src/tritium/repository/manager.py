@@ -76,6 +76,11 @@ class ModelRepositoryManager:
         if location.path is None:
             raise invalid_arg(location.problem)
         config, path, text = await asyncio.to_thread(read_config, location.path)
+        if path is None and not self._auto_complete:
+            raise invalid_arg(
+                f"unable to find the model configuration file "
+                f"'{location.path / 'config.pbtxt'}' for model '{record.name}'"
+            )
         versions = version_dirs(location.path)
         infer_backend(config, list(versions.values()))
         served = select_versions(config, list(versions))
@@ -175,7 +180,7 @@ class ModelRepositoryManager:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version < 0 or version == 0:
             if record.latest is None:
-                raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+                raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return record.latest
         model = record.ready.get(version)
         if model is not None:
