@@ -114,7 +114,8 @@ def _tensors(entries: list[dict[str, Any]]) -> dict[str, tuple[str, list[int]]]:
     ("model", "platform"), [("simple", "onnxruntime_onnx"), ("add_sub_python", "python")]
 )
 @pytest.mark.parametrize("version", ["", "1"])
-def test_model_metadata(client: Any, protocol: str, model: str, platform: str, version: str) -> None:
+def test_model_metadata(client: Any, protocol: str, model: str, platform: str,
+                        version: str) -> None:
     meta = _json(protocol, client.get_model_metadata, model, version)
     assert meta["name"] == model
     assert meta["versions"] == ["1"]
@@ -311,7 +312,8 @@ def test_autocompleted_model_metadata_and_infer(client: Any, protocol: str) -> N
     assert meta["platform"] == "onnxruntime_onnx"
     assert _tensors(meta["inputs"]) == {"INPUT0": ("FP32", [-1, 4])}
     x = np.arange(12, dtype=np.float32).reshape(3, 4) - 5.5
-    result = client.infer("identity_onnx_nocfg", [clients.make_input(protocol, "INPUT0", x, "FP32")])
+    inputs = [clients.make_input(protocol, "INPUT0", x, "FP32")]
+    result = client.infer("identity_onnx_nocfg", inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * np.float32(2))
 
 

@@ -96,8 +96,13 @@ def auto_complete(config: ModelConfig, session: ort.InferenceSession) -> None:
             DEFAULT_MAX_BATCH_SIZE,
             config.name,
         )
-        if not config.HasField("dynamic_batching") and not config.HasField("sequence_batching"):
-            config.dynamic_batching.SetInParent()
+    if (
+        can_batch
+        and config.max_batch_size > 1
+        and not config.HasField("dynamic_batching")
+        and not config.HasField("sequence_batching")
+    ):
+        config.dynamic_batching.SetInParent()
     skip = 1 if config.max_batch_size > 0 else 0
     for args, target in ((ins, config.input), (outs, config.output)):
         if len(target):
