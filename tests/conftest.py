@@ -25,6 +25,7 @@ GOOD_TEST_MODELS = [
     "identity_onnx_fp32", "identity_onnx_nocfg", "onnx_partial_cfg",
     "raises", "error_response", "async_add_sub",
     "versioned_latest", "versioned_all", "versioned_specific", "slow", "is_ready_false",
+    "scalar_reshape", "autocomplete_py",
 ]
 PROTOCOLS = ["http", "grpc"]
 

@@ -39,6 +39,11 @@ versioned_all        same, ``version_policy: { all: {} }`` (1, 2, 3 served).
 versioned_specific   same, ``version_policy: { specific: { versions: [1, 3] } }``.
 slow                 python; sleeps SLOW_SECONDS (0.5 s), then echoes. FP32 [-1].
 is_ready_false       python; identity FP32 [-1] whose ``is_ready()`` returns False.
+scalar_reshape       python; INPUT0/OUTPUT0 FP32 dims [1] with ``reshape: { shape: [] }``:
+                     the model sees and returns scalars, clients send and get shape [1].
+autocomplete_py      python; config.pbtxt names only the backend, the model's
+                     ``auto_complete_config`` adds max_batch_size 4, INPUT0/OUTPUT0 FP32 [3]
+                     and dynamic batching; OUTPUT0 = INPUT0 + 1.
 """
 
 from __future__ import annotations
@@ -380,6 +385,57 @@ def _bad_field(name: str) -> dict[str, _Content]:
     return _python(config, _IDENTITY_PY)
 
 
+_SCALAR_PY = '''\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Receives INPUT0 as a true scalar (config reshape: []) and answers a scalar too."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if x.shape != ():
+                raise ValueError(f"expected a scalar, got shape {x.shape}")
+            out = np.asarray(x * 2, dtype=np.float32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]))
+        return responses
+'''
+
+_AUTOCOMPLETE_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Its config.pbtxt names only the backend: everything else comes from here."""
+
+    @staticmethod
+    def auto_complete_config(auto_complete_model_config):
+        auto_complete_model_config.set_max_batch_size(4)
+        auto_complete_model_config.add_input(
+            {"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [3]})
+        auto_complete_model_config.add_output(
+            {"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [3]})
+        auto_complete_model_config.set_dynamic_batching()
+        return auto_complete_model_config
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor(
+                "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() + 1)])
+            for r in requests
+        ]
+'''
+
+_SCALAR_CONFIG = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ ] } } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ ] } } ]
+"""
+
 _SPECS: dict[str, _Spec] = {
     **{IDENTITY_MODELS[dt]: _identity(ct) for dt, ct in _IDENTITY_TYPES.items()},
     "identity_onnx_fp32": lambda name: {
@@ -404,6 +460,8 @@ _SPECS: dict[str, _Spec] = {
     "versioned_specific": _versioned("version_policy: { specific: { versions: [1, 3] } }"),
     "slow": _fp32_python(_SLOW_PY),
     "is_ready_false": _fp32_python(_IS_READY_FALSE_PY),
+    "scalar_reshape": lambda name: _python(_SCALAR_CONFIG, _SCALAR_PY),
+    "autocomplete_py": lambda name: _python('backend: "python"\n', _AUTOCOMPLETE_PY),
 }
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)

@@ -307,6 +307,21 @@ def test_model_config_onnx_autocomplete(client: Any, protocol: str, model: str,
     assert cfg["version_policy"] == {"latest": {"num_versions": 1}}
 
 
+def test_python_auto_complete_config(client: Any, protocol: str) -> None:
+    """A Python model's static auto_complete_config fills a config that names only the
+    backend; the completed config is what /config, metadata and validation use."""
+    cfg = _config(protocol, client, "autocomplete_py")
+    assert cfg["max_batch_size"] == 4
+    assert _io(cfg, "input", protocol) == {"INPUT0": ("TYPE_FP32", [3])}
+    assert _io(cfg, "output", protocol) == {"OUTPUT0": ("TYPE_FP32", [3])}
+    assert "dynamic_batching" in cfg
+    meta = _json(protocol, client.get_model_metadata, "autocomplete_py")
+    assert _tensors(meta["inputs"]) == {"INPUT0": ("FP32", [-1, 3])}
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    result = client.infer("autocomplete_py", [clients.make_input(protocol, "INPUT0", x, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x + 1)
+
+
 def test_autocompleted_model_metadata_and_infer(client: Any, protocol: str) -> None:
     meta = _json(protocol, client.get_model_metadata, "identity_onnx_nocfg")
     assert meta["platform"] == "onnxruntime_onnx"

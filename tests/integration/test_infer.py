@@ -662,3 +662,14 @@ def test_infer_unknown_model(client: Any, protocol: str) -> None:
     inputs, _, _ = _add_sub_request(protocol, 1, True, seed=0)
     with pytest.raises(InferenceServerException, match="no_such_model"):
         client.infer("no_such_model", inputs)
+
+
+def test_scalar_through_reshape(server: ServerProcess, protocol: str) -> None:
+    """dims [1] with reshape [] : clients send shape [1], the model sees a true scalar, and the
+    response is shaped back to the config's dims."""
+    client = clients.client(protocol, server.url(protocol))
+    x = np.array([3.25], dtype=np.float32)
+    result = client.infer("scalar_reshape", [clients.make_input(protocol, "INPUT0", x, "FP32")])
+    out = result.as_numpy("OUTPUT0")
+    assert out.shape == (1,)
+    np.testing.assert_array_equal(out, x * 2)

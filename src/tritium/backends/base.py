@@ -58,11 +58,16 @@ def requested_names(spec: ModelSpec, request: InferenceRequest) -> list[str]:
     return list(spec.outputs)
 
 
-def output_tensor(name: str, array: np.ndarray) -> Tensor:
-    """Wrap a backend's numpy output as a Tensor, picking the datatype from its dtype."""
+def output_tensor(spec: ModelSpec, name: str, array: np.ndarray) -> Tensor:
+    """Wrap a backend's numpy output as a Tensor: the datatype from its dtype, and the shape
+    clients see (config ``dims``) where the config gives the output a ``reshape``."""
     datatype = DataType.from_numpy(array.dtype)
     if datatype is None:
         raise internal(f"output '{name}' has unsupported numpy dtype {array.dtype}")
+    io = spec.outputs.get(name)
+    if io is not None and io.reshape is not None:
+        batch = array.shape[:1] if spec.max_batch_size and array.ndim else ()
+        array = array.reshape(batch + io.dims)
     return Tensor(name, datatype, array.shape, array)
 
 

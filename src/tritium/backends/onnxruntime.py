@@ -17,7 +17,7 @@ from ..errors import internal, invalid_arg
 from ..repository.config import ModelConfig, mc
 from ..repository.spec import ModelSpec
 from ..types import DataType, InferenceRequest, InferenceResponse, Tensor
-from .base import LoadContext, ModelInstance, requested_names, send_error
+from .base import LoadContext, ModelInstance, output_tensor, requested_names, send_error
 
 log = logging.getLogger("tritium")
 
@@ -147,12 +147,10 @@ class OnnxInstance:
         results = self._session.run(names, feeds)
         outputs = []
         for name, array in zip(names, results, strict=True):
-            io = self._spec.outputs.get(name)
-            datatype = io.datatype if io else DataType.from_numpy(array.dtype)
-            if datatype is DataType.BYTES:
+            if array.dtype.kind in "OU":  # ORT strings come back as str
                 flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
                 array = np.array(flat, dtype=object).reshape(array.shape)
-            outputs.append(Tensor(name, datatype or DataType.BYTES, array.shape, array))
+            outputs.append(output_tensor(self._spec, name, array))
         return InferenceResponse(request.model_name, self._version, request.id, outputs)
 
     def _serve(self) -> None:

@@ -203,7 +203,7 @@ class PythonInstance:
         wanted = set(requested_names(self._spec, request))
         try:
             response.outputs = [
-                output_tensor(n, ipc.unpack_array(t, buffers)) for n, t in tensors if n in wanted
+                output_tensor(self._spec, n, ipc.unpack_array(t, buffers)) for n, t in tensors if n in wanted
             ]
         except ServerError as exc:
             response.error = exc
