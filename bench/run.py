@@ -87,8 +87,9 @@ class Settings:
 # ---------------------------------------------------------------------------------------------
 class HttpDriver:
     """``accept_encoding=None`` keeps aiohttp's default ``Accept-Encoding: gzip, deflate, br``
-    (tritonclient's aio session sends it, so the server compresses every response); the
-    foundation scenarios send ``identity`` as perf_analyzer and the sync client do."""
+    (tritonclient's aio session sends it on every request, so the server may compress the
+    response); the foundation scenarios send ``identity`` as perf_analyzer and the sync
+    client do."""
 
     url_key = "http"
 
@@ -295,14 +296,16 @@ async def worker(sc: Scenario, driver: Any, url: str, wid: int, win: Window, eve
     try:
         i = 0
         while not win.closed():
-            inputs, outputs = prepared[i % len(prepared)]
+            check = i % every == 0
+            k = (i // every if check else i) % len(data)  # checked requests cycle the sets
+            inputs, outputs = prepared[k]
             t0 = time.perf_counter()
             result = await driver.infer(client, sc.model, inputs, outputs)
             t1 = time.perf_counter()
             if win.start is not None and win.end is None:
                 win.latencies.append(t1 - t0)
-            if i % every == 0:
-                problem = check_answer(result, *data[i % len(data)])
+            if check:
+                problem = check_answer(result, *data[k])
                 win.verified += 1
                 if problem:
                     win.wrong.append(problem)
@@ -327,7 +330,11 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
     workers = [worker(sc, driver, url, w, win, settings.verify_every)
                for w in range(sc.concurrency)]
     sample = asyncio.ensure_future(sampler(win, server.pid, settings))
-    await asyncio.gather(*workers)
+    limit = settings.warmup + settings.seconds + 30.0
+    try:
+        await asyncio.wait_for(asyncio.gather(*workers), limit)
+    except asyncio.TimeoutError:
+        win.errors.append(f"scenario did not finish within {limit:.0f} s (server hung?)")
     if win.errors:
         sample.cancel()
     else:
@@ -337,7 +344,8 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
 
 def summarize(sc: Scenario, win: Window) -> dict[str, Any]:
     row: dict[str, Any] = {**asdict(sc), "name": sc.name, "verified": win.verified,
-                           "wrong": win.wrong[:5], "errors": win.errors[:5]}
+                           "wrong_count": len(win.wrong), "wrong": win.wrong[:5],
+                           "errors": win.errors[:5]}
     if win.errors or win.start is None or win.end is None or not win.latencies:
         return row
     start, end = win.start, win.end
@@ -482,7 +490,7 @@ def scenario_line(row: dict[str, Any]) -> str:
              _fmt(row["p50_ms"], 3), _fmt(row["p99_ms"], 3), _fmt(row["server_cpu_us"], 0),
              _fmt(row["stub_cpu_us"], 0), _fmt(row["client_cpu_us"], 0),
              _fmt(row.get("throughput_ratio"), 3), _fmt(row.get("cpu_ratio"), 1)]
-    wrong = f" ⚠ {len(row['wrong'])} wrong" if row["wrong"] else ""
+    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
     return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
 
 
@@ -491,7 +499,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Benchmark: {report['issue']}", "",
              f"{m['date']} · nproc {m['nproc']} · Python {m['python']} · "
              f"onnxruntime {m['onnxruntime']} · tritonclient {m['tritonclient']} · "
-             f"git {m['git']} · {m['cpu']}", "",
+             f"git {m['git']} · {m['cpu']} · load average (1 min) "
+             f"{m['loadavg_1min'][0]:.1f} before, {m['loadavg_1min'][1]:.1f} after", "",
              f"Window {report['settings']['seconds']} s after {report['settings']['warmup']} s "
              f"warm-up{' (--quick)' if report['settings']['quick'] else ''}; CPU in µs per "
              "inference; ratios: throughput ÷ baseline calls/s, (server+stub CPU) ÷ baseline "
@@ -659,12 +668,14 @@ def write_report(report: dict[str, Any], out_dir: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings, scenarios = make_settings(args), select(args)
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tritium-bench-") as tmp:
         repo, work = Path(tmp) / "models", Path(tmp)
         build_repository(repo)
         info = {"baselines": run_baselines(repo, sorted({s.model for s in scenarios}), settings)}
         rows = run_scenarios(repo, work, scenarios, settings, info)
-    report = {"issue": args.issue, "settings": asdict(settings), "machine": machine_info(),
+    machine = {**machine_info(), "loadavg_1min": [load_before, os.getloadavg()[0]]}
+    report = {"issue": args.issue, "settings": asdict(settings), "machine": machine,
               **info, "scenarios": rows}
     path = write_report(report, args.output_dir)
     print("\n" + markdown(report))
