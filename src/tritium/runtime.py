@@ -40,14 +40,14 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
     if http_server is not None:
         http_server.close()
     if grpc_server is not None:
-        await asyncio.to_thread(lambda: grpc_server.stop(grace=1.0).wait())
+        await grpc_server.stop(grace=1.0)
     log.info("server stopped")
     return 0
 
 
 async def _bind(
     server: InferenceServer, options: ServerOptions
-) -> tuple[asyncio.Server | None, grpc.Server | None, dict[str, int]]:
+) -> tuple[asyncio.Server | None, grpc.aio.Server | None, dict[str, int]]:
     ports: dict[str, int] = {}
     loop = asyncio.get_running_loop()
     http_server = None
@@ -68,7 +68,7 @@ async def _bind(
             ports["grpc"] = grpc_server.add_insecure_port(address)
         except RuntimeError as exc:
             raise OSError(f"failed to bind gRPC to {address}: {exc}") from None
-        grpc_server.start()
+        await grpc_server.start()
         log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
     return http_server, grpc_server, ports
 

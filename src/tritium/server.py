@@ -7,10 +7,9 @@ models, versions, validation and scheduling happens behind this class.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable
+from typing import Any
 
 from . import TRITON_VERSION
 from .backends.base import Backend
@@ -24,7 +23,6 @@ from .repository.manager import version_from_string as parse_version
 from .types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("tritium")
-T = TypeVar("T")
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
@@ -35,8 +33,7 @@ EXTENSIONS = (
 
 
 class _UnarySender:
-    """Collects the single final response of a non-decoupled request into a future: an
-    asyncio future for callers on the loop, a concurrent one for callers on other threads."""
+    """Collects the single final response of a non-decoupled request into a future."""
 
     __slots__ = ("future", "response", "done")
 
@@ -71,7 +68,6 @@ class InferenceServer:
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
         )
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._live = False
         self._accepting = False
         self._inflight = 0
@@ -85,7 +81,6 @@ class InferenceServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
         self._live = True
         await self.repository.load_all()
         failures = self.repository.failures()
@@ -188,28 +183,3 @@ class InferenceServer:
         if response.error is not None:
             raise response.error
         return response
-
-    def infer_from_thread(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-        """The same, for a caller on another thread (the gRPC handlers): one hop onto the
-        loop to schedule, and the answer comes straight back to the waiting thread."""
-        future: concurrent.futures.Future[InferenceResponse] = concurrent.futures.Future()
-        request.sender = _UnarySender(future, self._finished)
-        assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._submit_or_fail, request, decoupled_error, future)
-        response = future.result()
-        if response.error is not None:
-            raise response.error
-        return response
-
-    def _submit_or_fail(
-        self, request: InferenceRequest, decoupled_error: str, future: concurrent.futures.Future
-    ) -> None:
-        try:
-            self.submit(request, decoupled_error)
-        except ServerError as exc:
-            future.set_exception(exc)
-
-    def run_from_thread(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run a coroutine of the server on its loop and wait for it from another thread."""
-        assert self._loop is not None
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
