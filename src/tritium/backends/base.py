@@ -40,7 +40,11 @@ class LoadContext:
 class ModelInstance(Protocol):
     name: str
 
-    async def execute(self, requests: list[InferenceRequest]) -> None: ...
+    async def execute(self, requests: list[InferenceRequest]) -> None:
+        """One execution over ``requests`` (a batch)."""
+
+    async def execute_each(self, requests: list[InferenceRequest]) -> None:
+        """One execution per request, in order (requests that queued up meanwhile)."""
 
     async def is_ready(self) -> bool: ...
 

@@ -206,6 +206,8 @@ class OnnxInstance:
             else:
                 send_error(request, self._version, outcome)
 
+    execute_each = execute  # execute already runs its requests one at a time
+
     async def is_ready(self) -> bool:
         return self._thread.is_alive()
 

@@ -1,7 +1,9 @@
 """Triton's default scheduler: no batching, one request at a time per instance.
 
 Requests go straight to an idle instance; when every instance is busy they wait in a FIFO and
-the next instance to finish takes the oldest. No task or queue hop when an instance is idle.
+the next instance to finish takes the oldest ones. Requests are never merged: each gets its
+own execution, but those that queued up reach the backend in one hand-off (one message to a
+Python stub instead of one per request).
 """
 
 from __future__ import annotations
@@ -15,9 +17,13 @@ from ..errors import internal
 from ..types import InferenceRequest
 
 
+MAX_GROUP = 8
+
+
 class DirectScheduler:
     def __init__(self, instances: Sequence[ModelInstance], version: str) -> None:
         self._idle: list[ModelInstance] = list(instances)
+        self._instances = max(len(instances), 1)
         self._waiting: deque[InferenceRequest] = deque()
         self._version = version
         self._running: set[asyncio.Task[None]] = set()
@@ -34,18 +40,32 @@ class DirectScheduler:
         task.add_done_callback(self._running.discard)
 
     async def _run(self, instance: ModelInstance, request: InferenceRequest) -> None:
+        group = [request]
         while True:
             try:
-                await instance.execute([request])
+                if len(group) == 1:
+                    await instance.execute(group)
+                else:
+                    await instance.execute_each(group)
             except asyncio.CancelledError:
-                send_error(request, self._version, internal("the request was cancelled"))
+                for request in group:
+                    send_error(request, self._version, internal("the request was cancelled"))
                 raise
             except Exception as exc:  # a backend bug must not strand the caller
-                send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
+                for request in group:
+                    send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
             if not self._waiting:
                 self._idle.append(instance)
                 return
-            request = self._waiting.popleft()
+            group = self._take()
+
+    def _take(self) -> list[InferenceRequest]:
+        """The next requests for a freed instance: its fair share of the queue (every other
+        instance is busy, or the queue would be empty), at most MAX_GROUP. Each still gets
+        its own execution; the group only shares one hand-off to the backend."""
+        waiting = self._waiting
+        count = min(MAX_GROUP, max(1, len(waiting) // self._instances))
+        return [waiting.popleft() for _ in range(count)]
 
     async def close(self) -> None:
         """Fail what still waits, then let running executions finish."""

@@ -75,7 +75,8 @@ class StubProcess(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         for kind, body, buffers in self._reader.feed(data):
             if kind == ipc.EXEC_DONE:
-                self.on_batch_done(body, buffers)
+                for entry in body:
+                    self.on_batch_done(entry, buffers)
             elif kind == ipc.RESPONSE:
                 self.on_response(body, buffers)
             elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
@@ -158,21 +159,35 @@ class PythonInstance:
         stub.on_response = self._response
 
     async def execute(self, requests: list[InferenceRequest]) -> None:
+        await self._send_executions([requests])
+
+    async def execute_each(self, requests: list[InferenceRequest]) -> None:
+        """One ``execute`` call per request, all sent in one frame and answered in one."""
+        await self._send_executions([[r] for r in requests])
+
+    async def _send_executions(self, batches: list[list[InferenceRequest]]) -> None:
         if not self._stub.alive:
             error = internal(
                 f"Failed to process the request(s) for model instance '{self.name}', "
                 f"message: Stub process '{self.name}' is not healthy."
             )
-            for request in requests:
-                send_error(request, self._version, error)
+            for batch in batches:
+                for request in batch:
+                    send_error(request, self._version, error)
             return
-        batch_id = next(self._ids)
-        future = asyncio.get_running_loop().create_future()
-        self._batches[batch_id] = (future, requests, [False] * len(requests))
+        loop = asyncio.get_running_loop()
         buffers: ipc.Buffers = []
-        wires = [self._wire(r, buffers) for r in requests]
-        self._stub.send(ipc.EXECUTE, (batch_id, wires), buffers)
-        await future
+        executions = []
+        futures = []
+        for requests in batches:
+            batch_id = next(self._ids)
+            future = loop.create_future()
+            self._batches[batch_id] = (future, requests, [False] * len(requests))
+            executions.append((batch_id, [self._wire(r, buffers) for r in requests]))
+            futures.append(future)
+        self._stub.send(ipc.EXECUTE, executions, buffers)
+        for future in futures:
+            await future
 
     def _wire(self, request: InferenceRequest, buffers: ipc.Buffers) -> tuple:
         params = orjson.dumps(request.parameters).decode() if request.parameters else "{}"
