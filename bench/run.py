@@ -108,8 +108,10 @@ class HttpDriver:
             tensor = self.mod.InferInput(name, list(array.shape), "INT32")
             tensor.set_data_from_numpy(array, binary_data=self.binary)
             inputs.append(tensor)
-        outputs = [self.mod.InferRequestedOutput(n, binary_data=self.binary)
-                   for n in ("OUTPUT0", "OUTPUT1")]
+        outputs = [
+            self.mod.InferRequestedOutput(n, binary_data=self.binary)
+            for n in ("OUTPUT0", "OUTPUT1")
+        ]
         return inputs, outputs
 
     async def infer(self, client: Any, model: str, inputs: list, outputs: list) -> Any:
@@ -158,7 +160,7 @@ def _stat_fields(pid: int) -> list[str] | None:
         text = Path(f"/proc/{pid}/stat").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return text[text.rindex(")") + 2:].split()  # fields from 3 (state) on; comm may hold spaces
+    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -200,11 +202,28 @@ class CpuSnapshot:
 class Server:
     def __init__(self, repository: Path, workdir: Path) -> None:
         self.ports_file, self.log_path = workdir / "ports.json", workdir / "server.log"
-        command = [sys.executable, "-m", "tritium", "serve", "--model-repository", str(repository),
-                   "--http-address", "127.0.0.1", "--http-port", "0",
-                   "--grpc-address", "127.0.0.1", "--grpc-port", "0",
-                   "--metrics-address", "127.0.0.1", "--metrics-port", "0",
-                   "--ports-file", str(self.ports_file)]
+        command = [
+            sys.executable,
+            "-m",
+            "tritium",
+            "serve",
+            "--model-repository",
+            str(repository),
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-address",
+            "127.0.0.1",
+            "--grpc-port",
+            "0",
+            "--metrics-address",
+            "127.0.0.1",
+            "--metrics-port",
+            "0",
+            "--ports-file",
+            str(self.ports_file),
+        ]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         self.ports: dict[str, int] = {}
@@ -276,8 +295,13 @@ class Window:
 def make_inputs(seed: int, batch: int, sets: int = 4) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(seed)
     shape = (batch, 16)
-    return [(rng.integers(-1000, 1000, shape, dtype=np.int32),
-             rng.integers(-1000, 1000, shape, dtype=np.int32)) for _ in range(sets)]
+    return [
+        (
+            rng.integers(-1000, 1000, shape, dtype=np.int32),
+            rng.integers(-1000, 1000, shape, dtype=np.int32),
+        )
+        for _ in range(sets)
+    ]
 
 
 def check_answer(result: Any, in0: np.ndarray, in1: np.ndarray) -> str | None:
@@ -327,13 +351,14 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
     driver = PROTOCOLS[sc.protocol]()
     url = server.url(driver.url_key)
     win = Window()
-    workers = [worker(sc, driver, url, w, win, settings.verify_every)
-               for w in range(sc.concurrency)]
+    workers = [
+        worker(sc, driver, url, w, win, settings.verify_every) for w in range(sc.concurrency)
+    ]
     sample = asyncio.ensure_future(sampler(win, server.pid, settings))
     limit = settings.warmup + settings.seconds + 30.0
     try:
         await asyncio.wait_for(asyncio.gather(*workers), limit)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         win.errors.append(f"scenario did not finish within {limit:.0f} s (server hung?)")
     if win.errors:
         sample.cancel()
@@ -343,17 +368,25 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
 
 
 def summarize(sc: Scenario, win: Window) -> dict[str, Any]:
-    row: dict[str, Any] = {**asdict(sc), "name": sc.name, "verified": win.verified,
-                           "wrong_count": len(win.wrong), "wrong": win.wrong[:5],
-                           "errors": win.errors[:5]}
+    row: dict[str, Any] = {
+        **asdict(sc),
+        "name": sc.name,
+        "verified": win.verified,
+        "wrong_count": len(win.wrong),
+        "wrong": win.wrong[:5],
+        "errors": win.errors[:5],
+    }
     if win.errors or win.start is None or win.end is None or not win.latencies:
         return row
     start, end = win.start, win.end
     n, seconds = len(win.latencies), end.wall - start.wall
     lat_ms = np.asarray(win.latencies) * 1e3
     row.update(
-        requests=n, seconds=round(seconds, 3), infer_per_s=n * sc.batch / seconds,
-        p50_ms=float(np.percentile(lat_ms, 50)), p99_ms=float(np.percentile(lat_ms, 99)),
+        requests=n,
+        seconds=round(seconds, 3),
+        infer_per_s=n * sc.batch / seconds,
+        p50_ms=float(np.percentile(lat_ms, 50)),
+        p99_ms=float(np.percentile(lat_ms, 99)),
         mean_ms=float(lat_ms.mean()),
         server_cpu_us=(end.server - start.server) * 1e6 / (n * sc.batch),
         stub_cpu_us=end.stub_delta(start) * 1e6 / (n * sc.batch),
@@ -378,8 +411,12 @@ def closed_loop(call: Callable[[int], None], seconds: float) -> dict[str, float]
             call(calls)
             calls += 1
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
-    return {"calls": calls, "calls_per_s": calls / wall, "us_per_call": wall * 1e6 / calls,
-            "cpu_us_per_call": cpu * 1e6 / calls}
+    return {
+        "calls": calls,
+        "calls_per_s": calls / wall,
+        "us_per_call": wall * 1e6 / calls,
+        "cpu_us_per_call": cpu * 1e6 / calls,
+    }
 
 
 def load_config(model_dir: Path) -> Any:
@@ -411,8 +448,9 @@ def baseline_onnx(model_dir: Path, seconds: float) -> dict[str, Any]:
     import onnxruntime as ort
 
     options, source = onnx_session_options(load_config(model_dir))
-    session = ort.InferenceSession(str(model_dir / "1" / "model.onnx"), options,
-                                   providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(
+        str(model_dir / "1" / "model.onnx"), options, providers=["CPUExecutionProvider"]
+    )
     data = make_inputs(0, 1)
     feeds = [{"INPUT0": a, "INPUT1": b} for a, b in data]
     out0, _ = session.run(None, feeds[0])
@@ -426,17 +464,26 @@ def load_python_model(model_dir: Path) -> tuple[Any, Any]:
     from tritium.backends.python import pb_utils
 
     sys.modules["triton_python_backend_utils"] = pb_utils
-    spec = importlib.util.spec_from_file_location(f"bench_{model_dir.name}",
-                                                  model_dir / "1" / "model.py")
+    spec = importlib.util.spec_from_file_location(
+        f"bench_{model_dir.name}", model_dir / "1" / "model.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    config_json = json_format.MessageToJson(load_config(model_dir),
-                                            preserving_proto_field_name=True)
+    config_json = json_format.MessageToJson(
+        load_config(model_dir), preserving_proto_field_name=True
+    )
     model = module.TritonPythonModel()
-    model.initialize({"model_config": config_json, "model_instance_kind": "CPU",
-                      "model_instance_name": f"{model_dir.name}_0",
-                      "model_instance_device_id": "0", "model_repository": str(model_dir),
-                      "model_version": "1", "model_name": model_dir.name})
+    model.initialize(
+        {
+            "model_config": config_json,
+            "model_instance_kind": "CPU",
+            "model_instance_name": f"{model_dir.name}_0",
+            "model_instance_device_id": "0",
+            "model_repository": str(model_dir),
+            "model_version": "1",
+            "model_name": model_dir.name,
+        }
+    )
     return model, pb_utils
 
 
@@ -448,14 +495,15 @@ def baseline_python(model_dir: Path, seconds: float) -> dict[str, Any]:
         a, b = data[i % len(data)]
         request = pb.InferenceRequest(
             inputs=[pb.Tensor("INPUT0", a), pb.Tensor("INPUT1", b)],
-            requested_output_names=["OUTPUT0", "OUTPUT1"], model_name=model_dir.name)
+            requested_output_names=["OUTPUT0", "OUTPUT1"],
+            model_name=model_dir.name,
+        )
         (response,) = model.execute([request])
         return pb.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()
 
     assert np.array_equal(call(0), data[0][0] + data[0][1]), "baseline: wrong answer"
     result = closed_loop(call, seconds)
-    return {"what": "model.py execute() in-process (request built per call, pb_utils)",
-            **result}
+    return {"what": "model.py execute() in-process (request built per call, pb_utils)", **result}
 
 
 BASELINES: dict[str, Callable[[Path, float], dict[str, Any]]] = {
@@ -486,47 +534,77 @@ def scenario_line(row: dict[str, Any]) -> str:
     if "infer_per_s" not in row:
         problem = (row["errors"] or row["wrong"] or ["no completions"])[0]
         return f"| {row['model']} | {row['protocol']} | {row['concurrency']} | FAILED: {problem} |"
-    cells = [row["model"], row["protocol"], row["concurrency"], _fmt(row["infer_per_s"], 0),
-             _fmt(row["p50_ms"], 3), _fmt(row["p99_ms"], 3), _fmt(row["server_cpu_us"], 0),
-             _fmt(row["stub_cpu_us"], 0), _fmt(row["client_cpu_us"], 0),
-             _fmt(row.get("throughput_ratio"), 3), _fmt(row.get("cpu_ratio"), 1)]
+    cells = [
+        row["model"],
+        row["protocol"],
+        row["concurrency"],
+        _fmt(row["infer_per_s"], 0),
+        _fmt(row["p50_ms"], 3),
+        _fmt(row["p99_ms"], 3),
+        _fmt(row["server_cpu_us"], 0),
+        _fmt(row["stub_cpu_us"], 0),
+        _fmt(row["client_cpu_us"], 0),
+        _fmt(row.get("throughput_ratio"), 3),
+        _fmt(row.get("cpu_ratio"), 1),
+    ]
     wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
     return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
 
 
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
-    lines = [f"# Benchmark: {report['issue']}", "",
-             f"{m['date']} · nproc {m['nproc']} · Python {m['python']} · "
-             f"onnxruntime {m['onnxruntime']} · tritonclient {m['tritonclient']} · "
-             f"git {m['git']} · {m['cpu']} · load average (1 min) "
-             f"{m['loadavg_1min'][0]:.1f} before, {m['loadavg_1min'][1]:.1f} after", "",
-             f"Window {report['settings']['seconds']} s after {report['settings']['warmup']} s "
-             f"warm-up{' (--quick)' if report['settings']['quick'] else ''}; CPU in µs per "
-             "inference; ratios: throughput ÷ baseline calls/s, (server+stub CPU) ÷ baseline "
-             "CPU per call.", "",
-             "| model | protocol | conc | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
-             "stub CPU µs/inf | client CPU µs/inf | thr ÷ base | CPU × base |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = [
+        f"# Benchmark: {report['issue']}",
+        "",
+        f"{m['date']} · nproc {m['nproc']} · Python {m['python']} · "
+        f"onnxruntime {m['onnxruntime']} · tritonclient {m['tritonclient']} · "
+        f"git {m['git']} · {m['cpu']} · load average (1 min) "
+        f"{m['loadavg_1min'][0]:.1f} before, {m['loadavg_1min'][1]:.1f} after",
+        "",
+        f"Window {report['settings']['seconds']} s after {report['settings']['warmup']} s "
+        f"warm-up{' (--quick)' if report['settings']['quick'] else ''}; CPU in µs per "
+        "inference; ratios: throughput ÷ baseline calls/s, (server+stub CPU) ÷ baseline "
+        "CPU per call.",
+        "",
+        "| model | protocol | conc | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
+        "stub CPU µs/inf | client CPU µs/inf | thr ÷ base | CPU × base |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
     lines += [scenario_line(row) for row in report["scenarios"]]
     idle = report.get("server_idle")
     if idle:
-        lines += ["", f"Idle server before the scenarios: server {idle['server_cpu_util']:.1%} "
-                  f"CPU, {idle['stub_processes']} stub processes {idle['stub_cpu_util']:.1%} CPU."]
-    lines += ["", "Baselines (in-process, one thread, closed loop):", "",
-              "| model | calls/s | µs/call | CPU µs/call | what |", "|---|--:|--:|--:|---|"]
+        lines += [
+            "",
+            f"Idle server before the scenarios: server {idle['server_cpu_util']:.1%} "
+            f"CPU, {idle['stub_processes']} stub processes {idle['stub_cpu_util']:.1%} CPU.",
+        ]
+    lines += [
+        "",
+        "Baselines (in-process, one thread, closed loop):",
+        "",
+        "| model | calls/s | µs/call | CPU µs/call | what |",
+        "|---|--:|--:|--:|---|",
+    ]
     for model, b in report["baselines"].items():
-        lines.append(f"| {model} | {_fmt(b['calls_per_s'], 0)} | {_fmt(b['us_per_call'], 2)} | "
-                     f"{_fmt(b['cpu_us_per_call'], 2)} | {b['what']} |")
+        lines.append(
+            f"| {model} | {_fmt(b['calls_per_s'], 0)} | {_fmt(b['us_per_call'], 2)} | "
+            f"{_fmt(b['cpu_us_per_call'], 2)} | {b['what']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def _git_describe() -> str:
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, text=True,
-                               capture_output=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            text=True,
+            capture_output=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=ROOT, text=True, capture_output=True, check=True
+        ).stdout.strip()
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -549,11 +627,17 @@ def machine_info() -> dict[str, Any]:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    return {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "nproc": len(os.sched_getaffinity(0)), "cpu_count": os.cpu_count(), "cpu": cpu,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "onnxruntime": onnxruntime.__version__,
-            "tritonclient": _version("tritonclient"), "git": _git_describe()}
+    return {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_count": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "onnxruntime": onnxruntime.__version__,
+        "tritonclient": _version("tritonclient"),
+        "git": _git_describe(),
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,8 +664,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def make_settings(args: argparse.Namespace) -> Settings:
-    settings = Settings(warmup=0.5, seconds=1.0, baseline_seconds=0.5, quick=True) \
-        if args.quick else Settings()
+    settings = (
+        Settings(warmup=0.5, seconds=1.0, baseline_seconds=0.5, quick=True)
+        if args.quick
+        else Settings()
+    )
     if args.seconds is not None:
         settings.seconds = args.seconds
     if args.warmup is not None:
@@ -600,17 +687,24 @@ def select(args: argparse.Namespace) -> list[Scenario]:
     known = {s.protocol for s in scenarios}
     extra = [p for p in protocols or [] if p not in known]  # e.g. http-aio-default
     scenarios += list(dict.fromkeys(replace(s, protocol=p) for p in extra for s in scenarios))
-    chosen = [s for s in scenarios
-              if (not models or s.model in models) and (not protocols or s.protocol in protocols)
-              and (not conc or s.concurrency in conc)]
+    chosen = [
+        s
+        for s in scenarios
+        if (not models or s.model in models)
+        and (not protocols or s.protocol in protocols)
+        and (not conc or s.concurrency in conc)
+    ]
     if not chosen:
         raise SystemExit("no scenario matches the filters")
     return chosen
 
 
 def build_repository(target: Path) -> None:
-    subprocess.run([sys.executable, str(BUILD_MODELS), "--repository", str(target)],
-                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, str(BUILD_MODELS), "--repository", str(target)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def run_baselines(repo: Path, models: list[str], settings: Settings) -> dict[str, Any]:
@@ -628,12 +722,16 @@ def idle_cpu(server: Server, seconds: float = 1.0) -> dict[str, float]:
     time.sleep(seconds)
     end = CpuSnapshot.take(server.pid)
     wall = end.wall - start.wall
-    return {"server_cpu_util": (end.server - start.server) / wall,
-            "stub_cpu_util": end.stub_delta(start) / wall, "stub_processes": len(end.stubs)}
+    return {
+        "server_cpu_util": (end.server - start.server) / wall,
+        "stub_cpu_util": end.stub_delta(start) / wall,
+        "stub_processes": len(end.stubs),
+    }
 
 
-def run_scenarios(repo: Path, work: Path, scenarios: list[Scenario], settings: Settings,
-                  info: dict[str, Any]) -> list[dict[str, Any]]:
+def run_scenarios(
+    repo: Path, work: Path, scenarios: list[Scenario], settings: Settings, info: dict[str, Any]
+) -> list[dict[str, Any]]:
     server, rows = Server(repo, work), []
     try:
         server.wait_ready(sorted({s.model for s in scenarios}))
@@ -646,8 +744,11 @@ def run_scenarios(repo: Path, work: Path, scenarios: list[Scenario], settings: S
             print("  " + scenario_line(row), flush=True)
             if not server.healthy():
                 info["server_log_tail"] = server.log_tail()
-                print(f"server not healthy after {sc.name}; stopping. Log tail:\n"
-                      f"{info['server_log_tail']}", file=sys.stderr)
+                print(
+                    f"server not healthy after {sc.name}; stopping. Log tail:\n"
+                    f"{info['server_log_tail']}",
+                    file=sys.stderr,
+                )
                 break
     finally:
         server.stop()
@@ -675,8 +776,13 @@ def main(argv: list[str] | None = None) -> int:
         info = {"baselines": run_baselines(repo, sorted({s.model for s in scenarios}), settings)}
         rows = run_scenarios(repo, work, scenarios, settings, info)
     machine = {**machine_info(), "loadavg_1min": [load_before, os.getloadavg()[0]]}
-    report = {"issue": args.issue, "settings": asdict(settings), "machine": machine,
-              **info, "scenarios": rows}
+    report = {
+        "issue": args.issue,
+        "settings": asdict(settings),
+        "machine": machine,
+        **info,
+        "scenarios": rows,
+    }
     path = write_report(report, args.output_dir)
     print("\n" + markdown(report))
     print(f"wrote {path} and {path.with_suffix('.json')}")

@@ -59,10 +59,12 @@ def _add_sub_model(name: str, triton_type: str, dims: int = 16):
             helper.make_node("Cast", ["INPUT1"], ["in1_i32"], to=i32, name="parse1"),
             helper.make_node("Add", ["in0_i32", "in1_i32"], ["sum_i32"], name="add"),
             helper.make_node("Sub", ["in0_i32", "in1_i32"], ["diff_i32"], name="sub"),
-            helper.make_node("Cast", ["sum_i32"], ["OUTPUT0"], to=TensorProto.STRING,
-                             name="format0"),
-            helper.make_node("Cast", ["diff_i32"], ["OUTPUT1"], to=TensorProto.STRING,
-                             name="format1"),
+            helper.make_node(
+                "Cast", ["sum_i32"], ["OUTPUT0"], to=TensorProto.STRING, name="format0"
+            ),
+            helper.make_node(
+                "Cast", ["diff_i32"], ["OUTPUT1"], to=TensorProto.STRING, name="format1"
+            ),
         ]
     else:
         nodes = [

@@ -19,13 +19,33 @@ from server_process import ServerProcess  # noqa: E402
 
 # Models every healthy shared server has; crash/bad models get servers of their own.
 GOOD_TEST_MODELS = [
-    "identity_bool", "identity_uint8", "identity_uint16", "identity_uint32", "identity_uint64",
-    "identity_int8", "identity_int16", "identity_int32", "identity_int64", "identity_fp16",
-    "identity_fp32", "identity_fp64", "identity_bf16", "identity_bytes",
-    "identity_onnx_fp32", "identity_onnx_nocfg", "onnx_partial_cfg",
-    "raises", "error_response", "async_add_sub",
-    "versioned_latest", "versioned_all", "versioned_specific", "slow", "is_ready_false",
-    "scalar_reshape", "autocomplete_py",
+    "identity_bool",
+    "identity_uint8",
+    "identity_uint16",
+    "identity_uint32",
+    "identity_uint64",
+    "identity_int8",
+    "identity_int16",
+    "identity_int32",
+    "identity_int64",
+    "identity_fp16",
+    "identity_fp32",
+    "identity_fp64",
+    "identity_bf16",
+    "identity_bytes",
+    "identity_onnx_fp32",
+    "identity_onnx_nocfg",
+    "onnx_partial_cfg",
+    "raises",
+    "error_response",
+    "async_add_sub",
+    "versioned_latest",
+    "versioned_all",
+    "versioned_specific",
+    "slow",
+    "is_ready_false",
+    "scalar_reshape",
+    "autocomplete_py",
 ]
 PROTOCOLS = ["http", "grpc"]
 
@@ -52,7 +72,8 @@ def server(example_repo: Path, test_repo: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(
         [example_repo, test_repo],
         "--strict-readiness=false",
-        "--http-max-input-size", str(160 * 1024 * 1024),
+        "--http-max-input-size",
+        str(160 * 1024 * 1024),
     )
     yield proc
     proc.stop()

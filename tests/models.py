@@ -89,13 +89,7 @@ ONNX_IR_VERSION = 8
 
 def _tensor(name: str, data_type: str, dims: Iterable[int]) -> str:
     dims_text = ", ".join(str(d) for d in dims)
-    return (
-        "  {\n"
-        f'    name: "{name}"\n'
-        f"    data_type: {data_type}\n"
-        f"    dims: [ {dims_text} ]\n"
-        "  }"
-    )
+    return f'  {{\n    name: "{name}"\n    data_type: {data_type}\n    dims: [ {dims_text} ]\n  }}'
 
 
 def _config(
@@ -118,19 +112,32 @@ def _config(
     return "\n".join(lines) + "\n"
 
 
-def _unary_config(name: str, data_type: str, dims: list[int], backend: str = "python",
-                  max_batch_size: int = 0, extra: str = "") -> str:
+def _unary_config(
+    name: str,
+    data_type: str,
+    dims: list[int],
+    backend: str = "python",
+    max_batch_size: int = 0,
+    extra: str = "",
+) -> str:
     return _config(
-        name, backend, max_batch_size,
-        [("INPUT0", data_type, dims)], [("OUTPUT0", data_type, dims)], extra,
+        name,
+        backend,
+        max_batch_size,
+        [("INPUT0", data_type, dims)],
+        [("OUTPUT0", data_type, dims)],
+        extra,
     )
 
 
 def _add_sub_config(name: str) -> str:
     io = ("TYPE_INT32", [16])
     return _config(
-        name, "python", 8,
-        [("INPUT0", *io), ("INPUT1", *io)], [("OUTPUT0", *io), ("OUTPUT1", *io)],
+        name,
+        "python",
+        8,
+        [("INPUT0", *io), ("INPUT1", *io)],
+        [("OUTPUT0", *io), ("OUTPUT1", *io)],
     )
 
 
@@ -154,16 +161,16 @@ class TritonPythonModel:
         return responses
 '''
 
-_RAISES_PY = '''\
+_RAISES_PY = """\
 import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
     def execute(self, requests):
         raise ValueError("boom from model")
-'''
+"""
 
-_ERROR_RESPONSE_PY = '''\
+_ERROR_RESPONSE_PY = """\
 import triton_python_backend_utils as pb_utils
 
 
@@ -177,9 +184,9 @@ class TritonPythonModel:
                 )
             )
         return responses
-'''
+"""
 
-_CRASH_EXIT_PY = '''\
+_CRASH_EXIT_PY = """\
 import os
 
 import triton_python_backend_utils as pb_utils  # noqa: F401
@@ -188,9 +195,9 @@ import triton_python_backend_utils as pb_utils  # noqa: F401
 class TritonPythonModel:
     def execute(self, requests):
         os._exit(3)
-'''
+"""
 
-_CRASH_SEGV_PY = '''\
+_CRASH_SEGV_PY = """\
 import ctypes
 
 import triton_python_backend_utils as pb_utils  # noqa: F401
@@ -200,9 +207,9 @@ class TritonPythonModel:
     def execute(self, requests):
         ctypes.string_at(0)  # reads address 0: a real SIGSEGV
         return []
-'''
+"""
 
-_ASYNC_ADD_SUB_PY = '''\
+_ASYNC_ADD_SUB_PY = """\
 import asyncio
 import json
 
@@ -227,9 +234,9 @@ class TritonPythonModel:
             out_1 = pb_utils.Tensor("OUTPUT1", (in_0 - in_1).astype(self.output1_dtype))
             responses.append(pb_utils.InferenceResponse(output_tensors=[out_0, out_1]))
         return responses
-'''
+"""
 
-_BAD_INIT_PY = '''\
+_BAD_INIT_PY = """\
 import triton_python_backend_utils as pb_utils  # noqa: F401
 
 
@@ -239,7 +246,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         return []
-'''
+"""
 
 _VERSIONED_PY = '''\
 import numpy as np
@@ -260,7 +267,7 @@ class TritonPythonModel:
         return responses
 '''
 
-_SLOW_PY = f'''\
+_SLOW_PY = f"""\
 import time
 
 import triton_python_backend_utils as pb_utils
@@ -275,9 +282,9 @@ class TritonPythonModel:
             out_0 = pb_utils.Tensor("OUTPUT0", in_0.as_numpy())
             responses.append(pb_utils.InferenceResponse(output_tensors=[out_0]))
         return responses
-'''
+"""
 
-_IS_READY_FALSE_PY = '''\
+_IS_READY_FALSE_PY = """\
 import triton_python_backend_utils as pb_utils
 
 
@@ -292,7 +299,7 @@ class TritonPythonModel:
             out_0 = pb_utils.Tensor("OUTPUT0", in_0.as_numpy())
             responses.append(pb_utils.InferenceResponse(output_tensors=[out_0]))
         return responses
-'''
+"""
 
 # ----------------------------------------------------------------------------------
 # ONNX models

@@ -26,10 +26,20 @@ class ServerProcess:
         for repo in repositories:
             command += ["--model-repository", str(repo)]
         command += [
-            "--http-address", "127.0.0.1", "--http-port", "0",
-            "--grpc-address", "127.0.0.1", "--grpc-port", "0",
-            "--metrics-address", "127.0.0.1", "--metrics-port", "0",
-            "--ports-file", str(self.ports_file),
+            "--http-address",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-address",
+            "127.0.0.1",
+            "--grpc-port",
+            "0",
+            "--metrics-address",
+            "127.0.0.1",
+            "--metrics-port",
+            "0",
+            "--ports-file",
+            str(self.ports_file),
             *args,
         ]
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
@@ -61,9 +71,7 @@ class ServerProcess:
                 self.ports = json.loads(self.ports_file.read_text())
                 return
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"server exited with {self.proc.returncode}:\n{self.log_text()}"
-                )
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log_text()}")
             time.sleep(0.05)
         raise RuntimeError(f"server did not bind within {timeout}s:\n{self.log_text()}")
 

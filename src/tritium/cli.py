@@ -33,8 +33,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tritium", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve model repositories (Triton's flags)")
-    serve.add_argument("--model-repository", "--model-store", action="append", default=[],
-                       required=True, help="path of a model repository (repeatable)")
+    serve.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        default=[],
+        required=True,
+        help="path of a model repository (repeatable)",
+    )
     serve.add_argument("--id", default="triton", help="server identifier in server metadata")
     _flag(serve, "--allow-http", True, "serve HTTP/REST")
     serve.add_argument("--http-address", default="0.0.0.0")
@@ -48,15 +54,27 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--metrics-port", type=int, default=8002)
     _flag(serve, "--exit-on-error", True, "exit if any model fails to load at startup")
     _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
-    serve.add_argument("--disable-auto-complete-config", action="store_true",
-                       help="do not complete model configurations from the model files")
-    serve.add_argument("--strict-model-config", type=_bool, nargs="?", const=True, default=None,
-                       help="deprecated: same as --disable-auto-complete-config when true")
+    serve.add_argument(
+        "--disable-auto-complete-config",
+        action="store_true",
+        help="do not complete model configurations from the model files",
+    )
+    serve.add_argument(
+        "--strict-model-config",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=None,
+        help="deprecated: same as --disable-auto-complete-config when true",
+    )
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
     serve.add_argument("--model-load-thread-count", type=int, default=4)
     serve.add_argument("--log-verbose", type=int, default=0)
-    serve.add_argument("--ports-file", default="",
-                       help="tritium: write the bound ports as JSON to this file once serving")
+    serve.add_argument(
+        "--ports-file",
+        default="",
+        help="tritium: write the bound ports as JSON to this file once serving",
+    )
     return parser
 
 

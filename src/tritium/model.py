@@ -7,9 +7,9 @@ from collections.abc import Sequence
 
 from .backends.base import ModelInstance
 from .errors import invalid_arg
-from .repository.spec import ModelSpec
+from .repository.spec import IOSpec, ModelSpec
 from .scheduling.direct import DirectScheduler
-from .types import InferenceRequest
+from .types import InferenceRequest, Tensor
 
 
 class ModelState(enum.Enum):
@@ -61,20 +61,8 @@ class Model:
                 raise invalid_arg(
                     f"unexpected inference input '{tensor.name}' for model '{self.name}'"
                 )
-            if tensor.datatype is not io.datatype:
-                raise invalid_arg(
-                    f"inference input '{tensor.name}' data-type is '{tensor.datatype.wire}', "
-                    f"but model '{self.name}' expects '{io.datatype.wire}'"
-                )
+            self._check_tensor(tensor, io)
             shape = tensor.shape
-            full = self._full_dims[tensor.name]
-            if len(shape) != len(full) or any(
-                d != e and e != -1 for d, e in zip(shape, full, strict=True)
-            ):
-                raise invalid_arg(
-                    f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
-                    f"Expected {_dims(full)}, got {_dims(shape)}{self._batching_note}"
-                )
             if spec.max_batch_size:
                 if batch == -1:
                     batch = shape[0]
@@ -91,16 +79,31 @@ class Model:
                 seen += 1
         if seen != len(spec.required_inputs):
             self._missing_inputs(request)
-        if spec.max_batch_size and batch > spec.max_batch_size:
+        if batch > spec.max_batch_size > 0:
             raise invalid_arg(
-                f"inference request batch-size must be <= {spec.max_batch_size} for "
-                f"'{self.name}'"
+                f"inference request batch-size must be <= {spec.max_batch_size} for '{self.name}'"
             )
         for output in request.outputs:
             if output.name not in spec.outputs:
                 raise invalid_arg(
                     f"unexpected inference output '{output.name}' for model '{self.name}'"
                 )
+
+    def _check_tensor(self, tensor: Tensor, io: IOSpec) -> None:
+        if tensor.datatype is not io.datatype:
+            raise invalid_arg(
+                f"inference input '{tensor.name}' data-type is '{tensor.datatype.wire}', "
+                f"but model '{self.name}' expects '{io.datatype.wire}'"
+            )
+        name, shape = tensor.name, tensor.shape
+        full = self._full_dims[name]
+        if len(shape) != len(full) or any(
+            d != e and e != -1 for d, e in zip(shape, full, strict=True)
+        ):
+            raise invalid_arg(
+                f"unexpected shape for input '{name}' for model '{self.name}'. "
+                f"Expected {_dims(full)}, got {_dims(shape)}{self._batching_note}"
+            )
 
     def _missing_inputs(self, request: InferenceRequest) -> None:
         spec = self.spec

@@ -56,8 +56,11 @@ async def _bind(
         app = HttpApp(server)
         limit = options.http_max_input_size
         http_server = await loop.create_server(
-            lambda: HttpProtocol(app, limit), options.http_address, options.http_port,
-            reuse_address=True, backlog=1024,
+            lambda: HttpProtocol(app, limit),
+            options.http_address,
+            options.http_port,
+            reuse_address=True,
+            backlog=1024,
         )
         ports["http"] = http_server.sockets[0].getsockname()[1]
         log.info("Started HTTPService at %s:%d", options.http_address, ports["http"])
@@ -77,4 +80,3 @@ def _host(address: str) -> str:
     if ":" in address and not address.startswith("["):
         return f"[{address}]"
     return address
-

@@ -94,7 +94,7 @@ class InferenceServer:
         self._accepting = False
         try:
             await asyncio.wait_for(self._idle.wait(), self.options.exit_timeout_secs)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("%d requests still in flight at shutdown timeout", self._inflight)
         await self.repository.unload_all()
         self._live = False

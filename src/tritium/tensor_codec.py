@@ -27,8 +27,7 @@ def deserialize_bytes(buf: bytes | bytearray | memoryview, name: str) -> list[by
         pos += 4
         if pos + n > end:
             raise invalid_arg(
-                f"incomplete string data for input '{name}': expected {n} bytes, "
-                f"{end - pos} remain"
+                f"incomplete string data for input '{name}': expected {n} bytes, {end - pos} remain"
             )
         out.append(bytes(view[pos : pos + n]))
         pos += n

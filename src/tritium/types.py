@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - ml_dtypes arrives with tritonclient
 
 
 class DataType(enum.Enum):
-    """Triton's tensor datatypes: wire name, config name, numpy dtype, element size (0 = variable)."""
+    """Triton's datatypes: wire name, config name, numpy dtype, element size (0: variable)."""
 
     BOOL = ("BOOL", "TYPE_BOOL", np.dtype(np.bool_), 1)
     UINT8 = ("UINT8", "TYPE_UINT8", np.dtype(np.uint8), 1)

@@ -51,7 +51,10 @@ def assert_simple_works(c: Any, protocol: str) -> None:
 
 
 def expect_error(
-    protocol: str, call: Callable[[], Any], http_status: str, *phrases: str,
+    protocol: str,
+    call: Callable[[], Any],
+    http_status: str,
+    *phrases: str,
     grpc_status: str | None = None,
 ) -> InferenceServerException:
     with pytest.raises(InferenceServerException) as info:
@@ -66,8 +69,9 @@ def expect_error(
 
 
 def int32_input(protocol: str, name: str, shape: list[int]) -> Any:
-    return make_input(protocol, name, np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape),
-                      "INT32")
+    return make_input(
+        protocol, name, np.arange(int(np.prod(shape)), dtype=np.int32).reshape(shape), "INT32"
+    )
 
 
 # ------------------------------------------------------------ validation errors (both protocols)
@@ -77,7 +81,9 @@ def test_wrong_shape(triton: Any, protocol: str) -> None:
     # INPUT0 is fine with batch 2; INPUT1 carries the right 16 elements per batch in a [2, 8] shape.
     inputs = [int32_input(protocol, "INPUT0", [2, 16]), int32_input(protocol, "INPUT1", [2, 8])]
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs), "400",
+        protocol,
+        lambda: triton.infer("simple", inputs),
+        "400",
         "unexpected shape for input 'INPUT1' for model 'simple'. Expected [-1,16], got [2,8]",
     )
     assert_simple_works(triton, protocol)
@@ -89,7 +95,9 @@ def test_wrong_datatype(triton: Any, protocol: str) -> None:
         int32_input(protocol, "INPUT1", [1, 16]),
     ]
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs), "400",
+        protocol,
+        lambda: triton.infer("simple", inputs),
+        "400",
         "data-type is 'FP32', but model 'simple' expects 'INT32'",
     )
     assert_simple_works(triton, protocol)
@@ -98,7 +106,9 @@ def test_wrong_datatype(triton: Any, protocol: str) -> None:
 def test_missing_input(triton: Any, protocol: str) -> None:
     inputs = [int32_input(protocol, "INPUT0", [1, 16])]
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs), "400",
+        protocol,
+        lambda: triton.infer("simple", inputs),
+        "400",
         "expected 2 inputs but got 1 inputs for model 'simple'",
     )
     assert_simple_works(triton, protocol)
@@ -107,7 +117,9 @@ def test_missing_input(triton: Any, protocol: str) -> None:
 def test_unknown_input_name(triton: Any, protocol: str) -> None:
     inputs = [int32_input(protocol, "INPUT0", [1, 16]), int32_input(protocol, "NOPE", [1, 16])]
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs), "400",
+        protocol,
+        lambda: triton.infer("simple", inputs),
+        "400",
         "unexpected inference input 'NOPE' for model 'simple'",
     )
     assert_simple_works(triton, protocol)
@@ -117,7 +129,9 @@ def test_unknown_requested_output(triton: Any, protocol: str) -> None:
     inputs, _, _ = add_sub_inputs(protocol)
     outputs = [module(protocol).InferRequestedOutput("NOPE")]
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs, outputs=outputs), "400",
+        protocol,
+        lambda: triton.infer("simple", inputs, outputs=outputs),
+        "400",
         "unexpected inference output 'NOPE' for model 'simple'",
     )
     assert_simple_works(triton, protocol)
@@ -126,7 +140,9 @@ def test_unknown_requested_output(triton: Any, protocol: str) -> None:
 def test_batch_too_large(triton: Any, protocol: str) -> None:
     inputs, _, _ = add_sub_inputs(protocol, batch=9)
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs), "400",
+        protocol,
+        lambda: triton.infer("simple", inputs),
+        "400",
         "inference request batch-size must be <= 8 for 'simple'",
     )
     assert_simple_works(triton, protocol)
@@ -135,7 +151,9 @@ def test_batch_too_large(triton: Any, protocol: str) -> None:
 def test_unknown_model(triton: Any, protocol: str) -> None:
     inputs, _, _ = add_sub_inputs(protocol)
     expect_error(
-        protocol, lambda: triton.infer("nope", inputs), "404",
+        protocol,
+        lambda: triton.infer("nope", inputs),
+        "404",
         "Request for unknown model: 'nope' is not found",
     )
     assert_simple_works(triton, protocol)
@@ -145,7 +163,9 @@ def test_unknown_version(triton: Any, protocol: str) -> None:
     inputs, _, _ = add_sub_inputs(protocol)
     # Triton core (ModelLifeCycle::GetModel): a version with no record is NOT_FOUND.
     expect_error(
-        protocol, lambda: triton.infer("simple", inputs, model_version="7"), "404",
+        protocol,
+        lambda: triton.infer("simple", inputs, model_version="7"),
+        "404",
         "Request for unknown model: 'simple' version 7 is not found",
     )
     assert_simple_works(triton, protocol)
@@ -155,13 +175,17 @@ def test_non_numeric_version(triton: Any, protocol: str) -> None:
     inputs, _, _ = add_sub_inputs(protocol)
     if protocol == "grpc":
         expect_error(
-            protocol, lambda: triton.infer("simple", inputs, model_version="abc"), "400",
+            protocol,
+            lambda: triton.infer("simple", inputs, model_version="abc"),
+            "400",
             "version should be an integral value > 0",
         )
     else:
         # HTTP: a version segment must match [0-9]+, so the route does not exist.
         expect_error(
-            protocol, lambda: triton.infer("simple", inputs, model_version="abc"), "404",
+            protocol,
+            lambda: triton.infer("simple", inputs, model_version="abc"),
+            "404",
             "Not Found",
         )
     assert_simple_works(triton, protocol)
@@ -202,10 +226,18 @@ def post(
 def binary_request(sizes: tuple[int, int] = (64, 64)) -> bytes:
     doc = {
         "inputs": [
-            {"name": "INPUT0", "shape": [1, 16], "datatype": "INT32",
-             "parameters": {"binary_data_size": sizes[0]}},
-            {"name": "INPUT1", "shape": [1, 16], "datatype": "INT32",
-             "parameters": {"binary_data_size": sizes[1]}},
+            {
+                "name": "INPUT0",
+                "shape": [1, 16],
+                "datatype": "INT32",
+                "parameters": {"binary_data_size": sizes[0]},
+            },
+            {
+                "name": "INPUT1",
+                "shape": [1, 16],
+                "datatype": "INT32",
+                "parameters": {"binary_data_size": sizes[1]},
+            },
         ]
     }
     return json.dumps(doc).encode()
@@ -233,8 +265,9 @@ def assert_error_json(status: int, body: bytes, expected_status: int = 400, *phr
 
 def assert_simple_works_raw(url: str) -> None:
     """The next good request over HTTP (JSON in, JSON out) still succeeds."""
-    status, _, body = post(url, json.dumps(json_request()).encode(),
-                           {"Content-Type": "application/json"})
+    status, _, body = post(
+        url, json.dumps(json_request()).encode(), {"Content-Type": "application/json"}
+    )
     assert status == 200, body
     outputs = {o["name"]: o["data"] for o in json.loads(body)["outputs"]}
     assert outputs["OUTPUT0"] == (A + B).ravel().tolist()
@@ -250,7 +283,8 @@ def test_raw_good_binary_request_is_accepted(server: ServerProcess) -> None:
     """Sanity check of the hand-built binary request the cases below corrupt."""
     header = binary_request()
     status, headers, body = post(
-        server.http_url, header + A.tobytes() + B.tobytes(),
+        server.http_url,
+        header + A.tobytes() + B.tobytes(),
         {"Inference-Header-Content-Length": str(len(header))},
     )
     assert status == 200, body
@@ -262,7 +296,8 @@ def test_raw_truncated_binary_data(server: ServerProcess) -> None:
     header = binary_request()
     # INPUT1 claims 64 bytes, only 60 follow.
     status, _, body = post(
-        server.http_url, header + A.tobytes() + B.tobytes()[:60],
+        server.http_url,
+        header + A.tobytes() + B.tobytes()[:60],
         {"Inference-Header-Content-Length": str(len(header))},
     )
     assert_error_json(status, body, 400, "unexpected size for input 'INPUT1'")
@@ -272,7 +307,8 @@ def test_raw_truncated_binary_data(server: ServerProcess) -> None:
 def test_raw_binary_data_larger_than_declared(server: ServerProcess) -> None:
     header = binary_request()
     status, _, body = post(
-        server.http_url, header + A.tobytes() + B.tobytes() + b"\x00" * 8,
+        server.http_url,
+        header + A.tobytes() + B.tobytes() + b"\x00" * 8,
         {"Inference-Header-Content-Length": str(len(header))},
     )
     assert_error_json(status, body, 400, "unexpected additional input data for model 'simple'")
@@ -282,7 +318,8 @@ def test_raw_binary_data_larger_than_declared(server: ServerProcess) -> None:
 def test_raw_byte_size_does_not_match_shape(server: ServerProcess) -> None:
     header = binary_request((60, 64))
     status, _, body = post(
-        server.http_url, header + A.tobytes()[:60] + B.tobytes(),
+        server.http_url,
+        header + A.tobytes()[:60] + B.tobytes(),
         {"Inference-Header-Content-Length": str(len(header))},
     )
     assert_error_json(
@@ -354,8 +391,9 @@ def test_raw_valid_gzip_body_is_accepted(server: ServerProcess) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_limit_server(example_repo: Path, tmp_path_factory: pytest.TempPathFactory
-                       ) -> Iterator[ServerProcess]:
+def small_limit_server(
+    example_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     repo = tmp_path_factory.mktemp("small_limit") / "repo"
     repo.mkdir()
     shutil.copytree(example_repo / "simple", repo / "simple")

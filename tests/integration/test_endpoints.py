@@ -59,8 +59,13 @@ def _model_names(*repos: Path) -> set[str]:
     return {p.name for repo in repos for p in repo.iterdir() if p.is_dir()}
 
 
-def _raw(server: ServerProcess, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+def _raw(
+    server: ServerProcess,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | None = None,
+) -> tuple[int, dict[str, str], bytes]:
     host, port = server.http_url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
@@ -114,8 +119,9 @@ def _tensors(entries: list[dict[str, Any]]) -> dict[str, tuple[str, list[int]]]:
     ("model", "platform"), [("simple", "onnxruntime_onnx"), ("add_sub_python", "python")]
 )
 @pytest.mark.parametrize("version", ["", "1"])
-def test_model_metadata(client: Any, protocol: str, model: str, platform: str,
-                        version: str) -> None:
+def test_model_metadata(
+    client: Any, protocol: str, model: str, platform: str, version: str
+) -> None:
     meta = _json(protocol, client.get_model_metadata, model, version)
     assert meta["name"] == model
     assert meta["versions"] == ["1"]
@@ -160,8 +166,9 @@ def test_model_ready_unknown(client: Any) -> None:
 
 def _versioned_infer(protocol: str, client: Any, model: str, value: int, version: str = "") -> int:
     x = np.array([value], dtype=np.int32)
-    result = client.infer(model, [clients.make_input(protocol, "INPUT0", x, "INT32")],
-                          model_version=version)
+    result = client.infer(
+        model, [clients.make_input(protocol, "INPUT0", x, "INT32")], model_version=version
+    )
     out = result.as_numpy("OUTPUT0")
     assert out.dtype == np.int32 and out.shape == (1,)
     return int(out[0])
@@ -229,8 +236,15 @@ def _io(cfg: dict[str, Any], key: str, protocol: str) -> dict[str, tuple[str, li
         ("add_sub_python", "python", None, "model.py", 1),
     ],
 )
-def test_model_config_normalized(client: Any, protocol: str, model: str, backend: str,
-                                 platform: str | None, filename: str, count: int) -> None:
+def test_model_config_normalized(
+    client: Any,
+    protocol: str,
+    model: str,
+    backend: str,
+    platform: str | None,
+    filename: str,
+    count: int,
+) -> None:
     cfg = _config(protocol, client, model)
     assert cfg["name"] == model
     assert cfg["backend"] == backend
@@ -270,8 +284,17 @@ def test_model_config_http_prints_defaults(server: ServerProcess) -> None:
     assert cfg["input"][0]["dims"] == [1]
 
 
-@pytest.mark.parametrize("model", ["simple", "add_sub_python", "identity_onnx_nocfg",
-                                   "onnx_partial_cfg", "versioned_all", "simple_string"])
+@pytest.mark.parametrize(
+    "model",
+    [
+        "simple",
+        "add_sub_python",
+        "identity_onnx_nocfg",
+        "onnx_partial_cfg",
+        "versioned_all",
+        "simple_string",
+    ],
+)
 def test_model_config_same_over_both_protocols(server: ServerProcess, model: str) -> None:
     h = clients.client("http", server.http_url)
     g = clients.client("grpc", server.grpc_url)
@@ -285,10 +308,12 @@ def test_model_config_same_over_both_protocols(server: ServerProcess, model: str
     assert parsed == grpc_cfg
 
 
-@pytest.mark.parametrize(("model", "max_batch_size"),
-                         [("identity_onnx_nocfg", 4), ("onnx_partial_cfg", 2)])
-def test_model_config_onnx_autocomplete(client: Any, protocol: str, model: str,
-                                        max_batch_size: int) -> None:
+@pytest.mark.parametrize(
+    ("model", "max_batch_size"), [("identity_onnx_nocfg", 4), ("onnx_partial_cfg", 2)]
+)
+def test_model_config_onnx_autocomplete(
+    client: Any, protocol: str, model: str, max_batch_size: int
+) -> None:
     cfg = _config(protocol, client, model)
     assert cfg["name"] == model
     assert cfg["backend"] == "onnxruntime"
@@ -371,8 +396,9 @@ def test_repository_index_grpc_message(server: ServerProcess) -> None:
 # ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/", "/nope", "/v2/nope", "/v3/health/live",
-                                  "/v2/models/simple/versions/x/ready"])
+@pytest.mark.parametrize(
+    "path", ["/", "/nope", "/v2/nope", "/v3/health/live", "/v2/models/simple/versions/x/ready"]
+)
 def test_http_unknown_path_404(server: ServerProcess, path: str) -> None:
     status, headers, body = _raw(server, "GET", path)
     assert status == 404
@@ -413,8 +439,9 @@ def test_http_query_parameters_ignored(server: ServerProcess) -> None:
     assert json.loads(body)["name"] == "simple"
 
 
-@pytest.mark.parametrize("path", ["/v2", "/v2/models/simple", "/v2/models/simple/versions/1",
-                                  "/v2/models/simple/config"])
+@pytest.mark.parametrize(
+    "path", ["/v2", "/v2/models/simple", "/v2/models/simple/versions/1", "/v2/models/simple/config"]
+)
 def test_http_json_content_type(server: ServerProcess, path: str) -> None:
     status, headers, body = _raw(server, "GET", path)
     assert status == 200

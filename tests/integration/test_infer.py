@@ -46,10 +46,20 @@ transports = pytest.mark.parametrize(("protocol", "binary_in", "binary_out"), TR
 BINARY_ONLY = {"FP16", "BF16"}
 
 NP_DTYPES: dict[str, Any] = {
-    "BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
-    "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
-    "INT64": np.int64, "FP16": np.float16, "FP32": np.float32, "FP64": np.float64,
-    "BF16": ml_dtypes.bfloat16, "BYTES": np.object_,
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BF16": ml_dtypes.bfloat16,
+    "BYTES": np.object_,
 }
 
 
@@ -71,9 +81,12 @@ def _response_dict(result: Any, protocol: str) -> dict[str, Any]:
         return result.get_response()
     r = result.get_response()
     return {
-        "id": r.id, "model_name": r.model_name, "model_version": r.model_version,
-        "outputs": [{"name": o.name, "datatype": o.datatype, "shape": list(o.shape)}
-                    for o in r.outputs],
+        "id": r.id,
+        "model_name": r.model_name,
+        "model_version": r.model_version,
+        "outputs": [
+            {"name": o.name, "datatype": o.datatype, "shape": list(o.shape)} for o in r.outputs
+        ],
     }
 
 
@@ -105,8 +118,14 @@ def _check_http_output_encoding(result: Any, protocol: str, names: list[str], bi
 # ----------------------------------------------------------------------------------
 
 
-def _add_sub_request(protocol: str, batch: int, binary: bool, seed: int,
-                     dtype: Any = np.int32, datatype: str = "INT32"):
+def _add_sub_request(
+    protocol: str,
+    batch: int,
+    binary: bool,
+    seed: int,
+    dtype: Any = np.int32,
+    datatype: str = "INT32",
+):
     rng = np.random.default_rng(seed)
     if dtype == np.int8:
         a = rng.integers(-128, 128, size=(batch, 16)).astype(np.int8)
@@ -114,16 +133,19 @@ def _add_sub_request(protocol: str, batch: int, binary: bool, seed: int,
     else:
         a = rng.integers(-100_000, 100_000, size=(batch, 16)).astype(dtype)
         b = rng.integers(-100_000, 100_000, size=(batch, 16)).astype(dtype)
-    inputs = [clients.make_input(protocol, "INPUT0", a, datatype, binary),
-              clients.make_input(protocol, "INPUT1", b, datatype, binary)]
+    inputs = [
+        clients.make_input(protocol, "INPUT0", a, datatype, binary),
+        clients.make_input(protocol, "INPUT1", b, datatype, binary),
+    ]
     return inputs, a, b
 
 
 @pytest.mark.parametrize("model", ADD_SUB_MODELS)
 @pytest.mark.parametrize("batch", [1, 8])
 @transports
-def test_add_sub(client: Any, protocol: str, binary_in: bool, binary_out: bool,
-                 model: str, batch: int) -> None:
+def test_add_sub(
+    client: Any, protocol: str, binary_in: bool, binary_out: bool, model: str, batch: int
+) -> None:
     inputs, a, b = _add_sub_request(protocol, batch, binary_in, seed=batch)
     outputs = _requested(protocol, ["OUTPUT0", "OUTPUT1"], binary_out)
     result = client.infer(model, inputs, outputs=outputs)
@@ -147,7 +169,9 @@ def test_add_sub_default_outputs(client: Any, protocol: str, model: str) -> None
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
     assert sorted(o["name"] for o in _response_dict(result, protocol)["outputs"]) == [
-        "OUTPUT0", "OUTPUT1"]
+        "OUTPUT0",
+        "OUTPUT1",
+    ]
 
 
 def test_add_sub_with_version(client: Any, protocol: str) -> None:
@@ -181,8 +205,7 @@ def test_request_id_echoed(client: Any, protocol: str) -> None:
 @pytest.mark.parametrize("model", ["simple", "add_sub_python"])
 def test_custom_parameters_accepted(client: Any, protocol: str, model: str) -> None:
     inputs, a, b = _add_sub_request(protocol, 1, True, seed=2)
-    params = {"custom_str": "hello", "custom_int": 7, "custom_bool": True,
-              "custom_float": 0.25}
+    params = {"custom_str": "hello", "custom_int": 7, "custom_bool": True, "custom_float": 0.25}
     result = client.infer(model, inputs, parameters=params)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
@@ -195,17 +218,22 @@ def test_custom_parameters_accepted(client: Any, protocol: str, model: str) -> N
 
 @pytest.mark.parametrize("batch", [1, 8])
 @transports
-def test_simple_int8_wraps(client: Any, protocol: str, binary_in: bool, binary_out: bool,
-                           batch: int) -> None:
-    inputs, a, b = _add_sub_request(protocol, batch, binary_in, seed=8 + batch,
-                                    dtype=np.int8, datatype="INT8")
+def test_simple_int8_wraps(
+    client: Any, protocol: str, binary_in: bool, binary_out: bool, batch: int
+) -> None:
+    inputs, a, b = _add_sub_request(
+        protocol, batch, binary_in, seed=8 + batch, dtype=np.int8, datatype="INT8"
+    )
     # make sure both directions overflow somewhere
     a[0, :4] = [127, -128, 100, -100]
     b[0, :4] = [1, 1, 100, 100]
-    inputs = [clients.make_input(protocol, "INPUT0", a, "INT8", binary_in),
-              clients.make_input(protocol, "INPUT1", b, "INT8", binary_in)]
-    result = client.infer("simple_int8", inputs,
-                          outputs=_requested(protocol, ["OUTPUT0", "OUTPUT1"], binary_out))
+    inputs = [
+        clients.make_input(protocol, "INPUT0", a, "INT8", binary_in),
+        clients.make_input(protocol, "INPUT1", b, "INT8", binary_in),
+    ]
+    result = client.infer(
+        "simple_int8", inputs, outputs=_requested(protocol, ["OUTPUT0", "OUTPUT1"], binary_out)
+    )
     expected_sum = np.add(a, b, dtype=np.int8)  # wraps modulo 2**8
     expected_diff = np.subtract(a, b, dtype=np.int8)
     out0, out1 = result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
@@ -218,17 +246,21 @@ def test_simple_int8_wraps(client: Any, protocol: str, binary_in: bool, binary_o
 
 @pytest.mark.parametrize("batch", [1, 8])
 @transports
-def test_simple_string(client: Any, protocol: str, binary_in: bool, binary_out: bool,
-                       batch: int) -> None:
+def test_simple_string(
+    client: Any, protocol: str, binary_in: bool, binary_out: bool, batch: int
+) -> None:
     rng = np.random.default_rng(batch)
     ai = rng.integers(-1000, 1000, size=(batch, 16))
     bi = rng.integers(-1000, 1000, size=(batch, 16))
     a = np.array([str(x).encode() for x in ai.flatten()], dtype=np.object_).reshape(batch, 16)
     b = np.array([str(x).encode() for x in bi.flatten()], dtype=np.object_).reshape(batch, 16)
-    inputs = [clients.make_input(protocol, "INPUT0", a, "BYTES", binary_in),
-              clients.make_input(protocol, "INPUT1", b, "BYTES", binary_in)]
-    result = client.infer("simple_string", inputs,
-                          outputs=_requested(protocol, ["OUTPUT0", "OUTPUT1"], binary_out))
+    inputs = [
+        clients.make_input(protocol, "INPUT0", a, "BYTES", binary_in),
+        clients.make_input(protocol, "INPUT1", b, "BYTES", binary_in),
+    ]
+    result = client.infer(
+        "simple_string", inputs, outputs=_requested(protocol, ["OUTPUT0", "OUTPUT1"], binary_out)
+    )
     out0, out1 = result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
     assert out0.shape == (batch, 16) and out1.shape == (batch, 16)
     assert _as_bytes(out0) == [str(x).encode() for x in (ai + bi).flatten()]
@@ -236,23 +268,44 @@ def test_simple_string(client: Any, protocol: str, binary_in: bool, binary_out: 
     assert _output_meta(result, protocol, "OUTPUT0") == ("BYTES", [batch, 16])
 
 
-SPECIAL_BYTES_BINARY = [b"", b"a\x00b", b"\x00", b"\x00\x00\x00\x00", b"hello world",
-                        b"\xff\xfe\x00\x01 raw", "héllo ✓".encode(), b"x" * 1000, b""]
-SPECIAL_BYTES_JSON = [b"", b"a\x00b", b"\x00", b"hello world", "héllo ✓".encode(),
-                      b'quote " and \\ backslash', b"tab\tnewline\n", b"x" * 1000, b""]
+SPECIAL_BYTES_BINARY = [
+    b"",
+    b"a\x00b",
+    b"\x00",
+    b"\x00\x00\x00\x00",
+    b"hello world",
+    b"\xff\xfe\x00\x01 raw",
+    "héllo ✓".encode(),
+    b"x" * 1000,
+    b"",
+]
+SPECIAL_BYTES_JSON = [
+    b"",
+    b"a\x00b",
+    b"\x00",
+    b"hello world",
+    "héllo ✓".encode(),
+    b'quote " and \\ backslash',
+    b"tab\tnewline\n",
+    b"x" * 1000,
+    b"",
+]
 
 
 @pytest.mark.parametrize("batch", [1, 4])
 @transports
-def test_simple_identity_bytes(client: Any, protocol: str, binary_in: bool, binary_out: bool,
-                               batch: int) -> None:
+def test_simple_identity_bytes(
+    client: Any, protocol: str, binary_in: bool, binary_out: bool, batch: int
+) -> None:
     # Bytes that are not UTF-8 cannot travel in a JSON string, in either direction.
     all_binary = protocol == "grpc" or (binary_in and binary_out)
     values = SPECIAL_BYTES_BINARY if all_binary else SPECIAL_BYTES_JSON
     data = np.array([values] * batch, dtype=np.object_)
-    result = client.infer("simple_identity",
-                          [clients.make_input(protocol, "INPUT0", data, "BYTES", binary_in)],
-                          outputs=_requested(protocol, ["OUTPUT0"], binary_out))
+    result = client.infer(
+        "simple_identity",
+        [clients.make_input(protocol, "INPUT0", data, "BYTES", binary_in)],
+        outputs=_requested(protocol, ["OUTPUT0"], binary_out),
+    )
     out = result.as_numpy("OUTPUT0")
     assert out.shape == data.shape
     assert _as_bytes(out) == list(data.flatten())
@@ -276,8 +329,9 @@ def _dtype_data(datatype: str, n: int, json_safe: bool) -> np.ndarray:
         return data
     if datatype == "BYTES":
         pool = SPECIAL_BYTES_JSON if json_safe else SPECIAL_BYTES_BINARY
-        return np.array([pool[i % len(pool)] + str(i).encode() * (i % 3) for i in range(n)],
-                        dtype=np.object_)
+        return np.array(
+            [pool[i % len(pool)] + str(i).encode() * (i % 3) for i in range(n)], dtype=np.object_
+        )
     dtype = NP_DTYPES[datatype]
     if datatype.startswith(("INT", "UINT")):
         info = np.iinfo(dtype)
@@ -304,20 +358,26 @@ def _assert_identical(out: np.ndarray, expected: np.ndarray, datatype: str) -> N
 IDENTITY_CASES = [
     pytest.param(dt, proto, binary, id=f"{dt}-{mode}")
     for dt in IDENTITY_MODELS
-    for proto, binary, mode in (("http", True, "http-binary"), ("http", False, "http-json"),
-                                ("grpc", True, "grpc"))
+    for proto, binary, mode in (
+        ("http", True, "http-binary"),
+        ("http", False, "http-json"),
+        ("grpc", True, "grpc"),
+    )
     if binary or dt not in BINARY_ONLY
 ]
 
 
 @pytest.mark.parametrize(("datatype", "protocol", "binary"), IDENTITY_CASES)
 @pytest.mark.parametrize("n", [37, 0], ids=["n37", "empty"])
-def test_identity_every_datatype(client: Any, protocol: str, datatype: str, binary: bool,
-                                 n: int) -> None:
+def test_identity_every_datatype(
+    client: Any, protocol: str, datatype: str, binary: bool, n: int
+) -> None:
     data = _dtype_data(datatype, n, json_safe=not binary)
-    result = client.infer(IDENTITY_MODELS[datatype],
-                          [clients.make_input(protocol, "INPUT0", data, datatype, binary)],
-                          outputs=_requested(protocol, ["OUTPUT0"], binary))
+    result = client.infer(
+        IDENTITY_MODELS[datatype],
+        [clients.make_input(protocol, "INPUT0", data, datatype, binary)],
+        outputs=_requested(protocol, ["OUTPUT0"], binary),
+    )
     out = result.as_numpy("OUTPUT0")
     _assert_identical(out, data, datatype)
     assert _output_meta(result, protocol, "OUTPUT0") == (datatype, [n])
@@ -334,12 +394,15 @@ def test_bf16_uses_ml_dtypes(client: Any, protocol: str) -> None:
 
 @pytest.mark.parametrize("n", [0, 1, 1000])
 @transports
-def test_onnx_identity(client: Any, protocol: str, binary_in: bool, binary_out: bool,
-                       n: int) -> None:
+def test_onnx_identity(
+    client: Any, protocol: str, binary_in: bool, binary_out: bool, n: int
+) -> None:
     data = np.random.default_rng(n).standard_normal(n).astype(np.float32)
-    result = client.infer("identity_onnx_fp32",
-                          [clients.make_input(protocol, "INPUT0", data, "FP32", binary_in)],
-                          outputs=_requested(protocol, ["OUTPUT0"], binary_out))
+    result = client.infer(
+        "identity_onnx_fp32",
+        [clients.make_input(protocol, "INPUT0", data, "FP32", binary_in)],
+        outputs=_requested(protocol, ["OUTPUT0"], binary_out),
+    )
     _assert_identical(result.as_numpy("OUTPUT0"), data, "FP32")
     assert _output_meta(result, protocol, "OUTPUT0") == ("FP32", [n])
 
@@ -389,21 +452,36 @@ def test_http_raw_compression(server: ServerProcess, algorithm: str, batch: int)
     costs more than it saves. Either form decodes to the same answer."""
     a = (np.arange(16 * batch, dtype=np.int32).reshape(batch, 16) - 8) * 123_457
     b = np.full((batch, 16), 5, dtype=np.int32)
-    request = {"inputs": [
-        {"name": "INPUT0", "shape": [batch, 16], "datatype": "INT32",
-         "data": a.flatten().tolist()},
-        {"name": "INPUT1", "shape": [batch, 16], "datatype": "INT32",
-         "data": b.flatten().tolist()},
-    ]}
+    request = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": [batch, 16],
+                "datatype": "INT32",
+                "data": a.flatten().tolist(),
+            },
+            {
+                "name": "INPUT1",
+                "shape": [batch, 16],
+                "datatype": "INT32",
+                "data": b.flatten().tolist(),
+            },
+        ]
+    }
     body = _compress(algorithm, json.dumps(request).encode())
     host, port = server.http_url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
-        conn.request("POST", "/v2/models/simple/infer", body=body, headers={
-            "Content-Type": "application/json",
-            "Content-Encoding": algorithm,
-            "Accept-Encoding": algorithm,
-        })
+        conn.request(
+            "POST",
+            "/v2/models/simple/infer",
+            body=body,
+            headers={
+                "Content-Type": "application/json",
+                "Content-Encoding": algorithm,
+                "Accept-Encoding": algorithm,
+            },
+        )
         response = conn.getresponse()
         data = response.read()
         status = response.status
@@ -417,8 +495,9 @@ def test_http_raw_compression(server: ServerProcess, algorithm: str, batch: int)
     else:
         assert encoding == algorithm
         reply = json.loads(_decompress(algorithm, data))
-    outputs = {o["name"]: np.array(o["data"], dtype=np.int32).reshape(o["shape"])
-               for o in reply["outputs"]}
+    outputs = {
+        o["name"]: np.array(o["data"], dtype=np.int32).reshape(o["shape"]) for o in reply["outputs"]
+    }
     np.testing.assert_array_equal(outputs["OUTPUT0"], a + b)
     np.testing.assert_array_equal(outputs["OUTPUT1"], a - b)
 
@@ -438,9 +517,12 @@ def test_large_tensor_64mib(server: ServerProcess, protocol: str) -> None:
         c = grpcclient.InferenceServerClient(server.grpc_url)
         timeout = {"client_timeout": 120.0}
     try:
-        result = c.infer("identity_fp32",
-                         [clients.make_input(protocol, "INPUT0", data, "FP32", True)],
-                         outputs=_requested(protocol, ["OUTPUT0"], True), **timeout)
+        result = c.infer(
+            "identity_fp32",
+            [clients.make_input(protocol, "INPUT0", data, "FP32", True)],
+            outputs=_requested(protocol, ["OUTPUT0"], True),
+            **timeout,
+        )
     finally:
         c.close()
     out = result.as_numpy("OUTPUT0")
@@ -515,10 +597,12 @@ async def _asyncio_many(protocol: str, url: str) -> None:
     c = module.InferenceServerClient(url)
     try:
         requests = [_concurrent_request(clients.module(protocol), i) for i in range(N_CONCURRENT)]
-        results = await asyncio.gather(*(
-            c.infer(model, inputs, request_id=f"r{i}")
-            for i, (model, inputs, _, _) in enumerate(requests)
-        ))
+        results = await asyncio.gather(
+            *(
+                c.infer(model, inputs, request_id=f"r{i}")
+                for i, (model, inputs, _, _) in enumerate(requests)
+            )
+        )
     finally:
         await c.close()
     for i, (result, (_, _, a, b)) in enumerate(zip(results, requests, strict=True)):
@@ -534,8 +618,9 @@ def test_asyncio_clients_concurrent(server: ServerProcess, protocol: str) -> Non
 # ----------------------------------------------------------------------------------
 
 
-def _grpc_simple_request(a: np.ndarray, b: np.ndarray,
-                         typed: bool) -> service_pb2.ModelInferRequest:
+def _grpc_simple_request(
+    a: np.ndarray, b: np.ndarray, typed: bool
+) -> service_pb2.ModelInferRequest:
     request = service_pb2.ModelInferRequest(model_name="simple", id="typed" if typed else "raw")
     for name, arr in (("INPUT0", a), ("INPUT1", b)):
         tensor = request.inputs.add(name=name, datatype="INT32", shape=list(arr.shape))
@@ -588,10 +673,18 @@ def test_grpc_typed_contents_mixed_with_raw_rejected(server: ServerProcess) -> N
 
 
 TYPED_FIELDS = {
-    "BOOL": "bool_contents", "UINT8": "uint_contents", "UINT16": "uint_contents",
-    "UINT32": "uint_contents", "UINT64": "uint64_contents", "INT8": "int_contents",
-    "INT16": "int_contents", "INT32": "int_contents", "INT64": "int64_contents",
-    "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+    "BOOL": "bool_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 
 
@@ -621,22 +714,40 @@ def test_http_raw_binary_request_and_response(server: ServerProcess) -> None:
     """Binary tensor extension by hand: JSON header + raw bytes, response header set."""
     a = np.arange(32, dtype=np.int32).reshape(2, 16) * -7
     b = np.arange(32, dtype=np.int32).reshape(2, 16)
-    header = json.dumps({
-        "inputs": [
-            {"name": "INPUT0", "shape": [2, 16], "datatype": "INT32",
-             "parameters": {"binary_data_size": a.nbytes}},
-            {"name": "INPUT1", "shape": [2, 16], "datatype": "INT32",
-             "parameters": {"binary_data_size": b.nbytes}},
-        ],
-        "outputs": [{"name": "OUTPUT1", "parameters": {"binary_data": True}},
-                    {"name": "OUTPUT0", "parameters": {"binary_data": False}}],
-    }).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [2, 16],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": a.nbytes},
+                },
+                {
+                    "name": "INPUT1",
+                    "shape": [2, 16],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": b.nbytes},
+                },
+            ],
+            "outputs": [
+                {"name": "OUTPUT1", "parameters": {"binary_data": True}},
+                {"name": "OUTPUT0", "parameters": {"binary_data": False}},
+            ],
+        }
+    ).encode()
     host, port = server.http_url.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:
-        conn.request("POST", "/v2/models/simple/infer", body=header + a.tobytes() + b.tobytes(),
-                     headers={"Inference-Header-Content-Length": str(len(header)),
-                              "Content-Type": "application/octet-stream"})
+        conn.request(
+            "POST",
+            "/v2/models/simple/infer",
+            body=header + a.tobytes() + b.tobytes(),
+            headers={
+                "Inference-Header-Content-Length": str(len(header)),
+                "Content-Type": "application/octet-stream",
+            },
+        )
         response = conn.getresponse()
         body = response.read()
         status = response.status
@@ -646,15 +757,17 @@ def test_http_raw_binary_request_and_response(server: ServerProcess) -> None:
     assert status == 200, body
     assert json_length is not None
     reply = json.loads(body[: int(json_length)])
-    binary = body[int(json_length):]
+    binary = body[int(json_length) :]
     outputs = {o["name"]: o for o in reply["outputs"]}
     assert sorted(outputs) == ["OUTPUT0", "OUTPUT1"]
     assert outputs["OUTPUT1"]["parameters"]["binary_data_size"] == a.nbytes == len(binary)
     np.testing.assert_array_equal(
-        np.frombuffer(binary, dtype=np.int32).reshape(outputs["OUTPUT1"]["shape"]), a - b)
+        np.frombuffer(binary, dtype=np.int32).reshape(outputs["OUTPUT1"]["shape"]), a - b
+    )
     assert "data" not in outputs["OUTPUT1"]
     np.testing.assert_array_equal(
-        np.array(outputs["OUTPUT0"]["data"], dtype=np.int32).reshape(2, 16), a + b)
+        np.array(outputs["OUTPUT0"]["data"], dtype=np.int32).reshape(2, 16), a + b
+    )
     assert reply["model_name"] == "simple" and reply["model_version"] == "1"
 
 

@@ -31,8 +31,9 @@ TIMEOUT_S = 20.0
 
 def open_client(server: ServerProcess, protocol: str) -> Any:
     if protocol == "http":
-        return client(protocol, server.http_url, connection_timeout=TIMEOUT_S,
-                      network_timeout=TIMEOUT_S)
+        return client(
+            protocol, server.http_url, connection_timeout=TIMEOUT_S, network_timeout=TIMEOUT_S
+        )
     return client(protocol, server.grpc_url)
 
 
@@ -102,9 +103,7 @@ def server_health(server: ServerProcess, protocol: str) -> tuple[bool, bool]:
 
 @pytest.fixture(scope="module")
 def bad_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_test_repository(
-        tmp_path_factory.mktemp("bad") / "repo", [*BAD_MODELS, GOOD_MODEL]
-    )
+    return build_test_repository(tmp_path_factory.mktemp("bad") / "repo", [*BAD_MODELS, GOOD_MODEL])
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +156,8 @@ def test_load_failure_model_refuses_inference(
         c.close()
     # Triton core: a model with no READY version is NOT_FOUND ("... has no available
     # versions", or "... is not found" when it never got a version), never served.
-    assert info.value.status() == ("404" if protocol == "http" else "StatusCode.NOT_FOUND"), (
-        str(info.value)
+    assert info.value.status() == ("404" if protocol == "http" else "StatusCode.NOT_FOUND"), str(
+        info.value
     )
     assert f"Request for unknown model: '{name}'" in info.value.message()
 
@@ -174,10 +173,24 @@ def test_load_failures_server_live_not_ready(bad_server: ServerProcess, protocol
 
 def test_load_failures_exit_on_error(bad_repo: Path) -> None:
     command = [
-        sys.executable, "-m", "tritium", "serve", "--model-repository", str(bad_repo),
-        "--http-address", "127.0.0.1", "--http-port", "0",
-        "--grpc-address", "127.0.0.1", "--grpc-port", "0",
-        "--metrics-address", "127.0.0.1", "--metrics-port", "0",
+        sys.executable,
+        "-m",
+        "tritium",
+        "serve",
+        "--model-repository",
+        str(bad_repo),
+        "--http-address",
+        "127.0.0.1",
+        "--http-port",
+        "0",
+        "--grpc-address",
+        "127.0.0.1",
+        "--grpc-port",
+        "0",
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-port",
+        "0",
     ]
     done = subprocess.run(command, capture_output=True, text=True, timeout=90)
     assert done.returncode != 0, done.stderr
@@ -349,15 +362,13 @@ def test_duplicate_model_name_unavailable(duplicate_server: ServerProcess, proto
     try:
         data = np.array([1, 2, 3], dtype=np.int32)
         inputs = [make_input(protocol, "INPUT0", data, "INT32")]
-        np.testing.assert_array_equal(
-            c.infer("identity_int32", inputs).as_numpy("OUTPUT0"), data
-        )
+        np.testing.assert_array_equal(c.infer("identity_int32", inputs).as_numpy("OUTPUT0"), data)
         with pytest.raises(InferenceServerException) as info:
             infer_fp32(c, protocol, GOOD_MODEL, np.ones(2, dtype=np.float32))
     finally:
         c.close()
     # Triton never loads a duplicate: requests for it are NOT_FOUND.
-    assert info.value.status() == ("404" if protocol == "http" else "StatusCode.NOT_FOUND"), (
-        str(info.value)
+    assert info.value.status() == ("404" if protocol == "http" else "StatusCode.NOT_FOUND"), str(
+        info.value
     )
     assert f"Request for unknown model: '{GOOD_MODEL}'" in info.value.message()

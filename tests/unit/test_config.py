@@ -174,6 +174,7 @@ def test_config_to_json_int64_fields_are_numbers_and_enums_are_names() -> None:
     assert batching["max_queue_delay_microseconds"] == 100
     assert batching["default_queue_policy"]["default_timeout_microseconds"] == 7
     assert batching["priority_queue_policy"]["1"]["default_timeout_microseconds"] == 9
+
     # Nothing 64-bit is left as a protobuf-JSON string anywhere.
     def walk(value: object) -> None:
         if isinstance(value, dict):

@@ -12,10 +12,18 @@ import pytest
 from tritium.backends.python import pb_utils as pb
 
 ALL_TYPES = [
-    ("TYPE_BOOL", 1, np.bool_), ("TYPE_UINT8", 2, np.uint8), ("TYPE_UINT16", 3, np.uint16),
-    ("TYPE_UINT32", 4, np.uint32), ("TYPE_UINT64", 5, np.uint64), ("TYPE_INT8", 6, np.int8),
-    ("TYPE_INT16", 7, np.int16), ("TYPE_INT32", 8, np.int32), ("TYPE_INT64", 9, np.int64),
-    ("TYPE_FP16", 10, np.float16), ("TYPE_FP32", 11, np.float32), ("TYPE_FP64", 12, np.float64),
+    ("TYPE_BOOL", 1, np.bool_),
+    ("TYPE_UINT8", 2, np.uint8),
+    ("TYPE_UINT16", 3, np.uint16),
+    ("TYPE_UINT32", 4, np.uint32),
+    ("TYPE_UINT64", 5, np.uint64),
+    ("TYPE_INT8", 6, np.int8),
+    ("TYPE_INT16", 7, np.int16),
+    ("TYPE_INT32", 8, np.int32),
+    ("TYPE_INT64", 9, np.int64),
+    ("TYPE_FP16", 10, np.float16),
+    ("TYPE_FP32", 11, np.float32),
+    ("TYPE_FP64", 12, np.float64),
     ("TYPE_STRING", 13, np.object_),
 ]
 
@@ -26,12 +34,16 @@ def _bf16():
 
 # ------------------------------------------------------------------ bytes tensors
 
-@pytest.mark.parametrize("values", [
-    [b"hello", b"", b"a\x00b", b"\x00\x00", b"\xff" * 300],
-    [b""],
-    [b"", b""],
-    ["caf\u00e9", "", "x\x00y"],
-])
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [b"hello", b"", b"a\x00b", b"\x00\x00", b"\xff" * 300],
+        [b""],
+        [b"", b""],
+        ["caf\u00e9", "", "x\x00y"],
+    ],
+)
 def test_bytes_round_trip(values):
     arr = np.array(values, dtype=np.object_)
     encoded = pb.serialize_byte_tensor(arr)
@@ -51,7 +63,8 @@ def test_serialize_is_c_order_and_stringifies_objects():
 
 def test_serialize_bytes_dtype_empty_and_other_dtypes():
     assert pb.deserialize_bytes_tensor(
-        pb.serialize_byte_tensor(np.array([b"ab", b"c"]))).tolist() == [b"ab", b"c"]
+        pb.serialize_byte_tensor(np.array([b"ab", b"c"]))
+    ).tolist() == [b"ab", b"c"]
     assert pb.serialize_byte_tensor(np.array([], dtype=np.object_)) == b""
     assert pb.serialize_byte_tensor(np.zeros((2, 0), dtype=np.object_)) == b""
     assert pb.serialize_byte_tensor(np.arange(3)) is None
@@ -69,6 +82,7 @@ def test_deserialize_accepts_buffers_and_rejects_truncation():
 
 
 # ------------------------------------------------------------------ dtype tables
+
 
 @pytest.mark.parametrize("name,code,np_type", ALL_TYPES)
 def test_dtype_tables(name, code, np_type):
@@ -104,6 +118,7 @@ def test_flag_constants():
 
 # ------------------------------------------------------------------ Tensor
 
+
 def test_tensor_basics():
     arr = np.arange(6, dtype=np.int32).reshape(2, 3)
     t = pb.Tensor("IN", arr)
@@ -114,8 +129,11 @@ def test_tensor_basics():
 
 @pytest.mark.parametrize("name,code,np_type", ALL_TYPES)
 def test_tensor_dtype_for_every_type(name, code, np_type):
-    arr = np.array([b"x", "y"], dtype=np.object_) if np_type is np.object_ else \
-        np.zeros(2, dtype=np_type)
+    arr = (
+        np.array([b"x", "y"], dtype=np.object_)
+        if np_type is np.object_
+        else np.zeros(2, dtype=np_type)
+    )
     assert pb.Tensor("t", arr).triton_dtype() == code
 
 
@@ -154,7 +172,8 @@ def test_tensor_dlpack_round_trips():
     readonly = np.frombuffer(np.arange(3, dtype=np.int64).tobytes(), dtype=np.int64)
     assert not readonly.flags.writeable
     np.testing.assert_array_equal(
-        pb.Tensor.from_dlpack("R", pb.Tensor("R", readonly).to_dlpack()).as_numpy(), [0, 1, 2])
+        pb.Tensor.from_dlpack("R", pb.Tensor("R", readonly).to_dlpack()).as_numpy(), [0, 1, 2]
+    )
     with pytest.raises(pb.TritonModelException, match="Provided tensor is not supported"):
         pb.Tensor.from_dlpack("bad", [1, 2, 3])
 
@@ -172,9 +191,18 @@ def test_tensor_bf16():
 
 # ------------------------------------------------------------------ errors
 
+
 def test_triton_error():
-    codes = ["UNKNOWN", "INTERNAL", "NOT_FOUND", "INVALID_ARG", "UNAVAILABLE", "UNSUPPORTED",
-             "ALREADY_EXISTS", "CANCELLED"]
+    codes = [
+        "UNKNOWN",
+        "INTERNAL",
+        "NOT_FOUND",
+        "INVALID_ARG",
+        "UNAVAILABLE",
+        "UNSUPPORTED",
+        "ALREADY_EXISTS",
+        "CANCELLED",
+    ]
     assert [getattr(pb.TritonError, c) for c in codes] == list(range(8))
     err = pb.TritonError("boom")
     assert err.message() == "boom" and err.code() == pb.TritonError.INTERNAL
@@ -189,6 +217,7 @@ def test_triton_error():
 
 
 # ------------------------------------------------------------------ InferenceResponse
+
 
 def test_inference_response_accessors():
     out = pb.Tensor("OUT", np.zeros(2, dtype=np.float32))
@@ -207,13 +236,19 @@ def test_inference_response_accessors():
     assert json.loads(resp.parameters()) == params
 
 
-@pytest.mark.parametrize("params,msg", [
-    ([], "Expect dict, got <class 'list'>"),
-    ({1: "x"}, "Expect parameters keys to have type str, found type <class 'int'>"),
-    ({"f": 0.5}, "Expect parameters values to have type bool/int/str, found type <class 'float'>"),
-    ({"n": None}, "found type <class 'NoneType'>"),
-    ({"l": ["x"]}, "found type <class 'list'>"),
-])
+@pytest.mark.parametrize(
+    "params,msg",
+    [
+        ([], "Expect dict, got <class 'list'>"),
+        ({1: "x"}, "Expect parameters keys to have type str, found type <class 'int'>"),
+        (
+            {"f": 0.5},
+            "Expect parameters values to have type bool/int/str, found type <class 'float'>",
+        ),
+        ({"n": None}, "found type <class 'NoneType'>"),
+        ({"l": ["x"]}, "found type <class 'list'>"),
+    ],
+)
 def test_inference_response_parameter_validation(params, msg):
     with pytest.raises(pb.TritonModelException) as info:
         pb.InferenceResponse([], parameters=params)
@@ -229,9 +264,13 @@ def test_inference_response_type_checks():
 
 # ------------------------------------------------------------------ InferenceRequest
 
+
 def _request(**kwargs):
-    args = dict(inputs=[pb.Tensor("IN", np.zeros(1, dtype=np.float32))],
-                requested_output_names=["OUT"], model_name="m")
+    args = dict(
+        inputs=[pb.Tensor("IN", np.zeros(1, dtype=np.float32))],
+        requested_output_names=["OUT"],
+        model_name="m",
+    )
     args.update(kwargs)
     return pb.InferenceRequest(**args)
 
@@ -256,10 +295,15 @@ def test_inference_request_defaults_and_accessors():
 
 
 def test_inference_request_keywords():
-    req = _request(request_id="r1", correlation_id="seq-7", model_version=3,
-                   flags=pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START, timeout=1000,
-                   parameters={"k": "v", "n": 1, "b": False},
-                   requested_output_names=["A", "B", "A"])
+    req = _request(
+        request_id="r1",
+        correlation_id="seq-7",
+        model_version=3,
+        flags=pb.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
+        timeout=1000,
+        parameters={"k": "v", "n": 1, "b": False},
+        requested_output_names=["A", "B", "A"],
+    )
     assert req.request_id() == "r1" and req.correlation_id() == "seq-7"
     assert req.model_version() == 3 and req.flags() == 1 and req.timeout() == 1000
     assert json.loads(req.parameters()) == {"k": "v", "n": 1, "b": False}
@@ -272,8 +316,11 @@ def test_inference_request_keywords():
 def test_inference_request_validation():
     with pytest.raises(pb.TritonModelException, match="Correlation ID must be integer or string"):
         _request(correlation_id=1.5)
-    with pytest.raises(pb.TritonModelException, match="Requested output name for request with "
-                       "id 'r' and model name 'm' should not be empty."):
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Requested output name for request with "
+        "id 'r' and model name 'm' should not be empty.",
+    ):
         _request(request_id="r", requested_output_names=[""])
     with pytest.raises(pb.TritonModelException, match="should not be empty"):
         _request(inputs=[None])
@@ -318,6 +365,7 @@ def test_unattached_sender_cannot_send():
 
 # ------------------------------------------------------------------ response sender
 
+
 def test_sender_final_flag_closes():
     sent = []
     sender = pb.InferenceResponseSender(lambda r, f: sent.append(f), lambda: False)
@@ -325,8 +373,10 @@ def test_sender_final_flag_closes():
     sender.send(pb.InferenceResponse([]), flags=pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     assert sender._is_closed() and sender._responses_sent() == 2
     for args in ((pb.InferenceResponse([]),), (None, pb.TRITONSERVER_RESPONSE_COMPLETE_FINAL)):
-        with pytest.raises(pb.TritonModelException, match="Unable to send response. Response "
-                           "sender has been closed."):
+        with pytest.raises(
+            pb.TritonModelException,
+            match="Unable to send response. Response sender has been closed.",
+        ):
             sender.send(*args)
     assert sent == [0, 1]
 
@@ -335,8 +385,10 @@ def test_sender_argument_checks():
     sender = pb.InferenceResponseSender(lambda r, f: None, lambda: False)
     with pytest.raises(pb.TritonModelException, match="Unsupported flag provided."):
         sender.send(pb.InferenceResponse([]), flags=2)
-    with pytest.raises(pb.TritonModelException, match="Inference Response object must be "
-                       "provided when the response flags is set to zero."):
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Inference Response object must be provided when the response flags is set to zero.",
+    ):
         sender.send()
     with pytest.raises(TypeError):
         sender.send("response")
@@ -357,7 +409,8 @@ def test_sender_non_decoupled_rules():
 # ------------------------------------------------------------------ config helpers
 
 CONFIG = {
-    "name": "m", "max_batch_size": 8,
+    "name": "m",
+    "max_batch_size": 8,
     "input": [{"name": "IN", "data_type": "TYPE_FP32", "dims": [4]}],
     "output": [{"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]}],
 }
@@ -370,7 +423,8 @@ def test_config_lookups():
     assert pb.get_output_config_by_name({}, "OUT") is None
     assert not pb.using_decoupled_model_transaction_policy(CONFIG)
     assert pb.using_decoupled_model_transaction_policy(
-        {"model_transaction_policy": {"decoupled": True}})
+        {"model_transaction_policy": {"decoupled": True}}
+    )
 
 
 def test_model_config_from_json_and_dict():
@@ -387,22 +441,29 @@ def test_model_config_max_batch_size_and_batching():
     cfg = pb.ModelConfig({"name": "m", "max_batch_size": 0})
     cfg.set_max_batch_size(16)
     assert cfg.as_dict()["max_batch_size"] == 16
-    with pytest.raises(ValueError, match="configuration specified max_batch_size 16, but in "
-                       "auto-complete-config function for model 'm' specified max_batch_size 4"):
+    with pytest.raises(
+        ValueError,
+        match="configuration specified max_batch_size 16, but in "
+        "auto-complete-config function for model 'm' specified max_batch_size 4",
+    ):
         cfg.set_max_batch_size(4)
     cfg.set_dynamic_batching()
     cfg.set_dynamic_batching()
     assert cfg.as_dict()["dynamic_batching"] == {}
     seq = pb.ModelConfig({"name": "s", "sequence_batching": {}})
-    with pytest.raises(ValueError, match="Configuration specified scheduling_choice as "
-                       "'sequence_batching', but auto-complete-config function for model 's' "
-                       "tries to set scheduling_choice as 'dynamic_batching'"):
+    with pytest.raises(
+        ValueError,
+        match="Configuration specified scheduling_choice as "
+        "'sequence_batching', but auto-complete-config function for model 's' "
+        "tries to set scheduling_choice as 'dynamic_batching'",
+    ):
         seq.set_dynamic_batching()
 
 
 def test_model_config_add_input_output():
-    cfg = pb.ModelConfig({"name": "m", "input": [{"name": "A", "data_type": "TYPE_INVALID",
-                                                   "dims": []}]})
+    cfg = pb.ModelConfig(
+        {"name": "m", "input": [{"name": "A", "data_type": "TYPE_INVALID", "dims": []}]}
+    )
     cfg.add_input({"name": "A", "data_type": "TYPE_INT32", "dims": [2], "optional": True})
     cfg.add_input({"name": "B", "data_type": "TYPE_STRING", "dims": [-1]})
     cfg.add_output({"name": "C", "data_type": "TYPE_FP32", "dims": [1]})
@@ -410,34 +471,62 @@ def test_model_config_add_input_output():
     d = cfg.as_dict()
     assert d["input"] == [
         {"name": "A", "data_type": "TYPE_INT32", "dims": [2], "optional": True},
-        {"name": "B", "data_type": "TYPE_STRING", "dims": [-1]}]
+        {"name": "B", "data_type": "TYPE_STRING", "dims": [-1]},
+    ]
     assert d["output"] == [{"name": "C", "data_type": "TYPE_FP32", "dims": [1]}]
 
 
-@pytest.mark.parametrize("method,tensor,msg", [
-    ("add_input", {"name": "IN", "data_type": "TYPE_INT8", "dims": [4]},
-     "unable to load model 'm', configuration expects datatype TYPE_FP32 for input 'IN', "
-     "model provides TYPE_INT8"),
-    ("add_input", {"name": "IN", "data_type": "TYPE_FP32", "dims": [5]},
-     "model 'm', tensor 'IN': the model expects dims [5] but the model configuration "
-     "specifies dims [4]"),
-    ("add_output", {"name": "OUT", "data_type": "TYPE_FP16", "dims": [4]},
-     "unable to load model 'm', configuration expects datatype TYPE_FP32 for output 'OUT', "
-     "model provides TYPE_FP16"),
-    ("add_input", {"name": "X", "data_type": "TYPE_FP32", "dims": [1], "format": "x"},
-     "input 'X' in auto-complete-config function for model 'm' contains property other than "
-     "'name', 'data_type', 'dims' and 'optional'."),
-    ("add_output", {"name": "Y", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
-     "output 'Y' in auto-complete-config function for model 'm' contains property other than "
-     "'name', 'data_type' and 'dims'."),
-    ("add_input", {"data_type": "TYPE_FP32", "dims": [1]},
-     "input in auto-complete-config function for model 'm' is missing 'name' property."),
-    ("add_output", {"name": "Z", "dims": [1]},
-     "output 'Z' in auto-complete-config function for model 'm' is missing 'data_type' "
-     "property."),
-    ("add_input", {"name": "Z", "data_type": "TYPE_FP32"},
-     "input 'Z' in auto-complete-config function for model 'm' is missing 'dims' property."),
-])
+@pytest.mark.parametrize(
+    "method,tensor,msg",
+    [
+        (
+            "add_input",
+            {"name": "IN", "data_type": "TYPE_INT8", "dims": [4]},
+            "unable to load model 'm', configuration expects datatype TYPE_FP32 for input 'IN', "
+            "model provides TYPE_INT8",
+        ),
+        (
+            "add_input",
+            {"name": "IN", "data_type": "TYPE_FP32", "dims": [5]},
+            "model 'm', tensor 'IN': the model expects dims [5] but the model configuration "
+            "specifies dims [4]",
+        ),
+        (
+            "add_output",
+            {"name": "OUT", "data_type": "TYPE_FP16", "dims": [4]},
+            "unable to load model 'm', configuration expects datatype TYPE_FP32 for output 'OUT', "
+            "model provides TYPE_FP16",
+        ),
+        (
+            "add_input",
+            {"name": "X", "data_type": "TYPE_FP32", "dims": [1], "format": "x"},
+            "input 'X' in auto-complete-config function for model 'm' contains property other than "
+            "'name', 'data_type', 'dims' and 'optional'.",
+        ),
+        (
+            "add_output",
+            {"name": "Y", "data_type": "TYPE_FP32", "dims": [1], "optional": True},
+            "output 'Y' in auto-complete-config function for model 'm' contains property "
+            "other than 'name', 'data_type' and 'dims'.",
+        ),
+        (
+            "add_input",
+            {"data_type": "TYPE_FP32", "dims": [1]},
+            "input in auto-complete-config function for model 'm' is missing 'name' property.",
+        ),
+        (
+            "add_output",
+            {"name": "Z", "dims": [1]},
+            "output 'Z' in auto-complete-config function for model 'm' is missing 'data_type' "
+            "property.",
+        ),
+        (
+            "add_input",
+            {"name": "Z", "data_type": "TYPE_FP32"},
+            "input 'Z' in auto-complete-config function for model 'm' is missing 'dims' property.",
+        ),
+    ],
+)
 def test_model_config_add_errors(method, tensor, msg):
     cfg = pb.ModelConfig(CONFIG)
     with pytest.raises(ValueError) as info:
@@ -446,10 +535,17 @@ def test_model_config_add_errors(method, tensor, msg):
 
 
 def test_model_config_optional_conflict():
-    cfg = pb.ModelConfig({"name": "m", "input": [
-        {"name": "A", "data_type": "TYPE_FP32", "dims": [1], "optional": False}]})
-    with pytest.raises(ValueError, match="the model expects optional True but the model "
-                       "configuration specifies optional False"):
+    cfg = pb.ModelConfig(
+        {
+            "name": "m",
+            "input": [{"name": "A", "data_type": "TYPE_FP32", "dims": [1], "optional": False}],
+        }
+    )
+    with pytest.raises(
+        ValueError,
+        match="the model expects optional True but the model "
+        "configuration specifies optional False",
+    ):
         cfg.add_input({"name": "A", "data_type": "TYPE_FP32", "dims": [1], "optional": True})
 
 
@@ -458,14 +554,18 @@ def test_model_config_transaction_policy():
     cfg.set_model_transaction_policy({"decoupled": True})
     cfg.set_model_transaction_policy(dict(decoupled=True))
     assert cfg.as_dict()["model_transaction_policy"] == {"decoupled": True}
-    with pytest.raises(ValueError, match="trying to change decoupled property in "
-                       "auto-complete-config for model 'm', which is already set to 'True'."):
+    with pytest.raises(
+        ValueError,
+        match="trying to change decoupled property in "
+        "auto-complete-config for model 'm', which is already set to 'True'.",
+    ):
         cfg.set_model_transaction_policy({"decoupled": False})
     with pytest.raises(ValueError, match="contains property other than 'decoupled'."):
         cfg.set_model_transaction_policy({"other": 1})
 
 
 # ------------------------------------------------------------------ logging
+
 
 def test_logger_sink():
     records = []
@@ -481,8 +581,15 @@ def test_logger_sink():
         pb.Logger.log("enum", pb.LogLevel.WARNING)
     finally:
         pb._set_log_sink(None)
-    assert records == [("INFO", "i"), ("WARNING", "w"), ("ERROR", "e"), ("VERBOSE", "v"),
-                       ("ERROR", "specific"), ("INFO", "default"), ("WARNING", "enum")]
+    assert records == [
+        ("INFO", "i"),
+        ("WARNING", "w"),
+        ("ERROR", "e"),
+        ("VERBOSE", "v"),
+        ("ERROR", "specific"),
+        ("INFO", "default"),
+        ("WARNING", "enum"),
+    ]
     assert pb.Logger.LogLevel.VERBOSE == pb.LogLevel.VERBOSE
 
 
@@ -493,14 +600,14 @@ def test_logger_default_sink_writes_stderr(capsys):
 
 # ------------------------------------------------------------------ metrics
 
+
 def test_metric_counter_and_gauge():
     counters = pb.MetricFamily("t_counter", "c", pb.MetricFamily.COUNTER)
     counter = counters.Metric(labels={"a": "1"})
     assert counter.value() == 0.0
     counter.increment(2.5)
     assert counter.value() == 2.5
-    for bad in (lambda: counter.increment(-1), lambda: counter.set(1),
-                lambda: counter.observe(1)):
+    for bad in (lambda: counter.increment(-1), lambda: counter.set(1), lambda: counter.observe(1)):
         with pytest.raises(pb.TritonModelException):
             bad()
     gauges = pb.MetricFamily("t_gauge", "g", pb.MetricFamily.GAUGE)  # keep the family alive
@@ -546,8 +653,10 @@ def test_metric_duplicates_labels_and_lifetime():
     with pytest.raises(pb.TritonModelException, match="Labels must be a dictionary"):
         fam1.Metric(labels=["x"])
     del fam1
-    with pytest.raises(pb.TritonModelException, match="Invalid metric operation as the "
-                       "corresponding 'MetricFamily' has been deleted."):
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Invalid metric operation as the corresponding 'MetricFamily' has been deleted.",
+    ):
         m1.increment(1)
     m2.increment(1)
     assert m2.value() == 8.5
@@ -555,9 +664,10 @@ def test_metric_duplicates_labels_and_lifetime():
 
 # ------------------------------------------------------------------ as an installed module
 
+
 def test_triton_model_file_runs_against_module(monkeypatch):
     monkeypatch.setitem(sys.modules, "triton_python_backend_utils", pb)
-    source = textwrap.dedent('''
+    source = textwrap.dedent("""
         import json
         import numpy as np
         import triton_python_backend_utils as pb_utils
@@ -585,7 +695,7 @@ def test_triton_model_file_runs_against_module(monkeypatch):
                     responses.append(pb_utils.InferenceResponse(
                         output_tensors=[pb_utils.Tensor("OUT", out)]))
                 return responses
-    ''')
+    """)
     module = types.ModuleType("model")
     exec(compile(source, "model.py", "exec"), module.__dict__)
     config = module.TritonPythonModel.auto_complete_config(pb.ModelConfig({"name": "up"}))
@@ -597,4 +707,6 @@ def test_triton_model_file_runs_against_module(monkeypatch):
     out = pb.get_output_tensor_by_name(response, "OUT")
     assert out.triton_dtype() == pb.TYPE_STRING
     assert pb.deserialize_bytes_tensor(pb.serialize_byte_tensor(out.as_numpy())).tolist() == [
-        b"AB", b""]
+        b"AB",
+        b"",
+    ]

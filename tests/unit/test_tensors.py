@@ -44,7 +44,7 @@ def invalid(call, *phrases: str) -> ServerError:
 
 
 def test_bytes_wire_format_known_layout() -> None:
-    wire = bytes.fromhex("02000000" "6162" "00000000" "03000000" "78797a")
+    wire = bytes.fromhex("020000006162000000000300000078797a")
     assert deserialize_bytes(wire, "x") == [b"ab", b"", b"xyz"]
     assert serialize_bytes(np.array([b"ab", b"", b"xyz"], dtype=object)) == wire
 
@@ -168,8 +168,16 @@ def decode(doc: dict | bytes, binary: bytes = b"", model: str = "m"):
 
 
 def test_decode_json_nested_data_is_flattened() -> None:
-    doc = {"inputs": [{"name": "A", "datatype": "INT32", "shape": [2, 2, 2],
-                       "data": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]]}]}
+    doc = {
+        "inputs": [
+            {
+                "name": "A",
+                "datatype": "INT32",
+                "shape": [2, 2, 2],
+                "data": [[[1, 2], [3, 4]], [[5, 6], [7, 8]]],
+            }
+        ]
+    }
     request, _ = decode(doc)
     (tensor,) = request.inputs
     assert tensor.shape == (2, 2, 2)
@@ -178,8 +186,9 @@ def test_decode_json_nested_data_is_flattened() -> None:
 
 
 def test_decode_json_flat_data_reshaped() -> None:
-    doc = {"inputs": [{"name": "A", "datatype": "FP32", "shape": [2, 3],
-                       "data": [0, 1, 2, 3, 4, 5]}]}
+    doc = {
+        "inputs": [{"name": "A", "datatype": "FP32", "shape": [2, 3], "data": [0, 1, 2, 3, 4, 5]}]
+    }
     request, _ = decode(doc)
     expected = np.arange(6, dtype=np.float32).reshape(2, 3)
     np.testing.assert_array_equal(request.inputs[0].data, expected)
@@ -192,10 +201,12 @@ def test_decode_json_element_count_errors(data: list) -> None:
 
 
 def test_decode_json_bool_bytes_and_type_errors() -> None:
-    doc = {"inputs": [
-        {"name": "B", "datatype": "BOOL", "shape": [2], "data": [True, False]},
-        {"name": "S", "datatype": "BYTES", "shape": [2], "data": ["hi", ""]},
-    ]}
+    doc = {
+        "inputs": [
+            {"name": "B", "datatype": "BOOL", "shape": [2], "data": [True, False]},
+            {"name": "S", "datatype": "BYTES", "shape": [2], "data": ["hi", ""]},
+        ]
+    }
     request, _ = decode(doc)
     np.testing.assert_array_equal(request.inputs[0].data, [True, False])
     assert list(request.inputs[1].data) == [b"hi", b""]
@@ -221,12 +232,22 @@ def test_decode_unknown_datatype() -> None:
 def test_decode_binary_inputs() -> None:
     a = np.arange(16, dtype=np.int32)
     s = client_bytes([b"x", b""])
-    doc = {"inputs": [
-        {"name": "A", "datatype": "INT32", "shape": [1, 16],
-         "parameters": {"binary_data_size": a.nbytes}},
-        {"name": "S", "datatype": "BYTES", "shape": [2],
-         "parameters": {"binary_data_size": len(s)}},
-    ]}
+    doc = {
+        "inputs": [
+            {
+                "name": "A",
+                "datatype": "INT32",
+                "shape": [1, 16],
+                "parameters": {"binary_data_size": a.nbytes},
+            },
+            {
+                "name": "S",
+                "datatype": "BYTES",
+                "shape": [2],
+                "parameters": {"binary_data_size": len(s)},
+            },
+        ]
+    }
     request, _ = decode(doc, a.tobytes() + s)
     np.testing.assert_array_equal(request.inputs[0].data, a.reshape(1, 16))
     assert list(request.inputs[1].data) == [b"x", b""]
@@ -234,15 +255,21 @@ def test_decode_binary_inputs() -> None:
 
 def test_decode_binary_truncated_and_extra() -> None:
     a = np.arange(4, dtype=np.int32).tobytes()
-    doc = {"inputs": [{"name": "A", "datatype": "INT32", "shape": [4],
-                       "parameters": {"binary_data_size": 16}}]}
+    doc = {
+        "inputs": [
+            {"name": "A", "datatype": "INT32", "shape": [4], "parameters": {"binary_data_size": 16}}
+        ]
+    }
     invalid(lambda: decode(doc, a[:12]), "unexpected size for input 'A'")
     invalid(lambda: decode(doc, a + b"\x00"), "unexpected additional input data for model 'm'")
 
 
 def test_decode_binary_size_mismatch_with_shape() -> None:
-    doc = {"inputs": [{"name": "A", "datatype": "INT32", "shape": [4],
-                       "parameters": {"binary_data_size": 12}}]}
+    doc = {
+        "inputs": [
+            {"name": "A", "datatype": "INT32", "shape": [4], "parameters": {"binary_data_size": 12}}
+        ]
+    }
     invalid(lambda: decode(doc, b"\x00" * 12), "input byte size mismatch for input 'A'")
 
 
@@ -274,8 +301,10 @@ def test_decode_parameters() -> None:
 
 
 def test_decode_triton_prefixed_parameter_refused() -> None:
-    doc = {"parameters": {"triton_anything": 1},
-           "inputs": [{"name": "A", "datatype": "INT32", "shape": [1], "data": [1]}]}
+    doc = {
+        "parameters": {"triton_anything": 1},
+        "inputs": [{"name": "A", "datatype": "INT32", "shape": [1], "data": [1]}],
+    }
     invalid(lambda: decode(doc), "triton_")
 
 

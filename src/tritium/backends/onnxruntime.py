@@ -143,8 +143,10 @@ class OnnxInstance:
     def _feed(self, tensor: Tensor) -> np.ndarray:
         if tensor.datatype is DataType.BYTES:  # ORT takes str, not bytes, for strings
             return np.array(
-                [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                 for v in tensor.data.reshape(-1)],
+                [
+                    v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                    for v in tensor.data.reshape(-1)
+                ],
                 dtype=object,
             ).reshape(tensor.data.shape)
         return tensor.data

@@ -10,7 +10,13 @@ from ..errors import invalid_arg
 from ..tensor_codec import deserialize_bytes, object_array, raw_bytes, serialize_bytes
 from ..types import DataType, Tensor
 
-__all__ = ["deserialize_bytes", "serialize_bytes", "tensor_bytes", "tensor_from_buffer", "parse_shape"]
+__all__ = [
+    "deserialize_bytes",
+    "serialize_bytes",
+    "tensor_bytes",
+    "tensor_from_buffer",
+    "parse_shape",
+]
 
 
 def tensor_from_buffer(

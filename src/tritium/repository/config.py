@@ -43,7 +43,7 @@ def parse_config_text(text: str, path: Path) -> ModelConfig:
         match = _SEMANTIC_LOCATION.match(message)
         if match:
             line, col = match.groups()
-            message = f"{path}:{line}:{col}: {message[match.end():]}"
+            message = f"{path}:{line}:{col}: {message[match.end() :]}"
         else:
             message = f"{path}: {message}"
         raise invalid_arg(f"failed to parse model configuration: {message}") from None
@@ -51,7 +51,7 @@ def parse_config_text(text: str, path: Path) -> ModelConfig:
 
 
 def read_config(model_dir: Path, config_name: str = "") -> tuple[ModelConfig, Path | None, str]:
-    """Read ``config.pbtxt`` (or ``configs/<name>.pbtxt``); a missing file yields an empty config."""
+    """Read ``config.pbtxt`` (or ``configs/<name>.pbtxt``); no file gives an empty config."""
     path = model_dir / "config.pbtxt"
     if config_name:
         custom = model_dir / "configs" / f"{config_name}.pbtxt"

@@ -55,4 +55,4 @@ def select_versions(config: ModelConfig, available: list[int]) -> list[int]:
         wanted = set(policy.specific.versions)
         return sorted(v for v in available if v in wanted)
     count = policy.latest.num_versions if policy.HasField("latest") else 1
-    return sorted(available)[-max(count, 1):] if available else []
+    return sorted(available)[-max(count, 1) :] if available else []

@@ -129,7 +129,13 @@ class ModelRepositoryManager:
             log.error("model '%s' version %d is unavailable: %s", record.name, version, reason)
 
         ctx = LoadContext(
-            record.name, version, model_dir, version_dir, own, self._auto_complete, finalize,
+            record.name,
+            version,
+            model_dir,
+            version_dir,
+            own,
+            self._auto_complete,
+            finalize,
             on_failure,
         )
         started = time.monotonic()
@@ -163,9 +169,7 @@ class ModelRepositoryManager:
         record.latest = record.ready[max(record.ready)] if record.ready else None
 
     async def unload_all(self) -> None:
-        models = [
-            e.model for r in self._records.values() for e in r.versions.values() if e.model
-        ]
+        models = [e.model for r in self._records.values() for e in r.versions.values() if e.model]
         for record in self._records.values():
             for entry in record.versions.values():
                 entry.state = ModelState.UNLOADING

@@ -11,7 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from ..types import DataType
-from .config import BACKEND_DEFAULTS, PLATFORM_TO_BACKEND, ConfigProblem, ModelConfig, config_to_json
+from .config import (
+    BACKEND_DEFAULTS,
+    PLATFORM_TO_BACKEND,
+    ConfigProblem,
+    ModelConfig,
+    config_to_json,
+)
 from .config import mc
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
@@ -125,9 +131,7 @@ def _normalize_instance_groups(config: ModelConfig, problem: ConfigProblem) -> N
             raise problem.error("instance_group", "count must be >= 1", anchor="count")
 
 
-def _io_specs(
-    entries: Any, kind: str, problem: ConfigProblem
-) -> dict[str, IOSpec]:
+def _io_specs(entries: Any, kind: str, problem: ConfigProblem) -> dict[str, IOSpec]:
     specs: dict[str, IOSpec] = {}
     for entry in entries:
         if not entry.name:
@@ -142,7 +146,9 @@ def _io_specs(
             )
         dims = tuple(entry.dims)
         if not dims and not entry.HasField("reshape"):
-            raise problem.error(f"{kind}.dims", f"{kind} '{entry.name}' must specify 'dims'", anchor)
+            raise problem.error(
+                f"{kind}.dims", f"{kind} '{entry.name}' must specify 'dims'", anchor
+            )
         if any(d < -1 or d == 0 for d in dims):
             raise problem.error(
                 f"{kind}.dims",

@@ -86,7 +86,9 @@ class StubProcess(asyncio.Protocol):
         was_alive, self.alive = self.alive, False
         reason = f"Stub process '{self.name}' is not healthy."
         if self._reply is not None and not self._reply.done():
-            self._reply.set_result((False, f"stub process '{self.name}' exited: {self.exit_status()}"))
+            self._reply.set_result(
+                (False, f"stub process '{self.name}' exited: {self.exit_status()}")
+            )
         if was_alive and self.on_death is not None:
             self.on_death(reason, self.exit_status())
 
@@ -133,7 +135,7 @@ class StubProcess(asyncio.Protocol):
                     self._reply = asyncio.get_running_loop().create_future()
                     self.send(ipc.FINALIZE, None)
                     await asyncio.wait_for(self._reply, timeout)
-            except (asyncio.TimeoutError, ServerError, OSError):
+            except (TimeoutError, ServerError, OSError):
                 pass
         if self._transport is not None:
             self._transport.close()
@@ -153,7 +155,9 @@ class PythonInstance:
         self._spec = spec
         self._version = str(version)
         self._stub = stub
-        self._batches: dict[int, tuple[asyncio.Future[None], list[InferenceRequest], list[bool]]] = {}
+        self._batches: dict[
+            int, tuple[asyncio.Future[None], list[InferenceRequest], list[bool]]
+        ] = {}
         self._ids = itertools.count()
         stub.on_batch_done = self._batch_done
         stub.on_response = self._response
@@ -212,13 +216,17 @@ class PythonInstance:
             return response
         tensors, message, extra = payload
         if message is not None:
-            kind = _CODE_TO_KIND[extra] if isinstance(extra, int) and extra < 8 else ErrorKind.INTERNAL
+            kind = (
+                _CODE_TO_KIND[extra] if isinstance(extra, int) and extra < 8 else ErrorKind.INTERNAL
+            )
             response.error = ServerError(kind, message)
             return response
         wanted = set(requested_names(self._spec, request))
         try:
             response.outputs = [
-                output_tensor(self._spec, n, ipc.unpack_array(t, buffers)) for n, t in tensors if n in wanted
+                output_tensor(self._spec, n, ipc.unpack_array(t, buffers))
+                for n, t in tensors
+                if n in wanted
             ]
         except ServerError as exc:
             response.error = exc
@@ -278,7 +286,7 @@ class PythonInstance:
             return False
         try:
             return bool(await self._stub.call(ipc.IS_READY, None, timeout=5.0))
-        except (ServerError, asyncio.TimeoutError):
+        except (TimeoutError, ServerError):
             return False
 
     async def close(self) -> None:
@@ -304,7 +312,9 @@ class PythonBackend:
                     config = json_format.ParseDict(completed, ModelConfig())
             spec = ctx.finalize(config)
             names = [
-                f"{group.name}_{i}" for group in spec.config.instance_group for i in range(group.count)
+                f"{group.name}_{i}"
+                for group in spec.config.instance_group
+                for i in range(group.count)
             ]
             stubs[0].name = names[0]
             for name in names[1:]:

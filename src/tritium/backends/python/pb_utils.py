@@ -52,19 +52,35 @@ TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_STRING, TYPE_BF16 = 10, 11, 12, 13, 14
 TYPE_BYTES = TYPE_STRING
 
 _CODE_TO_NUMPY = {
-    TYPE_BOOL: np.bool_, TYPE_UINT8: np.uint8, TYPE_UINT16: np.uint16,
-    TYPE_UINT32: np.uint32, TYPE_UINT64: np.uint64, TYPE_INT8: np.int8,
-    TYPE_INT16: np.int16, TYPE_INT32: np.int32, TYPE_INT64: np.int64,
-    TYPE_FP16: np.float16, TYPE_FP32: np.float32, TYPE_FP64: np.float64,
+    TYPE_BOOL: np.bool_,
+    TYPE_UINT8: np.uint8,
+    TYPE_UINT16: np.uint16,
+    TYPE_UINT32: np.uint32,
+    TYPE_UINT64: np.uint64,
+    TYPE_INT8: np.int8,
+    TYPE_INT16: np.int16,
+    TYPE_INT32: np.int32,
+    TYPE_INT64: np.int64,
+    TYPE_FP16: np.float16,
+    TYPE_FP32: np.float32,
+    TYPE_FP64: np.float64,
     TYPE_STRING: np.object_,
 }
 _NUMPY_TO_CODE = {np.dtype(t): c for c, t in _CODE_TO_NUMPY.items()}
 
 TRITON_STRING_TO_NUMPY = {
-    "TYPE_BOOL": bool, "TYPE_UINT8": np.uint8, "TYPE_UINT16": np.uint16,
-    "TYPE_UINT32": np.uint32, "TYPE_UINT64": np.uint64, "TYPE_INT8": np.int8,
-    "TYPE_INT16": np.int16, "TYPE_INT32": np.int32, "TYPE_INT64": np.int64,
-    "TYPE_FP16": np.float16, "TYPE_FP32": np.float32, "TYPE_FP64": np.float64,
+    "TYPE_BOOL": bool,
+    "TYPE_UINT8": np.uint8,
+    "TYPE_UINT16": np.uint16,
+    "TYPE_UINT32": np.uint32,
+    "TYPE_UINT64": np.uint64,
+    "TYPE_INT8": np.int8,
+    "TYPE_INT16": np.int16,
+    "TYPE_INT32": np.int32,
+    "TYPE_INT64": np.int64,
+    "TYPE_FP16": np.float16,
+    "TYPE_FP32": np.float32,
+    "TYPE_FP64": np.float64,
     "TYPE_STRING": np.object_,
 }
 if _BF16 is not None:
@@ -80,6 +96,7 @@ def _getter(attr, doc=None):
 
 
 # ------------------------------------------------------------------------------ errors
+
 
 class TritonModelException(Exception):
     """Raised wherever Triton's python backend raises ``TritonModelException``."""
@@ -112,6 +129,7 @@ class TritonError:
 
 
 # ------------------------------------------------------------------------------ dtypes
+
 
 def _require_bf16():
     if _BF16 is None:
@@ -173,7 +191,7 @@ def deserialize_bytes_tensor(encoded_tensor):
         offset += 4
         if offset + length > total:
             raise TritonModelException("Malformed BYTES tensor: element exceeds the buffer.")
-        items.append(bytes(buf[offset:offset + length]))
+        items.append(bytes(buf[offset : offset + length]))
         offset += length
     out = np.empty(len(items), dtype=np.object_)
     out[:] = items
@@ -181,6 +199,7 @@ def deserialize_bytes_tensor(encoded_tensor):
 
 
 # ------------------------------------------------------------------------------ Tensor
+
 
 def _check_tensor_name(name):
     if not isinstance(name, str):
@@ -234,8 +253,10 @@ class Tensor:
 
     def as_numpy(self):
         if self._dtype == TYPE_BF16 and (_BF16 is None or self._array.dtype != _BF16):
-            raise TritonModelException("Tensor dtype is BF16 and cannot be converted to NumPy. "
-                                       "Use to_dlpack() and from_dlpack() instead.")
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. "
+                "Use to_dlpack() and from_dlpack() instead."
+            )
         return self._array
 
     def to_dlpack(self):
@@ -245,8 +266,9 @@ class Tensor:
         if self._dtype == TYPE_STRING:
             raise TritonModelException("DLPack does not have support for string tensors.")
         if self._dtype == TYPE_BF16:
-            raise TritonModelException("DLPack export of BF16 tensors is not supported by "
-                                       "tritium yet.")
+            raise TritonModelException(
+                "DLPack export of BF16 tensors is not supported by tritium yet."
+            )
         # numpy refuses to export read-only arrays (e.g. views of request buffers).
         array = self._array if self._array.flags.writeable else self._array.copy()
         return array.__dlpack__(stream=stream, **kwargs)
@@ -263,14 +285,18 @@ class Tensor:
         elif not hasattr(tensor, "__dlpack__") or not hasattr(tensor, "__dlpack_device__"):
             raise TritonModelException(
                 "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
-                "`__dlpack__` and `__dlpack_device__` attributes")
+                "`__dlpack__` and `__dlpack_device__` attributes"
+            )
         device_type = tensor.__dlpack_device__()[0]
         if device_type == 2:
-            raise TritonModelException("DLPack capsule passed pointer to memory allocated on GPU "
-                                       "device, when GPU is not available")
+            raise TritonModelException(
+                "DLPack capsule passed pointer to memory allocated on GPU "
+                "device, when GPU is not available"
+            )
         if device_type not in (1, 3):
             raise TritonModelException(
-                f"DLDevice type {device_type} is not support by Python backend.")
+                f"DLDevice type {device_type} is not support by Python backend."
+            )
         try:
             array = np.from_dlpack(tensor)
         except (BufferError, TypeError, ValueError, RuntimeError) as e:
@@ -296,6 +322,7 @@ class _Capsule:
 
 # ------------------------------------------------------------------------------ responses
 
+
 def _parameters_to_json(parameters):
     """Triton's PyParametersToJSON: None or a dict of str -> bool/int/str."""
     if parameters is None:
@@ -305,10 +332,12 @@ def _parameters_to_json(parameters):
     for key, value in parameters.items():
         if not isinstance(key, str):
             raise TritonModelException(
-                f"Expect parameters keys to have type str, found type {type(key)}")
+                f"Expect parameters keys to have type str, found type {type(key)}"
+            )
         if not isinstance(value, (bool, int, str)):
             raise TritonModelException(
-                f"Expect parameters values to have type bool/int/str, found type {type(value)}")
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
     return json.dumps(parameters)
 
 
@@ -320,7 +349,8 @@ class InferenceResponse:
         if output_tensors is None:
             output_tensors = []
         if not isinstance(output_tensors, (list, tuple)) or not all(
-                isinstance(t, Tensor) for t in output_tensors):
+            isinstance(t, Tensor) for t in output_tensors
+        ):
             raise TypeError("output_tensors must be a list of pb_utils.Tensor")
         if error is not None and not isinstance(error, TritonError):
             raise TypeError("error must be a pb_utils.TritonError or None")
@@ -355,22 +385,30 @@ class InferenceResponseSender:
         if not final and flags != 0:
             raise TritonModelException("Unable to send response. Unsupported flag provided.")
         if flags == 0 and response is None:
-            raise TritonModelException("Inference Response object must be provided when the "
-                                       "response flags is set to zero.")
+            raise TritonModelException(
+                "Inference Response object must be provided when the response flags is set to zero."
+            )
         if self._send is None:
-            raise TritonModelException("Unable to send response. Response sender has no "
-                                       "reference to the decoupled state of the model.")
+            raise TritonModelException(
+                "Unable to send response. Response sender has no "
+                "reference to the decoupled state of the model."
+            )
         with self._lock:
             if not self._decoupled and response is not None and self._sent > 0:
-                raise TritonModelException("Unable to send response. Non-decoupled model "
-                                           "cannot send more than one response.")
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model "
+                    "cannot send more than one response."
+                )
             if not self._decoupled and response is None and final and self._sent == 0:
-                raise TritonModelException("Unable to send response. Non-decoupled model "
-                                           "cannot send complete final before sending a "
-                                           "response.")
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model "
+                    "cannot send complete final before sending a "
+                    "response."
+                )
             if self._closed:
                 raise TritonModelException(
-                    "Unable to send response. Response sender has been closed.")
+                    "Unable to send response. Response sender has been closed."
+                )
             self._closed = self._closed or final
             self._sent += 1
         self._send(response, flags)
@@ -383,6 +421,7 @@ class InferenceResponseSender:
 
 
 # ------------------------------------------------------------------------------ requests
+
 
 class PreferredMemory:
     def __init__(self, preferred_memory_type, preferred_device_id=0):
@@ -406,19 +445,36 @@ class InferenceRequest:
     bool/int/str values), or, as a tritium extension for the stub, a JSON
     object string kept as-is (server-side parameters may hold doubles)."""
 
-    def __init__(self, request_id="", correlation_id=0, inputs=None,
-                 requested_output_names=None, model_name=None, model_version=-1, flags=0,
-                 timeout=0, preferred_memory=None, trace=None, parameters=None):
-        for arg, value in (("inputs", inputs), ("requested_output_names", requested_output_names),
-                           ("model_name", model_name)):
+    def __init__(
+        self,
+        request_id="",
+        correlation_id=0,
+        inputs=None,
+        requested_output_names=None,
+        model_name=None,
+        model_version=-1,
+        flags=0,
+        timeout=0,
+        preferred_memory=None,
+        trace=None,
+        parameters=None,
+    ):
+        for arg, value in (
+            ("inputs", inputs),
+            ("requested_output_names", requested_output_names),
+            ("model_name", model_name),
+        ):
             if value is None:
                 raise TypeError(f"InferenceRequest() missing required argument: '{arg}'")
         if not isinstance(request_id, str) or not isinstance(model_name, str):
             raise TypeError("request_id and model_name must be str")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
-        for arg, value in (("model_version", model_version), ("flags", flags),
-                           ("timeout", timeout)):
+        for arg, value in (
+            ("model_version", model_version),
+            ("flags", flags),
+            ("timeout", timeout),
+        ):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise TypeError(f"{arg} must be an int")
         where = f"for request with id '{request_id}' and model name '{model_name}'"
@@ -454,8 +510,18 @@ class InferenceRequest:
         self._sender_factory = None
 
     @classmethod
-    def _from_server(cls, request_id, correlation_id, flags, inputs, requested_output_names,
-                     parameters, model_name, model_version, sender_factory):
+    def _from_server(
+        cls,
+        request_id,
+        correlation_id,
+        flags,
+        inputs,
+        requested_output_names,
+        parameters,
+        model_name,
+        model_version,
+        sender_factory,
+    ):
         """Stub hook: a request decoded from the server, already validated there, so none of
         the constructor's checks run; the response sender is made on first use."""
         self = cls.__new__(cls)
@@ -531,6 +597,7 @@ def is_model_ready(model_name, model_version=""):
 
 # ------------------------------------------------------------------------------ lookups
 
+
 def get_input_tensor_by_name(inference_request, name):
     return next((t for t in inference_request.inputs() if t.name() == name), None)
 
@@ -552,6 +619,7 @@ def using_decoupled_model_transaction_policy(model_config):
 
 
 # ------------------------------------------------------------------------------ auto-complete
+
 
 class ModelConfig:
     """The configuration given to ``auto_complete_config``: a JSON string (as in
@@ -575,7 +643,8 @@ class ModelConfig:
             raise ValueError(
                 f"configuration specified max_batch_size {cfg['max_batch_size']}, but in "
                 f"auto-complete-config function for model '{cfg['name']}' specified "
-                f"max_batch_size {max_batch_size}")
+                f"max_batch_size {max_batch_size}"
+            )
         cfg["max_batch_size"] = max_batch_size
 
     def set_dynamic_batching(self):
@@ -585,7 +654,8 @@ class ModelConfig:
                 raise ValueError(
                     f"Configuration specified scheduling_choice as '{found}', but "
                     f"auto-complete-config function for model '{cfg['name']}' tries to set "
-                    "scheduling_choice as 'dynamic_batching'")
+                    "scheduling_choice as 'dynamic_batching'"
+                )
         cfg.setdefault("dynamic_batching", {})
 
     def _add_tensor(self, kind, tensor, valid):
@@ -594,8 +664,9 @@ class ModelConfig:
         where = f"in auto-complete-config function for model '{model}'"
         if any(prop not in valid for prop in tensor):
             allowed = ", ".join(f"'{p}'" for p in valid[:-1]) + f" and '{valid[-1]}'"
-            raise ValueError(f"{kind} '{tensor.get('name')}' {where} contains property other "
-                             f"than {allowed}.")
+            raise ValueError(
+                f"{kind} '{tensor.get('name')}' {where} contains property other than {allowed}."
+            )
         if "name" not in tensor:
             raise ValueError(f"{kind} {where} is missing 'name' property.")
         name = tensor["name"]
@@ -609,18 +680,22 @@ class ModelConfig:
             if cur_type != "TYPE_INVALID" and cur_type != tensor["data_type"]:
                 raise ValueError(
                     f"unable to load model '{model}', configuration expects datatype "
-                    f"{cur_type} for {kind} '{name}', model provides {tensor['data_type']}")
+                    f"{cur_type} for {kind} '{name}', model provides {tensor['data_type']}"
+                )
             cur_dims = current.get("dims") or []
             if cur_dims and list(cur_dims) != list(tensor["dims"]):
                 raise ValueError(
                     f"model '{model}', tensor '{name}': the model expects dims "
-                    f"{tensor['dims']} but the model configuration specifies dims {cur_dims}")
+                    f"{tensor['dims']} but the model configuration specifies dims {cur_dims}"
+                )
             if current.get("optional", tensor.get("optional")) != tensor.get(
-                    "optional", current.get("optional")):
+                "optional", current.get("optional")
+            ):
                 raise ValueError(
                     f"model '{model}', tensor '{name}': the model expects optional "
                     f"{tensor['optional']} but the model configuration specifies optional "
-                    f"{current['optional']}")
+                    f"{current['optional']}"
+                )
             current["data_type"], current["dims"] = tensor["data_type"], tensor["dims"]
             if "optional" in tensor:
                 current["optional"] = tensor["optional"]
@@ -640,18 +715,21 @@ class ModelConfig:
         if any(prop != "decoupled" for prop in transaction_policy_dict):
             raise ValueError(
                 "model transaction property in auto-complete-config function for model "
-                f"'{cfg['name']}' contains property other than 'decoupled'.")
+                f"'{cfg['name']}' contains property other than 'decoupled'."
+            )
         policy = cfg.setdefault("model_transaction_policy", {})
         if "decoupled" in transaction_policy_dict:
             new = transaction_policy_dict["decoupled"]
             if "decoupled" in policy and policy["decoupled"] != new:
                 raise ValueError(
                     "trying to change decoupled property in auto-complete-config for model "
-                    f"'{cfg['name']}', which is already set to '{policy['decoupled']}'.")
+                    f"'{cfg['name']}', which is already set to '{policy['decoupled']}'."
+                )
             policy["decoupled"] = new
 
 
 # ------------------------------------------------------------------------------ logging
+
 
 class LogLevel(IntEnum):
     INFO = 0
@@ -677,7 +755,12 @@ class Logger:
     """``pb_utils.Logger.log_info("msg")`` or ``Logger.log("msg", Logger.WARNING)``."""
 
     LogLevel = LogLevel
-    INFO, WARNING, ERROR, VERBOSE = LogLevel.INFO, LogLevel.WARNING, LogLevel.ERROR, LogLevel.VERBOSE
+    INFO, WARNING, ERROR, VERBOSE = (
+        LogLevel.INFO,
+        LogLevel.WARNING,
+        LogLevel.ERROR,
+        LogLevel.VERBOSE,
+    )
 
     @staticmethod
     def log(message, level=LogLevel.INFO):
@@ -722,18 +805,21 @@ class _Metric:
             raise TritonModelException(
                 f"Failed to {action} metric value: Invalid metric operation as the "
                 "corresponding 'MetricFamily' has been deleted. The 'MetricFamily' object "
-                "should be deleted AFTER its corresponding 'Metric' objects have been deleted.")
+                "should be deleted AFTER its corresponding 'Metric' objects have been deleted."
+            )
         if self._kind not in allowed:
             raise TritonModelException(
                 f"Failed to {action} metric value: TRITONSERVER_METRIC_KIND_"
-                f"{_KIND_NAMES[self._kind]} does not support {action}")
+                f"{_KIND_NAMES[self._kind]} does not support {action}"
+            )
 
     def increment(self, value):
         self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
         if self._kind == MetricFamily.COUNTER and value < 0:
             raise TritonModelException(
                 "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
-                "be incremented monotonically by non-negative values.")
+                "be incremented monotonically by non-negative values."
+            )
         self._state["value"] += float(value)
 
     def set(self, value):
@@ -765,12 +851,14 @@ class MetricFamily:
             raise TypeError("name and description must be str")
         if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
             raise TritonModelException("Error when creating MetricFamily: Unknown metric kind")
-        family = _FAMILIES.setdefault(name, {"kind": kind, "description": description,
-                                             "metrics": {}})
+        family = _FAMILIES.setdefault(
+            name, {"kind": kind, "description": description, "metrics": {}}
+        )
         if family["kind"] != kind:
             raise TritonModelException(
                 f"Error when creating MetricFamily: metric family '{name}' already exists "
-                "with a different kind")
+                "with a different kind"
+            )
         self._kind, self._family, self._created = kind, family, weakref.WeakSet()
 
     def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's name
@@ -783,14 +871,18 @@ class MetricFamily:
             raise TritonModelException("Error when creating Metric: labels must map str to str")
         if self._kind == self.HISTOGRAM:
             if buckets is None:
-                raise TritonModelException("Error when creating Metric: Missing required "
-                                           "buckets for histogram metrics.")
+                raise TritonModelException(
+                    "Error when creating Metric: Missing required buckets for histogram metrics."
+                )
             buckets = [float(b) for b in buckets]
-            if any(b >= a for b, a in zip(buckets, buckets[1:])):
-                raise TritonModelException("Error when creating Metric: histogram buckets "
-                                           "must be in strictly increasing order.")
-        state = self._family["metrics"].setdefault(json.dumps(labels, sort_keys=True),
-                                                   {"labels": dict(labels), "value": 0.0})
+            if any(b >= a for b, a in zip(buckets, buckets[1:], strict=False)):
+                raise TritonModelException(
+                    "Error when creating Metric: histogram buckets "
+                    "must be in strictly increasing order."
+                )
+        state = self._family["metrics"].setdefault(
+            json.dumps(labels, sort_keys=True), {"labels": dict(labels), "value": 0.0}
+        )
         if self._kind == self.HISTOGRAM and "buckets" not in state:
             state.update(buckets=buckets, bucket_counts=[0] * len(buckets), count=0, sum=0.0)
         metric = _Metric(state, self._kind)

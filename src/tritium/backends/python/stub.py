@@ -103,8 +103,15 @@ class Stub:
             return pb_utils.InferenceResponseSender(send, _never, decoupled=decoupled)
 
         return pb_utils.InferenceRequest._from_server(
-            request_id, correlation_id, flags, tensors, outputs or self._output_names, params,
-            self._model_name, self._model_version, make_sender,
+            request_id,
+            correlation_id,
+            flags,
+            tensors,
+            outputs or self._output_names,
+            params,
+            self._model_name,
+            self._model_version,
+            make_sender,
         )
 
     @staticmethod
@@ -117,8 +124,9 @@ class Stub:
         params = response.parameters()
         return (tensors, None, params if params and params != "{}" else None)
 
-    def execute(self, batch_id: int, wires: list[tuple], buffers: ipc.Buffers,
-                out: ipc.Buffers) -> tuple:
+    def execute(
+        self, batch_id: int, wires: list[tuple], buffers: ipc.Buffers, out: ipc.Buffers
+    ) -> tuple:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
         try:

@@ -24,10 +24,18 @@ log = logging.getLogger("tritium")
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _NOT_YET = (
-    "ModelStreamInfer", "ModelStatistics", "RepositoryModelLoad", "RepositoryModelUnload",
-    "SystemSharedMemoryStatus", "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister",
-    "CudaSharedMemoryStatus", "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister",
-    "TraceSetting", "LogSettings",
+    "ModelStreamInfer",
+    "ModelStatistics",
+    "RepositoryModelLoad",
+    "RepositoryModelUnload",
+    "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister",
+    "SystemSharedMemoryUnregister",
+    "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister",
+    "TraceSetting",
+    "LogSettings",
 )
 
 
@@ -97,7 +105,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
 
 def _not_implemented(name: str) -> Any:
     async def method(self: Any, request: Any, context: Any) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by tritium yet")
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED, f"{name} is not implemented by tritium yet"
+        )
 
     method.__name__ = name
     return method
@@ -134,6 +144,8 @@ def build_grpc_server(server: InferenceServer) -> grpc.aio.Server:
             ("grpc.so_reuseport", 0),
         ]
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(server), grpc_server)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        InferenceService(server), grpc_server
+    )
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(server), grpc_server)
     return grpc_server

@@ -105,7 +105,9 @@ class HttpApp:
             try:
                 doc = orjson.loads(request.body)
             except orjson.JSONDecodeError as exc:
-                return HttpResponse(400, [orjson_error(f"failed to parse the request JSON buffer: {exc}")])
+                return HttpResponse(
+                    400, [orjson_error(f"failed to parse the request JSON buffer: {exc}")]
+                )
             ready = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
         return _json(self.server.repository_index(ready))
 
@@ -121,9 +123,7 @@ class HttpApp:
                         400,
                         [orjson_error("Inference-Header-Content-Length must be an integer")],
                     )
-            inference, plan = decode_request(
-                request.body, header_length, name, _version(version)
-            )
+            inference, plan = decode_request(request.body, header_length, name, _version(version))
             response = await self.server.infer(inference, _DECOUPLED)
             head, parts, json_length = encode_response(response, plan)
         except ServerError as exc:

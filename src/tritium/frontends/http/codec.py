@@ -119,7 +119,9 @@ def _input(item: Any, binary: memoryview, offset: int, model: str) -> tuple[Tens
                 f"unexpected size for input '{name}', expecting {size} bytes of binary data "
                 f"but only {len(binary) - offset} bytes remain in the request body"
             )
-        return tensor_from_buffer(name, datatype, shape, binary[offset : offset + size], model), size
+        return tensor_from_buffer(
+            name, datatype, shape, binary[offset : offset + size], model
+        ), size
     if "data" not in item:
         raise invalid_arg(
             f"input '{name}' must specify 'data', 'binary_data_size' or 'shared_memory_region'"
@@ -147,11 +149,15 @@ def _json_tensor(name: str, datatype: DataType, shape: tuple[int, ...], data: An
     flat = _flatten(data)
     count = prod(shape)
     if len(flat) != count:
-        raise invalid_arg(f"input '{name}' got unexpected elements count {len(flat)}, expected {count}")
+        raise invalid_arg(
+            f"input '{name}' got unexpected elements count {len(flat)}, expected {count}"
+        )
     try:
         if datatype is DataType.BYTES:
             array = np.empty(count, dtype=object)
-            array[:] = [v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat]
+            array[:] = [
+                v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat
+            ]
         elif datatype is DataType.BOOL:
             if not all(isinstance(v, bool) for v in flat):
                 raise ValueError("expected booleans")
@@ -214,7 +220,9 @@ def encode_response(response: InferenceResponse, plan: OutputPlan) -> tuple[byte
         }
         if plan.binary.get(tensor.name, plan.binary_default):
             raw = tensor_bytes(tensor)
-            entry["parameters"] = {"binary_data_size": len(raw) if isinstance(raw, bytes) else raw.nbytes}
+            entry["parameters"] = {
+                "binary_data_size": len(raw) if isinstance(raw, bytes) else raw.nbytes
+            }
             parts.append(raw)
         else:
             entry["data"] = _json_data(tensor)

@@ -21,9 +21,15 @@ log = logging.getLogger("tritium")
 COMPRESS_MIN_BYTES = 1024
 
 _REASONS = {
-    200: b"OK", 400: b"Bad Request", 403: b"Forbidden", 404: b"Not Found",
-    405: b"Method Not Allowed", 413: b"Payload Too Large", 500: b"Internal Server Error",
-    501: b"Not Implemented", 503: b"Service Unavailable",
+    200: b"OK",
+    400: b"Bad Request",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    413: b"Payload Too Large",
+    500: b"Internal Server Error",
+    501: b"Not Implemented",
+    503: b"Service Unavailable",
 }
 
 
@@ -79,8 +85,18 @@ def compress(parts: list[Any], accept: bytes) -> tuple[bytes, bytes] | None:
 
 class HttpProtocol(asyncio.Protocol):
     __slots__ = (
-        "_handler", "_limit", "_parser", "_transport", "_url", "_headers", "_body",
-        "_size", "_too_large", "_busy", "_pending", "_closed",
+        "_handler",
+        "_limit",
+        "_parser",
+        "_transport",
+        "_url",
+        "_headers",
+        "_body",
+        "_size",
+        "_too_large",
+        "_busy",
+        "_pending",
+        "_closed",
     )
 
     def __init__(self, handler: Handler, limit: int) -> None:
@@ -164,8 +180,11 @@ class HttpProtocol(asyncio.Protocol):
                 request.body, request.headers.get(b"content-encoding", b"").lower(), self._limit
             )
         except TooLarge as exc:
-            self._reply_now(400, f'{{"error":"decompressed request size {exc} exceeds the '
-                            f'maximum allowed value of {self._limit} bytes"}}'.encode())
+            self._reply_now(
+                400,
+                f'{{"error":"decompressed request size {exc} exceeds the '
+                f'maximum allowed value of {self._limit} bytes"}}'.encode(),
+            )
             return
         except (OSError, ValueError, zlib.error, EOFError) as exc:
             self._reply_now(400, orjson_error(f"failed to decompress the request body: {exc}"))
@@ -178,7 +197,9 @@ class HttpProtocol(asyncio.Protocol):
         task = asyncio.ensure_future(result)
         task.add_done_callback(lambda t: self._finish(t, request, keep_alive))
 
-    def _finish(self, task: asyncio.Future[HttpResponse], request: HttpRequest, keep_alive: bool) -> None:
+    def _finish(
+        self, task: asyncio.Future[HttpResponse], request: HttpRequest, keep_alive: bool
+    ) -> None:
         self._busy = False
         if task.cancelled():
             response = HttpResponse(503, [b'{"error":"request cancelled"}'])
