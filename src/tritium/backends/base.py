@@ -46,6 +46,9 @@ class ModelInstance(Protocol):
     async def execute_each(self, requests: list[InferenceRequest]) -> None:
         """One execution per request, in order (requests that queued up meanwhile)."""
 
+    # Optional: ``try_now(request) -> bool`` answers a request synchronously on the loop
+    # when that is cheaper than scheduling it (see OnnxInstance).
+
     async def is_ready(self) -> bool: ...
 
     async def close(self) -> None: ...

@@ -177,7 +177,8 @@ class OnnxInstance:
         started = time.perf_counter()
         response = self._run(request)
         elapsed = time.perf_counter() - started
-        self._cost = 0.8 * self._cost + 0.2 * elapsed  # moving average of one execution
+        # Moving average of one execution; the first measurement replaces the guess.
+        self._cost = elapsed if self._cost >= 1.0 else 0.8 * self._cost + 0.2 * elapsed
         return response
 
     def _cheap(self, request: InferenceRequest) -> bool:
@@ -190,23 +191,33 @@ class OnnxInstance:
             size += tensor.data.nbytes
         return size <= INLINE_MAX_BYTES
 
+    def try_now(self, request: InferenceRequest) -> bool:
+        """Run and answer ``request`` right here when it is cheap (see ``_cheap``); the
+        scheduler then needs no task at all. False: use ``execute``."""
+        if not self._cheap(request):
+            return False
+        try:
+            outcome: Any = self._run_timed(request)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            outcome = internal(f"onnxruntime execute failure: {exc}")
+        self._answer(request, outcome)
+        return True
+
+    def _answer(self, request: InferenceRequest, outcome: Any) -> None:
+        if isinstance(outcome, InferenceResponse):
+            assert request.sender is not None
+            request.sender.send(outcome, True)
+        else:
+            send_error(request, self._version, outcome)
+
     async def execute(self, requests: list[InferenceRequest]) -> None:
         loop = asyncio.get_running_loop()
         for request in requests:
-            if self._cheap(request):
-                try:
-                    outcome: Any = self._run_timed(request)
-                except Exception as exc:  # onnxruntime raises its own exception types
-                    outcome = internal(f"onnxruntime execute failure: {exc}")
-            else:
-                future = loop.create_future()
-                self._work.put((loop, future, request))
-                outcome = await future
-            if isinstance(outcome, InferenceResponse):
-                assert request.sender is not None
-                request.sender.send(outcome, True)
-            else:
-                send_error(request, self._version, outcome)
+            if self.try_now(request):
+                continue
+            future = loop.create_future()
+            self._work.put((loop, future, request))
+            self._answer(request, await future)
 
     execute_each = execute  # execute already runs its requests one at a time
 

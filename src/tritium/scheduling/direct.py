@@ -30,6 +30,10 @@ class DirectScheduler:
 
     def submit(self, request: InferenceRequest) -> None:
         if self._idle:
+            instance = self._idle[-1]
+            try_now = getattr(instance, "try_now", None)
+            if try_now is not None and try_now(request):
+                return  # answered synchronously; the instance stays idle
             self._start(self._idle.pop(), request)
         else:
             self._waiting.append(request)

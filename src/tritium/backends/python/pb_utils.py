@@ -6,6 +6,8 @@ Triton ``model.py``, so names, signatures, behaviour and error messages follow
 triton-inference-server/python_backend (``triton_python_backend_utils.py`` plus
 the pybind11 ``c_python_backend_utils`` classes). Standalone: numpy only
 (``ml_dtypes`` optional, for BF16); it must not import anything from tritium.
+It is longer than our modules usually are on purpose: Triton ships this API as one module,
+and models import it as one.
 
 Private hooks for the stub (not part of Triton's API):
 
