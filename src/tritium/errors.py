@@ -52,3 +52,7 @@ def unsupported(message: str) -> ServerError:
 
 def internal(message: str) -> ServerError:
     return ServerError(ErrorKind.INTERNAL, message)
+
+
+def cancelled(message: str) -> ServerError:
+    return ServerError(ErrorKind.CANCELLED, message)

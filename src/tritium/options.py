@@ -17,6 +17,7 @@ class ServerOptions:
     http_port: int = 8000
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
     allow_grpc: bool = True
+    grpc_stream_inflight: int = 256  # requests in flight per ModelStreamInfer stream
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_metrics: bool = True

@@ -22,6 +22,8 @@ from .repository.manager import ModelRepositoryManager
 from .repository.manager import version_from_string as parse_version
 from .types import InferenceRequest, InferenceResponse
 
+ResponseCallback = Callable[[InferenceResponse | None, bool], None]
+
 log = logging.getLogger("tritium")
 
 # The Triton extensions tritium implements, in Triton's order.
@@ -37,7 +39,7 @@ class _UnarySender:
 
     __slots__ = ("future", "response", "done")
 
-    def __init__(self, future: Any, done: Callable[[], None]) -> None:
+    def __init__(self, future: asyncio.Future[InferenceResponse], done: Callable[[], None]):
         self.future = future
         self.response: InferenceResponse | None = None
         self.done = done
@@ -53,6 +55,21 @@ class _UnarySender:
                 self.future.set_exception(internal("the model sent no response"))
             else:
                 self.future.set_result(self.response)
+
+
+class _CallbackSender:
+    """Hands every response (0..N, then the final flag) to a front-end callback."""
+
+    __slots__ = ("callback", "done")
+
+    def __init__(self, callback: ResponseCallback, done: Callable[[], None]) -> None:
+        self.callback = callback
+        self.done = done
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        if final:
+            self.done()
+        self.callback(response, final)
 
 
 class InferenceServer:
@@ -144,6 +161,9 @@ class InferenceServer:
             ],
         }
 
+    def is_decoupled(self, name: str, version: int = -1) -> bool:
+        return self.repository.get(name, version).spec.decoupled
+
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         return self.repository.get(name, parse_version(version)).spec.config
 
@@ -154,20 +174,28 @@ class InferenceServer:
         return self.repository.index(ready_only)
 
     # -- inference ---------------------------------------------------------------------------
-    def submit(self, request: InferenceRequest, decoupled_error: str) -> None:
-        """Resolve, validate and schedule a request whose ``sender`` is set (loop thread).
-
-        ``decoupled_error`` is the front-end's message for a decoupled model, which a unary
-        call cannot serve."""
+    def submit(self, request: InferenceRequest, decoupled_error: str | None) -> bool:
+        """Resolve, validate and schedule a request whose ``sender`` is set; returns whether
+        the model is decoupled. ``decoupled_error``: the front-end's message when it cannot
+        serve a decoupled model (unary calls); None when it can (streams)."""
         if not self._accepting:
             raise unavailable("Server is not ready to accept inference requests")
         model = self.repository.get(request.model_name, request.model_version)
-        if model.spec.decoupled:
+        decoupled = model.spec.decoupled
+        if decoupled and decoupled_error is not None:
             raise unsupported(decoupled_error)
         model.validate(request)
         self._inflight += 1
         self._idle.clear()
         model.scheduler.submit(request)
+        return decoupled
+
+    def stream(self, request: InferenceRequest, callback: ResponseCallback) -> bool:
+        """Start a request whose responses (0..N for a decoupled model, then the final flag)
+        go to ``callback(response_or_None, final)`` on the loop. Returns whether the model
+        is decoupled; errors before scheduling raise."""
+        request.sender = _CallbackSender(callback, self._finished)
+        return self.submit(request, None)
 
     def _finished(self) -> None:
         self._inflight -= 1
@@ -179,7 +207,11 @@ class InferenceServer:
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
         request.sender = _UnarySender(future, self._finished)
         self.submit(request, decoupled_error)
-        response = await future
+        try:
+            response = await future
+        except asyncio.CancelledError:
+            request.cancelled = True  # the caller went away: drop it if it is still queued
+            raise
         if response.error is not None:
             raise response.error
         return response

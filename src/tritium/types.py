@@ -83,7 +83,7 @@ class ResponseSender(Protocol):
     def send(self, response: InferenceResponse | None, final: bool) -> None: ...
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # identity semantics: requests are tracked in sets
 class InferenceRequest:
     """One decoded inference request, in the core's terms (no transport details)."""
 
@@ -98,6 +98,7 @@ class InferenceRequest:
     correlation_id: int | str = 0
     flags: int = 0
     priority: int = 0
+    cancelled: bool = False  # set when the client went away; queued work is then dropped
 
 
 @dataclass(slots=True)

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..backends.base import ModelInstance, send_error
-from ..errors import internal
+from ..errors import cancelled, internal
 from ..types import InferenceRequest
 
 
@@ -58,18 +58,26 @@ class DirectScheduler:
             except Exception as exc:  # a backend bug must not strand the caller
                 for request in group:
                     send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
-            if not self._waiting:
+            group = self._take() if self._waiting else []
+            if not group:
                 self._idle.append(instance)
                 return
-            group = self._take()
 
     def _take(self) -> list[InferenceRequest]:
         """The next requests for a freed instance: its fair share of the queue (every other
         instance is busy, or the queue would be empty), at most MAX_GROUP. Each still gets
-        its own execution; the group only shares one hand-off to the backend."""
+        its own execution; the group only shares one hand-off to the backend. Requests whose
+        client went away are answered CANCELLED instead of being run."""
         waiting = self._waiting
         count = min(MAX_GROUP, max(1, len(waiting) // self._instances))
-        return [waiting.popleft() for _ in range(count)]
+        group = []
+        while waiting and len(group) < count:
+            request = waiting.popleft()
+            if request.cancelled:
+                send_error(request, self._version, cancelled("the request was cancelled"))
+            else:
+                group.append(request)
+        return group
 
     async def close(self) -> None:
         """Fail what still waits, then let running executions finish."""

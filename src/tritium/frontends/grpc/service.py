@@ -19,12 +19,12 @@ from ...errors import ServerError
 from ...server import InferenceServer, parse_version
 from .codec import decode_request, encode_response
 from .errors import CODE
+from .stream import model_stream_infer
 
 log = logging.getLogger("tritium")
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _NOT_YET = (
-    "ModelStreamInfer",
     "ModelStatistics",
     "RepositoryModelLoad",
     "RepositoryModelUnload",
@@ -101,6 +101,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             return encode_response(response)
         except ServerError as exc:
             return await _abort(context, exc)
+
+
+    async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
+        limit = self._server.options.grpc_stream_inflight
+        async for message in model_stream_infer(self._server, request_iterator, context, limit):
+            yield message
 
 
 def _not_implemented(name: str) -> Any:
