@@ -185,6 +185,7 @@ class InferenceServer:
         if decoupled and decoupled_error is not None:
             raise unsupported(decoupled_error)
         model.validate(request)
+        request.model_version = model.version  # the version that serves it, from now on
         self._inflight += 1
         self._idle.clear()
         model.scheduler.submit(request)
