@@ -46,9 +46,6 @@ class StubProcess(asyncio.Protocol):
         self._proc: subprocess.Popen[bytes] | None = None
         self._call_lock = asyncio.Lock()
         self._reply: asyncio.Future[tuple[bool, Any]] | None = None
-        self._batches: dict[int, tuple[asyncio.Future[None], list[InferenceRequest]]] = {}
-        self._done: dict[int, list[bool]] = {}
-        self._ids = itertools.count()
         self.on_batch_done: Any = None  # set by PythonInstance
         self.on_response: Any = None
         self.on_death: Any = None
@@ -235,8 +232,11 @@ class PythonInstance:
         return response
 
     def _batch_done(self, body: tuple, buffers: ipc.Buffers) -> None:
+        """``execute`` returned. Its requests are answered now, except a decoupled model's,
+        whose responses may keep coming from the model's threads until each one's final flag;
+        the batch stays routable until then."""
         batch_id, error, wired = body
-        future, requests, finished = self._batches.pop(batch_id)
+        future, requests, finished = self._batches[batch_id]
         if error is not None:
             failure = internal(
                 f"Failed to process the request(s) for model instance '{self.name}', "
@@ -244,29 +244,37 @@ class PythonInstance:
             )
             for i, request in enumerate(requests):
                 if not finished[i]:
+                    finished[i] = True
                     send_error(request, self._version, failure)
         elif wired is not None:
-            for request, payload in zip(requests, wired, strict=True):
+            for i, (request, payload) in enumerate(zip(requests, wired, strict=True)):
+                finished[i] = True
                 assert request.sender is not None
                 request.sender.send(self._make_response(request, payload, buffers), True)
         elif not self._spec.decoupled:  # execute returned None: senders must have answered
             for i, request in enumerate(requests):
                 if not finished[i]:
+                    finished[i] = True
                     assert request.sender is not None
                     request.sender.send(self._make_response(request, None, buffers), True)
+        if all(finished):
+            del self._batches[batch_id]
         if not future.done():
             future.set_result(None)
 
     def _response(self, body: tuple, buffers: ipc.Buffers) -> None:
         batch_id, index, payload, final = body
         entry = self._batches.get(batch_id)
-        if entry is None:
-            return
-        request = entry[1][index]
-        assert request.sender is not None
-        if final:
-            entry[2][index] = True
+        if entry is None or entry[2][index]:
+            return  # the request already completed (or failed): nothing more goes out
+        future, requests, finished = entry
+        request = requests[index]
         response = None if payload is None else self._make_response(request, payload, buffers)
+        if final:
+            finished[index] = True
+            if future.done() and all(finished):
+                del self._batches[batch_id]
+        assert request.sender is not None
         request.sender.send(response, final)
 
     def fail_all(self, reason: str) -> None:

@@ -102,7 +102,6 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         except ServerError as exc:
             return await _abort(context, exc)
 
-
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
         limit = self._server.options.grpc_stream_inflight
         async for message in model_stream_infer(self._server, request_iterator, context, limit):

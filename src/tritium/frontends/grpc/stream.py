@@ -55,8 +55,9 @@ class _Slot:
 
 def _response_message(response: InferenceResponse, final: bool) -> pb.ModelStreamInferResponse:
     if response.error is not None:
-        return _error_message(response.error, response.id, response.model_name,
-                              response.model_version)
+        return _error_message(
+            response.error, response.id, response.model_name, response.model_version
+        )
     infer = encode_response(response)
     infer.parameters["triton_final_response"].bool_param = final
     return pb.ModelStreamInferResponse(infer_response=infer)

@@ -13,14 +13,15 @@ from ...errors import ServerError
 from ...server import InferenceServer
 from .codec import decode_request, encode_response
 from .errors import STATUS
-from .protocol import HttpRequest, HttpResponse, orjson_error
+from .generate import GenerateStream, build_request, generate_once, sse_chunks
+from .protocol import HttpRequest, HttpResponse, HttpStreamResponse, orjson_error
 
 log = logging.getLogger("tritium")
 
 _JSON = b"application/json"
 _OCTET = b"application/octet-stream"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
-_MODEL_ACTIONS = {"ready", "config", "infer"}
+_MODEL_ACTIONS = {"ready", "config", "infer", "generate", "generate_stream"}
 
 
 def _json(doc: Any, status: int = 200) -> HttpResponse:
@@ -86,6 +87,8 @@ class HttpApp:
         action = rest[0]
         if action == "infer":
             return self._expect(request, "POST") or self._infer(request, name, version)
+        if action.startswith("generate"):
+            return self._expect(request, "POST") or self._generate(request, name, version, action)
         if bad := self._expect(request, "GET"):
             return bad
         if action == "config":
@@ -110,6 +113,19 @@ class HttpApp:
                 )
             ready = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
         return _json(self.server.repository_index(ready))
+
+    async def _generate(
+        self, request: HttpRequest, name: str, version: str, action: str
+    ) -> HttpResponse | HttpStreamResponse:
+        try:
+            inference = build_request(self.server, name, version, request.body)
+            stream = GenerateStream(inference)
+            self.server.stream(inference, stream)
+            if action == "generate_stream":
+                return HttpStreamResponse(sse_chunks(stream))
+            return _json(await generate_once(stream))
+        except ServerError as exc:
+            return _error(exc)
 
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
         try:

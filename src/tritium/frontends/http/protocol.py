@@ -7,7 +7,7 @@ import asyncio
 import gzip
 import logging
 import zlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,16 @@ class HttpResponse:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
-Handler = Callable[[HttpRequest], "HttpResponse | Awaitable[HttpResponse]"]
+@dataclass(slots=True)
+class HttpStreamResponse:
+    """A response written as it is produced (chunked transfer encoding), e.g. SSE."""
+
+    chunks: AsyncIterator[bytes]
+    content_type: bytes = b"text/event-stream; charset=utf-8"
+    status: int = 200
+
+
+Handler = Callable[[HttpRequest], "HttpResponse | Awaitable[HttpResponse | HttpStreamResponse]"]
 
 
 class TooLarge(Exception):
@@ -97,6 +106,8 @@ class HttpProtocol(asyncio.Protocol):
         "_busy",
         "_pending",
         "_closed",
+        "_task",
+        "_writable",
     )
 
     def __init__(self, handler: Handler, limit: int) -> None:
@@ -112,6 +123,9 @@ class HttpProtocol(asyncio.Protocol):
         self._busy = False
         self._pending: list[HttpRequest | None] = []
         self._closed = False
+        self._task: asyncio.Future[Any] | None = None  # the request being answered
+        self._writable = asyncio.Event()  # HTTP flow control for streamed responses
+        self._writable.set()
 
     # transport callbacks -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -119,6 +133,15 @@ class HttpProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._writable.set()
+        if self._task is not None:  # the client went away: stop the work done for it
+            self._task.cancel()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -195,22 +218,58 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._busy = True
         task = asyncio.ensure_future(result)
+        self._task = task
         task.add_done_callback(lambda t: self._finish(t, request, keep_alive))
 
-    def _finish(
-        self, task: asyncio.Future[HttpResponse], request: HttpRequest, keep_alive: bool
-    ) -> None:
-        self._busy = False
+    def _finish(self, task: asyncio.Future[Any], request: HttpRequest, keep_alive: bool) -> None:
+        self._task = None
         if task.cancelled():
-            response = HttpResponse(503, [b'{"error":"request cancelled"}'])
+            response: Any = HttpResponse(503, [b'{"error":"request cancelled"}'])
         elif task.exception() is not None:
             log.error("unhandled error in HTTP handler", exc_info=task.exception())
             response = HttpResponse(500, [orjson_error(str(task.exception()))])
         else:
             response = task.result()
+        if isinstance(response, HttpStreamResponse):
+            pump = asyncio.ensure_future(self._stream(response, keep_alive))
+            self._task = pump
+            pump.add_done_callback(lambda _: self._next())
+            return
         self._write(response, request, keep_alive)
+        self._next()
+
+    def _next(self) -> None:
+        self._task = None
+        self._busy = False
         while self._pending and not self._busy and not self._closed:
             self._dispatch(self._pending.pop(0))
+
+    async def _stream(self, response: HttpStreamResponse, keep_alive: bool) -> None:
+        """Write a response chunk by chunk, waiting whenever the client reads slowly."""
+        transport = self._transport
+        if transport is None or self._closed:
+            return
+        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
+            response.status,
+            _REASONS.get(response.status, b"Error"),
+            response.content_type,
+        )
+        transport.write(head + (b"\r\n" if keep_alive else b"Connection: close\r\n\r\n"))
+        try:
+            async for chunk in response.chunks:
+                if self._closed:
+                    return
+                transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                await self._writable.wait()
+        finally:
+            aclose = getattr(response.chunks, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        if not self._closed:
+            transport.write(b"0\r\n\r\n")
+            if not keep_alive:
+                transport.close()
+                self._closed = True
 
     def _reply_now(self, status: int, body: bytes, close: bool = False) -> None:
         self._write(HttpResponse(status, [body]), None, keep_alive=not close)
