@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     _flag(serve, "--allow-grpc", True, "serve gRPC")
     serve.add_argument("--grpc-address", default="0.0.0.0")
     serve.add_argument("--grpc-port", type=int, default=8001)
+    _grpc_flags(serve)
     _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
     serve.add_argument("--metrics-address", default="")
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -78,6 +79,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _grpc_flags(serve: argparse.ArgumentParser) -> None:
+    defaults = ServerOptions()
+    serve.add_argument(
+        "--grpc-keepalive-time",
+        type=int,
+        default=defaults.grpc_keepalive_time_ms,
+        help="ms between keepalive pings",
+    )
+    serve.add_argument(
+        "--grpc-keepalive-timeout",
+        type=int,
+        default=defaults.grpc_keepalive_timeout_ms,
+        help="ms to wait for a keepalive ping's acknowledgement",
+    )
+    _flag(
+        serve,
+        "--grpc-keepalive-permit-without-calls",
+        False,
+        "allow keepalive pings when no call is active",
+    )
+    serve.add_argument(
+        "--grpc-http2-max-pings-without-data",
+        type=int,
+        default=defaults.grpc_http2_max_pings_without_data,
+    )
+    serve.add_argument(
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        type=int,
+        default=defaults.grpc_http2_min_recv_ping_interval_without_data_ms,
+        help="ms",
+    )
+    serve.add_argument(
+        "--grpc-http2-max-ping-strikes", type=int, default=defaults.grpc_http2_max_ping_strikes
+    )
+    serve.add_argument(
+        "--grpc-max-concurrent-streams",
+        type=int,
+        default=0,
+        help="HTTP/2 streams per connection (0: grpc's default)",
+    )
+    serve.add_argument(
+        "--grpc-stream-inflight-limit",
+        type=int,
+        default=defaults.grpc_stream_inflight,
+        help="tritium: requests in flight per ModelStreamInfer stream; more "
+        "are not read until responses are written (back-pressure)",
+    )
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -90,6 +140,16 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
         allow_grpc=args.allow_grpc,
+        grpc_stream_inflight=max(1, args.grpc_stream_inflight_limit),
+        grpc_keepalive_time_ms=args.grpc_keepalive_time,
+        grpc_keepalive_timeout_ms=args.grpc_keepalive_timeout,
+        grpc_keepalive_permit_without_calls=args.grpc_keepalive_permit_without_calls,
+        grpc_http2_max_pings_without_data=args.grpc_http2_max_pings_without_data,
+        grpc_http2_min_recv_ping_interval_without_data_ms=(
+            args.grpc_http2_min_recv_ping_interval_without_data
+        ),
+        grpc_http2_max_ping_strikes=args.grpc_http2_max_ping_strikes,
+        grpc_max_concurrent_streams=args.grpc_max_concurrent_streams,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         allow_metrics=args.allow_metrics,

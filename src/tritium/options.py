@@ -18,6 +18,14 @@ class ServerOptions:
     http_max_input_size: int = DEFAULT_MAX_INPUT_SIZE
     allow_grpc: bool = True
     grpc_stream_inflight: int = 256  # requests in flight per ModelStreamInfer stream
+    # Triton's gRPC keepalive / HTTP2 defaults.
+    grpc_keepalive_time_ms: int = 7_200_000
+    grpc_keepalive_timeout_ms: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data_ms: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
+    grpc_max_concurrent_streams: int = 0  # 0: grpc's own default
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_metrics: bool = True

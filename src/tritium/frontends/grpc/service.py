@@ -16,6 +16,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ...errors import ServerError
+from ...options import ServerOptions
 from ...server import InferenceServer, parse_version
 from .codec import decode_request, encode_response
 from .errors import CODE
@@ -137,18 +138,30 @@ class HealthService(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=status)
 
 
+def channel_options(options: ServerOptions) -> list[tuple[str, int]]:
+    """grpc core arguments from the server options (Triton's flags and defaults); no
+    message size cap, as Triton."""
+    result = [
+        ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.keepalive_time_ms", options.grpc_keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", options.grpc_keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", int(options.grpc_keepalive_permit_without_calls)),
+        ("grpc.http2.max_pings_without_data", options.grpc_http2_max_pings_without_data),
+        (
+            "grpc.http2.min_ping_interval_without_data_ms",
+            options.grpc_http2_min_recv_ping_interval_without_data_ms,
+        ),
+        ("grpc.http2.max_ping_strikes", options.grpc_http2_max_ping_strikes),
+        ("grpc.so_reuseport", 0),
+    ]
+    if options.grpc_max_concurrent_streams > 0:
+        result.append(("grpc.max_concurrent_streams", options.grpc_max_concurrent_streams))
+    return result
+
+
 def build_grpc_server(server: InferenceServer) -> grpc.aio.Server:
-    grpc_server = grpc.aio.server(
-        options=[
-            ("grpc.max_send_message_length", -1),
-            ("grpc.max_receive_message_length", -1),
-            ("grpc.keepalive_time_ms", 7_200_000),
-            ("grpc.keepalive_timeout_ms", 20_000),
-            ("grpc.http2.min_ping_interval_without_data_ms", 300_000),
-            ("grpc.http2.max_ping_strikes", 2),
-            ("grpc.so_reuseport", 0),
-        ]
-    )
+    grpc_server = grpc.aio.server(options=channel_options(server.options))
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceService(server), grpc_server
     )

@@ -1,0 +1,66 @@
+"""The CLI builds ServerOptions with Triton's flag names and defaults."""
+
+from __future__ import annotations
+
+from tritium.cli import build_parser, options_from_args
+from tritium.frontends.grpc.service import channel_options
+
+
+def _options(*flags: str):  # type: ignore[no-untyped-def]
+    return options_from_args(
+        build_parser().parse_args(["serve", "--model-repository", "r", *flags])
+    )
+
+
+def test_defaults_are_tritons() -> None:
+    options = _options()
+    assert (options.http_port, options.grpc_port, options.metrics_port) == (8000, 8001, 8002)
+    assert options.exit_on_error and options.strict_readiness and options.auto_complete_config
+    assert options.http_max_input_size == 64 * 1024 * 1024
+    grpc = dict(channel_options(options))
+    assert grpc["grpc.keepalive_time_ms"] == 7_200_000
+    assert grpc["grpc.keepalive_timeout_ms"] == 20_000
+    assert grpc["grpc.keepalive_permit_without_calls"] == 0
+    assert grpc["grpc.http2.max_pings_without_data"] == 2
+    assert grpc["grpc.http2.min_ping_interval_without_data_ms"] == 300_000
+    assert grpc["grpc.http2.max_ping_strikes"] == 2
+    assert grpc["grpc.max_receive_message_length"] == -1
+    assert "grpc.max_concurrent_streams" not in grpc
+
+
+def test_grpc_flags_reach_the_channel_options() -> None:
+    options = _options(
+        "--grpc-keepalive-time",
+        "1000",
+        "--grpc-keepalive-timeout",
+        "500",
+        "--grpc-keepalive-permit-without-calls=true",
+        "--grpc-http2-max-pings-without-data",
+        "0",
+        "--grpc-http2-min-recv-ping-interval-without-data",
+        "10",
+        "--grpc-http2-max-ping-strikes",
+        "5",
+        "--grpc-max-concurrent-streams",
+        "64",
+        "--grpc-stream-inflight-limit",
+        "8",
+    )
+    grpc = dict(channel_options(options))
+    assert grpc["grpc.keepalive_time_ms"] == 1000
+    assert grpc["grpc.keepalive_timeout_ms"] == 500
+    assert grpc["grpc.keepalive_permit_without_calls"] == 1
+    assert grpc["grpc.http2.max_pings_without_data"] == 0
+    assert grpc["grpc.http2.min_ping_interval_without_data_ms"] == 10
+    assert grpc["grpc.http2.max_ping_strikes"] == 5
+    assert grpc["grpc.max_concurrent_streams"] == 64
+    assert options.grpc_stream_inflight == 8
+
+
+def test_boolean_flags_take_triton_spellings() -> None:
+    assert not _options("--exit-on-error=false").exit_on_error
+    assert not _options("--exit-on-error", "false").exit_on_error
+    assert _options("--strict-readiness=true").strict_readiness
+    assert not _options("--strict-model-config=true").auto_complete_config
+    assert not _options("--disable-auto-complete-config").auto_complete_config
+    assert _options("--strict-model-config=false").auto_complete_config
