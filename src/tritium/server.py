@@ -211,7 +211,7 @@ class InferenceServer:
         try:
             response = await future
         except asyncio.CancelledError:
-            request.cancelled = True  # the caller went away: drop it if it is still queued
+            request.cancel()  # the caller went away
             raise
         if response.error is not None:
             raise response.error

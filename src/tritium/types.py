@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -98,7 +99,16 @@ class InferenceRequest:
     correlation_id: int | str = 0
     flags: int = 0
     priority: int = 0
-    cancelled: bool = False  # set when the client went away; queued work is then dropped
+    cancelled: bool = False  # the client went away: queued work is dropped, running work told
+    # Set by a backend while it runs the request: tells the model (pb_utils is_cancelled()).
+    on_cancel: Callable[[], None] | None = None
+
+    def cancel(self) -> None:
+        """The client is gone: drop the request if it still waits, tell the model if it runs."""
+        if not self.cancelled:
+            self.cancelled = True
+            if self.on_cancel is not None:
+                self.on_cancel()
 
 
 @dataclass(slots=True)

@@ -186,6 +186,8 @@ class PythonInstance:
             self._batches[batch_id] = (future, requests, [False] * len(requests))
             executions.append((batch_id, [self._wire(r, buffers) for r in requests]))
             futures.append(future)
+            for index, request in enumerate(requests):
+                request.on_cancel = self._canceller(batch_id, index)
         self._stub.send(ipc.EXECUTE, executions, buffers)
         for future in futures:
             await future
@@ -200,6 +202,13 @@ class PythonInstance:
             requested_names(self._spec, request),
             params,
         )
+
+    def _canceller(self, batch_id: int, index: int) -> Any:
+        def cancel() -> None:
+            if self._stub.alive and batch_id in self._batches:
+                self._stub.send(ipc.CANCEL, (batch_id, index))
+
+        return cancel
 
     def _make_response(
         self, request: InferenceRequest, payload: tuple | None, buffers: ipc.Buffers

@@ -22,7 +22,7 @@ _HEAD = struct.Struct("<II")
 _SMALL = 1 << 16
 
 # server → stub
-AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE = range(1, 6)
+AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
 

@@ -35,6 +35,7 @@ class Stub:
         self._decoupled = False
         self._output_names: list[str] = []
         self._model_name = ""
+        self._cancelled: set[tuple[int, int]] = set()  # (batch, index) the client gave up on
         self._model_version = -1
 
     def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
@@ -95,14 +96,21 @@ class Stub:
 
         def send(response: Any, flags: int) -> None:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if final:
+                self._cancelled.discard(key)
             out: ipc.Buffers = []
             payload = None if response is None else self._wire_response(response, out)
             self.send(ipc.RESPONSE, (batch_id, index, payload, final), out)
 
-        def make_sender() -> Any:
-            return pb_utils.InferenceResponseSender(send, _never, decoupled=decoupled)
+        key = (batch_id, index)
 
-        return pb_utils.InferenceRequest._from_server(
+        def is_cancelled() -> bool:
+            return key in self._cancelled
+
+        def make_sender() -> Any:
+            return pb_utils.InferenceResponseSender(send, is_cancelled, decoupled=decoupled)
+
+        request = pb_utils.InferenceRequest._from_server(
             request_id,
             correlation_id,
             flags,
@@ -113,6 +121,8 @@ class Stub:
             self._model_version,
             make_sender,
         )
+        request._cancelled = is_cancelled
+        return request
 
     @staticmethod
     def _wire_response(response: Any, buffers: ipc.Buffers) -> tuple:
@@ -191,6 +201,9 @@ class Stub:
                 return
             if kind == ipc.EXECUTE:
                 self.execute_all(body, buffers)
+                continue
+            if kind == ipc.CANCEL:
+                self._cancelled.add(tuple(body))
                 continue
             try:
                 reply: tuple = (True, handlers[kind](body))

@@ -194,7 +194,7 @@ class StreamSession:
         """The client went away: requests of this stream that have not started are dropped."""
         self._closed = True
         for request in self._active:
-            request.cancelled = True
+            request.cancel()
         self._active.clear()
 
 

@@ -122,7 +122,7 @@ class GenerateStream:
                 if final:
                     return
         finally:  # the client went away (or we are done): drop work that has not started
-            self.request.cancelled = True
+            self.request.cancel()
 
 
 async def sse_chunks(stream: GenerateStream) -> AsyncIterator[bytes]:
