@@ -34,6 +34,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -55,10 +56,12 @@ class Scenario:
     protocol: str  # a key of PROTOCOLS
     concurrency: int
     batch: int = 1  # rows per request (first dimension)
+    responses: int = 0  # decoupled square_int32: N, the responses asked for per request
 
     @property
     def name(self) -> str:
-        return f"{self.model}/{self.protocol}/c{self.concurrency}"
+        suffix = f"/n{self.responses}" if self.responses else ""
+        return f"{self.model}/{self.protocol}/c{self.concurrency}{suffix}"
 
 
 def foundation_scenarios() -> list[Scenario]:
@@ -70,7 +73,25 @@ def foundation_scenarios() -> list[Scenario]:
     ]
 
 
-ISSUES: dict[str, Callable[[], list[Scenario]]] = {"foundation": foundation_scenarios}
+def streaming_scenarios() -> list[Scenario]:
+    """Issue 3: ``simple`` on one ModelStreamInfer stream (N requests in flight) and on N
+    streams (one each) next to unary gRPC; the decoupled ``square_int32`` (N = 100 responses
+    per request) with 1 and 8 requests in flight on one stream."""
+    simple = [
+        Scenario("simple", protocol, concurrency)
+        for concurrency in (1, 16)
+        for protocol in ("grpc", "grpc-stream", "grpc-streams")
+        if not (protocol == "grpc-streams" and concurrency == 1)  # the same as grpc-stream c1
+    ]
+    return simple + [Scenario("square_int32", "grpc-stream", c, responses=100) for c in (1, 8)]
+
+
+ISSUES: dict[str, Callable[[], list[Scenario]]] = {
+    "foundation": foundation_scenarios,
+    "streaming": streaming_scenarios,
+}
+DEFAULT_ISSUES = ("foundation", "streaming")
+UNARY_PROTOCOLS = ("http", "http-json", "grpc", "http-aio-default")
 
 
 @dataclass
@@ -142,10 +163,28 @@ class GrpcDriver:
         return await client.infer(model, inputs, outputs=outputs)
 
 
+class GrpcStreamDriver:
+    """gRPC ``ModelStreamInfer``: ``one_stream`` keeps N requests in flight on one stream
+    (``grpc-stream``), otherwise N streams each keep one (``grpc-streams``). One client (one
+    channel, one connection) per stream. The sessions are ``stream_session`` (the ``simple``
+    contract, through tritonclient's ``stream_infer``) and ``decoupled_session``."""
+
+    url_key = "grpc"
+
+    def __init__(self, one_stream: bool) -> None:
+        self.one_stream = one_stream
+
+    def depths(self, concurrency: int) -> list[int]:
+        """Requests in flight on each stream."""
+        return [concurrency] if self.one_stream else [1] * concurrency
+
+
 PROTOCOLS: dict[str, Callable[[], Any]] = {
     "http": lambda: HttpDriver(binary=True),
     "http-json": lambda: HttpDriver(binary=False),
     "grpc": GrpcDriver,
+    "grpc-stream": lambda: GrpcStreamDriver(one_stream=True),
+    "grpc-streams": lambda: GrpcStreamDriver(one_stream=False),
     # Not in the foundation list; select it with --protocols (see select()).
     "http-aio-default": lambda: HttpDriver(binary=True, accept_encoding=None),
 }
@@ -284,12 +323,17 @@ class Window:
     start: CpuSnapshot | None = None
     end: CpuSnapshot | None = None
     latencies: list[float] = field(default_factory=list)  # seconds, completions in window
+    first_latencies: list[float] = field(default_factory=list)  # decoupled: send → 1st answer
+    responses: int = 0  # decoupled: data responses received inside the window
     verified: int = 0
     wrong: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def closed(self) -> bool:
         return self.end is not None or bool(self.errors)
+
+    def open(self) -> bool:
+        return self.start is not None and self.end is None
 
 
 def make_inputs(seed: int, batch: int, sets: int = 4) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -340,6 +384,201 @@ async def worker(sc: Scenario, driver: Any, url: str, wid: int, win: Window, eve
         await client.close()
 
 
+class StreamCredit:
+    """The closed loop on one stream: ``depth`` requests in flight, each answer (each final
+    answer for a decoupled model) lets the next request go. The request generator stops when
+    the window closes, which half-closes the stream; the server then answers what is still in
+    flight and ends the stream."""
+
+    def __init__(self, depth: int, win: Window) -> None:
+        self.credit, self.win = asyncio.Semaphore(depth), win
+
+    async def next_index(self) -> Any:
+        """Yields 0, 1, 2 ... as credit allows, until the window closes."""
+        i = 0
+        while True:
+            await self.credit.acquire()
+            if self.win.closed():
+                return
+            yield i
+            i += 1
+
+    def done(self) -> None:
+        self.credit.release()
+
+
+async def stream_session(sc: Scenario, url: str, wid: int, depth: int, win: Window, every: int):
+    """``simple`` over ModelStreamInfer with tritonclient's ``stream_infer``: ``depth``
+    requests in flight, answers matched by request id and required in send order."""
+    driver = GrpcDriver()
+    client = driver.client(url)
+    data = make_inputs(wid, sc.batch)
+    prepared = [driver.prepare(a, b) for a, b in data]
+    loop = StreamCredit(depth, win)
+    in_flight: dict[str, tuple[float, int, bool]] = {}  # id -> (sent at, data set, check)
+    order: deque[str] = deque()  # ids in send order
+
+    async def requests() -> Any:
+        async for i in loop.next_index():
+            check = i % every == 0
+            k = (i // every if check else i) % len(data)
+            rid = f"{wid}-{i}"
+            in_flight[rid] = (time.perf_counter(), k, check)
+            order.append(rid)
+            inputs, outputs = prepared[k]
+            yield {"model_name": sc.model, "inputs": inputs, "outputs": outputs, "request_id": rid}
+
+    stream = client.stream_infer(requests())
+    try:
+        async for result, error in stream:
+            t1 = time.perf_counter()
+            if error is not None:
+                raise error
+            rid, expected = result.get_response().id, order.popleft() if order else None
+            if rid != expected:
+                raise RuntimeError(f"answer for id {rid!r} when {expected!r} was the oldest")
+            t0, k, check = in_flight.pop(rid)
+            if win.open():
+                win.latencies.append(t1 - t0)
+            if check:
+                win.verified += 1
+                problem = check_answer(result, *data[k]) or final_flag_problem(
+                    result.get_response(), True
+                )
+                if problem:
+                    win.wrong.append(f"{rid}: {problem}")
+            loop.done()
+        if in_flight:
+            raise RuntimeError(f"stream ended with {len(in_flight)} requests unanswered")
+    except Exception as exc:  # noqa: BLE001 - a failing scenario is reported, not fatal
+        win.errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        stream.cancel()
+        await client.close()
+
+
+def final_flag_problem(response: Any, expected: bool) -> str | None:
+    """Triton sets ``triton_final_response`` on every response of a stream."""
+    if "triton_final_response" not in response.parameters:
+        return "no triton_final_response parameter"
+    if response.parameters["triton_final_response"].bool_param != expected:
+        return f"triton_final_response is not {expected}"
+    return None
+
+
+def square_request(sc: Scenario, rid: str) -> Any:
+    """What tritonclient's ``async_stream_infer(..., enable_empty_final_response=True)`` sends:
+    the aio client's ``stream_infer`` cannot ask for the empty final response (it forwards no
+    such key, and rejects ``triton_`` parameters), so the decoupled session sends the protos
+    itself on the aio client's own stub."""
+    import tritonclient.grpc.aio as grpcclient
+    from tritonclient.grpc._utils import _get_inference_request
+
+    tensor = grpcclient.InferInput("IN", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([sc.responses], np.int32))
+    request = _get_inference_request(
+        model_name=sc.model,
+        inputs=[tensor],
+        model_version="",
+        request_id=rid,
+        outputs=None,
+        sequence_id=0,
+        sequence_start=False,
+        sequence_end=False,
+        priority=0,
+        timeout=None,
+        parameters=None,
+    )
+    request.parameters["triton_enable_empty_final_response"].bool_param = True
+    return request
+
+
+@dataclass
+class Decoupled:
+    """One square_int32 request in flight: N data responses (OUT == [N], final flag false),
+    then an empty response with ``triton_final_response`` true."""
+
+    sent: float
+    check: bool
+    first: float | None = None
+    count: int = 0
+
+    def answer(self, sc: Scenario, response: Any) -> str | None:
+        from tritonclient.grpc import InferResult
+
+        if not response.outputs:  # the final response
+            if self.count != sc.responses:
+                return f"final after {self.count} responses, {sc.responses} expected"
+            return final_flag_problem(response, True)
+        self.count += 1
+        if self.count > sc.responses:
+            return f"more than {sc.responses} responses"
+        if self.check:
+            out = InferResult(response).as_numpy("OUT")
+            if out is None or out.tolist() != [sc.responses]:
+                return f"OUT={out if out is None else out.tolist()}, [{sc.responses}] expected"
+            return final_flag_problem(response, False)
+        return None
+
+
+def decoupled_message(
+    sc: Scenario, in_flight: dict[str, Decoupled], win: Window, message: Any, t1: float
+) -> bool:
+    """Accounts one ModelStreamInferResponse; True when it completes its request."""
+    if message.error_message:
+        raise RuntimeError(f"in-stream error: {message.error_message}")
+    response = message.infer_response
+    state = in_flight.get(response.id)
+    if state is None:
+        raise RuntimeError(f"response for id {response.id!r}, not in flight")
+    if state.first is None:
+        state.first = t1
+        if win.open():
+            win.first_latencies.append(t1 - state.sent)
+    problem = state.answer(sc, response)
+    if problem:
+        win.wrong.append(f"{response.id}: {problem}")
+    if response.outputs:
+        win.responses += win.open()
+        return False
+    del in_flight[response.id]
+    win.verified += state.check
+    if win.open():
+        win.latencies.append(t1 - state.sent)
+    return True
+
+
+async def decoupled_session(
+    sc: Scenario, url: str, wid: int, depth: int, win: Window, every: int
+) -> None:
+    """square_int32 over ModelStreamInfer: ``depth`` requests in flight, each answered by
+    ``sc.responses`` responses interleaved across requests and matched by id; a request's
+    final response lets the next one go."""
+    client = GrpcDriver().client(url)
+    loop = StreamCredit(depth, win)
+    in_flight: dict[str, Decoupled] = {}
+
+    async def requests() -> Any:
+        async for i in loop.next_index():
+            rid = f"{wid}-{i}"
+            request = square_request(sc, rid)
+            in_flight[rid] = Decoupled(time.perf_counter(), i % every == 0)
+            yield request
+
+    call = client._client_stub.ModelStreamInfer(requests(), metadata=client._get_metadata(None))
+    try:
+        async for message in call:
+            if decoupled_message(sc, in_flight, win, message, time.perf_counter()):
+                loop.done()
+        if in_flight:
+            raise RuntimeError(f"stream ended with {len(in_flight)} requests unfinished")
+    except Exception as exc:  # noqa: BLE001 - a failing scenario is reported, not fatal
+        win.errors.append(f"{type(exc).__name__}: {exc}")
+    finally:
+        call.cancel()
+        await client.close()
+
+
 async def sampler(win: Window, server_pid: int, settings: Settings) -> None:
     await asyncio.sleep(settings.warmup)
     win.start = CpuSnapshot.take(server_pid)
@@ -350,10 +589,13 @@ async def sampler(win: Window, server_pid: int, settings: Settings) -> None:
 async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
     driver = PROTOCOLS[sc.protocol]()
     url = server.url(driver.url_key)
-    win = Window()
-    workers = [
-        worker(sc, driver, url, w, win, settings.verify_every) for w in range(sc.concurrency)
-    ]
+    win, every = Window(), settings.verify_every
+    if isinstance(driver, GrpcStreamDriver):
+        session = decoupled_session if sc.responses else stream_session
+        depths = driver.depths(sc.concurrency)
+        workers = [session(sc, url, w, depth, win, every) for w, depth in enumerate(depths)]
+    else:
+        workers = [worker(sc, driver, url, w, win, every) for w in range(sc.concurrency)]
     sample = asyncio.ensure_future(sampler(win, server.pid, settings))
     limit = settings.warmup + settings.seconds + 30.0
     try:
@@ -395,7 +637,26 @@ def summarize(sc: Scenario, win: Window) -> dict[str, Any]:
         stub_cpu_util=end.stub_delta(start) / seconds,
         client_cpu_util=(end.client - start.client) / seconds,
     )
+    if sc.responses:
+        add_decoupled(row, win, seconds)
     return row
+
+
+def add_decoupled(row: dict[str, Any], win: Window, seconds: float) -> None:
+    """Per request: time to first response and to the final one; per response: rate and CPU
+    (the per-inference CPU columns stay per request)."""
+    first_ms = np.asarray(win.first_latencies or [np.nan]) * 1e3
+    per = max(win.responses, 1)
+    start, end = win.start, win.end
+    row.update(
+        responses_in_window=win.responses,
+        responses_per_s=win.responses / seconds,
+        first_p50_ms=float(np.percentile(first_ms, 50)),
+        first_p99_ms=float(np.percentile(first_ms, 99)),
+        server_cpu_us_per_response=(end.server - start.server) * 1e6 / per,
+        stub_cpu_us_per_response=end.stub_delta(start) * 1e6 / per,
+        client_cpu_us_per_response=(end.client - start.client) * 1e6 / per,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -532,8 +793,7 @@ def _fmt(value: Any, digits: int = 1) -> str:
 
 def scenario_line(row: dict[str, Any]) -> str:
     if "infer_per_s" not in row:
-        problem = (row["errors"] or row["wrong"] or ["no completions"])[0]
-        return f"| {row['model']} | {row['protocol']} | {row['concurrency']} | FAILED: {problem} |"
+        return failed_line(row)
     cells = [
         row["model"],
         row["protocol"],
@@ -551,6 +811,72 @@ def scenario_line(row: dict[str, Any]) -> str:
     return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
 
 
+def failed_line(row: dict[str, Any]) -> str:
+    problem = (row["errors"] or row["wrong"] or ["no completions"])[0]
+    return f"| {row['model']} | {row['protocol']} | {row['concurrency']} | FAILED: {problem} |"
+
+
+def decoupled_line(row: dict[str, Any]) -> str:
+    if "infer_per_s" not in row:
+        return failed_line(row)
+    cells = [
+        row["model"],
+        row["protocol"],
+        row["concurrency"],
+        row["responses"],
+        _fmt(row["infer_per_s"], 1),
+        _fmt(row["responses_per_s"], 0),
+        _fmt(row["first_p50_ms"], 3),
+        _fmt(row["first_p99_ms"], 3),
+        _fmt(row["p50_ms"], 2),
+        _fmt(row["p99_ms"], 2),
+        _fmt(row["server_cpu_us_per_response"], 1),
+        _fmt(row["stub_cpu_us_per_response"], 1),
+        _fmt(row["client_cpu_us_per_response"], 1),
+    ]
+    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
+    return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
+
+
+def decoupled_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        "",
+        "Decoupled model, N responses per request on one ModelStreamInfer stream, `conc` "
+        "requests in flight (the next is sent when one's empty final response arrives); "
+        "first = send → first response, final = send → final response; CPU in µs per "
+        "response.",
+        "",
+        "| model | protocol | conc | N | requests/s | responses/s | first p50 ms | "
+        "first p99 ms | final p50 ms | final p99 ms | server CPU µs/resp | "
+        "stub CPU µs/resp | client CPU µs/resp |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        *[decoupled_line(row) for row in rows],
+    ]
+
+
+ISSUE_NOTES = {
+    "streaming": "`grpc` is unary `ModelInfer` (one client per in-flight request, as in the "
+    "foundation rows; measured once in a run that covers both lists); `grpc-stream` is ONE "
+    "`ModelStreamInfer` stream (one client) with `conc` requests in flight, answers matched by "
+    "request id and checked to come back in send order; `grpc-streams` is `conc` streams (one "
+    "client each) with one request in flight each.",
+}
+
+
+def regular_table(rows: list[dict[str, Any]]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        "",
+        "| model | protocol | conc | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
+        "stub CPU µs/inf | client CPU µs/inf | thr ÷ base | CPU × base |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        *[scenario_line(row) for row in rows],
+    ]
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["machine"]
     lines = [
@@ -565,12 +891,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"warm-up{' (--quick)' if report['settings']['quick'] else ''}; CPU in µs per "
         "inference; ratios: throughput ÷ baseline calls/s, (server+stub CPU) ÷ baseline "
         "CPU per call.",
-        "",
-        "| model | protocol | conc | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
-        "stub CPU µs/inf | client CPU µs/inf | thr ÷ base | CPU × base |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
-    lines += [scenario_line(row) for row in report["scenarios"]]
+    if report["issue"] in ISSUE_NOTES:
+        lines += ["", ISSUE_NOTES[report["issue"]]]
+    lines += regular_table([row for row in report["scenarios"] if not row.get("responses")])
+    lines += decoupled_table([row for row in report["scenarios"] if row.get("responses")])
     idle = report.get("server_idle")
     if idle:
         lines += [
@@ -578,13 +903,14 @@ def markdown(report: dict[str, Any]) -> str:
             f"Idle server before the scenarios: server {idle['server_cpu_util']:.1%} "
             f"CPU, {idle['stub_processes']} stub processes {idle['stub_cpu_util']:.1%} CPU.",
         ]
-    lines += [
-        "",
-        "Baselines (in-process, one thread, closed loop):",
-        "",
-        "| model | calls/s | µs/call | CPU µs/call | what |",
-        "|---|--:|--:|--:|---|",
-    ]
+    if report["baselines"]:
+        lines += [
+            "",
+            "Baselines (in-process, one thread, closed loop):",
+            "",
+            "| model | calls/s | µs/call | CPU µs/call | what |",
+            "|---|--:|--:|--:|---|",
+        ]
     for model, b in report["baselines"].items():
         lines.append(
             f"| {model} | {_fmt(b['calls_per_s'], 0)} | {_fmt(b['us_per_call'], 2)} | "
@@ -651,7 +977,13 @@ def _csv(values: list[str] | None) -> list[str] | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--issue", default="foundation", choices=sorted(ISSUES))
+    p.add_argument(
+        "--issue",
+        nargs="+",
+        default=list(DEFAULT_ISSUES),
+        help=f"scenario lists among {', '.join(ISSUES)} (default: all, one server, one "
+        "report per list)",
+    )
     p.add_argument("--quick", action="store_true", help="short windows, a smoke test")
     p.add_argument("--seconds", type=float, help="measuring window per scenario (default 5)")
     p.add_argument("--warmup", type=float, help="warm-up per scenario (default 1)")
@@ -677,23 +1009,35 @@ def make_settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def select(args: argparse.Namespace) -> list[Scenario]:
+def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
+    """The chosen scenarios of each selected issue (issues with none left out). A protocol
+    asked for with ``--protocols`` that no selected list has (e.g. ``http-aio-default``) is
+    added in place of the unary protocols of the non-decoupled scenarios."""
+    issues = _csv(args.issue) or list(DEFAULT_ISSUES)
+    unknown = [i for i in issues if i not in ISSUES]
+    if unknown:
+        raise SystemExit(f"unknown issue(s) {unknown}; known: {', '.join(ISSUES)}")
     models, protocols = _csv(args.models), _csv(args.protocols)
     unknown = [p for p in protocols or [] if p not in PROTOCOLS]
     if unknown:
         raise SystemExit(f"unknown protocol(s) {unknown}; known: {', '.join(PROTOCOLS)}")
     conc = [int(c) for c in _csv(args.concurrency) or []]
-    scenarios = ISSUES[args.issue]()
-    known = {s.protocol for s in scenarios}
-    extra = [p for p in protocols or [] if p not in known]  # e.g. http-aio-default
-    scenarios += list(dict.fromkeys(replace(s, protocol=p) for p in extra for s in scenarios))
-    chosen = [
-        s
-        for s in scenarios
-        if (not models or s.model in models)
-        and (not protocols or s.protocol in protocols)
-        and (not conc or s.concurrency in conc)
-    ]
+    lists = {issue: ISSUES[issue]() for issue in dict.fromkeys(issues)}
+    known = {s.protocol for scenarios in lists.values() for s in scenarios}
+    extra = [p for p in protocols or [] if p not in known]
+    chosen: dict[str, list[Scenario]] = {}
+    for issue, scenarios in lists.items():
+        unary = [s for s in scenarios if s.protocol in UNARY_PROTOCOLS and not s.responses]
+        scenarios += list(dict.fromkeys(replace(s, protocol=p) for p in extra for s in unary))
+        kept = [
+            s
+            for s in scenarios
+            if (not models or s.model in models)
+            and (not protocols or s.protocol in protocols)
+            and (not conc or s.concurrency in conc)
+        ]
+        if kept:
+            chosen[issue] = kept
     if not chosen:
         raise SystemExit("no scenario matches the filters")
     return chosen
@@ -768,7 +1112,9 @@ def write_report(report: dict[str, Any], out_dir: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    settings, scenarios = make_settings(args), select(args)
+    settings, chosen = make_settings(args), select(args)
+    # One server, each scenario measured once even when several lists hold it.
+    scenarios = list(dict.fromkeys(s for issue in chosen.values() for s in issue))
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="tritium-bench-") as tmp:
         repo, work = Path(tmp) / "models", Path(tmp)
@@ -776,16 +1122,21 @@ def main(argv: list[str] | None = None) -> int:
         info = {"baselines": run_baselines(repo, sorted({s.model for s in scenarios}), settings)}
         rows = run_scenarios(repo, work, scenarios, settings, info)
     machine = {**machine_info(), "loadavg_1min": [load_before, os.getloadavg()[0]]}
-    report = {
-        "issue": args.issue,
-        "settings": asdict(settings),
-        "machine": machine,
-        **info,
-        "scenarios": rows,
-    }
-    path = write_report(report, args.output_dir)
-    print("\n" + markdown(report))
-    print(f"wrote {path} and {path.with_suffix('.json')}")
+    by_name = {row["name"]: row for row in rows}
+    for issue, issue_scenarios in chosen.items():
+        issue_rows = [by_name[s.name] for s in issue_scenarios if s.name in by_name]
+        models = {row["model"] for row in issue_rows}
+        report = {
+            "issue": issue,
+            "settings": asdict(settings),
+            "machine": machine,
+            **info,
+            "baselines": {m: b for m, b in info["baselines"].items() if m in models},
+            "scenarios": issue_rows,
+        }
+        path = write_report(report, args.output_dir)
+        print("\n" + markdown(report))
+        print(f"wrote {path} and {path.with_suffix('.json')}")
     failed = [r["name"] for r in rows if r["errors"] or r["wrong"] or "infer_per_s" not in r]
     if failed:
         print(f"FAILED: {', '.join(failed)}", file=sys.stderr)

@@ -44,6 +44,22 @@ scalar_reshape       python; INPUT0/OUTPUT0 FP32 dims [1] with ``reshape: { shap
 autocomplete_py      python; config.pbtxt names only the backend, the model's
                      ``auto_complete_config`` adds max_batch_size 4, INPUT0/OUTPUT0 FP32 [3]
                      and dynamic batching; OUTPUT0 = INPUT0 + 1.
+
+Streaming and decoupled models (``model_transaction_policy { decoupled: true }``):
+
+decoupled_raises     python, decoupled; execute raises ValueError("decoupled boom").
+                     INT32 [-1].
+decoupled_error_response
+                     python, decoupled; per request one response carrying
+                     TritonError("stream bad"), then a flag-only final. INT32 [-1].
+slow_identity_int32  python, NOT decoupled, SLOW_IDENTITY_INSTANCES (4) instances;
+                     INPUT0 INT32 [-1] -> OUTPUT0 unchanged after sleeping INPUT0[0] ms, so
+                     a later request can finish before an earlier one.
+text_echo            python; ``text_input`` STRING [1] -> ``text_output`` STRING [1] = the
+                     input reversed (bytes). For HTTP ``generate``.
+text_stream          python, decoupled; ``text_input`` STRING [1] -> one response per
+                     whitespace-separated word, ``text_output`` = that word, then a
+                     flag-only final. For HTTP ``generate_stream``.
 """
 
 from __future__ import annotations
@@ -78,6 +94,7 @@ BAD_CONFIG_LINE = 3  # line of the syntax error in bad_config/config.pbtxt
 BAD_FIELD_LINE = 4  # line of the unknown field in bad_field/config.pbtxt
 SLOW_SECONDS = 0.5
 VERSIONS = (1, 2, 3)
+SLOW_IDENTITY_INSTANCES = 4
 
 ONNX_OPSET = 17
 ONNX_IR_VERSION = 8
@@ -470,6 +487,123 @@ _SPECS: dict[str, _Spec] = {
     "scalar_reshape": lambda name: _python(_SCALAR_CONFIG, _SCALAR_PY),
     "autocomplete_py": lambda name: _python('backend: "python"\n', _AUTOCOMPLETE_PY),
 }
+
+# ----------------------------------------------------------------------------------
+# Streaming and decoupled models
+# ----------------------------------------------------------------------------------
+
+_DECOUPLED = "model_transaction_policy { decoupled: true }"
+
+_DECOUPLED_RAISES_PY = """\
+import triton_python_backend_utils as pb_utils  # noqa: F401
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        raise ValueError("decoupled boom")
+"""
+
+_DECOUPLED_ERROR_RESPONSE_PY = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError("stream bad")))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+_SLOW_IDENTITY_PY = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"OUTPUT0 = INPUT0, after sleeping INPUT0[0] milliseconds.\"\"\"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if in_0.size:
+                time.sleep(max(int(in_0.reshape(-1)[0]), 0) / 1000)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", in_0)]))
+        return responses
+"""
+
+_TEXT_ECHO_PY = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"text_output = text_input reversed (each element, as bytes).\"\"\"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            out = np.array([bytes(t)[::-1] for t in text.reshape(-1)], dtype=object)
+            out = out.reshape(text.shape)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("text_output", out)]))
+        return responses
+"""
+
+_TEXT_STREAM_PY = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"One response per word of text_input (text_output = the word), then the final flag.\"\"\"
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            for word in bytes(text.reshape(-1)[0]).split():
+                out = pb_utils.Tensor("text_output", np.array([word], dtype=object))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
+def _int32_python(source: str, extra: str = "") -> _Spec:
+    return lambda name: _python(_unary_config(name, "TYPE_INT32", [-1], extra=extra), source)
+
+
+def _text_python(source: str, extra: str = "") -> _Spec:
+    def spec(name: str) -> dict[str, _Content]:
+        config = _config(
+            name,
+            "python",
+            0,
+            [("text_input", "TYPE_STRING", [1])],
+            [("text_output", "TYPE_STRING", [1])],
+            extra,
+        )
+        return _python(config, source)
+
+    return spec
+
+
+_SPECS.update(
+    {
+        "decoupled_raises": _int32_python(_DECOUPLED_RAISES_PY, _DECOUPLED),
+        "decoupled_error_response": _int32_python(_DECOUPLED_ERROR_RESPONSE_PY, _DECOUPLED),
+        "slow_identity_int32": _int32_python(
+            _SLOW_IDENTITY_PY,
+            f"instance_group [ {{ count: {SLOW_IDENTITY_INSTANCES}, kind: KIND_CPU }} ]",
+        ),
+        "text_echo": _text_python(_TEXT_ECHO_PY),
+        "text_stream": _text_python(_TEXT_STREAM_PY, _DECOUPLED),
+    }
+)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = ("identity_onnx_fp32", "identity_onnx_nocfg", "onnx_partial_cfg")

@@ -98,7 +98,7 @@ class StreamSession:
                 self._start(message)
         except Exception as exc:  # the writer ends the stream with it
             self._out.put_nowait(exc)
-            raise
+            return
         self._out.put_nowait(_END)
 
     def _start(self, message: pb.ModelInferRequest) -> None:
