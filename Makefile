@@ -26,6 +26,7 @@ test: $(VENV)/.installed
 
 bench: models
 	$(PY) bench/run.py $(ARGS)
+	$(PY) bench/streams_soak.py
 
 lint: $(VENV)/.installed
 	$(PY) -m pip install -q ruff
