@@ -17,31 +17,22 @@ import urllib.request
 from pathlib import Path
 
 
+def server_command(repositories: list[Path], *args: str) -> list[str]:
+    """``python -m tritium serve`` on 127.0.0.1 with every port 0."""
+    command = [sys.executable, "-m", "tritium", "serve"]
+    for repo in repositories:
+        command += ["--model-repository", str(repo)]
+    for service in ("http", "grpc", "metrics"):
+        command += [f"--{service}-address", "127.0.0.1", f"--{service}-port", "0"]
+    return [*command, *args]
+
+
 class ServerProcess:
     def __init__(self, repositories: list[Path], *args: str, wait_ready: bool = True) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="tritium-test-")
         self.ports_file = Path(self._dir.name) / "ports.json"
         self.log_path = Path(self._dir.name) / "server.log"
-        command = [sys.executable, "-m", "tritium", "serve"]
-        for repo in repositories:
-            command += ["--model-repository", str(repo)]
-        command += [
-            "--http-address",
-            "127.0.0.1",
-            "--http-port",
-            "0",
-            "--grpc-address",
-            "127.0.0.1",
-            "--grpc-port",
-            "0",
-            "--metrics-address",
-            "127.0.0.1",
-            "--metrics-port",
-            "0",
-            "--ports-file",
-            str(self.ports_file),
-            *args,
-        ]
+        command = server_command(repositories, "--ports-file", str(self.ports_file), *args)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         self.ports: dict[str, int] = {}
@@ -75,9 +66,10 @@ class ServerProcess:
             time.sleep(0.05)
         raise RuntimeError(f"server did not bind within {timeout}s:\n{self.log_text()}")
 
-    def wait_live(self, timeout: float = 30.0) -> None:
+    def wait_live(self, timeout: float = 30.0, endpoint: str = "live") -> None:
+        """Poll ``/v2/health/<endpoint>`` until it answers 200."""
         deadline = time.monotonic() + timeout
-        url = f"http://{self.http_url}/v2/health/live"
+        url = f"http://{self.http_url}/v2/health/{endpoint}"
         while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
@@ -86,7 +78,7 @@ class ServerProcess:
             except (urllib.error.URLError, ConnectionError):
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"server not live within {timeout}s:\n{self.log_text()}")
+        raise RuntimeError(f"server not {endpoint} within {timeout}s:\n{self.log_text()}")
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.proc.poll() is None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ import numpy as np
 import pytest
 from clients import client, make_input
 from models import BAD_CONFIG_LINE, BAD_FIELD_LINE, build_test_repository
-from server_process import ServerProcess
+from server_process import ServerProcess, server_command
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")
@@ -172,26 +171,7 @@ def test_load_failures_server_live_not_ready(bad_server: ServerProcess, protocol
 
 
 def test_load_failures_exit_on_error(bad_repo: Path) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "tritium",
-        "serve",
-        "--model-repository",
-        str(bad_repo),
-        "--http-address",
-        "127.0.0.1",
-        "--http-port",
-        "0",
-        "--grpc-address",
-        "127.0.0.1",
-        "--grpc-port",
-        "0",
-        "--metrics-address",
-        "127.0.0.1",
-        "--metrics-port",
-        "0",
-    ]
+    command = server_command([bad_repo])
     done = subprocess.run(command, capture_output=True, text=True, timeout=90)
     assert done.returncode != 0, done.stderr
     for name in BAD_MODELS:

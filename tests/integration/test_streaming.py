@@ -28,8 +28,6 @@ import json
 import queue
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from functools import partial
@@ -77,24 +75,10 @@ def srv(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     repo = build_test_repository(tmp_path_factory.mktemp("streaming") / "repo", STREAM_TEST_MODELS)
     proc = ServerProcess([example_repo, repo])
     try:
-        _wait_ready(proc)
+        proc.wait_live(90.0, endpoint="ready")
         yield proc
     finally:
         proc.stop()
-
-
-def _wait_ready(proc: ServerProcess, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    url = f"http://{proc.http_url}/v2/health/ready"
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"server not ready within {timeout}s:\n{proc.log_text()}")
 
 
 # ---------------------------------------------------------------------------------------------
