@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
@@ -37,4 +37,3 @@ class ServerOptions:
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
     log_verbose: int = 0
-    extra: dict[str, str] = field(default_factory=dict)
