@@ -27,6 +27,7 @@ test: $(VENV)/.installed
 bench: models
 	$(PY) bench/run.py $(ARGS)
 	$(PY) bench/streams_soak.py
+	$(PY) bench/grpc_floor.py
 
 lint: $(VENV)/.installed
 	$(PY) -m pip install -q ruff
