@@ -45,12 +45,12 @@ class _UnarySender:
         self.done = done
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
+        if self.future.done():
+            return  # already answered: a second final (a backend bug) changes nothing
         if response is not None:
             self.response = response
         if final:
             self.done()
-            if self.future.done():
-                return
             if self.response is None:
                 self.future.set_exception(internal("the model sent no response"))
             else:
@@ -60,14 +60,18 @@ class _UnarySender:
 class _CallbackSender:
     """Hands every response (0..N, then the final flag) to a front-end callback."""
 
-    __slots__ = ("callback", "done")
+    __slots__ = ("callback", "done", "finished")
 
     def __init__(self, callback: ResponseCallback, done: Callable[[], None]) -> None:
         self.callback = callback
         self.done = done
+        self.finished = False
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
+        if self.finished:
+            return  # nothing goes out after the final flag
         if final:
+            self.finished = True
             self.done()
         self.callback(response, final)
 
