@@ -45,6 +45,7 @@ GOOD_TEST_MODELS = [
     "slow",
     "is_ready_false",
     "scalar_reshape",
+    "sender_two_step",
     "autocomplete_py",
 ]
 PROTOCOLS = ["http", "grpc"]

@@ -39,6 +39,8 @@ versioned_all        same, ``version_policy: { all: {} }`` (1, 2, 3 served).
 versioned_specific   same, ``version_policy: { specific: { versions: [1, 3] } }``.
 slow                 python; sleeps SLOW_SECONDS (0.5 s), then echoes. FP32 [-1].
 is_ready_false       python; identity FP32 [-1] whose ``is_ready()`` returns False.
+sender_two_step      python, not decoupled; answers OUTPUT0 = INPUT0 * 3 through the response
+                     sender (response, then a flag-only final); FP32 [-1].
 scalar_reshape       python; INPUT0/OUTPUT0 FP32 dims [1] with ``reshape: { shape: [] }``:
                      the model sees and returns scalars, clients send and get shape [1].
 autocomplete_py      python; config.pbtxt names only the backend, the model's
@@ -460,6 +462,23 @@ input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [
 output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ], reshape: { shape: [ ] } } ]
 """
 
+_SENDER_TWO_STEP_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Not decoupled, but answers through the response sender: the response, then a
+    flag-only final send; execute returns None."""
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x * 3)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+'''
+
 _SPECS: dict[str, _Spec] = {
     **{IDENTITY_MODELS[dt]: _identity(ct) for dt, ct in _IDENTITY_TYPES.items()},
     "identity_onnx_fp32": lambda name: {
@@ -485,6 +504,7 @@ _SPECS: dict[str, _Spec] = {
     "slow": _fp32_python(_SLOW_PY),
     "is_ready_false": _fp32_python(_IS_READY_FALSE_PY),
     "scalar_reshape": lambda name: _python(_SCALAR_CONFIG, _SCALAR_PY),
+    "sender_two_step": _fp32_python(_SENDER_TWO_STEP_PY),
     "autocomplete_py": lambda name: _python('backend: "python"\n', _AUTOCOMPLETE_PY),
 }
 

@@ -786,3 +786,26 @@ def test_scalar_through_reshape(server: ServerProcess, protocol: str) -> None:
     out = result.as_numpy("OUTPUT0")
     assert out.shape == (1,)
     np.testing.assert_array_equal(out, x * 2)
+
+
+def test_non_decoupled_model_answering_through_its_sender(
+    server: ServerProcess, protocol: str
+) -> None:
+    """A response sent through the sender, then a flag-only final: unary calls and streams
+    both get that response."""
+    x = np.array([1.5, -2.0, 4.0], dtype=np.float32)
+    client = clients.client(protocol, server.url(protocol))
+    result = client.infer("sender_two_step", [clients.make_input(protocol, "INPUT0", x, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 3)
+    if protocol == "grpc":
+        answers: queue.Queue = queue.Queue()
+        client.start_stream(lambda result, error: answers.put((result, error)))
+        for i in range(3):
+            inputs = [clients.make_input(protocol, "INPUT0", x + i, "FP32")]
+            client.async_stream_infer("sender_two_step", inputs, request_id=str(i))
+        for i in range(3):
+            result, error = answers.get(timeout=30)
+            assert error is None
+            assert result.get_response().id == str(i)
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), (x + i) * 3)
+        client.stop_stream()

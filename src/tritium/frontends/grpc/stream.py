@@ -135,13 +135,18 @@ class StreamSession:
     def _ordered_callback(self, request: InferenceRequest) -> Any:
         slot = _Slot()
         self._ordered.append(slot)
+        kept: list[InferenceResponse] = []  # a response sent before a flag-only final
 
         def on_response(response: InferenceResponse | None, final: bool) -> None:
             if not final:
+                if response is not None:
+                    kept[:] = [response]
                 return
             self._active.discard(request)
             if response is None:
-                response = InferenceResponse(request.model_name, "", request.id)
+                response = (
+                    kept[0] if kept else InferenceResponse(request.model_name, "", request.id)
+                )
             kind = _kind(response.error) if response.error is not None else None
             slot.item = _Item(_response_message(response, True), kind, True)
             self._flush()
