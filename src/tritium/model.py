@@ -9,6 +9,7 @@ from .backends.base import ModelInstance
 from .errors import invalid_arg
 from .repository.spec import IOSpec, ModelSpec
 from .scheduling.direct import DirectScheduler
+from .stats import ModelStats
 from .types import InferenceRequest, Tensor
 
 
@@ -33,6 +34,7 @@ class Model:
         self.version = version
         self.version_str = str(version)
         self.instances = instances
+        self.stats = ModelStats(self.name, self.version_str)
         self.scheduler = DirectScheduler(instances, self.version_str)
         batching = spec.max_batch_size > 0
         # Shapes as the client sees them, for messages; the batch dimension included.
@@ -49,8 +51,9 @@ class Model:
             else ""
         )
 
-    def validate(self, request: InferenceRequest) -> None:
-        """Check inputs and requested outputs against the config; apply ``reshape``."""
+    def validate(self, request: InferenceRequest) -> int:
+        """Check inputs and requested outputs against the config; apply ``reshape``.
+        Returns the request's batch size (1 for a model without batching)."""
         spec = self.spec
         inputs = spec.inputs
         batch = -1
@@ -88,6 +91,7 @@ class Model:
                 raise invalid_arg(
                     f"unexpected inference output '{output.name}' for model '{self.name}'"
                 )
+        return batch if batch > 0 else 1
 
     def _check_tensor(self, tensor: Tensor, io: IOSpec) -> None:
         if tensor.datatype is not io.datatype:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +16,7 @@ from . import TRITON_VERSION
 from .backends.base import Backend
 from .backends.onnxruntime import OnnxRuntimeBackend
 from .backends.python.backend import PythonBackend
-from .errors import ServerError, internal, unavailable, unsupported
+from .errors import ErrorKind, ServerError, internal, unavailable, unsupported
 from .options import ServerOptions
 from .repository.config import ModelConfig
 from .repository.manager import ModelRepositoryManager
@@ -34,15 +35,21 @@ EXTENSIONS = (
 )
 
 
+Done = Callable[[InferenceRequest, Exception | None], None]
+
+
 class _UnarySender:
     """Collects the single final response of a non-decoupled request into a future."""
 
-    __slots__ = ("future", "response", "done")
+    __slots__ = ("future", "response", "done", "request")
 
-    def __init__(self, future: asyncio.Future[InferenceResponse], done: Callable[[], None]):
+    def __init__(
+        self, future: asyncio.Future[InferenceResponse], done: Done, request: InferenceRequest
+    ):
         self.future = future
         self.response: InferenceResponse | None = None
         self.done = done
+        self.request = request
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         if self.future.done():
@@ -50,7 +57,9 @@ class _UnarySender:
         if response is not None:
             self.response = response
         if final:
-            self.done()
+            answer = self.response
+            error = internal("the model sent no response") if answer is None else answer.error
+            self.done(self.request, error)
             if self.response is None:
                 self.future.set_exception(internal("the model sent no response"))
             else:
@@ -60,19 +69,23 @@ class _UnarySender:
 class _CallbackSender:
     """Hands every response (0..N, then the final flag) to a front-end callback."""
 
-    __slots__ = ("callback", "done", "finished")
+    __slots__ = ("callback", "done", "finished", "request", "error")
 
-    def __init__(self, callback: ResponseCallback, done: Callable[[], None]) -> None:
+    def __init__(self, callback: ResponseCallback, done: Done, request: InferenceRequest):
         self.callback = callback
         self.done = done
         self.finished = False
+        self.request = request
+        self.error: Exception | None = None
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         if self.finished:
             return  # nothing goes out after the final flag
+        if response is not None and response.error is not None:
+            self.error = response.error
         if final:
             self.finished = True
-            self.done()
+            self.done(self.request, self.error)
         self.callback(response, final)
 
 
@@ -188,8 +201,11 @@ class InferenceServer:
         decoupled = model.spec.decoupled
         if decoupled and decoupled_error is not None:
             raise unsupported(decoupled_error)
-        model.validate(request)
+        request.batch_size = model.validate(request)
         request.model_version = model.version  # the version that serves it, from now on
+        request.arrival_ns = time.perf_counter_ns()
+        request.stats = model.stats
+        model.stats.pending += 1
         self._inflight += 1
         self._idle.clear()
         model.scheduler.submit(request)
@@ -199,10 +215,12 @@ class InferenceServer:
         """Start a request whose responses (0..N for a decoupled model, then the final flag)
         go to ``callback(response_or_None, final)`` on the loop. Returns whether the model
         is decoupled; errors before scheduling raise."""
-        request.sender = _CallbackSender(callback, self._finished)
+        request.sender = _CallbackSender(callback, self._finished, request)
         return self.submit(request, None)
 
-    def _finished(self) -> None:
+    def _finished(self, request: InferenceRequest, error: Exception | None) -> None:
+        if request.stats is not None:
+            request.stats.finished(request, error is None, _failure_reason(error))
         self._inflight -= 1
         if not self._inflight:
             self._idle.set()
@@ -210,7 +228,7 @@ class InferenceServer:
     async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
         """Run one non-decoupled inference on the event loop; errors raise."""
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        request.sender = _UnarySender(future, self._finished)
+        request.sender = _UnarySender(future, self._finished, request)
         self.submit(request, decoupled_error)
         try:
             response = await future
@@ -220,3 +238,13 @@ class InferenceServer:
         if response.error is not None:
             raise response.error
         return response
+
+
+def _failure_reason(error: Exception | None) -> str:
+    """Triton's ``reason`` label of nv_inference_request_failure."""
+    if isinstance(error, ServerError):
+        if error.kind is ErrorKind.CANCELLED:
+            return "CANCELED"
+        if error.kind is ErrorKind.UNAVAILABLE:
+            return "REJECTED"
+    return "BACKEND"

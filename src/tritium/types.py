@@ -102,6 +102,14 @@ class InferenceRequest:
     cancelled: bool = False  # the client went away: queued work is dropped, running work told
     # Set by a backend while it runs the request: tells the model (pb_utils is_cancelled()).
     on_cancel: Callable[[], None] | None = None
+    # Statistics, filled on the way: elements in the batch dimension (1 without batching),
+    # perf_counter_ns at arrival and at the start of execution, the backend's
+    # (compute_input, compute_infer, compute_output) ns, and the model version's ModelStats.
+    batch_size: int = 1
+    arrival_ns: int = 0
+    start_ns: int = 0
+    timing: tuple[int, int, int] | None = None
+    stats: Any = None
 
     def cancel(self) -> None:
         """The client is gone: drop the request if it still waits, tell the model if it runs."""

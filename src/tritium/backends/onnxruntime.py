@@ -9,6 +9,7 @@ import queue
 import threading
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -152,15 +153,19 @@ class OnnxInstance:
         return tensor.data
 
     def _run(self, request: InferenceRequest) -> InferenceResponse:
+        t0 = time.perf_counter_ns()
         names = requested_names(self._spec, request)
         feeds = {t.name: self._feed(t) for t in request.inputs}
+        t1 = time.perf_counter_ns()
         results = self._session.run(names, feeds)
+        t2 = time.perf_counter_ns()
         outputs = []
         for name, array in zip(names, results, strict=True):
             if array.dtype.kind in "OU":  # ORT strings come back as str
                 flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
                 array = np.array(flat, dtype=object).reshape(array.shape)
             outputs.append(output_tensor(self._spec, name, array))
+        request.timing = (t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
         return InferenceResponse(request.model_name, self._version, request.id, outputs)
 
     def _serve(self) -> None:
@@ -191,17 +196,22 @@ class OnnxInstance:
             size += tensor.data.nbytes
         return size <= INLINE_MAX_BYTES
 
-    def try_now(self, request: InferenceRequest) -> bool:
+    def try_now(self, request: InferenceRequest, began: Callable[[InferenceRequest], None]) -> bool:
         """Run and answer ``request`` right here when it is cheap (see ``_cheap``); the
         scheduler then needs no task at all. False: use ``execute``."""
         if not self._cheap(request):
             return False
-        try:
-            outcome: Any = self._run_timed(request)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            outcome = internal(f"onnxruntime execute failure: {exc}")
+        began(request)
+        outcome = self._run_or_error(request)
+        request.stats.executed(request.batch_size, request.timing or (0, 0, 0))
         self._answer(request, outcome)
         return True
+
+    def _run_or_error(self, request: InferenceRequest) -> Any:
+        try:
+            return self._run_timed(request)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            return internal(f"onnxruntime execute failure: {exc}")
 
     def _answer(self, request: InferenceRequest, outcome: Any) -> None:
         if isinstance(outcome, InferenceResponse):
@@ -213,7 +223,8 @@ class OnnxInstance:
     async def execute(self, requests: list[InferenceRequest]) -> None:
         loop = asyncio.get_running_loop()
         for request in requests:
-            if self.try_now(request):
+            if self._cheap(request):
+                self._answer(request, self._run_or_error(request))
                 continue
             future = loop.create_future()
             self._work.put((loop, future, request))

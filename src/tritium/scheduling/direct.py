@@ -9,6 +9,7 @@ Python stub instead of one per request).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Sequence
 
@@ -18,6 +19,7 @@ from ..types import InferenceRequest
 
 
 MAX_GROUP = 8
+_NO_TIMING = (0, 0, 0)
 
 
 class DirectScheduler:
@@ -32,11 +34,21 @@ class DirectScheduler:
         if self._idle:
             instance = self._idle[-1]
             try_now = getattr(instance, "try_now", None)
-            if try_now is not None and try_now(request):
+            if try_now is not None and try_now(request, self._began):
                 return  # answered synchronously; the instance stays idle
             self._start(self._idle.pop(), request)
         else:
             self._waiting.append(request)
+
+    @staticmethod
+    def _began(request: InferenceRequest) -> None:
+        request.stats.started(request, time.perf_counter_ns())
+
+    @staticmethod
+    def _executed(group: list[InferenceRequest]) -> None:
+        """Statistics: each request of a group was one execution of its own."""
+        for request in group:
+            request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
 
     def _start(self, instance: ModelInstance, request: InferenceRequest) -> None:
         task = asyncio.ensure_future(self._run(instance, request))
@@ -46,11 +58,15 @@ class DirectScheduler:
     async def _run(self, instance: ModelInstance, request: InferenceRequest) -> None:
         group = [request]
         while True:
+            now = time.perf_counter_ns()
+            for member in group:
+                member.stats.started(member, now)
             try:
                 if len(group) == 1:
                     await instance.execute(group)
                 else:
                     await instance.execute_each(group)
+                self._executed(group)
             except asyncio.CancelledError:
                 for request in group:
                     send_error(request, self._version, internal("the request was cancelled"))

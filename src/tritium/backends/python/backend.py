@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from typing import Any
 
 import orjson
@@ -156,6 +157,8 @@ class PythonInstance:
             int, tuple[asyncio.Future[None], list[InferenceRequest], list[bool]]
         ] = {}
         self._ids = itertools.count()
+        self._sent_ns = 0  # when the last EXECUTE frame left (statistics: compute_infer)
+        self._input_ns = 0
         stub.on_batch_done = self._batch_done
         stub.on_response = self._response
 
@@ -180,6 +183,7 @@ class PythonInstance:
         buffers: ipc.Buffers = []
         executions = []
         futures = []
+        started = time.perf_counter_ns()
         for requests in batches:
             batch_id = next(self._ids)
             future = loop.create_future()
@@ -189,6 +193,8 @@ class PythonInstance:
             for index, request in enumerate(requests):
                 request.on_cancel = self._canceller(batch_id, index)
         self._stub.send(ipc.EXECUTE, executions, buffers)
+        self._sent_ns = time.perf_counter_ns()
+        self._input_ns = (self._sent_ns - started) // len(batches)
         for future in futures:
             await future
 
@@ -246,30 +252,52 @@ class PythonInstance:
         the batch stays routable until then."""
         batch_id, error, wired = body
         future, requests, finished = self._batches[batch_id]
+        arrived = time.perf_counter_ns()
+        infer_ns = arrived - self._sent_ns
+        self._sent_ns = arrived  # the next execution of a group ran after this one
         if error is not None:
             failure = internal(
                 f"Failed to process the request(s) for model instance '{self.name}', "
                 f"message: {error}"
             )
-            for i, request in enumerate(requests):
-                if not finished[i]:
-                    finished[i] = True
-                    send_error(request, self._version, failure)
+            self._answer_unfinished(
+                requests, finished, lambda r: send_error(r, self._version, failure)
+            )
         elif wired is not None:
-            for i, (request, payload) in enumerate(zip(requests, wired, strict=True)):
-                finished[i] = True
-                assert request.sender is not None
-                request.sender.send(self._make_response(request, payload, buffers), True)
+            self._answer_each(requests, wired, buffers, infer_ns)
+            finished[:] = [True] * len(requests)
         elif not self._spec.decoupled:  # execute returned None: senders must have answered
-            for i, request in enumerate(requests):
-                if not finished[i]:
-                    finished[i] = True
-                    assert request.sender is not None
-                    request.sender.send(self._make_response(request, None, buffers), True)
+            self._answer_unfinished(
+                requests,
+                finished,
+                lambda r: r.sender.send(self._make_response(r, None, buffers), True),
+            )
+        for request in requests:  # decoupled requests still answering, failed ones
+            if request.timing is None:
+                request.timing = (self._input_ns, infer_ns, 0)
         if all(finished):
             del self._batches[batch_id]
         if not future.done():
             future.set_result(None)
+
+    def _answer_each(
+        self, requests: list[InferenceRequest], wired: list, buffers: ipc.Buffers, infer_ns: int
+    ) -> None:
+        for request, payload in zip(requests, wired, strict=True):
+            began = time.perf_counter_ns()
+            response = self._make_response(request, payload, buffers)
+            request.timing = (self._input_ns, infer_ns, time.perf_counter_ns() - began)
+            assert request.sender is not None
+            request.sender.send(response, True)
+
+    @staticmethod
+    def _answer_unfinished(
+        requests: list[InferenceRequest], finished: list[bool], answer: Any
+    ) -> None:
+        for i, request in enumerate(requests):
+            if not finished[i]:
+                finished[i] = True
+                answer(request)
 
     def _response(self, body: tuple, buffers: ipc.Buffers) -> None:
         batch_id, index, payload, final = body

@@ -1,0 +1,145 @@
+"""Per model-version statistics, recorded in the core as plain integers.
+
+Recording is a handful of additions per request (no locks: everything runs on the loop);
+the statistics extension and the Prometheus endpoint render these counters on demand.
+Durations are nanoseconds from ``time.perf_counter_ns``.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from typing import Any
+
+from .types import InferenceRequest
+
+# Request-duration histogram buckets (µs), cheap enough to fill on every request; p50/p99
+# can be read from them.
+DURATION_BUCKETS_US = (
+    100,
+    250,
+    500,
+    1_000,
+    2_500,
+    5_000,
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    5_000_000,
+)
+
+
+class Duration:
+    __slots__ = ("count", "ns")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.ns = 0
+
+    def add(self, ns: int) -> None:
+        self.count += 1
+        self.ns += ns
+
+    def as_dict(self) -> dict[str, int]:
+        return {"count": self.count, "ns": self.ns}
+
+
+class BatchStats:
+    __slots__ = ("compute_input", "compute_infer", "compute_output")
+
+    def __init__(self) -> None:
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+
+
+class ModelStats:
+    """Triton's ModelStatistics for one model version."""
+
+    def __init__(self, name: str, version: str) -> None:
+        self.name = name
+        self.version = version
+        self.last_inference_ms = 0
+        self.inference_count = 0  # batch elements of successful requests
+        self.execution_count = 0
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.failures: dict[str, int] = {}  # reason (Triton's label) -> count
+        self.batches: dict[int, BatchStats] = {}
+        self.pending = 0  # accepted, not yet executing
+        self.histogram = [0] * (len(DURATION_BUCKETS_US) + 1)
+
+    def started(self, request: InferenceRequest, now_ns: int) -> None:
+        """The request reaches an instance: its queue time ends."""
+        request.start_ns = now_ns
+        self.pending -= 1
+
+    def executed(self, batch_size: int, timing: tuple[int, int, int]) -> None:
+        """One model execution over ``batch_size`` elements."""
+        self.execution_count += 1
+        entry = self.batches.get(batch_size)
+        if entry is None:
+            entry = self.batches[batch_size] = BatchStats()
+        entry.compute_input.add(timing[0])
+        entry.compute_infer.add(timing[1])
+        entry.compute_output.add(timing[2])
+
+    def finished(self, request: InferenceRequest, ok: bool, reason: str = "BACKEND") -> None:
+        """The request's final response went out."""
+        end = time.perf_counter_ns()
+        total = end - request.arrival_ns
+        if request.start_ns == 0:  # never reached an instance (rejected or cancelled)
+            self.pending -= 1
+        if not ok:
+            self.fail.add(total)
+            self.failures[reason] = self.failures.get(reason, 0) + 1
+            return
+        self.success.add(total)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        self.inference_count += request.batch_size
+        if request.start_ns:
+            self.queue.add(request.start_ns - request.arrival_ns)
+        timing = request.timing
+        if timing is not None:
+            self.compute_input.add(timing[0])
+            self.compute_infer.add(timing[1])
+            self.compute_output.add(timing[2])
+        self.histogram[bisect_left(DURATION_BUCKETS_US, total // 1000)] += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Triton's ``ModelStatistics`` as JSON (the statistics extension's format)."""
+        return {
+            "name": self.name,
+            "version": self.version,
+            "last_inference": self.last_inference_ms,
+            "inference_count": self.inference_count,
+            "execution_count": self.execution_count,
+            "inference_stats": {
+                "success": self.success.as_dict(),
+                "fail": self.fail.as_dict(),
+                "queue": self.queue.as_dict(),
+                "compute_input": self.compute_input.as_dict(),
+                "compute_infer": self.compute_infer.as_dict(),
+                "compute_output": self.compute_output.as_dict(),
+                "cache_hit": {"count": 0, "ns": 0},
+                "cache_miss": {"count": 0, "ns": 0},
+            },
+            "batch_stats": [
+                {
+                    "batch_size": size,
+                    "compute_input": entry.compute_input.as_dict(),
+                    "compute_infer": entry.compute_infer.as_dict(),
+                    "compute_output": entry.compute_output.as_dict(),
+                }
+                for size, entry in sorted(self.batches.items())
+            ],
+            "memory_usage": [],
+        }
