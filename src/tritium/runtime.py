@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import grpc
 
 from .cli import install_signal_handlers, write_ports
 from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
+from .frontends.http.metrics_app import MetricsApp
 from .frontends.http.protocol import HttpProtocol
 from .options import ServerOptions
 from .server import InferenceServer
@@ -27,7 +29,7 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         log.error("error: creating server: Internal - %s", exc)
         return 1
     try:
-        http_server, grpc_server, ports = await _bind(server, options)
+        listeners, grpc_server, ports = await _bind(server, options)
     except OSError as exc:
         log.error("error: failed to start the front-ends: %s", exc)
         await server.stop()
@@ -37,8 +39,8 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
     await stop.wait()
     log.info("shutting down: waiting for in-flight requests")
     await server.stop()
-    if http_server is not None:
-        http_server.close()
+    for listener in listeners:
+        listener.close()
     if grpc_server is not None:
         await grpc_server.stop(grace=1.0)
     log.info("server stopped")
@@ -47,23 +49,26 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
 
 async def _bind(
     server: InferenceServer, options: ServerOptions
-) -> tuple[asyncio.Server | None, grpc.aio.Server | None, dict[str, int]]:
+) -> tuple[list[asyncio.Server], grpc.aio.Server | None, dict[str, int]]:
+    """Listen on every enabled front-end; the bound ports by name."""
     ports: dict[str, int] = {}
-    loop = asyncio.get_running_loop()
-    http_server = None
-    grpc_server = None
+    listeners: list[asyncio.Server] = []
     if options.allow_http:
-        app = HttpApp(server)
-        limit = options.http_max_input_size
-        http_server = await loop.create_server(
-            lambda: HttpProtocol(app, limit),
-            options.http_address,
-            options.http_port,
-            reuse_address=True,
-            backlog=1024,
+        listener = await _listen(
+            HttpApp(server), options.http_address, options.http_port, options.http_max_input_size
         )
-        ports["http"] = http_server.sockets[0].getsockname()[1]
+        listeners.append(listener)
+        ports["http"] = listener.sockets[0].getsockname()[1]
         log.info("Started HTTPService at %s:%d", options.http_address, ports["http"])
+    if options.allow_metrics:
+        address = options.metrics_address or (
+            options.http_address if options.allow_http else "0.0.0.0"
+        )
+        listener = await _listen(MetricsApp(server), address, options.metrics_port, 1 << 16)
+        listeners.append(listener)
+        ports["metrics"] = listener.sockets[0].getsockname()[1]
+        log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
+    grpc_server = None
     if options.allow_grpc:
         grpc_server = build_grpc_server(server)
         address = f"{_host(options.grpc_address)}:{options.grpc_port}"
@@ -73,7 +78,14 @@ async def _bind(
             raise OSError(f"failed to bind gRPC to {address}: {exc}") from None
         await grpc_server.start()
         log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
-    return http_server, grpc_server, ports
+    return listeners, grpc_server, ports
+
+
+async def _listen(app: Any, address: str, port: int, limit: int) -> asyncio.Server:
+    loop = asyncio.get_running_loop()
+    return await loop.create_server(
+        lambda: HttpProtocol(app, limit), address, port, reuse_address=True, backlog=1024
+    )
 
 
 def _host(address: str) -> str:

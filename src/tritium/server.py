@@ -16,7 +16,7 @@ from . import TRITON_VERSION
 from .backends.base import Backend
 from .backends.onnxruntime import OnnxRuntimeBackend
 from .backends.python.backend import PythonBackend
-from .errors import ErrorKind, ServerError, internal, unavailable, unsupported
+from .errors import ErrorKind, ServerError, internal, invalid_arg, unavailable, unsupported
 from .options import ServerOptions
 from .repository.config import ModelConfig
 from .repository.manager import ModelRepositoryManager
@@ -32,6 +32,7 @@ EXTENSIONS = (
     "model_configuration",
     "binary_tensor_data",
     "parameters",
+    "statistics",
 )
 
 
@@ -177,6 +178,18 @@ class InferenceServer:
                 for s in spec.outputs.values()
             ],
         }
+
+    def statistics(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """The statistics extension: every ready model version, one model's, or one version's."""
+        number = parse_version(version)
+        models = self.repository.loaded(name, number)
+        if name and not models:
+            raise invalid_arg(f"requested model '{name}' is not available")
+        return {"model_stats": [m.stats.as_dict() for m in models]}
+
+    def stats_snapshot(self) -> list[Any]:
+        """Every loaded model version's ModelStats (for the metrics endpoint)."""
+        return [m.stats for m in self.repository.loaded("", -1)]
 
     def is_decoupled(self, name: str, version: int = -1) -> bool:
         return self.repository.get(name, version).spec.decoupled

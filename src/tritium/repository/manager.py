@@ -199,6 +199,14 @@ class ModelRepositoryManager:
         record = self._records.get(name)
         return record is not None and (version <= 0 or version in record.versions)
 
+    def loaded(self, name: str, version: int) -> list[Model]:
+        """Ready model versions: all of them (no name), one model's, or one version."""
+        records = [self._records[name]] if name in self._records else []
+        if not name:
+            records = [self._records[n] for n in sorted(self._records)]
+        models = [m for r in records for _, m in sorted(r.ready.items())]
+        return [m for m in models if version <= 0 or m.version == version]
+
     def ready_versions(self, name: str) -> list[int]:
         record = self._records.get(name)
         return sorted(record.ready) if record else []

@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import grpc
+from google.protobuf import json_format
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
@@ -26,7 +27,6 @@ log = logging.getLogger("tritium")
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _NOT_YET = (
-    "ModelStatistics",
     "RepositoryModelLoad",
     "RepositoryModelUnload",
     "SystemSharedMemoryStatus",
@@ -83,6 +83,13 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         except ServerError as exc:
             return await _abort(context, exc)
         return pb.ModelConfigResponse(config=config)
+
+    async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
+        try:
+            stats = self._server.statistics(request.name, request.version)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
         if request.repository_name:

@@ -21,7 +21,7 @@ log = logging.getLogger("tritium")
 _JSON = b"application/json"
 _OCTET = b"application/octet-stream"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
-_MODEL_ACTIONS = {"ready", "config", "infer", "generate", "generate_stream"}
+_MODEL_ACTIONS = {"ready", "config", "infer", "generate", "generate_stream", "stats"}
 
 
 def _json(doc: Any, status: int = 200) -> HttpResponse:
@@ -55,6 +55,8 @@ class HttpApp:
             head = parts[1]
             if head == "health" and len(parts) == 3 and parts[2] in ("live", "ready"):
                 return self._expect(request, "GET") or self._health(parts[2])
+            if head == "models" and parts[2:] == ["stats"]:
+                return self._expect(request, "GET") or _json(self.server.statistics())
             if head == "models" and len(parts) >= 3:
                 return self._model_route(request, [unquote(p) for p in parts[2:]])
             if head == "repository" and parts[2:] == ["index"]:
@@ -93,6 +95,8 @@ class HttpApp:
             return bad
         if action == "config":
             return _json(self.server.model_config_json(name, version))
+        if action == "stats":
+            return _json(self.server.statistics(name, version))
         return self._model_ready(name, version)
 
     async def _model_ready(self, name: str, version: str) -> HttpResponse:

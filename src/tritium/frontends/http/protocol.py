@@ -212,7 +212,11 @@ class HttpProtocol(asyncio.Protocol):
         except (OSError, ValueError, zlib.error, EOFError) as exc:
             self._reply_now(400, orjson_error(f"failed to decompress the request body: {exc}"))
             return
-        result = self._handler(request)
+        try:
+            result = self._handler(request)
+        except Exception as exc:  # a bug in a handler answers 500; the server goes on
+            log.exception("unhandled error in HTTP handler")
+            result = HttpResponse(500, [orjson_error(f"{type(exc).__name__}: {exc}")])
         if isinstance(result, HttpResponse):
             self._write(result, request, keep_alive)
             return

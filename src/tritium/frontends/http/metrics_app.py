@@ -1,0 +1,21 @@
+"""The metrics endpoint (``GET /metrics`` on ``--metrics-port``), Prometheus text format."""
+
+from __future__ import annotations
+
+from ... import metrics
+from ...server import InferenceServer
+from .protocol import HttpRequest, HttpResponse
+
+
+class MetricsApp:
+    def __init__(self, server: InferenceServer) -> None:
+        self._server = server
+        self._cpu = metrics.CpuSampler()
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.split("?", 1)[0] != "/metrics":
+            return HttpResponse(404, [b'{"error":"Not Found"}'])
+        if request.method != "GET":
+            return HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
+        body = metrics.render(self._server.stats_snapshot(), self._cpu)
+        return HttpResponse(200, [body], metrics.CONTENT_TYPE)

@@ -1,0 +1,167 @@
+"""Prometheus text exposition of the server's statistics, under Triton's metric names.
+
+Nothing is recorded here: the counters live in ``stats.ModelStats`` (plain integers updated on
+the request path) and are rendered when ``/metrics`` is scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .stats import DURATION_BUCKETS_US, ModelStats
+
+CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+_COUNTERS = (
+    (
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        lambda s: s.success.count,
+    ),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        lambda s: s.inference_count,
+    ),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+        lambda s: s.execution_count,
+    ),
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        lambda s: s.success.ns // 1000,
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds",
+        lambda s: s.queue.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds",
+        lambda s: s.compute_input.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds",
+        lambda s: s.compute_infer.ns // 1000,
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds",
+        lambda s: s.compute_output.ns // 1000,
+    ),
+)
+_FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+
+
+def _labels(stats: ModelStats) -> str:
+    return f'model="{stats.name}",version="{stats.version}"'
+
+
+def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes:
+    models = list(models)
+    lines: list[str] = []
+    for name, help_text, value in _COUNTERS[:1]:
+        _family(lines, name, help_text, "counter", models, value)
+    lines.append(
+        "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes"
+    )
+    lines.append("# TYPE nv_inference_request_failure counter")
+    for stats in models:
+        for reason in _FAILURE_REASONS:
+            count = stats.failures.get(reason, 0)
+            lines.append(
+                f'nv_inference_request_failure{{{_labels(stats)},reason="{reason}"}} {count}'
+            )
+    for name, help_text, value in _COUNTERS[1:]:
+        _family(lines, name, help_text, "counter", models, value)
+    _family(
+        lines,
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+        models,
+        lambda s: max(s.pending, 0),
+    )
+    _histogram(lines, models)
+    if cpu is not None:
+        cpu.render(lines)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _family(
+    lines: list[str], name: str, help_text: str, kind: str, models: list[ModelStats], value: object
+) -> None:
+    lines.append(f"# HELP {name} {help_text}")
+    lines.append(f"# TYPE {name} {kind}")
+    for stats in models:
+        lines.append(f"{name}{{{_labels(stats)}}} {value(stats)}")  # type: ignore[operator]
+
+
+def _histogram(lines: list[str], models: list[ModelStats]) -> None:
+    name = "nv_inference_request_duration_histogram_us"
+    lines.append(
+        f"# HELP {name} Histogram of successful inference request durations in "
+        "microseconds (read p50/p99 with histogram_quantile)"
+    )
+    lines.append(f"# TYPE {name} histogram")
+    for stats in models:
+        labels = _labels(stats)
+        running = 0
+        for bound, count in zip(DURATION_BUCKETS_US, stats.histogram, strict=False):
+            running += count
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {running}')
+        lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {stats.success.count}')
+        lines.append(f"{name}_sum{{{labels}}} {stats.success.ns // 1000}")
+        lines.append(f"{name}_count{{{labels}}} {stats.success.count}")
+
+
+class CpuSampler:
+    """nv_cpu_utilization (since the previous scrape) and nv_cpu_memory_* from /proc."""
+
+    def __init__(self) -> None:
+        self._last = self._read_stat()
+
+    @staticmethod
+    def _read_stat() -> tuple[int, int]:
+        try:
+            with open("/proc/stat", encoding="ascii") as handle:
+                fields = [int(v) for v in handle.readline().split()[1:]]
+        except (OSError, ValueError):
+            return (0, 0)
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return (sum(fields), idle)
+
+    def utilization(self) -> float:
+        total, idle = self._read_stat()
+        last_total, last_idle = self._last
+        self._last = (total, idle)
+        busy = (total - last_total) - (idle - last_idle)
+        return busy / (total - last_total) if total > last_total else 0.0
+
+    @staticmethod
+    def memory() -> tuple[int, int]:
+        info: dict[str, int] = {}
+        try:
+            with open("/proc/meminfo", encoding="ascii") as handle:
+                for line in handle:
+                    key, value = line.split(":", 1)
+                    info[key] = int(value.split()[0]) * 1024
+        except (OSError, ValueError):
+            return (0, 0)
+        total = info.get("MemTotal", 0)
+        return total, total - info.get("MemAvailable", total)
+
+    def render(self, lines: list[str]) -> None:
+        total, used = self.memory()
+        for name, help_text, value in (
+            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", self.utilization()),
+            ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total),
+            ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used),
+        ):
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} gauge")
+            lines.append(f"{name} {value}")
