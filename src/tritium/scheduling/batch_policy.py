@@ -1,0 +1,188 @@
+"""The dynamic batcher's policy: pure, synchronous and clock-injected (times are integer ns
+passed in by the caller), so it is unit-tested on a fake clock; ``dynamic.py`` drives it.
+
+Triton's semantics (model_configuration.md, "Dynamic Batcher"):
+- requests wait in one queue per priority level (1 is the highest; 0 means the default);
+- a batch takes requests in priority order while the batch stays within ``max_batch_size``
+  and their non-batch shapes match (unless every input allows ragged batches);
+- it goes out at once when it is full, when the next request cannot join it, or when its
+  requests form a preferred batch size; otherwise it waits until the oldest request has
+  waited ``max_queue_delay_microseconds``;
+- queue policies: ``max_queue_size`` rejects on arrival ("Exceeds maximum queue size"); a
+  timeout (``default_timeout_microseconds``, lowered per request when
+  ``allow_timeout_override``) rejects with "Request timeout expired" (REJECT) or lets the
+  request fall behind the others of its queue (DELAY).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    timeout_ns: int = 0  # 0: none
+    delay_on_timeout: bool = False  # DELAY instead of REJECT
+    allow_override: bool = False
+    max_size: int = 0  # 0: unbounded
+
+
+@dataclass(frozen=True, slots=True)
+class BatchConfig:
+    max_batch_size: int
+    preferred: tuple[int, ...] = ()
+    max_delay_ns: int = 0
+    levels: int = 1
+    default_level: int = 1
+    policies: tuple[QueuePolicy, ...] = (QueuePolicy(),)  # one per level, index level - 1
+    ragged: bool = False
+
+    @classmethod
+    def from_config(cls, config: Any, ragged: bool) -> BatchConfig:
+        """From a normalised ModelConfig with ``dynamic_batching``."""
+        db = config.dynamic_batching
+        levels = max(db.priority_levels, 1)
+
+        def policy(proto: Any) -> QueuePolicy:
+            return QueuePolicy(
+                timeout_ns=proto.default_timeout_microseconds * 1000,
+                delay_on_timeout=proto.timeout_action == 1,
+                allow_override=proto.allow_timeout_override,
+                max_size=proto.max_queue_size,
+            )
+
+        default = policy(db.default_queue_policy)
+        policies = tuple(
+            policy(db.priority_queue_policy[level])
+            if level in db.priority_queue_policy
+            else default
+            for level in range(1, levels + 1)
+        )
+        return cls(
+            max_batch_size=config.max_batch_size,
+            preferred=tuple(sorted(set(db.preferred_batch_size))),
+            max_delay_ns=db.max_queue_delay_microseconds * 1000,
+            levels=levels,
+            default_level=min(max(db.default_priority_level, 1), levels)
+            if db.priority_levels
+            else 1,
+            policies=policies,
+            ragged=ragged,
+        )
+
+
+class _Entry:
+    __slots__ = ("request", "arrived", "deadline", "size", "shape")
+
+    def __init__(self, request: Any, arrived: int, deadline: int, size: int, shape: Any):
+        self.request = request
+        self.arrived = arrived
+        self.deadline = deadline  # 0: none
+        self.size = size
+        self.shape = shape
+
+
+def _shape_key(request: Any) -> tuple:
+    """Non-batch shapes of the inputs: requests batch together only when these match."""
+    return tuple((t.name, tuple(t.shape[1:])) for t in request.inputs)
+
+
+class DynamicBatchPolicy:
+    def __init__(self, config: BatchConfig) -> None:
+        self.config = config
+        self._queues: list[deque[_Entry]] = [deque() for _ in range(config.levels)]
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self._queues)
+
+    def level_of(self, priority: int) -> int:
+        """Triton: 0, or a priority outside 1..levels, means the default level."""
+        config = self.config
+        return priority if 1 <= priority <= config.levels else config.default_level
+
+    def enqueue(self, request: Any, now: int, timeout_us: int = 0) -> None:
+        """Queue a request; raises UNAVAILABLE when its queue is full."""
+        level = self.level_of(getattr(request, "priority", 0))
+        policy = self.config.policies[level - 1]
+        queue = self._queues[level - 1]
+        if policy.max_size and len(queue) >= policy.max_size:
+            raise unavailable("Exceeds maximum queue size")
+        timeout = policy.timeout_ns
+        if timeout_us and policy.allow_override:
+            requested = timeout_us * 1000
+            timeout = min(timeout, requested) if timeout else requested
+        deadline = now + timeout if timeout else 0
+        shape = () if self.config.ragged else _shape_key(request)
+        queue.append(_Entry(request, now, deadline, request.batch_size, shape))
+
+    def expire(self, now: int) -> list[Any]:
+        """Requests whose queue timeout passed: REJECT ones are returned (to be answered
+        "Request timeout expired"); DELAY ones move behind the rest of their queue."""
+        rejected = []
+        for level, queue in enumerate(self._queues):
+            if not any(e.deadline and e.deadline <= now for e in queue):
+                continue
+            keep: deque[_Entry] = deque()
+            late: list[_Entry] = []
+            for entry in queue:
+                if entry.deadline and entry.deadline <= now:
+                    if self.config.policies[level].delay_on_timeout:
+                        entry.deadline = 0
+                        late.append(entry)
+                    else:
+                        rejected.append(entry.request)
+                else:
+                    keep.append(entry)
+            keep.extend(late)
+            self._queues[level] = keep
+        return rejected
+
+    def take(self, now: int) -> list[Any] | None:
+        """The next batch to run now, or None if it should wait (see ``wake_at``)."""
+        candidates, blocked = self._candidates()
+        if not candidates:
+            return None
+        config = self.config
+        total = sum(e.size for e in candidates)
+        oldest = min(e.arrived for e in candidates)
+        if total >= config.max_batch_size or blocked or now - oldest >= config.max_delay_ns:
+            return self._pop(candidates)
+        running, best = 0, 0
+        for index, entry in enumerate(candidates):  # the largest preferred size we can form
+            running += entry.size
+            if running in config.preferred:
+                best = index + 1
+        return self._pop(candidates[:best]) if best else None
+
+    def wake_at(self) -> int | None:
+        """When ``take``/``expire`` may have something new to say, if nothing arrives."""
+        times = [e.deadline for q in self._queues for e in q if e.deadline]
+        candidates, _ = self._candidates()
+        if candidates:
+            times.append(min(e.arrived for e in candidates) + self.config.max_delay_ns)
+        return min(times) if times else None
+
+    def _candidates(self) -> tuple[list[_Entry], bool]:
+        """Requests that can form the next batch, in priority then arrival order, and
+        whether a waiting request could not join it (so waiting would not help)."""
+        batch: list[_Entry] = []
+        total = 0
+        limit = self.config.max_batch_size
+        for queue in self._queues:
+            for entry in queue:
+                if total + entry.size > limit or (batch and entry.shape != batch[0].shape):
+                    return batch, True
+                batch.append(entry)
+                total += entry.size
+        return batch, False
+
+    def _pop(self, entries: list[_Entry]) -> list[Any]:
+        chosen = {id(e) for e in entries}
+        for level, queue in enumerate(self._queues):
+            if any(id(e) in chosen for e in queue):
+                self._queues[level] = deque(e for e in queue if id(e) not in chosen)
+        return [e.request for e in entries]
