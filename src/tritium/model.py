@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
+from typing import Any
 
 from .backends.base import ModelInstance
 from .errors import invalid_arg
 from .repository.spec import IOSpec, ModelSpec
+from .scheduling.batch_policy import BatchConfig
 from .scheduling.direct import DirectScheduler
+from .scheduling.dynamic import DynamicBatcher
 from .stats import ModelStats
 from .types import InferenceRequest, Tensor
 
@@ -35,7 +38,7 @@ class Model:
         self.version_str = str(version)
         self.instances = instances
         self.stats = ModelStats(self.name, self.version_str)
-        self.scheduler = DirectScheduler(instances, self.version_str)
+        self.scheduler = _scheduler(spec, instances, self.version_str)
         batching = spec.max_batch_size > 0
         # Shapes as the client sees them, for messages; the batch dimension included.
         self._full_dims = {
@@ -143,3 +146,13 @@ class Model:
 
 def _names(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _scheduler(spec: ModelSpec, instances: list[ModelInstance], version: str) -> Any:
+    """Dynamic batching when the config asks for it on a model that batches; otherwise
+    Triton's default scheduler."""
+    config = spec.config
+    if config.HasField("dynamic_batching") and spec.max_batch_size > 0:
+        ragged = bool(spec.inputs) and all(i.allow_ragged for i in spec.inputs.values())
+        return DynamicBatcher(instances, version, BatchConfig.from_config(config, ragged))
+    return DirectScheduler(instances, version)

@@ -99,6 +99,7 @@ class InferenceRequest:
     correlation_id: int | str = 0
     flags: int = 0
     priority: int = 0
+    timeout_us: int = 0  # the request's queue timeout (schedule-policy extension), 0: none
     cancelled: bool = False  # the client went away: queued work is dropped, running work told
     # Set by a backend while it runs the request: tells the model (pb_utils is_cancelled()).
     on_cancel: Callable[[], None] | None = None

@@ -152,85 +152,115 @@ class OnnxInstance:
             ).reshape(tensor.data.shape)
         return tensor.data
 
-    def _run(self, request: InferenceRequest) -> InferenceResponse:
+    def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        """One session run for a batch: inputs concatenated along the batch dimension,
+        outputs split back per request."""
         t0 = time.perf_counter_ns()
-        names = requested_names(self._spec, request)
-        feeds = {t.name: self._feed(t) for t in request.inputs}
+        names = _union(requested_names(self._spec, r) for r in requests)
+        if len(requests) == 1:
+            feeds = {t.name: self._feed(t.data, t.datatype) for t in requests[0].inputs}
+        else:
+            feeds = self._merged_feeds(requests)
         t1 = time.perf_counter_ns()
-        results = self._session.run(names, feeds)
+        results = dict(zip(names, self._session.run(names, feeds), strict=True))
         t2 = time.perf_counter_ns()
-        outputs = []
-        for name, array in zip(names, results, strict=True):
-            if array.dtype.kind in "OU":  # ORT strings come back as str
-                flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
-                array = np.array(flat, dtype=object).reshape(array.shape)
-            outputs.append(output_tensor(self._spec, name, array))
-        request.timing = (t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
-        return InferenceResponse(request.model_name, self._version, request.id, outputs)
+        responses = []
+        start = 0
+        for request in requests:
+            stop = start + request.batch_size
+            outputs = []
+            for name in requested_names(self._spec, request):
+                array = results[name] if len(requests) == 1 else results[name][start:stop]
+                outputs.append(output_tensor(self._spec, name, _bytes_out(array)))
+            start = stop
+            responses.append(
+                InferenceResponse(request.model_name, self._version, request.id, outputs)
+            )
+        timing = (t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
+        for request in requests:
+            request.timing = timing
+        return responses
+
+    def _feed(self, data: np.ndarray, datatype: DataType) -> np.ndarray:
+        if datatype is DataType.BYTES:  # ORT takes str, not bytes, for strings
+            flat = [
+                v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+                for v in data.reshape(-1)
+            ]
+            return np.array(flat, dtype=object).reshape(data.shape)
+        return data
+
+    def _merged_feeds(self, requests: list[InferenceRequest]) -> dict[str, np.ndarray]:
+        first = requests[0]
+        feeds = {}
+        for tensor in first.inputs:
+            parts = [next(t.data for t in r.inputs if t.name == tensor.name) for r in requests]
+            feeds[tensor.name] = self._feed(np.concatenate(parts, axis=0), tensor.datatype)
+        return feeds
 
     def _serve(self) -> None:
-        """The instance thread: run each request, hand the answer back to the loop."""
+        """The instance thread: run each batch, hand the answers back to the loop."""
         while (item := self._work.get()) is not None:
-            loop, future, request = item
-            try:
-                outcome: Any = self._run_timed(request)
-            except Exception as exc:  # onnxruntime raises its own exception types
-                outcome = internal(f"onnxruntime execute failure: {exc}")
-            loop.call_soon_threadsafe(_resolve, future, outcome)
+            loop, future, requests = item
+            loop.call_soon_threadsafe(_resolve, future, self._run_or_error(requests))
 
-    def _run_timed(self, request: InferenceRequest) -> InferenceResponse:
+    def _run_timed(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         started = time.perf_counter()
-        response = self._run(request)
+        responses = self._run(requests)
         elapsed = time.perf_counter() - started
         # Moving average of one execution; the first measurement replaces the guess.
         self._cost = elapsed if self._cost >= 1.0 else 0.8 * self._cost + 0.2 * elapsed
-        return response
+        return responses
 
-    def _cheap(self, request: InferenceRequest) -> bool:
+    def _cheap(self, requests: list[InferenceRequest]) -> bool:
         """Whether to run on the loop: the measured cost is below what a thread hand-off
         costs (GIL hand-over, two wake-ups), and the inputs are small."""
         if self._cost > INLINE_MAX_SECONDS:
             return False
         size = 0
-        for tensor in request.inputs:
-            size += tensor.data.nbytes
+        for request in requests:
+            for tensor in request.inputs:
+                size += tensor.data.nbytes
         return size <= INLINE_MAX_BYTES
 
     def try_now(self, request: InferenceRequest, began: Callable[[InferenceRequest], None]) -> bool:
         """Run and answer ``request`` right here when it is cheap (see ``_cheap``); the
         scheduler then needs no task at all. False: use ``execute``."""
-        if not self._cheap(request):
+        if not self._cheap([request]):
             return False
         began(request)
-        outcome = self._run_or_error(request)
+        outcome = self._run_or_error([request])
         request.stats.executed(request.batch_size, request.timing or (0, 0, 0))
-        self._answer(request, outcome)
+        self._answer([request], outcome)
         return True
 
-    def _run_or_error(self, request: InferenceRequest) -> Any:
+    def _run_or_error(self, requests: list[InferenceRequest]) -> Any:
         try:
-            return self._run_timed(request)
+            return self._run_timed(requests)
         except Exception as exc:  # onnxruntime raises its own exception types
             return internal(f"onnxruntime execute failure: {exc}")
 
-    def _answer(self, request: InferenceRequest, outcome: Any) -> None:
-        if isinstance(outcome, InferenceResponse):
-            assert request.sender is not None
-            request.sender.send(outcome, True)
-        else:
-            send_error(request, self._version, outcome)
+    def _answer(self, requests: list[InferenceRequest], outcome: Any) -> None:
+        for i, request in enumerate(requests):
+            if isinstance(outcome, list):
+                assert request.sender is not None
+                request.sender.send(outcome[i], True)
+            else:
+                send_error(request, self._version, outcome)
 
     async def execute(self, requests: list[InferenceRequest]) -> None:
+        """One execution over ``requests`` (a dynamic batch, or a single request)."""
+        if self._cheap(requests):
+            self._answer(requests, self._run_or_error(requests))
+            return
         loop = asyncio.get_running_loop()
-        for request in requests:
-            if self._cheap(request):
-                self._answer(request, self._run_or_error(request))
-                continue
-            future = loop.create_future()
-            self._work.put((loop, future, request))
-            self._answer(request, await future)
+        future = loop.create_future()
+        self._work.put((loop, future, requests))
+        self._answer(requests, await future)
 
-    execute_each = execute  # execute already runs its requests one at a time
+    async def execute_each(self, requests: list[InferenceRequest]) -> None:
+        for request in requests:
+            await self.execute([request])
 
     async def is_ready(self) -> bool:
         return self._thread.is_alive()
@@ -238,6 +268,20 @@ class OnnxInstance:
     async def close(self) -> None:
         self._work.put(None)
         await asyncio.to_thread(self._thread.join)
+
+
+def _union(groups: Any) -> list[str]:
+    names: dict[str, None] = {}
+    for group in groups:
+        names.update(dict.fromkeys(group))
+    return list(names)
+
+
+def _bytes_out(array: np.ndarray) -> np.ndarray:
+    if array.dtype.kind in "OU":  # ORT strings come back as str
+        flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
+        return np.array(flat, dtype=object).reshape(array.shape)
+    return array
 
 
 def _resolve(future: asyncio.Future[Any], outcome: Any) -> None:

@@ -33,6 +33,7 @@ class IOSpec:
     reshape: tuple[int, ...] | None
     optional: bool
     label_filename: str = ""
+    allow_ragged: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +172,7 @@ def _io_specs(entries: Any, kind: str, problem: ConfigProblem) -> dict[str, IOSp
             reshape=reshape,
             optional=bool(getattr(entry, "optional", False)),
             label_filename=getattr(entry, "label_filename", ""),
+            allow_ragged=bool(getattr(entry, "allow_ragged_batch", False)),
         )
     return specs
 

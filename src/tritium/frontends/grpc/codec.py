@@ -67,7 +67,9 @@ def _parameters(request: InferenceRequest, params: Any) -> None:
             request.priority = int(value)
         elif key == "sequence_id":
             request.correlation_id = value
-        elif key in ("sequence_start", "sequence_end", "timeout", "headers"):
+        elif key == "timeout":
+            request.timeout_us = int(value)
+        elif key in ("sequence_start", "sequence_end", "headers"):
             continue
         elif key.startswith("triton_"):
             if key != "triton_enable_empty_final_response":

@@ -87,6 +87,8 @@ def _request_parameters(request: InferenceRequest, params: Any, plan: OutputPlan
             )
         elif key == "priority":
             request.priority = int(value)
+        elif key == "timeout":
+            request.timeout_us = int(value)
         elif key == "sequence_id":
             request.correlation_id = value
         elif key not in _RESERVED:

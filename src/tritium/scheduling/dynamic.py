@@ -1,0 +1,111 @@
+"""The dynamic batcher's async driver: a thin loop around ``DynamicBatchPolicy``.
+
+Requests are queued by the policy; whenever an instance is idle, the policy is asked for a
+batch (now, or a time to look again, kept as one timer). A batch is one execution: tensor
+backends merge it along the batch dimension, Python models get the list of requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from ..backends.base import ModelInstance, send_error
+from ..errors import ServerError, cancelled, internal, unavailable
+from ..types import InferenceRequest
+from .batch_policy import BatchConfig, DynamicBatchPolicy
+
+_NO_TIMING = (0, 0, 0)
+
+
+class DynamicBatcher:
+    def __init__(self, instances: Sequence[ModelInstance], version: str, config: BatchConfig):
+        self._idle: list[ModelInstance] = list(instances)
+        self._version = version
+        self._policy = DynamicBatchPolicy(config)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
+        self._running: set[asyncio.Task[None]] = set()
+
+    def submit(self, request: InferenceRequest) -> None:
+        try:
+            self._policy.enqueue(request, time.perf_counter_ns(), request.timeout_us)
+        except ServerError as exc:  # queue full: answered like any failed request
+            send_error(request, self._version, exc)
+            return
+        self._pump()
+
+    def _pump(self) -> None:
+        """Answer timed-out requests and start every batch that is ready on idle instances."""
+        now = time.perf_counter_ns()
+        for request in self._policy.expire(now):
+            send_error(request, self._version, unavailable("Request timeout expired"))
+        while self._idle:
+            batch = self._policy.take(now)
+            if batch is None:
+                break
+            batch = self._drop_cancelled(batch)
+            if batch:
+                self._start(self._idle.pop(), batch, now)
+        self._arm(self._policy.wake_at())
+
+    def _drop_cancelled(self, batch: list[InferenceRequest]) -> list[InferenceRequest]:
+        kept = []
+        for request in batch:
+            if request.cancelled:
+                send_error(request, self._version, cancelled("the request was cancelled"))
+            else:
+                kept.append(request)
+        return kept
+
+    def _arm(self, when_ns: int | None) -> None:
+        """One timer, at the earliest time the policy may have something to do."""
+        if when_ns is None or not self._idle:
+            return
+        if self._timer is not None:
+            if self._timer_at <= when_ns:
+                return
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        delay = max(when_ns - time.perf_counter_ns(), 0) / 1e9
+        self._timer_at = when_ns
+        self._timer = loop.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._pump()
+
+    def _start(self, instance: ModelInstance, batch: list[InferenceRequest], now: int) -> None:
+        for request in batch:
+            request.stats.started(request, now)
+        task = asyncio.ensure_future(self._run(instance, batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def _run(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
+        try:
+            await instance.execute(batch)
+            size = sum(r.batch_size for r in batch)
+            batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)
+        except asyncio.CancelledError:
+            for request in batch:
+                send_error(request, self._version, internal("the request was cancelled"))
+            raise
+        except Exception as exc:  # a backend bug must not strand the callers
+            for request in batch:
+                send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
+        self._idle.append(instance)
+        self._pump()
+
+    async def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        while True:
+            batch = self._policy.take(time.perf_counter_ns() + 10**18)
+            if not batch:
+                break
+            for request in batch:
+                send_error(request, self._version, internal("model is being unloaded"))
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
