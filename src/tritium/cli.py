@@ -11,6 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .cache import parse_cache_config
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
 
 log = logging.getLogger("tritium")
@@ -71,6 +72,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
     serve.add_argument("--model-load-thread-count", type=int, default=4)
     serve.add_argument("--log-verbose", type=int, default=0)
+    serve.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        help="e.g. local,size=1048576: the response cache and its size in bytes",
+    )
+    serve.add_argument(
+        "--metrics-interval-ms",
+        type=int,
+        default=2000,
+        help="accepted for Triton compatibility; tritium computes metrics when they are scraped",
+    )
     serve.add_argument(
         "--ports-file",
         default="",
@@ -161,7 +174,16 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
+        cache_size=_cache_size(args.cache_config),
+        metrics_interval_ms=args.metrics_interval_ms,
     )
+
+
+def _cache_size(values: list[str]) -> int:
+    try:
+        return parse_cache_config(values)
+    except ValueError as exc:
+        raise SystemExit(f"error: --cache-config: {exc}") from None
 
 
 def _setup_logging(verbose: int) -> None:

@@ -54,6 +54,24 @@ _COUNTERS = (
         lambda s: s.compute_output.ns // 1000,
     ),
 )
+_CACHE = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", lambda s: s.cache_hit.count),
+    (
+        "nv_cache_num_misses_per_model",
+        "Number of cache misses per model",
+        lambda s: s.cache_miss.count,
+    ),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        lambda s: s.cache_hit.ns // 1000,
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insertion and lookup) duration per model, in microseconds",
+        lambda s: s.cache_miss.ns // 1000,
+    ),
+)
 _FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
@@ -87,6 +105,9 @@ def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes
         lambda s: max(s.pending, 0),
     )
     _histogram(lines, models)
+    cached = [s for s in models if s.cache_enabled]
+    for name, help_text, value in _CACHE:
+        _family(lines, name, help_text, "counter", cached, value)
     if cpu is not None:
         cpu.render(lines)
     return ("\n".join(lines) + "\n").encode()

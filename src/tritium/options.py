@@ -37,3 +37,5 @@ class ServerOptions:
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
     log_verbose: int = 0
+    cache_size: int = 0  # --cache-config local,size=BYTES; 0: no response cache
+    metrics_interval_ms: int = 2000

@@ -16,6 +16,7 @@ from . import TRITON_VERSION
 from .backends.base import Backend
 from .backends.onnxruntime import OnnxRuntimeBackend
 from .backends.python.backend import PythonBackend
+from .cache import ResponseCache, cache_key
 from .errors import ErrorKind, ServerError, internal, invalid_arg, unavailable, unsupported
 from .options import ServerOptions
 from .repository.config import ModelConfig
@@ -36,7 +37,7 @@ EXTENSIONS = (
 )
 
 
-Done = Callable[[InferenceRequest, Exception | None], None]
+Done = Callable[[InferenceRequest, Exception | None, InferenceResponse | None], None]
 
 
 class _UnarySender:
@@ -60,7 +61,7 @@ class _UnarySender:
         if final:
             answer = self.response
             error = internal("the model sent no response") if answer is None else answer.error
-            self.done(self.request, error)
+            self.done(self.request, error, answer)
             if self.response is None:
                 self.future.set_exception(internal("the model sent no response"))
             else:
@@ -70,7 +71,7 @@ class _UnarySender:
 class _CallbackSender:
     """Hands every response (0..N, then the final flag) to a front-end callback."""
 
-    __slots__ = ("callback", "done", "finished", "request", "error")
+    __slots__ = ("callback", "done", "finished", "request", "error", "last")
 
     def __init__(self, callback: ResponseCallback, done: Done, request: InferenceRequest):
         self.callback = callback
@@ -78,15 +79,18 @@ class _CallbackSender:
         self.finished = False
         self.request = request
         self.error: Exception | None = None
+        self.last: InferenceResponse | None = None
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
         if self.finished:
             return  # nothing goes out after the final flag
-        if response is not None and response.error is not None:
-            self.error = response.error
+        if response is not None:
+            self.last = response
+            if response.error is not None:
+                self.error = response.error
         if final:
             self.finished = True
-            self.done(self.request, self.error)
+            self.done(self.request, self.error, self.last)
         self.callback(response, final)
 
 
@@ -103,6 +107,7 @@ class InferenceServer:
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
         )
+        self._cache = ResponseCache(options.cache_size) if options.cache_size > 0 else None
         self._live = False
         self._accepting = False
         self._inflight = 0
@@ -221,8 +226,31 @@ class InferenceServer:
         model.stats.pending += 1
         self._inflight += 1
         self._idle.clear()
+        cache = self._cache if model.spec.config.response_cache.enable else None
+        if cache is not None and not decoupled and self._from_cache(cache, model, request):
+            return decoupled
         model.scheduler.submit(request)
         return decoupled
+
+    @staticmethod
+    def _from_cache(cache: ResponseCache, model: Any, request: InferenceRequest) -> bool:
+        """Answer from the response cache when the same request was answered before;
+        otherwise remember the key, so the response is stored when it comes."""
+        started = time.perf_counter_ns()
+        key = cache_key(request)
+        outputs = cache.get(key)
+        stats = model.stats
+        stats.cache_enabled = True
+        if outputs is None:
+            stats.cache_miss.add(time.perf_counter_ns() - started)
+            request.cache_key = key
+            return False
+        stats.cache_hit.add(time.perf_counter_ns() - started)
+        request.cached = True
+        response = InferenceResponse(request.model_name, model.version_str, request.id, outputs)
+        assert request.sender is not None
+        request.sender.send(response, True)
+        return True
 
     def stream(self, request: InferenceRequest, callback: ResponseCallback) -> bool:
         """Start a request whose responses (0..N for a decoupled model, then the final flag)
@@ -231,7 +259,12 @@ class InferenceServer:
         request.sender = _CallbackSender(callback, self._finished, request)
         return self.submit(request, None)
 
-    def _finished(self, request: InferenceRequest, error: Exception | None) -> None:
+    def _finished(
+        self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
+    ) -> None:
+        if request.cache_key is not None and error is None and response is not None:
+            assert self._cache is not None
+            self._cache.put(request.cache_key, response.outputs)
         if request.stats is not None:
             request.stats.finished(request, error is None, _failure_reason(error))
         self._inflight -= 1

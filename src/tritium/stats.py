@@ -72,6 +72,9 @@ class ModelStats:
         self.compute_input = Duration()
         self.compute_infer = Duration()
         self.compute_output = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
+        self.cache_enabled = False
         self.failures: dict[str, int] = {}  # reason (Triton's label) -> count
         self.batches: dict[int, BatchStats] = {}
         self.pending = 0  # accepted, not yet executing
@@ -104,6 +107,9 @@ class ModelStats:
             return
         self.success.add(total)
         self.last_inference_ms = time.time_ns() // 1_000_000
+        self.histogram[bisect_left(DURATION_BUCKETS_US, total // 1000)] += 1
+        if request.cached:  # Triton: cache hits count as successes, not as inferences
+            return
         self.inference_count += request.batch_size
         if request.start_ns:
             self.queue.add(request.start_ns - request.arrival_ns)
@@ -112,7 +118,6 @@ class ModelStats:
             self.compute_input.add(timing[0])
             self.compute_infer.add(timing[1])
             self.compute_output.add(timing[2])
-        self.histogram[bisect_left(DURATION_BUCKETS_US, total // 1000)] += 1
 
     def as_dict(self) -> dict[str, Any]:
         """Triton's ``ModelStatistics`` as JSON (the statistics extension's format)."""
@@ -129,8 +134,8 @@ class ModelStats:
                 "compute_input": self.compute_input.as_dict(),
                 "compute_infer": self.compute_infer.as_dict(),
                 "compute_output": self.compute_output.as_dict(),
-                "cache_hit": {"count": 0, "ns": 0},
-                "cache_miss": {"count": 0, "ns": 0},
+                "cache_hit": self.cache_hit.as_dict(),
+                "cache_miss": self.cache_miss.as_dict(),
             },
             "batch_stats": [
                 {

@@ -111,6 +111,8 @@ class InferenceRequest:
     start_ns: int = 0
     timing: tuple[int, int, int] | None = None
     stats: Any = None
+    cache_key: bytes | None = None  # set on a cache miss: the response is stored under it
+    cached: bool = False  # answered from the response cache
 
     def cancel(self) -> None:
         """The client is gone: drop the request if it still waits, tell the model if it runs."""

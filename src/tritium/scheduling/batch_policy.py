@@ -40,6 +40,7 @@ class BatchConfig:
     default_level: int = 1
     policies: tuple[QueuePolicy, ...] = (QueuePolicy(),)  # one per level, index level - 1
     ragged: bool = False
+    preserve_ordering: bool = False
 
     @classmethod
     def from_config(cls, config: Any, ragged: bool) -> BatchConfig:
@@ -72,6 +73,7 @@ class BatchConfig:
             else 1,
             policies=policies,
             ragged=ragged,
+            preserve_ordering=db.preserve_ordering,
         )
 
 

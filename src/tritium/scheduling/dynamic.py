@@ -27,6 +27,10 @@ class DynamicBatcher:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._running: set[asyncio.Task[None]] = set()
+        self._batches_in_flight = 0
+        # preserve_ordering: one batch at a time, so responses leave in request order even
+        # with several instances (simple and exact; it gives up parallel instances).
+        self._one_at_a_time = config.preserve_ordering
 
     def submit(self, request: InferenceRequest) -> None:
         try:
@@ -41,7 +45,7 @@ class DynamicBatcher:
         now = time.perf_counter_ns()
         for request in self._policy.expire(now):
             send_error(request, self._version, unavailable("Request timeout expired"))
-        while self._idle:
+        while self._idle and not (self._one_at_a_time and self._batches_in_flight):
             batch = self._policy.take(now)
             if batch is None:
                 break
@@ -79,6 +83,7 @@ class DynamicBatcher:
     def _start(self, instance: ModelInstance, batch: list[InferenceRequest], now: int) -> None:
         for request in batch:
             request.stats.started(request, now)
+        self._batches_in_flight += 1
         task = asyncio.ensure_future(self._run(instance, batch))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
@@ -95,6 +100,7 @@ class DynamicBatcher:
         except Exception as exc:  # a backend bug must not strand the callers
             for request in batch:
                 send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
+        self._batches_in_flight -= 1
         self._idle.append(instance)
         self._pump()
 
