@@ -33,6 +33,17 @@ ONNX_MODELS = {
     "simple_string": "TYPE_STRING",
 }
 
+# The dense MLP (issue 4, dynamic batching): model name -> the folder whose model.onnx it
+# shares. ``mlp`` and ``mlp_nobatch`` hold the same file (same seed, same bytes); only their
+# configs differ (``mlp_nobatch`` has no ``dynamic_batching``).
+MLP_MODELS = {"mlp": "mlp", "mlp_nobatch": "mlp"}
+# 256 -> 2048 -> 2048 -> 2048 -> 10, Relu between the layers (MatMul + Add each): ~8.9 M
+# weights (36 MB of FP32). Sized for a 2-core CPU with 2 intra-op threads: batch 1 is a
+# memory-bound GEMV chain (~0.6 ms), batch 32 runs at ~0.1 ms per sample (GEMM), so batching
+# requests pays several-fold. See examples/model_repository/README.md.
+MLP_SIZES = (256, 2048, 2048, 2048, 10)
+MLP_SEED = 20240604
+
 
 def _add_sub_model(name: str, triton_type: str, dims: int = 16):
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 over [batch, dims].
@@ -82,6 +93,69 @@ def _add_sub_model(name: str, triton_type: str, dims: int = 16):
     return model
 
 
+def _mlp_weights(sizes=MLP_SIZES, seed=MLP_SEED):
+    """[(W, b)] per dense layer: He-scaled normal weights and small biases, fixed seed."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    layers = []
+    for fan_in, fan_out in zip(sizes[:-1], sizes[1:], strict=True):
+        w = rng.standard_normal((fan_in, fan_out), dtype=np.float32) * np.float32(
+            np.sqrt(2.0 / fan_in)
+        )
+        b = rng.standard_normal(fan_out, dtype=np.float32) * np.float32(0.1)
+        layers.append((w, b))
+    return layers
+
+
+def _mlp_model(name: str = "mlp", sizes=MLP_SIZES, seed=MLP_SEED):
+    """OUTPUT0 = dense(...relu(dense(INPUT0))) over FP32 [batch, sizes[0]] -> [batch, sizes[-1]].
+
+    Each layer is MatMul + Add with the weights as initializers; Relu between layers, none
+    after the last.
+    """
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, initializers = [], []
+    previous = "INPUT0"
+    layers = _mlp_weights(sizes, seed)
+    for i, (w, b) in enumerate(layers):
+        last = i == len(layers) - 1
+        initializers += [numpy_helper.from_array(w, f"W{i}"), numpy_helper.from_array(b, f"B{i}")]
+        nodes.append(helper.make_node("MatMul", [previous, f"W{i}"], [f"mm{i}"], name=f"mm{i}"))
+        out = "OUTPUT0" if last else f"dense{i}"
+        nodes.append(helper.make_node("Add", [f"mm{i}", f"B{i}"], [out], name=f"bias{i}"))
+        if not last:
+            nodes.append(helper.make_node("Relu", [out], [f"relu{i}"], name=f"relu{i}"))
+            previous = f"relu{i}"
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", sizes[0]])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", sizes[-1]])],
+        initializers,
+    )
+    return helper.make_model(
+        graph,
+        producer_name="tritium-examples",
+        opset_imports=[helper.make_opsetid("", OPSET)],
+        ir_version=IR_VERSION,
+    )
+
+
+def mlp_reference(x):
+    """The MLP in numpy (float64 accumulation), to check the ONNX file against."""
+    import numpy as np
+
+    h = np.asarray(x, dtype=np.float64)
+    layers = _mlp_weights()
+    for i, (w, b) in enumerate(layers):
+        h = h @ w.astype(np.float64) + b
+        if i < len(layers) - 1:
+            h = np.maximum(h, 0.0)
+    return h
+
+
 def _copy_tree(src: Path, dst: Path) -> None:
     """Copy the committed text files of the example repository to ``dst``."""
     shutil.copytree(
@@ -112,6 +186,19 @@ def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         onnx.save_model(model, str(path))
         written.append(path)
+
+    built: dict[str, Path] = {}
+    for name, source in MLP_MODELS.items():
+        path = repo_dir / name / "1" / "model.onnx"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if source in built:
+            shutil.copyfile(built[source], path)
+        else:
+            model = _mlp_model(source)
+            onnx.checker.check_model(model, full_check=True)
+            onnx.save_model(model, str(path))
+            built[source] = path
+        written.append(path)
     return written
 
 
@@ -138,6 +225,23 @@ def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
         for got, want in ((out0, expected[0]), (out1, expected[1])):
             if got.shape != want.shape or not (got == want).all():
                 raise AssertionError(f"{name}: got {got!r}, expected {want!r}")
+
+    # The MLPs: a batch of 5 against numpy, and each row alone equal to its row in the batch.
+    x = np.random.default_rng(7).standard_normal((5, MLP_SIZES[0]), dtype=np.float32)
+    want = mlp_reference(x)
+    for name in MLP_MODELS:
+        sess = ort.InferenceSession(
+            str(repo_dir / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
+        (got,) = sess.run(["OUTPUT0"], {"INPUT0": x})
+        if got.shape != (5, MLP_SIZES[-1]) or got.dtype != np.float32:
+            raise AssertionError(f"{name}: OUTPUT0 {got.dtype} {got.shape}, FP32 (5, 10) expected")
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-4):
+            raise AssertionError(f"{name}: max |error| {np.abs(got - want).max()} vs numpy")
+        for row in range(len(x)):
+            (alone,) = sess.run(["OUTPUT0"], {"INPUT0": x[row : row + 1]})
+            if not np.allclose(alone[0], got[row], rtol=1e-5, atol=1e-5):
+                raise AssertionError(f"{name}: row {row} alone differs from its batched row")
 
 
 def main(argv: list[str] | None = None) -> int:
