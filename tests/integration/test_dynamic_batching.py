@@ -46,6 +46,30 @@ parameters {{ key: "sleep_s" value: {{ string_value: "{sleep}" }} }}
 dynamic_batching {{ {batching} }}
 """
 
+# No dynamic batching, two instances: Triton's default scheduler spreads requests over them.
+# Each execution reports when it started and ended (OUTPUT0 = [start, end]).
+_TWO_INSTANCES = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP64, dims: [ 2 ] } ]
+instance_group [ { count: 2, kind: KIND_CPU } ]
+"""
+_WINDOW_PY = """\
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        started = time.time()
+        time.sleep(0.3)
+        window = np.array([started, time.time()], dtype=np.float64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", window)])
+                for _ in requests]
+"""
+
 MODELS = {
     "batching": (8, 0.05, "max_queue_delay_microseconds: 20000"),
     "queue_limited": (1, 0.3, "default_queue_policy { max_queue_size: 2 }"),
@@ -73,6 +97,9 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
             _CONFIG.format(mbs=mbs, sleep=sleep, batching=batching)
         )
         (repo / name / "1" / "model.py").write_text(_MODEL_PY)
+    (repo / "two_instances" / "1").mkdir(parents=True)
+    (repo / "two_instances" / "config.pbtxt").write_text(_TWO_INSTANCES)
+    (repo / "two_instances" / "1" / "model.py").write_text(_WINDOW_PY)
     proc = ServerProcess([repo])
     yield proc
     proc.stop()
@@ -204,3 +231,23 @@ def test_priorities_reorder_the_queue(batching_server: ServerProcess, protocol: 
 
     low_done, high_done = asyncio.run(main())
     assert high_done < min(low_done), "the priority-1 request must run before the queued ones"
+
+
+def test_instances_execute_concurrently(batching_server: ServerProcess, protocol: str) -> None:
+    """Two instances, two requests at once: their executions overlap in time."""
+    module = httpaio if protocol == "http" else grpcaio
+
+    async def window(client: Any) -> np.ndarray:
+        inp = module.InferInput("INPUT0", [1], "FP32")
+        inp.set_data_from_numpy(np.zeros(1, dtype=np.float32))
+        return (await client.infer("two_instances", [inp])).as_numpy("OUTPUT0")
+
+    async def main() -> list[np.ndarray]:
+        client = _client(protocol, batching_server)
+        try:
+            return list(await asyncio.gather(window(client), window(client)))
+        finally:
+            await client.close()
+
+    (start_a, end_a), (start_b, end_b) = asyncio.run(main())
+    assert start_a < end_b and start_b < end_a, "the two executions did not overlap"
