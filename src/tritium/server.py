@@ -30,6 +30,7 @@ log = logging.getLogger("tritium")
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
+    "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",
