@@ -14,8 +14,9 @@ from collections import deque
 from collections.abc import Sequence
 
 from ..backends.base import ModelInstance, send_error
-from ..errors import cancelled, internal
+from ..errors import internal
 from ..types import InferenceRequest
+from .common import guarded, runnable
 
 
 MAX_GROUP = 8
@@ -61,20 +62,12 @@ class DirectScheduler:
             now = time.perf_counter_ns()
             for member in group:
                 member.stats.started(member, now)
-            try:
-                if len(group) == 1:
-                    await instance.execute(group)
-                else:
-                    await instance.execute_each(group)
+            execution = instance.execute(group) if len(group) == 1 else instance.execute_each(group)
+            if await guarded(execution, group, self._version):
                 self._executed(group)
-            except asyncio.CancelledError:
-                for request in group:
-                    send_error(request, self._version, internal("the request was cancelled"))
-                raise
-            except Exception as exc:  # a backend bug must not strand the caller
-                for request in group:
-                    send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
-            group = self._take() if self._waiting else []
+            group = []
+            while self._waiting and not group:  # all cancelled: take the next ones
+                group = self._take()
             if not group:
                 self._idle.append(instance)
                 return
@@ -86,14 +79,8 @@ class DirectScheduler:
         client went away are answered CANCELLED instead of being run."""
         waiting = self._waiting
         count = min(MAX_GROUP, max(1, len(waiting) // self._instances))
-        group = []
-        while waiting and len(group) < count:
-            request = waiting.popleft()
-            if request.cancelled:
-                send_error(request, self._version, cancelled("the request was cancelled"))
-            else:
-                group.append(request)
-        return group
+        taken = [waiting.popleft() for _ in range(min(count, len(waiting)))]
+        return runnable(taken, self._version)
 
     async def close(self) -> None:
         """Fail what still waits, then let running executions finish."""

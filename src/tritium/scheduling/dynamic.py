@@ -12,9 +12,10 @@ import time
 from collections.abc import Sequence
 
 from ..backends.base import ModelInstance, send_error
-from ..errors import ServerError, cancelled, internal, unavailable
+from ..errors import ServerError, internal, unavailable
 from ..types import InferenceRequest
 from .batch_policy import BatchConfig, DynamicBatchPolicy
+from .common import guarded, runnable
 
 _NO_TIMING = (0, 0, 0)
 
@@ -49,19 +50,10 @@ class DynamicBatcher:
             batch = self._policy.take(now)
             if batch is None:
                 break
-            batch = self._drop_cancelled(batch)
+            batch = runnable(batch, self._version)
             if batch:
                 self._start(self._idle.pop(), batch, now)
         self._arm(self._policy.wake_at())
-
-    def _drop_cancelled(self, batch: list[InferenceRequest]) -> list[InferenceRequest]:
-        kept = []
-        for request in batch:
-            if request.cancelled:
-                send_error(request, self._version, cancelled("the request was cancelled"))
-            else:
-                kept.append(request)
-        return kept
 
     def _arm(self, when_ns: int | None) -> None:
         """One timer, at the earliest time the policy may have something to do."""
@@ -89,17 +81,9 @@ class DynamicBatcher:
         task.add_done_callback(self._running.discard)
 
     async def _run(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
-        try:
-            await instance.execute(batch)
+        if await guarded(instance.execute(batch), batch, self._version):
             size = sum(r.batch_size for r in batch)
             batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)
-        except asyncio.CancelledError:
-            for request in batch:
-                send_error(request, self._version, internal("the request was cancelled"))
-            raise
-        except Exception as exc:  # a backend bug must not strand the callers
-            for request in batch:
-                send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
         self._batches_in_flight -= 1
         self._idle.append(instance)
         self._pump()

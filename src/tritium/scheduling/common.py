@@ -1,0 +1,39 @@
+"""What both schedulers do around an execution."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable
+
+from ..backends.base import send_error
+from ..errors import cancelled, internal
+from ..types import InferenceRequest
+
+
+async def guarded(
+    execution: Awaitable[None], requests: list[InferenceRequest], version: str
+) -> bool:
+    """Await an execution; if it fails (a backend bug) or is cancelled (shutdown), its
+    requests get an error instead of waiting forever. Returns whether it completed."""
+    try:
+        await execution
+    except asyncio.CancelledError:
+        for request in requests:
+            send_error(request, version, internal("the request was cancelled"))
+        raise
+    except Exception as exc:
+        for request in requests:
+            send_error(request, version, internal(f"{type(exc).__name__}: {exc}"))
+        return False
+    return True
+
+
+def runnable(requests: Iterable[InferenceRequest], version: str) -> list[InferenceRequest]:
+    """The requests whose client is still there; the others are answered CANCELLED."""
+    kept = []
+    for request in requests:
+        if request.cancelled:
+            send_error(request, version, cancelled("the request was cancelled"))
+        else:
+            kept.append(request)
+    return kept
