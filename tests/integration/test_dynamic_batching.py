@@ -120,6 +120,17 @@ async def _infer(protocol: str, client: Any, model: str, value: float, **kwargs:
     return time.monotonic()
 
 
+async def _burst(protocol: str, proc: ServerProcess, model: str, count: int) -> list[Any]:
+    """``count`` requests at once; each result is a completion time or the exception."""
+    client = _client(protocol, proc)
+    try:
+        return await asyncio.gather(
+            *(_infer(protocol, client, model, i) for i in range(count)), return_exceptions=True
+        )
+    finally:
+        await client.close()
+
+
 def _errors(results: list[Any]) -> list[InferenceServerException]:
     return [r for r in results if isinstance(r, InferenceServerException)]
 
@@ -160,17 +171,7 @@ def test_batches_form_under_concurrent_load(batching_server: ServerProcess, prot
 
 
 def test_queue_size_limit_rejects(batching_server: ServerProcess, protocol: str) -> None:
-    async def main() -> list[Any]:
-        client = _client(protocol, batching_server)
-        try:
-            return await asyncio.gather(
-                *(_infer(protocol, client, "queue_limited", i) for i in range(6)),
-                return_exceptions=True,
-            )
-        finally:
-            await client.close()
-
-    errors = _errors(asyncio.run(main()))
+    errors = _errors(asyncio.run(_burst(protocol, batching_server, "queue_limited", 6)))
     assert errors, "with one executing and 2 queued, later requests must be rejected"
     for error in errors:
         assert "Exceeds maximum queue size" in str(error)
@@ -178,17 +179,7 @@ def test_queue_size_limit_rejects(batching_server: ServerProcess, protocol: str)
 
 
 def test_queue_timeout_rejects(batching_server: ServerProcess, protocol: str) -> None:
-    async def main() -> list[Any]:
-        client = _client(protocol, batching_server)
-        try:
-            return await asyncio.gather(
-                *(_infer(protocol, client, "queue_timeout", i) for i in range(4)),
-                return_exceptions=True,
-            )
-        finally:
-            await client.close()
-
-    results = asyncio.run(main())
+    results = asyncio.run(_burst(protocol, batching_server, "queue_timeout", 4))
     errors = _errors(results)
     assert errors and len(errors) < len(results)
     for error in errors:
