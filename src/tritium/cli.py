@@ -72,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
     serve.add_argument("--model-load-thread-count", type=int, default=4)
     serve.add_argument("--log-verbose", type=int, default=0)
+    _flag(serve, "--allow-client-shm", False, "let clients register shared-memory regions")
     serve.add_argument(
         "--cache-config",
         action="append",
@@ -175,6 +176,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
         cache_size=_cache_size(args.cache_config),
+        allow_client_shm=args.allow_client_shm,
         metrics_interval_ms=args.metrics_interval_ms,
     )
 

@@ -37,5 +37,6 @@ class ServerOptions:
     exit_timeout_secs: float = 30.0
     model_load_thread_count: int = 4
     log_verbose: int = 0
+    allow_client_shm: bool = False  # Triton's default since 2.69
     cache_size: int = 0  # --cache-config local,size=BYTES; 0: no response cache
     metrics_interval_ms: int = 2000

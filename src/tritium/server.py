@@ -19,6 +19,7 @@ from .backends.python.backend import PythonBackend
 from .cache import ResponseCache, cache_key
 from .errors import ErrorKind, ServerError, internal, invalid_arg, unavailable, unsupported
 from .options import ServerOptions
+from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .repository.config import ModelConfig
 from .repository.manager import ModelRepositoryManager
 from .repository.manager import version_from_string as parse_version
@@ -32,6 +33,7 @@ log = logging.getLogger("tritium")
 EXTENSIONS = (
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -109,6 +111,7 @@ class InferenceServer:
             load_threads=options.model_load_thread_count,
         )
         self._cache = ResponseCache(options.cache_size) if options.cache_size > 0 else None
+        self.shm = SharedMemoryManager(options.allow_client_shm)
         self._live = False
         self._accepting = False
         self._inflight = 0
@@ -197,6 +200,24 @@ class InferenceServer:
         """Every loaded model version's ModelStats (for the metrics endpoint)."""
         return [m.stats for m in self.repository.loaded("", -1)]
 
+    # -- shared memory (system; CUDA needs a GPU this server does not have) -------------------
+    def register_system_shm(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.shm.register(name, key, offset, byte_size)
+
+    def unregister_system_shm(self, name: str = "") -> None:
+        self.shm.unregister(name)
+
+    def system_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        return self.shm.status(name)
+
+    def register_cuda_shm(self, name: str) -> None:
+        raise unsupported(CUDA_UNSUPPORTED)
+
+    def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        if name:
+            raise invalid_arg(f"Unable to find cuda shared memory region: '{name}'")
+        return []
+
     def is_decoupled(self, name: str, version: int = -1) -> bool:
         return self.repository.get(name, version).spec.decoupled
 
@@ -220,7 +241,13 @@ class InferenceServer:
         decoupled = model.spec.decoupled
         if decoupled and decoupled_error is not None:
             raise unsupported(decoupled_error)
-        request.batch_size = model.validate(request)
+        if request.uses_shm:
+            self._map_shm(request)
+        try:
+            request.batch_size = model.validate(request)
+        except ServerError:
+            self.shm.release(request)
+            raise
         request.model_version = model.version  # the version that serves it, from now on
         request.arrival_ns = time.perf_counter_ns()
         request.stats = model.stats
@@ -232,6 +259,14 @@ class InferenceServer:
             return decoupled
         model.scheduler.submit(request)
         return decoupled
+
+    def _map_shm(self, request: InferenceRequest) -> None:
+        try:
+            self.shm.resolve_inputs(request)
+            self.shm.check_outputs(request)
+        except ServerError:
+            self.shm.release(request)
+            raise
 
     @staticmethod
     def _from_cache(cache: ResponseCache, model: Any, request: InferenceRequest) -> bool:
@@ -248,7 +283,9 @@ class InferenceServer:
             return False
         stats.cache_hit.add(time.perf_counter_ns() - started)
         request.cached = True
-        response = InferenceResponse(request.model_name, model.version_str, request.id, outputs)
+        response = InferenceResponse(
+            request.model_name, model.version_str, request.id, list(outputs)
+        )
         assert request.sender is not None
         request.sender.send(response, True)
         return True
@@ -265,7 +302,14 @@ class InferenceServer:
     ) -> None:
         if request.cache_key is not None and error is None and response is not None:
             assert self._cache is not None
-            self._cache.put(request.cache_key, response.outputs)
+            self._cache.put(request.cache_key, list(response.outputs))
+        if request.shm_held is not None:
+            if error is None and response is not None:
+                try:
+                    self.shm.write_outputs(request, response)
+                except ServerError as exc:
+                    response.error = error = exc
+            self.shm.release(request)
         if request.stats is not None:
             request.stats.finished(request, error is None, _failure_reason(error))
         self._inflight -= 1

@@ -61,6 +61,15 @@ if _bfloat16 is not None:
     _BY_NUMPY[DataType.BF16.dtype] = DataType.BF16
 
 
+@dataclass(frozen=True, slots=True)
+class ShmRef:
+    """Where a tensor lives: ``byte_size`` bytes at ``offset`` in shared-memory ``region``."""
+
+    region: str
+    offset: int
+    byte_size: int
+
+
 @dataclass(slots=True)
 class Tensor:
     """A named tensor. BYTES tensors hold a numpy object array of ``bytes``."""
@@ -70,6 +79,7 @@ class Tensor:
     shape: tuple[int, ...]
     data: np.ndarray
     parameters: dict[str, Any] = field(default_factory=dict)
+    shm: ShmRef | None = None  # the data lives in a client's shared-memory region
 
 
 @dataclass(slots=True)
@@ -113,6 +123,8 @@ class InferenceRequest:
     stats: Any = None
     cache_key: bytes | None = None  # set on a cache miss: the response is stored under it
     cached: bool = False  # answered from the response cache
+    uses_shm: bool = False  # an input or requested output names a shared-memory region
+    shm_held: list[Any] | None = None  # regions in use until it finishes
 
     def cancel(self) -> None:
         """The client is gone: drop the request if it still waits, tell the model if it runs."""

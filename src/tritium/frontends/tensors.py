@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from math import prod
+from typing import Any
 
 import numpy as np
 
 from ..errors import invalid_arg
 from ..tensor_codec import deserialize_bytes, object_array, raw_bytes, serialize_bytes
-from ..types import DataType, Tensor
+from ..types import DataType, ShmRef, Tensor
 
 __all__ = [
+    "shm_tensor",
     "deserialize_bytes",
     "serialize_bytes",
     "tensor_bytes",
@@ -55,3 +57,24 @@ def parse_shape(value: object, name: str) -> tuple[int, ...]:
             f"unable to parse 'shape' for input '{name}': expected a list of non-negative integers"
         )
     return tuple(value)
+
+
+_NO_DATA = np.empty(0, dtype=np.uint8)
+
+
+def shm_tensor(
+    name: str, datatype: DataType, shape: tuple[int, ...], params: dict[str, Any]
+) -> Tensor:
+    """An input whose data is in a shared-memory region; the server maps it."""
+    try:
+        ref = ShmRef(
+            str(params["shared_memory_region"]),
+            int(params.get("shared_memory_offset", 0)),
+            int(params["shared_memory_byte_size"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        raise invalid_arg(
+            f"input '{name}' in shared memory must specify 'shared_memory_region' and "
+            "'shared_memory_byte_size'"
+        ) from None
+    return Tensor(name, datatype, shape, _NO_DATA, shm=ref)

@@ -10,7 +10,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg, unsupported
 from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..tensors import tensor_bytes, tensor_from_buffer
+from ..tensors import shm_tensor, tensor_bytes, tensor_from_buffer
 
 # Typed `contents` field for each datatype (FP16 and BF16 have none: raw bytes only).
 _CONTENTS_FIELD = {
@@ -27,9 +27,6 @@ _CONTENTS_FIELD = {
     DataType.FP64: "fp64_contents",
     DataType.BYTES: "bytes_contents",
 }
-_SHM = (
-    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
-)
 
 
 def parameter_value(param: Any) -> Any:
@@ -43,16 +40,23 @@ def decode_request(msg: pb.ModelInferRequest, version: int) -> InferenceRequest:
     if msg.parameters:
         _parameters(request, msg.parameters)
     raw = msg.raw_input_contents
-    if raw and len(raw) != len(msg.inputs):
-        raise invalid_arg(
-            f"expected {len(msg.inputs)} raw_input_contents for model '{model}', got {len(raw)}"
-        )
-    for index, inp in enumerate(msg.inputs):
-        request.inputs.append(_input(inp, raw[index] if raw else None, model))
+    used = 0  # raw_input_contents holds one entry per input that is not in shared memory
+    for inp in msg.inputs:
+        if "shared_memory_region" in inp.parameters:
+            params = {k: parameter_value(v) for k, v in inp.parameters.items()}
+            request.inputs.append(shm_tensor(inp.name, _datatype(inp), tuple(inp.shape), params))
+            request.uses_shm = True
+            continue
+        if raw and used >= len(raw):
+            raise invalid_arg(f"expected more raw_input_contents for model '{model}'")
+        request.inputs.append(_input(inp, raw[used] if raw else None, model))
+        used += 1 if raw else 0
+    if raw and used != len(raw):
+        raise invalid_arg(f"expected {used} raw_input_contents for model '{model}', got {len(raw)}")
     for out in msg.outputs:
         params = {k: parameter_value(v) for k, v in out.parameters.items()}
         if "shared_memory_region" in params:
-            raise unsupported(_SHM)
+            request.uses_shm = True
         if "classification" in params:
             raise unsupported("the classification extension is not supported by tritium yet")
         request.outputs.append(RequestedOutput(out.name, params))
@@ -82,16 +86,19 @@ def _parameters(request: InferenceRequest, params: Any) -> None:
     request.parameters = custom
 
 
-def _input(inp: Any, raw: bytes | None, model: str) -> Tensor:
-    name = inp.name
+def _datatype(inp: Any) -> DataType:
     datatype = DataType.from_wire(inp.datatype)
     if datatype is None:
-        raise invalid_arg(f"invalid datatype '{inp.datatype}' for input '{name}'")
+        raise invalid_arg(f"invalid datatype '{inp.datatype}' for input '{inp.name}'")
+    if any(d < 0 for d in inp.shape):
+        raise invalid_arg(f"unable to parse 'shape' for input '{inp.name}': negative dimension")
+    return datatype
+
+
+def _input(inp: Any, raw: bytes | None, model: str) -> Tensor:
+    name = inp.name
+    datatype = _datatype(inp)
     shape = tuple(inp.shape)
-    if any(d < 0 for d in shape):
-        raise invalid_arg(f"unable to parse 'shape' for input '{name}': negative dimension")
-    if "shared_memory_region" in inp.parameters:
-        raise unsupported(_SHM)
     has_contents = inp.HasField("contents")
     if raw is not None:
         if has_contents:
@@ -128,7 +135,8 @@ def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:
     raw = msg.raw_output_contents
     for tensor in response.outputs:
         outputs.add(name=tensor.name, datatype=tensor.datatype.wire, shape=tensor.shape)
-        raw.append(bytes(tensor_bytes(tensor)))
+        # An output written into shared memory keeps its place with an empty entry.
+        raw.append(b"" if tensor.shm is not None else bytes(tensor_bytes(tensor)))
     if response.parameters:
         set_parameters(msg.parameters, response.parameters)
     return msg

@@ -29,12 +29,6 @@ _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction p
 _NOT_YET = (
     "RepositoryModelLoad",
     "RepositoryModelUnload",
-    "SystemSharedMemoryStatus",
-    "SystemSharedMemoryRegister",
-    "SystemSharedMemoryUnregister",
-    "CudaSharedMemoryStatus",
-    "CudaSharedMemoryRegister",
-    "CudaSharedMemoryUnregister",
     "TraceSetting",
     "LogSettings",
 )
@@ -90,6 +84,46 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         except ServerError as exc:
             return await _abort(context, exc)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        try:
+            regions = self._server.system_shm_status(request.name)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        status = pb.SystemSharedMemoryStatusResponse.RegionStatus
+        return pb.SystemSharedMemoryStatusResponse(
+            regions={r["name"]: status(**r) for r in regions}
+        )
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        try:
+            self._server.register_system_shm(
+                request.name, request.key, request.offset, request.byte_size
+            )
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        self._server.unregister_system_shm(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
+        try:
+            self._server.cuda_shm_status(request.name)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
+        try:
+            self._server.register_cuda_shm(request.name)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
         if request.repository_name:

@@ -61,6 +61,8 @@ class HttpApp:
                 return self._model_route(request, [unquote(p) for p in parts[2:]])
             if head == "repository" and parts[2:] == ["index"]:
                 return self._expect(request, "POST") or self._index(request)
+            if head in ("systemsharedmemory", "cudasharedmemory"):
+                return self._shm_route(request, head == "cudasharedmemory", parts[2:])
         except ServerError as exc:
             return _error(exc)
         return _NOT_FOUND
@@ -98,6 +100,38 @@ class HttpApp:
         if action == "stats":
             return _json(self.server.statistics(name, version))
         return self._model_ready(name, version)
+
+    def _shm_route(self, request: HttpRequest, cuda: bool, rest: list[str]) -> HttpResponse:
+        """``[region/{r}/](status|register|unregister)`` of the shared-memory extension."""
+        region = ""
+        if len(rest) == 3 and rest[0] == "region":
+            region, rest = unquote(rest[1]), rest[2:]
+        if len(rest) != 1 or (rest[0] == "register" and not region):
+            return _NOT_FOUND
+        action = rest[0]
+        if action == "status":
+            status = self.server.cuda_shm_status if cuda else self.server.system_shm_status
+            return self._expect(request, "GET") or _json(status(region))
+        if bad := self._expect(request, "POST"):
+            return bad
+        if action == "unregister":
+            if not cuda:
+                self.server.unregister_system_shm(region)
+            return _EMPTY_OK
+        if action != "register":
+            return _NOT_FOUND
+        if cuda:
+            self.server.register_cuda_shm(region)
+        try:
+            doc = orjson.loads(request.body)
+            self.server.register_system_shm(
+                region, str(doc["key"]), int(doc.get("offset", 0)), int(doc["byte_size"])
+            )
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            return HttpResponse(
+                400, [orjson_error(f"failed to parse the shared memory registration: {exc}")]
+            )
+        return _EMPTY_OK
 
     async def _model_ready(self, name: str, version: str) -> HttpResponse:
         try:

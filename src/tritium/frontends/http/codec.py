@@ -11,7 +11,7 @@ import orjson
 
 from ...errors import invalid_arg, unsupported
 from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..tensors import parse_shape, tensor_bytes, tensor_from_buffer
+from ..tensors import parse_shape, shm_tensor, tensor_bytes, tensor_from_buffer
 
 _RESERVED = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 _NUMPY_JSON = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
@@ -61,6 +61,8 @@ def decode_request(
     for item in inputs:
         tensor, used = _input(item, binary, offset, model)
         offset += used
+        if tensor.shm is not None:
+            request.uses_shm = True
         request.inputs.append(tensor)
     if offset != len(binary):
         raise invalid_arg(
@@ -107,10 +109,7 @@ def _input(item: Any, binary: memoryview, offset: int, model: str) -> tuple[Tens
     params = item.get("parameters") or {}
     size = params.get("binary_data_size") if isinstance(params, dict) else None
     if "shared_memory_region" in params:
-        raise unsupported(
-            "Client shared memory is disabled. Start the server with "
-            "'--allow-client-shm=true' to enable."
-        )
+        return shm_tensor(name, datatype, shape, params), 0
     if size is not None:
         if "data" in item:
             raise invalid_arg(f"input '{name}' must not specify both 'data' and 'binary_data_size'")
@@ -189,10 +188,7 @@ def _requested_outputs(request: InferenceRequest, outputs: Any, plan: OutputPlan
         if "classification" in params:
             raise unsupported("the classification extension is not supported by tritium yet")
         if "shared_memory_region" in params:
-            raise unsupported(
-                "Client shared memory is disabled. Start the server with "
-                "'--allow-client-shm=true' to enable."
-            )
+            request.uses_shm = True
         if "binary_data" in params:
             plan.binary[item["name"]] = bool(params["binary_data"])
         request.outputs.append(RequestedOutput(item["name"], params))
@@ -220,7 +216,9 @@ def encode_response(response: InferenceResponse, plan: OutputPlan) -> tuple[byte
             "datatype": tensor.datatype.wire,
             "shape": list(tensor.shape),
         }
-        if plan.binary.get(tensor.name, plan.binary_default):
+        if tensor.shm is not None:  # written into the client's region already
+            pass
+        elif plan.binary.get(tensor.name, plan.binary_default):
             raw = tensor_bytes(tensor)
             entry["parameters"] = {
                 "binary_data_size": len(raw) if isinstance(raw, bytes) else raw.nbytes
