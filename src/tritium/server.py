@@ -17,7 +17,15 @@ from .backends.base import Backend
 from .backends.onnxruntime import OnnxRuntimeBackend
 from .backends.python.backend import PythonBackend
 from .cache import ResponseCache, cache_key
-from .errors import ErrorKind, ServerError, internal, invalid_arg, unavailable, unsupported
+from .errors import (
+    ErrorKind,
+    ServerError,
+    internal,
+    invalid_arg,
+    not_found,
+    unavailable,
+    unsupported,
+)
 from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .repository.config import ModelConfig
@@ -215,7 +223,7 @@ class InferenceServer:
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
         if name:
-            raise invalid_arg(f"Unable to find cuda shared memory region: '{name}'")
+            raise not_found(f"Unable to find cuda shared memory region: '{name}'")
         return []
 
     def is_decoupled(self, name: str, version: int = -1) -> bool:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ErrorKind, ServerError, invalid_arg, unsupported
+from .errors import ErrorKind, ServerError, invalid_arg, not_found, unsupported
 from .tensor_codec import deserialize_bytes, object_array, raw_bytes
 from .types import DataType, InferenceRequest, InferenceResponse, ShmRef, Tensor
 
@@ -36,12 +36,12 @@ class _Region:
         self.users = 0
         self.closing = False
 
-    def view(self, ref: ShmRef, what: str) -> memoryview:
-        if ref.offset < 0 or ref.byte_size < 0 or ref.offset + ref.byte_size > self.byte_size:
-            raise invalid_arg(
-                f"{what} exceeds the shared memory region '{self.name}': offset {ref.offset} + "
-                f"byte size {ref.byte_size} > region size {self.byte_size}"
-            )
+    def view(self, ref: ShmRef) -> memoryview:
+        """The bytes ``[offset, offset + byte_size)`` of the region (Triton's checks)."""
+        if ref.offset < 0 or ref.offset >= max(self.byte_size, 1):
+            raise invalid_arg(f"Invalid offset for shared memory region: '{self.name}'")
+        if ref.byte_size < 0 or ref.offset + ref.byte_size > self.byte_size:
+            raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{self.name}'")
         start = self.offset + ref.offset
         return memoryview(self.map)[start : start + ref.byte_size]
 
@@ -105,7 +105,7 @@ class SharedMemoryManager:
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         if name and name not in self._regions:
-            raise invalid_arg(f"Unable to find system shared memory region: '{name}'")
+            raise not_found(f"Unable to find system shared memory region: '{name}'")
         regions = [self._regions[name]] if name else list(self._regions.values())
         return [
             {"name": r.name, "key": r.key, "offset": r.offset, "byte_size": r.byte_size}
@@ -118,7 +118,8 @@ class SharedMemoryManager:
             raise unsupported(DISABLED)
         region = self._regions.get(ref.region)
         if region is None:
-            raise invalid_arg(f"Unable to find shared memory region: '{ref.region}'")
+            raise not_found(f"Unable to find shared memory region: '{ref.region}'")
+        region.view(ref)  # the bounds, checked before anything runs
         region.users += 1
         if request.shm_held is None:
             request.shm_held = []
@@ -131,7 +132,7 @@ class SharedMemoryManager:
             ref = tensor.shm
             if ref is None:
                 continue
-            view = self._acquire(request, ref).view(ref, f"input '{tensor.name}'")
+            view = self._acquire(request, ref).view(ref)
             tensor.data = _array(tensor, view, request.model_name)
 
     def check_outputs(self, request: InferenceRequest) -> None:
@@ -161,7 +162,7 @@ class SharedMemoryManager:
                     "results"
                 )
             region = self._regions.get(ref.region) or _held(request, ref.region)
-            region.view(ShmRef(ref.region, ref.offset, size), f"output '{tensor.name}'")[:] = data
+            region.view(ShmRef(ref.region, ref.offset, size))[:] = data
             response.outputs[index] = Tensor(
                 tensor.name, tensor.datatype, tensor.shape, _EMPTY, shm=ref
             )
@@ -180,7 +181,7 @@ def _held(request: InferenceRequest, name: str) -> _Region:
     for region in request.shm_held or ():
         if region.name == name:
             return region
-    raise invalid_arg(f"Unable to find shared memory region: '{name}'")
+    raise not_found(f"Unable to find shared memory region: '{name}'")
 
 
 def _output_ref(params: dict[str, Any]) -> ShmRef:
