@@ -73,6 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--model-load-thread-count", type=int, default=4)
     serve.add_argument("--log-verbose", type=int, default=0)
     _flag(serve, "--allow-client-shm", False, "let clients register shared-memory regions")
+    serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
+    serve.add_argument("--repository-poll-secs", type=float, default=15.0)
+    serve.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        help="explicit mode: a model to load at startup (repeatable; * = all)",
+    )
     serve.add_argument(
         "--cache-config",
         action="append",
@@ -177,6 +185,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         log_verbose=args.log_verbose,
         cache_size=_cache_size(args.cache_config),
         allow_client_shm=args.allow_client_shm,
+        model_control_mode=args.model_control_mode,
+        repository_poll_secs=max(args.repository_poll_secs, 0.1),
+        load_models=tuple(args.load_model),
         metrics_interval_ms=args.metrics_interval_ms,
     )
 

@@ -38,5 +38,8 @@ class ServerOptions:
     model_load_thread_count: int = 4
     log_verbose: int = 0
     allow_client_shm: bool = False  # Triton's default since 2.69
+    model_control_mode: str = "none"
+    repository_poll_secs: float = 15.0
+    load_models: tuple[str, ...] = ()
     cache_size: int = 0  # --cache-config local,size=BYTES; 0: no response cache
     metrics_interval_ms: int = 2000

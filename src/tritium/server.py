@@ -29,6 +29,7 @@ from .errors import (
 from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .repository.config import ModelConfig
+from .repository.control import ModelControl
 from .repository.manager import ModelRepositoryManager
 from .repository.manager import version_from_string as parse_version
 from .types import InferenceRequest, InferenceResponse
@@ -39,6 +40,8 @@ log = logging.getLogger("tritium")
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
+    "model_repository",
+    "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
     "system_shared_memory",
@@ -118,6 +121,12 @@ class InferenceServer:
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
         )
+        self.control = ModelControl(
+            self.repository,
+            options.model_control_mode,
+            options.repository_poll_secs,
+            options.load_models,
+        )
         self._cache = ResponseCache(options.cache_size) if options.cache_size > 0 else None
         self.shm = SharedMemoryManager(options.allow_client_shm)
         self._live = False
@@ -134,7 +143,7 @@ class InferenceServer:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._live = True
-        await self.repository.load_all()
+        await self.control.start()
         failures = self.repository.failures()
         if failures and self.options.exit_on_error:
             await self.repository.unload_all()
@@ -148,6 +157,7 @@ class InferenceServer:
             await asyncio.wait_for(self._idle.wait(), self.options.exit_timeout_secs)
         except TimeoutError:
             log.warning("%d requests still in flight at shutdown timeout", self._inflight)
+        await self.control.stop()
         await self.repository.unload_all()
         self._live = False
 
@@ -207,6 +217,15 @@ class InferenceServer:
     def stats_snapshot(self) -> list[Any]:
         """Every loaded model version's ModelStats (for the metrics endpoint)."""
         return [m.stats for m in self.repository.loaded("", -1)]
+
+    # -- model repository extension ------------------------------------------------------------
+    async def load_model(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        await self.control.load(name, config_json, files)
+
+    async def unload_model(self, name: str) -> None:
+        await self.control.unload(name)
 
     # -- shared memory (system; CUDA needs a GPU this server does not have) -------------------
     def register_system_shm(self, name: str, key: str, offset: int, byte_size: int) -> None:

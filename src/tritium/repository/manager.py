@@ -50,33 +50,80 @@ class ModelRepositoryManager:
         self._auto_complete = auto_complete
         self._load_slots = asyncio.Semaphore(max(load_threads, 1))
         self._records: dict[str, ModelRecord] = {}
+        self._known: set[str] = set()  # model directories seen in the repositories
+        self._retiring: set[asyncio.Task[None]] = set()
 
     # -- loading -----------------------------------------------------------------------------
-    async def load_all(self) -> None:
+    def scan(self) -> dict[str, ModelLocation]:
         locations = scan(self._repositories)
-        await asyncio.gather(*(self._load_model(loc) for loc in locations.values()))
+        self._known = set(locations)
+        return locations
 
-    async def _load_model(self, location: ModelLocation) -> None:
+    async def load_all(self, names: set[str] | None = None) -> None:
+        """Load every model of the repositories (or only ``names``)."""
+        locations = self.scan()
+        chosen = [loc for n, loc in locations.items() if names is None or n in names]
+        await asyncio.gather(*(self.load(loc) for loc in chosen))
+
+    async def load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
+        """Load (or reload) a model. The new versions replace the old ones only once they are
+        ready, so requests keep being served meanwhile; a load that fails leaves a model that
+        was serving as it was. Returns the failure reason ('' on success)."""
         record = ModelRecord(location.name)
-        self._records[location.name] = record
         async with self._load_slots:
             try:
-                await self._load_versions(record, location)
+                await self._load_versions(record, location, override)
             except ServerError as exc:
                 self._fail_model(record, exc.message)
             except Exception as exc:  # a broken model must never stop the others
                 log.exception("failed to load '%s'", location.name)
                 self._fail_model(record, f"{type(exc).__name__}: {exc}")
+        reason = _failure(record)
+        old = self._records.get(location.name)
+        if reason and old is not None and old.ready:
+            self._retire(record)  # keep serving the old model
+        else:
+            self._records[location.name] = record
+            if old is not None:
+                self._retire(old)
+        return reason
+
+    async def unload(self, name: str) -> None:
+        """Stop routing requests to the model and unload it once its in-flight requests are
+        done (this waits for them)."""
+        record = self._records.get(name)
+        if record is None:
+            return
+        models = [e.model for e in record.versions.values() if e.model is not None]
+        for entry in record.versions.values():
+            entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, "unloaded", None
+        self._refresh(record)
+        await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+
+    def _retire(self, record: ModelRecord) -> None:
+        models = [e.model for e in record.versions.values() if e.model is not None]
+        if not models:
+            return
+        task = asyncio.ensure_future(
+            asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+        )
+        self._retiring.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._retiring.discard)  # type: ignore[arg-type]
 
     def _fail_model(self, record: ModelRecord, reason: str) -> None:
         record.state, record.reason = ModelState.UNAVAILABLE, reason
         log.error("failed to load '%s': %s", record.name, reason)
 
-    async def _load_versions(self, record: ModelRecord, location: ModelLocation) -> None:
+    async def _load_versions(
+        self, record: ModelRecord, location: ModelLocation, override: ModelConfig | None
+    ) -> None:
         if location.path is None:
             raise invalid_arg(location.problem)
-        config, path, text = await asyncio.to_thread(read_config, location.path)
-        if path is None and not self._auto_complete:
+        if override is not None:
+            config, path, text = override, None, ""
+        else:
+            config, path, text = await asyncio.to_thread(read_config, location.path)
+        if path is None and override is None and not self._auto_complete:
             raise invalid_arg(
                 f"unable to find the model configuration file "
                 f"'{location.path / 'config.pbtxt'}' for model '{record.name}'"
@@ -174,7 +221,7 @@ class ModelRepositoryManager:
             for entry in record.versions.values():
                 entry.state = ModelState.UNLOADING
             self._refresh(record)
-        await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+        await asyncio.gather(*(m.close() for m in models), *self._retiring, return_exceptions=True)
 
     # -- lookups -----------------------------------------------------------------------------
     def get(self, name: str, version: int = -1) -> Model:
@@ -229,8 +276,12 @@ class ModelRepositoryManager:
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """The repository index: one entry per model version (or per model that has none)."""
         rows: list[dict[str, str]] = []
-        for name in sorted(self._records):
-            record = self._records[name]
+        for name in sorted(self._records.keys() | self._known):
+            record = self._records.get(name)
+            if record is None:  # on disk, never loaded (explicit mode)
+                if not ready_only:
+                    rows.append({"name": name})
+                continue
             if not record.versions:
                 if ready_only:
                     continue
@@ -270,3 +321,13 @@ def version_from_string(text: str) -> int:
 
 
 __all__ = ["ModelRepositoryManager", "version_from_string"]
+
+
+def _failure(record: ModelRecord) -> str:
+    """Why a freshly loaded record serves nothing ('' when a version is ready)."""
+    if record.ready:
+        return ""
+    if record.reason:
+        return record.reason
+    reasons = [e.reason for e in record.versions.values() if e.reason]
+    return "; ".join(reasons) or "no version is available"

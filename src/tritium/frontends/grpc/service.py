@@ -27,8 +27,6 @@ log = logging.getLogger("tritium")
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _NOT_YET = (
-    "RepositoryModelLoad",
-    "RepositoryModelUnload",
     "TraceSetting",
     "LogSettings",
 )
@@ -125,6 +123,33 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
         return pb.CudaSharedMemoryUnregisterResponse()
 
+    async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
+        if request.repository_name:
+            return await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"
+            )
+        params = {k: _repository_value(v) for k, v in request.parameters.items()}
+        files = {k: v for k, v in params.items() if k.startswith("file:")}
+        config = params.get("config")
+        try:
+            await self._server.load_model(
+                request.model_name, None if config is None else str(config), files
+            )
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
+        if request.repository_name:
+            return await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"
+            )
+        try:
+            await self._server.unload_model(request.model_name)
+        except ServerError as exc:
+            return await _abort(context, exc)
+        return pb.RepositoryModelUnloadResponse()
+
     async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
         if request.repository_name:
             return await context.abort(
@@ -148,6 +173,11 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         limit = self._server.options.grpc_stream_inflight
         async for message in model_stream_infer(self._server, request_iterator, context, limit):
             yield message
+
+
+def _repository_value(param: Any) -> Any:
+    which = param.WhichOneof("parameter_choice")
+    return None if which is None else getattr(param, which)
 
 
 def _not_implemented(name: str) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import Awaitable
 from typing import Any
@@ -9,7 +10,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from ...errors import ServerError
+from ...errors import ServerError, invalid_arg
 from ...server import InferenceServer
 from .codec import decode_request, encode_response
 from .errors import STATUS
@@ -61,6 +62,12 @@ class HttpApp:
                 return self._model_route(request, [unquote(p) for p in parts[2:]])
             if head == "repository" and parts[2:] == ["index"]:
                 return self._expect(request, "POST") or self._index(request)
+            if head == "repository" and len(parts) == 5 and parts[2] == "models":
+                if parts[4] not in ("load", "unload"):
+                    return _NOT_FOUND
+                return self._expect(request, "POST") or self._control(
+                    request, unquote(parts[3]), parts[4]
+                )
             if head in ("systemsharedmemory", "cudasharedmemory"):
                 return self._shm_route(request, head == "cudasharedmemory", parts[2:])
         except ServerError as exc:
@@ -100,6 +107,29 @@ class HttpApp:
         if action == "stats":
             return _json(self.server.statistics(name, version))
         return self._model_ready(name, version)
+
+    async def _control(self, request: HttpRequest, name: str, action: str) -> HttpResponse:
+        """The repository extension's load/unload; ``file:`` contents arrive base64-encoded."""
+        try:
+            params: Any = {}
+            if request.body.strip():
+                doc = orjson.loads(request.body)
+                params = (doc.get("parameters") or {}) if isinstance(doc, dict) else {}
+            if not isinstance(params, dict):
+                raise invalid_arg("'parameters' must be a JSON object")
+            if action == "unload":
+                await self.server.unload_model(name)
+                return _EMPTY_OK
+            files = {k: _base64(k, v) for k, v in params.items() if k.startswith("file:")}
+            config = params.get("config")
+            await self.server.load_model(name, None if config is None else str(config), files)
+        except orjson.JSONDecodeError as exc:
+            return HttpResponse(
+                400, [orjson_error(f"failed to parse the request JSON buffer: {exc}")]
+            )
+        except ServerError as exc:
+            return _error(exc)
+        return _EMPTY_OK
 
     def _shm_route(self, request: HttpRequest, cuda: bool, rest: list[str]) -> HttpResponse:
         """``[region/{r}/](status|register|unregister)`` of the shared-memory extension."""
@@ -194,3 +224,10 @@ class HttpApp:
 
 def _version(text: str) -> int:
     return int(text) if text else -1
+
+
+def _base64(key: str, value: Any) -> bytes:
+    try:
+        return base64.b64decode(str(value), validate=True)
+    except ValueError:
+        raise invalid_arg(f"file override '{key}' is not valid base64") from None

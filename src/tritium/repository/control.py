@@ -1,0 +1,138 @@
+"""Model control modes (``--model-control-mode=none|poll|explicit``) and the repository
+extension's load/unload, on top of the manager's atomic (re)load."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..errors import ServerError, internal, invalid_arg, unavailable
+from .config import config_from_json
+from .layout import ModelLocation
+from .manager import ModelRepositoryManager
+
+log = logging.getLogger("tritium")
+
+NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+
+
+class ModelControl:
+    def __init__(
+        self,
+        manager: ModelRepositoryManager,
+        mode: str = "none",
+        poll_secs: float = 15.0,
+        startup: tuple[str, ...] = (),
+    ) -> None:
+        if mode not in ("none", "poll", "explicit"):
+            raise ValueError(f"unknown model control mode '{mode}'")
+        self.manager = manager
+        self.mode = mode
+        self._poll_secs = poll_secs
+        self._startup = startup
+        self._poller: asyncio.Task[None] | None = None
+        self._signatures: dict[str, tuple] = {}
+        self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
+
+    async def start(self) -> None:
+        if self.mode == "explicit":
+            names = set(self._startup)
+            await self.manager.load_all(None if "*" in names else names)
+        else:
+            await self.manager.load_all()
+        if self.mode == "poll":
+            self._signatures = self._snapshot()
+            self._poller = asyncio.ensure_future(self._poll())
+
+    async def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.cancel()
+            await asyncio.gather(self._poller, return_exceptions=True)
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    # -- the repository extension ---------------------------------------------------------------
+    async def load(
+        self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        if self.mode != "explicit":
+            raise unavailable(NOT_EXPLICIT)
+        if files and config_json is None:
+            raise invalid_arg(
+                f"failed to load '{name}', failed to poll from model repository: the 'config' "
+                "parameter is required with 'file:' overrides"
+            )
+        override = config_from_json(config_json) if config_json is not None else None
+        location = self.manager.scan().get(name)
+        if files:
+            location = ModelLocation(name, self._materialize(name, files))
+        if location is None:
+            raise invalid_arg(f"failed to load '{name}', failed to poll from model repository")
+        reason = await self.manager.load(location, override)
+        if reason:
+            raise internal(f"failed to load '{name}', {reason}")
+
+    async def unload(self, name: str) -> None:
+        if self.mode != "explicit":
+            raise unavailable(NOT_EXPLICIT)
+        await self.manager.unload(name)
+
+    def _materialize(self, name: str, files: dict[str, bytes]) -> Path:
+        """``file:<version>/<path>`` overrides as a model directory of their own."""
+        root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch)) / name
+        root.mkdir()
+        for key, content in files.items():
+            relative = key[len("file:") :]
+            target = (root / relative).resolve()
+            if not relative or root.resolve() not in target.parents:
+                raise invalid_arg(
+                    f"failed to load '{name}': file override '{relative}' is outside the "
+                    "model directory"
+                )
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        return root
+
+    # -- poll mode -----------------------------------------------------------------------------
+    def _snapshot(self) -> dict[str, tuple]:
+        """Per model directory: every file's path, size and mtime."""
+        signatures = {}
+        for name, location in self.manager.scan().items():
+            if location.path is None:
+                signatures[name] = ("ambiguous",)
+                continue
+            entries = []
+            for path in sorted(location.path.rglob("*")):
+                if "__pycache__" in path.parts:
+                    continue
+                try:
+                    stat = path.stat()
+                except OSError:
+                    continue
+                entries.append((str(path), stat.st_size, stat.st_mtime_ns))
+            signatures[name] = tuple(entries)
+        return signatures
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self._poll_secs)
+            try:
+                await self._poll_once()
+            except ServerError as exc:
+                log.error("repository poll failed: %s", exc.message)
+            except Exception:  # the poller must keep going
+                log.exception("repository poll failed")
+
+    async def _poll_once(self) -> None:
+        current = await asyncio.to_thread(self._snapshot)
+        locations = self.manager.scan()
+        for name in self._signatures.keys() - current.keys():
+            log.info("model '%s' left the repository: unloading", name)
+            await self.manager.unload(name)
+        for name, signature in current.items():
+            if self._signatures.get(name) != signature:
+                log.info("model '%s' changed in the repository: loading", name)
+                await self.manager.load(locations[name])
+        self._signatures = current
