@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import base64
 import shutil
+import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 from clients import add_sub_inputs, client, make_input, module
+from models import build_test_repository
 from server_process import ServerProcess
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
@@ -751,3 +754,48 @@ def test_cuda_register_not_supported(triton: Any, protocol: str, regions: Region
     assert cuda_status(triton, protocol) == {}
     assert name not in system_status(triton, protocol)
     assert_simple_works(triton, protocol)
+
+
+# ------------------------------------------------------------------ unregister while in use
+
+
+@pytest.fixture(scope="module")
+def slow_shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = build_test_repository(tmp_path_factory.mktemp("slowshm") / "repo", ["slow"])
+    proc = ServerProcess([repo], "--allow-client-shm=true")
+    yield proc
+    proc.stop()
+
+
+def test_region_stays_valid_for_the_request_using_it(
+    slow_shm_server: ServerProcess, protocol: str, regions: Regions
+) -> None:
+    """Unregistering a region while a request reads from it and writes into it: that request
+    still gets correct data; later requests cannot use the region any more."""
+    c = client(protocol, slow_shm_server.url(protocol))
+    name, key, handle = regions.create("inflight", 64)
+    data = np.arange(8, dtype=np.float32) * 1.5
+    shm.set_shared_memory_region(handle, [data])
+    regions.register(c, name, key, 64)
+    inputs = [shm_input(protocol, "INPUT0", name, 32, shape=[8], datatype="FP32")]
+    outputs = [shm_output(protocol, "OUTPUT0", name, 32, offset=32)]
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:  # a client of its own: the HTTP client stays on its thread
+        try:
+            own = client(protocol, slow_shm_server.url(protocol))
+            outcome["result"] = own.infer("slow", inputs, outputs=outputs)
+        except Exception as exc:  # noqa: BLE001 - reported by the assertion below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    time.sleep(0.2)  # the model sleeps 0.5 s: the request is in flight now
+    other = client(protocol, slow_shm_server.url(protocol))
+    other.unregister_system_shared_memory(name)
+    worker.join(30)
+    assert "error" not in outcome, outcome.get("error")
+    np.testing.assert_array_equal(read(handle, np.float32, [8], offset=32), data)
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("slow", inputs, outputs=outputs)
+    assert "Unable to find shared memory region" in str(info.value)
