@@ -174,13 +174,14 @@ class InferenceServer:
         return self._metadata
 
     async def model_ready(self, name: str, version: str = "") -> bool:
-        number = parse_version(version)
-        if not self.repository.knows(name, number):
-            self.repository.get(name, number)  # raises Triton's error for an unknown model
+        """Triton's ModelIsReady: false (not an error) for a model or version that is not
+        loaded, unknown or not."""
         try:
-            model = self.repository.get(name, number)
-        except ServerError:
-            return False  # known, but failed or not loaded: not ready
+            model = self.repository.get(name, parse_version(version))
+        except ServerError as exc:
+            if exc.kind is ErrorKind.INVALID_ARG:  # a malformed version string
+                raise
+            return False
         return await model.is_ready()
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:

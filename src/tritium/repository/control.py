@@ -10,7 +10,7 @@ import tempfile
 from pathlib import Path
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
-from .config import config_from_json
+from .config import ModelConfig, config_from_json
 from .layout import ModelLocation
 from .manager import ModelRepositoryManager
 
@@ -59,20 +59,31 @@ class ModelControl:
     ) -> None:
         if self.mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
-        if files and config_json is None:
-            raise invalid_arg(
-                f"failed to load '{name}', failed to poll from model repository: the 'config' "
-                "parameter is required with 'file:' overrides"
-            )
-        override = config_from_json(config_json) if config_json is not None else None
-        location = self.manager.scan().get(name)
-        if files:
-            location = ModelLocation(name, self._materialize(name, files))
-        if location is None:
-            raise invalid_arg(f"failed to load '{name}', failed to poll from model repository")
+        try:
+            location, override = self._resolve(name, config_json, files)
+        except ServerError as exc:  # Triton logs the detail; the client gets its summary
+            log.error("failed to load '%s': %s", name, exc.message)
+            raise internal(
+                f"failed to load '{name}', failed to poll from model repository: {exc.message}"
+            ) from None
         reason = await self.manager.load(location, override)
         if reason:
             raise internal(f"failed to load '{name}', {reason}")
+
+    def _resolve(
+        self, name: str, config_json: str | None, files: dict[str, bytes] | None
+    ) -> tuple[ModelLocation, ModelConfig | None]:
+        if files and config_json is None:
+            raise invalid_arg("the 'config' parameter is required with 'file:' overrides")
+        override = None
+        if config_json is not None:
+            override = config_from_json(config_json)
+        if files:
+            return ModelLocation(name, self._materialize(name, files)), override
+        location = self.manager.scan().get(name)
+        if location is None:
+            raise invalid_arg(f"no model '{name}' in the model repositories")
+        return location, override
 
     async def unload(self, name: str) -> None:
         if self.mode != "explicit":
@@ -88,8 +99,7 @@ class ModelControl:
             target = (root / relative).resolve()
             if not relative or root.resolve() not in target.parents:
                 raise invalid_arg(
-                    f"failed to load '{name}': file override '{relative}' is outside the "
-                    "model directory"
+                    f"Invalid file parameter '{key}': the path must stay within the model directory"
                 )
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)

@@ -242,10 +242,6 @@ class ModelRepositoryManager:
             )
         raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
 
-    def knows(self, name: str, version: int = -1) -> bool:
-        record = self._records.get(name)
-        return record is not None and (version <= 0 or version in record.versions)
-
     def loaded(self, name: str, version: int) -> list[Model]:
         """Ready model versions: all of them (no name), one model's, or one version."""
         records = [self._records[name]] if name in self._records else []
