@@ -1269,8 +1269,7 @@ def scenario_line(row: dict[str, Any]) -> str:
         _fmt(row.get("throughput_ratio"), 3),
         _fmt(row.get("cpu_ratio"), 1),
     ]
-    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
-    return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
+    return table_row(row, cells)
 
 
 def batching_line(row: dict[str, Any]) -> str:
@@ -1290,8 +1289,7 @@ def batching_line(row: dict[str, Any]) -> str:
         _fmt(row.get("throughput_ratio"), 3),
         _fmt(row.get("cpu_ratio"), 2),
     ]
-    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
-    return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
+    return table_row(row, cells)
 
 
 def batching_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -1392,8 +1390,7 @@ def shm_line(row: dict[str, Any]) -> str:
         _fmt(vs.get("p99_ms"), 2),
         _fmt(vs.get("server_cpu_us"), 2),
     ]
-    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
-    return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
+    return table_row(row, cells)
 
 
 def shm_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -1430,6 +1427,12 @@ def shm_verdict(rows: list[dict[str, Any]]) -> list[str]:
     return ["", "Shared memory vs the socket (issue 6): " + "; ".join(parts) + "."]
 
 
+def table_row(row: dict[str, Any], cells: list[Any]) -> str:
+    """One markdown row of a scenario, flagged when some answers were wrong."""
+    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
+    return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
+
+
 def failed_line(row: dict[str, Any]) -> str:
     problem = (row["errors"] or row["wrong"] or ["no completions"])[0]
     return f"| {row['model']} | {row['protocol']} | {row['concurrency']} | FAILED: {problem} |"
@@ -1453,8 +1456,7 @@ def decoupled_line(row: dict[str, Any]) -> str:
         _fmt(row["stub_cpu_us_per_response"], 1),
         _fmt(row["client_cpu_us_per_response"], 1),
     ]
-    wrong = f" ⚠ {row['wrong_count']} wrong" if row["wrong"] else ""
-    return "| " + " | ".join(map(str, cells)) + f"{wrong} |"
+    return table_row(row, cells)
 
 
 def decoupled_table(rows: list[dict[str, Any]]) -> list[str]:

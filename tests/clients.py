@@ -41,3 +41,11 @@ def add_sub_inputs(
         a,
         b,
     )
+
+
+def assert_simple_works(c: Any, protocol: str) -> None:
+    """A good ``simple`` inference: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
+    inputs, a, b = add_sub_inputs(protocol)
+    result = c.infer("simple", inputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)

@@ -19,7 +19,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from clients import add_sub_inputs, client, make_input, module
+from clients import add_sub_inputs, assert_simple_works, client, make_input, module
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -40,14 +40,6 @@ def triton(server: ServerProcess, protocol: str) -> Iterator[Any]:
     c = client(protocol, server.url(protocol))
     yield c
     c.close()
-
-
-def assert_simple_works(c: Any, protocol: str) -> None:
-    """A good ``simple`` inference: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1."""
-    inputs, a, b = add_sub_inputs(protocol)
-    result = c.infer("simple", inputs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
 def expect_error(

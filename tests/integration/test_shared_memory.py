@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
-from clients import add_sub_inputs, client, make_input, module
+from clients import add_sub_inputs, assert_simple_works, client, make_input, module
 from models import build_test_repository
 from server_process import ServerProcess
 from tritonclient import utils
@@ -178,13 +178,6 @@ def assert_no_data(result: Any, protocol: str, name: str) -> None:
     index = [o.name for o in response.outputs].index(name)
     if index < len(response.raw_output_contents):
         assert response.raw_output_contents[index] == b""
-
-
-def assert_simple_works(c: Any, protocol: str) -> None:
-    inputs, a, b = add_sub_inputs(protocol)
-    result = c.infer("simple", inputs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
 
 
 def expect_error(
