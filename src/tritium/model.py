@@ -31,14 +31,20 @@ def _dims(shape: Sequence[int]) -> str:
 class Model:
     """One version of one model, ready to take requests."""
 
-    def __init__(self, spec: ModelSpec, version: int, instances: list[ModelInstance]) -> None:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        version: int,
+        instances: list[ModelInstance],
+        scheduler: Any = None,  # an ensemble's; otherwise chosen from the config
+    ) -> None:
         self.spec = spec
         self.name = spec.name
         self.version = version
         self.version_str = str(version)
         self.instances = instances
         self.stats = ModelStats(self.name, self.version_str)
-        self.scheduler = _scheduler(spec, instances, self.version_str)
+        self.scheduler = scheduler or _scheduler(spec, instances, self.version_str)
         batching = spec.max_batch_size > 0
         # Shapes as the client sees them, for messages; the batch dimension included.
         self._full_dims = {

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import TRITON_VERSION
 from .backends.base import Backend
+from .backends.ensemble import EnsembleBackend
 from .backends.onnxruntime import OnnxRuntimeBackend
 from .backends.python.backend import PythonBackend
 from .cache import ResponseCache, cache_key
@@ -114,6 +115,7 @@ class InferenceServer:
         backends: dict[str, Backend] = {
             "onnxruntime": OnnxRuntimeBackend(),
             "python": PythonBackend(),
+            "ensemble": EnsembleBackend(self._dispatch),
         }
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
@@ -272,10 +274,16 @@ class InferenceServer:
         if request.uses_shm:
             self._map_shm(request)
         try:
-            request.batch_size = model.validate(request)
+            self._schedule(model, request)
         except ServerError:
             self.shm.release(request)
             raise
+        return decoupled
+
+    def _schedule(self, model: Any, request: InferenceRequest) -> None:
+        """Validate a request for a resolved model, start its statistics and hand it to the
+        model's scheduler (or answer it from the response cache)."""
+        request.batch_size = model.validate(request)
         request.model_version = model.version  # the version that serves it, from now on
         request.arrival_ns = time.perf_counter_ns()
         request.stats = model.stats
@@ -283,10 +291,17 @@ class InferenceServer:
         self._inflight += 1
         self._idle.clear()
         cache = self._cache if model.spec.config.response_cache.enable else None
-        if cache is not None and not decoupled and self._from_cache(cache, model, request):
-            return decoupled
+        if cache is not None and not model.spec.decoupled:
+            if self._from_cache(cache, model, request):
+                return
         model.scheduler.submit(request)
-        return decoupled
+
+    def _dispatch(self, request: InferenceRequest, callback: ResponseCallback) -> None:
+        """An ensemble step's request: like a client's, but it is not refused during a
+        graceful shutdown (its ensemble request was accepted) and never uses shared memory."""
+        model = self.repository.get(request.model_name, request.model_version)
+        request.sender = _CallbackSender(callback, self._finished, request)
+        self._schedule(model, request)
 
     def _map_shm(self, request: InferenceRequest) -> None:
         try:

@@ -31,6 +31,8 @@ class LoadContext:
     auto_complete: bool
     finalize: Callable[[ModelConfig], ModelSpec]  # normalise + validate → frozen spec
     on_failure: Callable[[str], None]  # an instance died: the model must stop reporting ready
+    # An ensemble's composing models: (name, version) -> spec, or ServerError saying why not.
+    composing: Callable[[str, int], ModelSpec] | None = None
 
     def model_file(self, default: str) -> Path:
         name = self.config.default_model_filename or default

@@ -4,6 +4,7 @@ to a ready ``Model``."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ class ModelRecord:
     versions: dict[int, VersionRecord] = field(default_factory=dict)
     ready: dict[int, Model] = field(default_factory=dict)  # ready versions, for lookups
     latest: Model | None = None
+    location: ModelLocation | None = None
+    depends: frozenset[str] = frozenset()  # an ensemble's composing models
 
 
 class ModelRepositoryManager:
@@ -52,6 +55,10 @@ class ModelRepositoryManager:
         self._records: dict[str, ModelRecord] = {}
         self._known: set[str] = set()  # model directories seen in the repositories
         self._retiring: set[asyncio.Task[None]] = set()
+        # Loads in progress (name -> done), so an ensemble can wait for its composing models,
+        # and what each loading ensemble waits for (to refuse a cycle between ensembles).
+        self._loading: dict[str, asyncio.Future[None]] = {}
+        self._waiting_on: dict[str, set[str]] = {}
 
     # -- loading -----------------------------------------------------------------------------
     def scan(self) -> dict[str, ModelLocation]:
@@ -63,29 +70,41 @@ class ModelRepositoryManager:
         """Load every model of the repositories (or only ``names``)."""
         locations = self.scan()
         chosen = [loc for n, loc in locations.items() if names is None or n in names]
+        loop = asyncio.get_running_loop()
+        for location in chosen:  # registered first: an ensemble may wait for any of them
+            self._loading.setdefault(location.name, loop.create_future())
         await asyncio.gather(*(self.load(loc) for loc in chosen))
 
     async def load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
         """Load (or reload) a model. The new versions replace the old ones only once they are
         ready, so requests keep being served meanwhile; a load that fails leaves a model that
         was serving as it was. Returns the failure reason ('' on success)."""
-        record = ModelRecord(location.name)
-        async with self._load_slots:
-            try:
-                await self._load_versions(record, location, override)
-            except ServerError as exc:
-                self._fail_model(record, exc.message)
-            except Exception as exc:  # a broken model must never stop the others
-                log.exception("failed to load '%s'", location.name)
-                self._fail_model(record, f"{type(exc).__name__}: {exc}")
+        name = location.name
+        record = ModelRecord(name, location=location)
+        done = self._loading.get(name)
+        if done is None or done.done():
+            done = self._loading[name] = asyncio.get_running_loop().create_future()
+        try:
+            await self._load_versions(record, location, override)
+        except ServerError as exc:
+            self._fail_model(record, exc.message)
+        except Exception as exc:  # a broken model must never stop the others
+            log.exception("failed to load '%s'", name)
+            self._fail_model(record, f"{type(exc).__name__}: {exc}")
+        finally:
+            self._waiting_on.pop(name, None)
+            if self._loading.get(name) is done:
+                del self._loading[name]
+            done.set_result(None)
         reason = _failure(record)
-        old = self._records.get(location.name)
+        old = self._records.get(name)
         if reason and old is not None and old.ready:
             self._retire(record)  # keep serving the old model
         else:
-            self._records[location.name] = record
+            self._records[name] = record
             if old is not None:
                 self._retire(old)
+            await self._reload_dependents(name)
         return reason
 
     async def unload(self, name: str) -> None:
@@ -98,7 +117,24 @@ class ModelRepositoryManager:
         for entry in record.versions.values():
             entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, "unloaded", None
         self._refresh(record)
+        for other in self._records.values():  # Triton: an ensemble goes with its parts
+            if name in other.depends and other.ready:
+                log.info(
+                    "unloading ensemble '%s': composing model '%s' was unloaded", other.name, name
+                )
+                await self.unload(other.name)
         await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+
+    async def _reload_dependents(self, name: str) -> None:
+        """A composing model was (re)loaded: reload the ensembles built on it, so they check
+        its new configuration (and come back if its unload had taken them down)."""
+        for other in list(self._records.values()):
+            if name in other.depends and other.location is not None:
+                if other.name not in self._loading:
+                    log.info(
+                        "reloading ensemble '%s': composing model '%s' changed", other.name, name
+                    )
+                    await self.load(other.location)
 
     def _retire(self, record: ModelRecord) -> None:
         models = [e.model for e in record.versions.values() if e.model is not None]
@@ -143,14 +179,68 @@ class ModelRepositoryManager:
                 f"'{record.name}'; tritium serves {', '.join(sorted(self._backends))}"
             )
         problem = ConfigProblem(record.name, path, text)
+        if config.platform == "ensemble":
+            record.depends = frozenset(s.model_name for s in config.ensemble_scheduling.step)
+            await self._load_composing(record.name, record.depends)
         for version in served:
             record.versions[version] = VersionRecord(version)
-        await asyncio.gather(
-            *(
-                self._load_version(record, backend, config, problem, location.path, versions[v])
-                for v in served
-            )
+        loads = (
+            self._load_version(record, backend, config, problem, location.path, versions[v])
+            for v in served
         )
+        if record.depends:  # an ensemble loads nothing heavy and must not hold a slot
+            await asyncio.gather(*loads)
+            return
+        async with self._load_slots:
+            await asyncio.gather(*loads)
+
+    async def _load_composing(self, ensemble: str, names: frozenset[str]) -> None:
+        """Wait for the composing models being loaded; load those never loaded (Triton
+        loads an ensemble's composing models with it). A cycle between ensembles fails."""
+        self._waiting_on[ensemble] = set(names)
+        cycle = self._cycle(ensemble, ensemble, [ensemble])
+        if cycle:
+            raise invalid_arg("circular dependency between ensembles: " + " -> ".join(cycle))
+        locations = None
+        waits = []
+        for name in sorted(names):
+            if name in self._loading:
+                waits.append(asyncio.shield(self._loading[name]))
+            elif name not in self._records:
+                locations = locations or self.scan()
+                if name in locations:
+                    self._loading[name] = asyncio.get_running_loop().create_future()
+                    waits.append(asyncio.ensure_future(self.load(locations[name])))
+        await asyncio.gather(*waits)
+
+    def _cycle(self, start: str, current: str, path: list[str]) -> list[str]:
+        for name in sorted(self._waiting_on.get(current, ())):
+            if name == start:
+                return [*path, name]
+            if name not in path:
+                found = self._cycle(start, name, [*path, name])
+                if found:
+                    return found
+        return []
+
+    def composing_spec(self, ensemble: str, name: str, version: int) -> ModelSpec:
+        """A composing model's spec for an ensemble's checks, or Triton's reason it has none."""
+        record = self._records.get(name)
+        if record is None:
+            raise not_found(f"ensemble '{ensemble}' depends on '{name}' which is not loaded")
+        if not record.ready:
+            reason = _failure(record)
+            raise unavailable(
+                f"ensemble '{ensemble}' depends on '{name}' which has no loaded version."
+                + (f" Model '{name}' loading failed with error: {reason}" if reason else "")
+            )
+        model = record.latest if version <= 0 else record.ready.get(version)
+        if model is None:
+            raise unavailable(
+                f"ensemble '{ensemble}' depends on '{name}' whose required version {version} is "
+                "not loaded."
+            )
+        return model.spec
 
     async def _load_version(
         self,
@@ -184,6 +274,7 @@ class ModelRepositoryManager:
             self._auto_complete,
             finalize,
             on_failure,
+            composing=functools.partial(self.composing_spec, record.name),
         )
         started = time.monotonic()
         try:
@@ -196,7 +287,9 @@ class ModelRepositoryManager:
             entry.state, entry.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
             log.error("failed to load '%s' version %d: %s", record.name, version, entry.reason)
             return
-        entry.model = Model(spec, version, instances)
+        make_scheduler = getattr(backend, "scheduler", None)  # ensembles bring their own
+        scheduler = make_scheduler(spec, str(version)) if make_scheduler else None
+        entry.model = Model(spec, version, instances, scheduler)
         entry.state = ModelState.READY
         self._refresh(record)
         log.info(

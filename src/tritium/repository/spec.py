@@ -50,6 +50,7 @@ class ModelSpec:
     required_inputs: frozenset[str]
     decoupled: bool
     config_json: dict[str, Any]
+    ensemble: Any = None  # an ensemble's EnsemblePlan (platform "ensemble")
 
     @property
     def instance_count(self) -> int:

@@ -1,0 +1,30 @@
+"""Ensembles (``platform: "ensemble"``): no instances of their own, only a plan over the
+composing models and the scheduler that walks it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from ..repository.ensemble import build_plan
+from ..repository.spec import ModelSpec
+from ..scheduling.ensemble import Dispatch, EnsembleScheduler
+from .base import LoadContext, ModelInstance
+
+
+class EnsembleBackend:
+    def __init__(self, dispatch: Dispatch) -> None:
+        self._dispatch = dispatch
+
+    async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
+        config = ctx.config
+        assert ctx.composing is not None, "the repository manager resolves composing models"
+        plan = build_plan(config, ctx.composing)
+        # Triton: an ensemble is decoupled exactly when one of its steps is, whatever the
+        # config says; it has a platform and no backend.
+        config.model_transaction_policy.decoupled = plan.decoupled
+        config.backend = ""
+        spec = ctx.finalize(config)
+        return dataclasses.replace(spec, ensemble=plan), []
+
+    def scheduler(self, spec: ModelSpec, version: str) -> EnsembleScheduler:
+        return EnsembleScheduler(spec.ensemble, self._dispatch, version)

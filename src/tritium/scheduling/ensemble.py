@@ -1,0 +1,253 @@
+"""Triton's ensemble scheduler: runs an ensemble request as a DAG of composing-model requests.
+
+A step starts as soon as every tensor it reads exists, so independent steps run at once; each
+step's request goes through the composing model's own scheduler (its batching, instances,
+statistics and cache). A tensor is dropped as soon as no step still to start reads it. Each
+response of a decoupled step starts a flow of its own (the plan guarantees a step never mixes
+two flows), and a decoupled ensemble answers once per flow that yields every output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ..backends.base import send_error
+from ..errors import ErrorKind, ServerError, invalid_arg
+from ..repository.ensemble import EnsemblePlan, Route, Step
+from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+# dispatch(request, callback): resolve, validate and schedule a composing-model request whose
+# responses go to callback(response_or_None, final); raises ServerError when it cannot.
+Dispatch = Callable[[InferenceRequest, Callable[[InferenceResponse | None, bool], None]], None]
+
+
+class EnsembleScheduler:
+    def __init__(self, plan: EnsemblePlan, dispatch: Dispatch, version: str) -> None:
+        self.plan = plan
+        self.dispatch = dispatch
+        self.version = version
+        self._active = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._all_outputs = plan.outputs
+
+    def submit(self, request: InferenceRequest) -> None:
+        request.stats.started(request, time.perf_counter_ns())
+        wanted = tuple(dict.fromkeys(o.name for o in request.outputs)) or self._all_outputs
+        self._active += 1
+        self._idle.clear()
+        _Run(self, request, self.plan.route(wanted)).start()
+
+    def done(self) -> None:
+        self._active -= 1
+        if not self._active:
+            self._idle.set()
+
+    async def close(self) -> None:
+        """Unloading: let the ensemble requests in flight finish."""
+        await self._idle.wait()
+
+
+class _Flow:
+    """The tensors of one flow, and the reads each still has before it can be dropped."""
+
+    __slots__ = ("values", "refs", "started")
+
+    def __init__(self, route: Route, values: dict[str, Tensor | None]) -> None:
+        self.values = values
+        self.refs = dict(route.refs)
+        self.started: set[int] = set()
+
+    def read(self, tensor: str) -> Tensor | None:
+        value = self.values[tensor]
+        left = self.refs[tensor] - 1
+        self.refs[tensor] = left
+        if not left:
+            del self.values[tensor]  # nothing later reads it: let it go
+        return value
+
+
+class _Run:
+    """One ensemble request in flight."""
+
+    __slots__ = (
+        "owner",
+        "request",
+        "route",
+        "inflight",
+        "live",
+        "error",
+        "timing",
+        "answered",
+        "root",
+    )
+
+    def __init__(self, owner: EnsembleScheduler, request: InferenceRequest, route: Route) -> None:
+        self.owner = owner
+        self.request = request
+        self.route = route
+        self.inflight = 0
+        self.live: set[InferenceRequest] = set()
+        self.error: ServerError | None = None
+        self.timing = [0, 0, 0]
+        self.answered = 0
+        self.root: _Flow | None = None
+
+    def start(self) -> None:
+        request = self.request
+        values: dict[str, Tensor | None] = dict.fromkeys(self.owner.plan.inputs)
+        for tensor in request.inputs:
+            values[tensor.name] = tensor
+        self.root = flow = _Flow(self.route, values)
+        request.on_cancel = self.cancel
+        for index in self.route.start:
+            if self.error is None:
+                self.launch(self.route.steps[index], flow)
+        if not self.inflight:
+            self.finish()
+
+    # -- steps -------------------------------------------------------------------------------
+    def launch(self, step: Step, flow: _Flow) -> None:
+        flow.started.add(step.index)
+        inputs = []
+        for key, tensor in step.inputs:
+            value = flow.read(tensor)
+            if value is not None:  # an optional ensemble input the client left out
+                inputs.append(Tensor(key, value.datatype, value.shape, value.data))
+        parent = self.request
+        sub = InferenceRequest(
+            step.model_name,
+            step.model_version,
+            parent.id,
+            inputs,
+            [RequestedOutput(name) for name in self.route.requested[step.index]],
+            parent.parameters,
+            correlation_id=parent.correlation_id,
+            flags=parent.flags,
+            priority=parent.priority,
+            timeout_us=parent.timeout_us,
+        )
+        self.inflight += 1
+        self.live.add(sub)
+
+        def on_response(response: InferenceResponse | None, final: bool) -> None:
+            self.on_response(step, flow, sub, response, final)
+
+        try:
+            self.owner.dispatch(sub, on_response)
+        except ServerError as exc:
+            self.inflight -= 1
+            self.live.discard(sub)
+            self.fail(step, exc)
+
+    def on_response(
+        self,
+        step: Step,
+        flow: _Flow,
+        sub: InferenceRequest,
+        response: InferenceResponse | None,
+        final: bool,
+    ) -> None:
+        if response is not None:
+            if response.error is not None:
+                self.fail(step, response.error)
+            elif self.error is None and (response.outputs or not step.decoupled):
+                self.collect(step, flow, response)
+        if final:
+            self.inflight -= 1
+            self.live.discard(sub)
+            if sub.timing is not None:
+                for i, ns in enumerate(sub.timing):
+                    self.timing[i] += ns
+            if not self.inflight:
+                self.finish()
+
+    def collect(self, step: Step, flow: _Flow, response: InferenceResponse) -> None:
+        """File a step's outputs under their ensemble names (a decoupled step's response
+        starts a new flow), then start what they complete."""
+        if step.decoupled:
+            flow = _Flow(self.route, {})
+        names = dict(step.outputs)
+        added = []
+        for tensor in response.outputs:
+            target = names.get(tensor.name)
+            if target is not None and target in flow.refs:
+                flow.values[target] = Tensor(target, tensor.datatype, tensor.shape, tensor.data)
+                added.append(target)
+        consumers = self.route.consumers
+        steps = self.route.steps
+        for tensor in added:
+            for index in consumers.get(tensor, ()):
+                if index not in flow.started and self.error is None:
+                    if all(t in flow.values for _, t in steps[index].inputs):
+                        self.launch(steps[index], flow)
+        if self.owner.plan.decoupled and any(t in self.route.wanted for t in added):
+            self.answer_flow(flow)
+
+    def fail(self, step: Step, error: Exception) -> None:
+        if self.error is not None:
+            return
+        kind = error.kind if isinstance(error, ServerError) else ErrorKind.INTERNAL
+        message = error.message if isinstance(error, ServerError) else str(error)
+        self.error = ServerError(
+            kind, f"in ensemble '{self.owner.plan.name}', model '{step.model_name}': {message}"
+        )
+        for sub in list(self.live):  # what still runs or waits is no longer needed
+            sub.cancel()
+
+    def cancel(self) -> None:
+        for sub in list(self.live):
+            sub.cancel()
+
+    # -- answers -----------------------------------------------------------------------------
+    def response(self, flow: _Flow) -> InferenceResponse | None:
+        values = flow.values
+        if not all(t in values for t in self.route.wanted):
+            return None
+        outputs = [values.pop(t) for t in self.route.wanted]
+        request = self.request
+        return InferenceResponse(
+            request.model_name,
+            self.owner.version,
+            request.id,
+            [t for t in outputs if t is not None],
+        )
+
+    def answer_flow(self, flow: _Flow) -> None:
+        response = self.response(flow)
+        if response is not None:
+            self.answered += 1
+            assert self.request.sender is not None
+            self.request.sender.send(response, False)
+
+    def finish(self) -> None:
+        request = self.request
+        owner = self.owner
+        request.on_cancel = None
+        owner.done()
+        if self.error is not None:
+            send_error(request, owner.version, self.error)
+            return
+        timing: Any = tuple(self.timing)
+        request.timing = timing
+        request.stats.executed(request.batch_size, timing)
+        assert request.sender is not None
+        if owner.plan.decoupled:
+            request.sender.send(None, True)
+            return
+        assert self.root is not None
+        response = self.response(self.root)
+        if response is None:
+            send_error(request, owner.version, _deadlock(owner.plan.name))
+        else:
+            request.sender.send(response, True)
+
+
+def _deadlock(name: str) -> ServerError:
+    return invalid_arg(
+        f"in ensemble '{name}', unexpected deadlock, at least one output is not set while no "
+        "more ensemble steps can be made"
+    )
