@@ -9,12 +9,17 @@ next to them with the ``onnx`` package (``pip install onnx`` or ``.[models]``).
     python examples/build_models.py --repository /tmp/r  # copy the tree, then build there
     python examples/build_models.py --check              # also run each model once
 
+The ensembles' composing ONNX models (``classifier``, ``user_tower``, ``item_tower``,
+``tower_join``, ``cheap_scorer``, ``expensive_ranker``) are built here too, and every
+``platform: "ensemble"`` model gets its (empty) version folder ``1/`` if it has none.
+
 Importable: ``from build_models import build_examples; build_examples(path)``.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -43,6 +48,19 @@ MLP_MODELS = {"mlp": "mlp", "mlp_nobatch": "mlp"}
 # requests pays several-fold. See examples/model_repository/README.md.
 MLP_SIZES = (256, 2048, 2048, 2048, 10)
 MLP_SEED = 20240604
+
+# The ensembles' composing models (examples/model_repository/README.md, "Ensembles"): small
+# graphs with random weights from fixed seeds, cheap enough that the pipeline, not the
+# arithmetic, is what a request measures.
+IMAGE_SIZE = 64  # classifier input: FP32 [3, 64, 64] (preprocess's PIXELS)
+NUM_CLASSES = 10
+CLASSIFIER_SEED = 20240701
+TOWER_SEEDS = {"user_tower": 20240702, "item_tower": 20240703}
+TOWER_SIZES = (16, 8)  # FEATURES [16] -> EMBEDDING [8]
+CHEAP_SCORER_SEED = 20240704
+CHEAP_SCORER_SIZES = (16, 1)
+RANKER_SEED = 20240705
+RANKER_SIZES = (16, 64, 64, 1)
 
 
 def _add_sub_model(name: str, triton_type: str, dims: int = 16):
@@ -83,14 +101,27 @@ def _add_sub_model(name: str, triton_type: str, dims: int = 16):
             helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"], name="sub"),
         ]
 
-    graph = helper.make_graph(nodes, name, inputs, outputs)
-    model = helper.make_model(
+    return _onnx_model(name, nodes, inputs, outputs)
+
+
+def _onnx_model(name: str, nodes, inputs, outputs, initializers=()):
+    """The graph as a model with this repository's opset, IR version and producer."""
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, name, inputs, outputs, list(initializers))
+    return helper.make_model(
         graph,
         producer_name="tritium-examples",
         opset_imports=[helper.make_opsetid("", OPSET)],
         ir_version=IR_VERSION,
     )
-    return model
+
+
+def _fp32(name: str, shape):
+    """A FLOAT graph input or output; a str in ``shape`` is a symbolic dimension."""
+    from onnx import TensorProto, helper
+
+    return helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)
 
 
 def _mlp_weights(sizes=MLP_SIZES, seed=MLP_SEED):
@@ -108,52 +139,205 @@ def _mlp_weights(sizes=MLP_SIZES, seed=MLP_SEED):
     return layers
 
 
+def _dense_nodes(source: str, layers, output: str):
+    """(nodes, initializers): MatMul + Add per ``(W, b)`` layer, Relu between, none after."""
+    from onnx import helper, numpy_helper
+
+    nodes, initializers = [], []
+    previous = source
+    for i, (w, b) in enumerate(layers):
+        last = i == len(layers) - 1
+        initializers += [numpy_helper.from_array(w, f"W{i}"), numpy_helper.from_array(b, f"B{i}")]
+        nodes.append(helper.make_node("MatMul", [previous, f"W{i}"], [f"mm{i}"], name=f"mm{i}"))
+        out = output if last else f"dense{i}"
+        nodes.append(helper.make_node("Add", [f"mm{i}", f"B{i}"], [out], name=f"bias{i}"))
+        if not last:
+            nodes.append(helper.make_node("Relu", [out], [f"relu{i}"], name=f"relu{i}"))
+            previous = f"relu{i}"
+    return nodes, initializers
+
+
 def _mlp_model(name: str = "mlp", sizes=MLP_SIZES, seed=MLP_SEED):
     """OUTPUT0 = dense(...relu(dense(INPUT0))) over FP32 [batch, sizes[0]] -> [batch, sizes[-1]].
 
     Each layer is MatMul + Add with the weights as initializers; Relu between layers, none
     after the last.
     """
-    from onnx import TensorProto, helper, numpy_helper
-
-    nodes, initializers = [], []
-    previous = "INPUT0"
-    layers = _mlp_weights(sizes, seed)
-    for i, (w, b) in enumerate(layers):
-        last = i == len(layers) - 1
-        initializers += [numpy_helper.from_array(w, f"W{i}"), numpy_helper.from_array(b, f"B{i}")]
-        nodes.append(helper.make_node("MatMul", [previous, f"W{i}"], [f"mm{i}"], name=f"mm{i}"))
-        out = "OUTPUT0" if last else f"dense{i}"
-        nodes.append(helper.make_node("Add", [f"mm{i}", f"B{i}"], [out], name=f"bias{i}"))
-        if not last:
-            nodes.append(helper.make_node("Relu", [out], [f"relu{i}"], name=f"relu{i}"))
-            previous = f"relu{i}"
-    graph = helper.make_graph(
-        nodes,
-        name,
-        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", sizes[0]])],
-        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", sizes[-1]])],
-        initializers,
-    )
-    return helper.make_model(
-        graph,
-        producer_name="tritium-examples",
-        opset_imports=[helper.make_opsetid("", OPSET)],
-        ir_version=IR_VERSION,
-    )
+    nodes, initializers = _dense_nodes("INPUT0", _mlp_weights(sizes, seed), "OUTPUT0")
+    inputs = [_fp32("INPUT0", ["batch", sizes[0]])]
+    outputs = [_fp32("OUTPUT0", ["batch", sizes[-1]])]
+    return _onnx_model(name, nodes, inputs, outputs, initializers)
 
 
-def mlp_reference(x):
-    """The MLP in numpy (float64 accumulation), to check the ONNX file against."""
+def dense_reference(x, sizes, seed):
+    """``_mlp_weights(sizes, seed)`` applied in numpy (float64): MatMul + Add, Relu between."""
     import numpy as np
 
     h = np.asarray(x, dtype=np.float64)
-    layers = _mlp_weights()
+    layers = _mlp_weights(sizes, seed)
     for i, (w, b) in enumerate(layers):
         h = h @ w.astype(np.float64) + b
         if i < len(layers) - 1:
             h = np.maximum(h, 0.0)
     return h
+
+
+def mlp_reference(x):
+    """The MLP in numpy (float64 accumulation), to check the ONNX file against."""
+    return dense_reference(x, MLP_SIZES, MLP_SEED)
+
+
+# ------------------------------------------------------------------ ensemble composing models
+
+
+def _conv_weights(rng, c_out: int, c_in: int, k: int = 3):
+    """He-scaled normal OIHW kernel and a small bias for one convolution."""
+    import numpy as np
+
+    fan_in = c_in * k * k
+    w = rng.standard_normal((c_out, c_in, k, k), dtype=np.float32) * np.float32(
+        np.sqrt(2.0 / fan_in)
+    )
+    return w, rng.standard_normal(c_out, dtype=np.float32) * np.float32(0.1)
+
+
+def _classifier_weights(seed=CLASSIFIER_SEED):
+    """(conv1, conv2, (W, b) of the Gemm): 3 -> 16 -> 32 channels, then 32 -> 10 classes."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    conv1 = _conv_weights(rng, 16, 3)
+    conv2 = _conv_weights(rng, 32, 16)
+    return conv1, conv2, _mlp_weights((32, NUM_CLASSES), seed + 1)[0]
+
+
+def _classifier_model(name: str = "classifier"):
+    """PROBABILITIES = softmax(gemm(gap(relu(conv(relu(conv(PIXELS))))))).
+
+    PIXELS FP32 [batch, 3, 64, 64] -> PROBABILITIES FP32 [batch, 10]; both convolutions are
+    3x3, stride 2, padding 1 (64 -> 32 -> 16), about 1.6 M multiply-adds per image.
+    """
+    from onnx import helper, numpy_helper
+
+    conv1, conv2, (w, b) = _classifier_weights()
+    tensors = {"C1W": conv1[0], "C1B": conv1[1], "C2W": conv2[0], "C2B": conv2[1]}
+    tensors |= {"FCW": w, "FCB": b}
+    initializers = [numpy_helper.from_array(v, k) for k, v in tensors.items()]
+    conv = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
+    nodes = [
+        helper.make_node("Conv", ["PIXELS", "C1W", "C1B"], ["conv1"], name="conv1", **conv),
+        helper.make_node("Relu", ["conv1"], ["relu1"], name="relu1"),
+        helper.make_node("Conv", ["relu1", "C2W", "C2B"], ["conv2"], name="conv2", **conv),
+        helper.make_node("Relu", ["conv2"], ["relu2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["relu2"], ["pooled"], name="gap"),
+        helper.make_node("Flatten", ["pooled"], ["features"], name="flatten"),
+        helper.make_node("Gemm", ["features", "FCW", "FCB"], ["logits"], name="fc"),
+        helper.make_node("Softmax", ["logits"], ["PROBABILITIES"], name="softmax", axis=-1),
+    ]
+    inputs = [_fp32("PIXELS", ["batch", 3, IMAGE_SIZE, IMAGE_SIZE])]
+    outputs = [_fp32("PROBABILITIES", ["batch", NUM_CLASSES])]
+    return _onnx_model(name, nodes, inputs, outputs, initializers)
+
+
+def _tower_model(name: str):
+    """EMBEDDING = tanh(FEATURES @ W + b): FP32 [batch, 16] -> [batch, 8], one seed per tower."""
+    from onnx import helper, numpy_helper
+
+    ((w, b),) = _mlp_weights(TOWER_SIZES, TOWER_SEEDS[name])
+    initializers = [numpy_helper.from_array(w, "W"), numpy_helper.from_array(b, "B")]
+    nodes = [
+        helper.make_node("Gemm", ["FEATURES", "W", "B"], ["dense"], name="dense"),
+        helper.make_node("Tanh", ["dense"], ["EMBEDDING"], name="tanh"),
+    ]
+    inputs = [_fp32("FEATURES", ["batch", TOWER_SIZES[0]])]
+    outputs = [_fp32("EMBEDDING", ["batch", TOWER_SIZES[-1]])]
+    return _onnx_model(name, nodes, inputs, outputs, initializers)
+
+
+def _join_model(name: str = "tower_join"):
+    """SCORE = sum(USER * ITEM, axis=-1, keepdims): FP32 [batch, 8] x2 -> [batch, 1]."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    axes = numpy_helper.from_array(np.array([-1], dtype=np.int64), "axes")
+    nodes = [
+        helper.make_node("Mul", ["USER", "ITEM"], ["product"], name="mul"),
+        helper.make_node("ReduceSum", ["product", "axes"], ["SCORE"], name="sum", keepdims=1),
+    ]
+    dims = TOWER_SIZES[-1]
+    inputs = [_fp32("USER", ["batch", dims]), _fp32("ITEM", ["batch", dims])]
+    return _onnx_model(name, nodes, inputs, [_fp32("SCORE", ["batch", 1])], [axes])
+
+
+def _squeezed_mlp(name: str, tensors: tuple[str, str], sizes, seed):
+    """``tensors[1]`` FP32 [n] = the MLP of ``tensors[0]`` FP32 [n, sizes[0]] (sizes[-1] == 1),
+    its last axis squeezed away; n may be 0."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    source, output = tensors
+    nodes, initializers = _dense_nodes(source, _mlp_weights(sizes, seed), "column")
+    initializers.append(numpy_helper.from_array(np.array([1], dtype=np.int64), "axes"))
+    nodes.append(helper.make_node("Squeeze", ["column", "axes"], [output], name="squeeze"))
+    inputs, outputs = [_fp32(source, ["n", sizes[0]])], [_fp32(output, ["n"])]
+    return _onnx_model(name, nodes, inputs, outputs, initializers)
+
+
+def _cheap_scorer_model(name: str = "cheap_scorer"):
+    """SCORES FP32 [n] = CANDIDATES FP32 [n, 16] @ W + b: one linear layer, no batching."""
+    return _squeezed_mlp(name, ("CANDIDATES", "SCORES"), CHEAP_SCORER_SIZES, CHEAP_SCORER_SEED)
+
+
+def _ranker_model(name: str = "expensive_ranker"):
+    """RELEVANCE FP32 [n] = MLP 16 -> 64 -> 64 -> 1 (Relu between) of SELECTED FP32 [n, 16]."""
+    return _squeezed_mlp(name, ("SELECTED", "RELEVANCE"), RANKER_SIZES, RANKER_SEED)
+
+
+# model name -> builder(name) for the ensembles' ONNX composing models
+COMPOSING_MODELS = {
+    "classifier": _classifier_model,
+    "user_tower": _tower_model,
+    "item_tower": _tower_model,
+    "tower_join": _join_model,
+    "cheap_scorer": _cheap_scorer_model,
+    "expensive_ranker": _ranker_model,
+}
+
+
+def classifier_reference(pixels):
+    """The classifier in numpy (float64): PIXELS [n, 3, 64, 64] -> PROBABILITIES [n, 10]."""
+    import numpy as np
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    def conv_relu(x, w, b):  # 3x3, stride 2, padding 1
+        padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))
+        windows = sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+        out = np.einsum("nchwij,ocij->nohw", windows, w.astype(np.float64))
+        return np.maximum(out + b[None, :, None, None], 0.0)
+
+    conv1, conv2, (w, b) = _classifier_weights()
+    h = conv_relu(conv_relu(np.asarray(pixels, dtype=np.float64), *conv1), *conv2)
+    logits = h.mean(axis=(2, 3)) @ w.astype(np.float64) + b
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def composing_reference(name: str, *inputs):
+    """The numpy answer of one ONNX composing model (float64), inputs in config order."""
+    import numpy as np
+
+    if name == "classifier":
+        return classifier_reference(*inputs)
+    if name in TOWER_SEEDS:
+        return np.tanh(dense_reference(inputs[0], TOWER_SIZES, TOWER_SEEDS[name]))
+    if name == "tower_join":
+        user, item = (np.asarray(t, dtype=np.float64) for t in inputs)
+        return (user * item).sum(axis=-1, keepdims=True)
+    if name == "cheap_scorer":
+        return dense_reference(inputs[0], CHEAP_SCORER_SIZES, CHEAP_SCORER_SEED)[:, 0]
+    if name == "expensive_ranker":
+        return dense_reference(inputs[0], RANKER_SIZES, RANKER_SEED)[:, 0]
+    raise KeyError(name)
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -166,54 +350,77 @@ def _copy_tree(src: Path, dst: Path) -> None:
     )
 
 
+def _save(model, path: Path) -> Path:
+    """Check ``model`` and write it to ``path`` (folders created); return ``path``."""
+    import onnx
+
+    onnx.checker.check_model(model, full_check=True)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save_model(model, str(path))
+    return path
+
+
+_ENSEMBLE_PLATFORM = re.compile(r'^\s*platform\s*:\s*"ensemble"', re.MULTILINE)
+
+
+def _ensemble_version_dirs(repo_dir: Path) -> list[Path]:
+    """Make ``1/`` in each ``platform: "ensemble"`` model folder that has no version folder.
+
+    An ensemble has no model file, but Triton (and tritium) still serve only the versions
+    that have a numbered folder; git keeps the committed ones through ``1/.gitkeep``.
+    """
+    made = []
+    for config in sorted(repo_dir.glob("*/config.pbtxt")):
+        model_dir = config.parent
+        if not _ENSEMBLE_PLATFORM.search(config.read_text()):
+            continue
+        if not any(p.is_dir() and p.name.isdigit() for p in model_dir.iterdir()):
+            (model_dir / "1").mkdir()
+            made.append(model_dir / "1")
+    return made
+
+
 def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
-    """Write the example ONNX models into ``repo_dir``; return the files written.
+    """Write the example ONNX models into ``repo_dir``; return the files (and any ensemble
+    version folders) written.
 
     When ``repo_dir`` is not the committed ``examples/model_repository`` the
     committed tree (configs, Python models, README) is copied there first.
     """
-    import onnx
-
     repo_dir = Path(repo_dir).resolve()
     if repo_dir != DEFAULT_REPOSITORY:
         _copy_tree(DEFAULT_REPOSITORY, repo_dir)
 
-    written = []
-    for name, triton_type in ONNX_MODELS.items():
-        model = _add_sub_model(name, triton_type)
-        onnx.checker.check_model(model, full_check=True)
-        path = repo_dir / name / "1" / "model.onnx"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        onnx.save_model(model, str(path))
-        written.append(path)
+    def onnx_path(name: str) -> Path:
+        return repo_dir / name / "1" / "model.onnx"
 
+    written = [_save(_add_sub_model(n, t), onnx_path(n)) for n, t in ONNX_MODELS.items()]
     built: dict[str, Path] = {}
     for name, source in MLP_MODELS.items():
-        path = repo_dir / name / "1" / "model.onnx"
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = onnx_path(name)
         if source in built:
             shutil.copyfile(built[source], path)
         else:
-            model = _mlp_model(source)
-            onnx.checker.check_model(model, full_check=True)
-            onnx.save_model(model, str(path))
-            built[source] = path
+            built[source] = _save(_mlp_model(source), path)
         written.append(path)
-    return written
+    written += [_save(build(name), onnx_path(name)) for name, build in COMPOSING_MODELS.items()]
+    return written + _ensemble_version_dirs(repo_dir)
 
 
-def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
-    """Run each generated ONNX model once with onnxruntime and check the answers."""
-    import numpy as np
+def _session(repo_dir: Path, name: str):
     import onnxruntime as ort
 
-    repo_dir = Path(repo_dir)
+    path = repo_dir / name / "1" / "model.onnx"
+    return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _check_add_sub(repo_dir: Path) -> None:
+    import numpy as np
+
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     b = np.full((1, 16), 3, dtype=np.int32)
     for name, triton_type in ONNX_MODELS.items():
-        sess = ort.InferenceSession(
-            str(repo_dir / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
-        )
+        sess = _session(repo_dir, name)
         if triton_type == "TYPE_STRING":
             feeds = {"INPUT0": a.astype(str).astype(object), "INPUT1": b.astype(str).astype(object)}
             expected = [(a + b).astype(str).astype(object), (a - b).astype(str).astype(object)]
@@ -226,13 +433,15 @@ def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
             if got.shape != want.shape or not (got == want).all():
                 raise AssertionError(f"{name}: got {got!r}, expected {want!r}")
 
-    # The MLPs: a batch of 5 against numpy, and each row alone equal to its row in the batch.
+
+def _check_mlp(repo_dir: Path) -> None:
+    """A batch of 5 against numpy, and each row alone equal to its row in the batch."""
+    import numpy as np
+
     x = np.random.default_rng(7).standard_normal((5, MLP_SIZES[0]), dtype=np.float32)
     want = mlp_reference(x)
     for name in MLP_MODELS:
-        sess = ort.InferenceSession(
-            str(repo_dir / name / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
-        )
+        sess = _session(repo_dir, name)
         (got,) = sess.run(["OUTPUT0"], {"INPUT0": x})
         if got.shape != (5, MLP_SIZES[-1]) or got.dtype != np.float32:
             raise AssertionError(f"{name}: OUTPUT0 {got.dtype} {got.shape}, FP32 (5, 10) expected")
@@ -242,6 +451,44 @@ def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
             (alone,) = sess.run(["OUTPUT0"], {"INPUT0": x[row : row + 1]})
             if not np.allclose(alone[0], got[row], rtol=1e-5, atol=1e-5):
                 raise AssertionError(f"{name}: row {row} alone differs from its batched row")
+
+
+def _check_composing(repo_dir: Path) -> None:
+    """Each composing model once against numpy; the cascade's models also with 0 rows."""
+    import numpy as np
+
+    rng = np.random.default_rng(11)
+
+    def normal(*shape):
+        return rng.standard_normal(shape, dtype=np.float32)
+
+    feeds = {
+        "classifier": {"PIXELS": normal(3, 3, IMAGE_SIZE, IMAGE_SIZE)},
+        "user_tower": {"FEATURES": normal(5, 16)},
+        "item_tower": {"FEATURES": normal(5, 16)},
+        "tower_join": {"USER": normal(5, 8), "ITEM": normal(5, 8)},
+        "cheap_scorer": {"CANDIDATES": normal(6, 16)},
+        "expensive_ranker": {"SELECTED": normal(6, 16)},
+    }
+    for name, feed in feeds.items():
+        (got,) = _session(repo_dir, name).run(None, feed)
+        want = composing_reference(name, *feed.values())
+        if got.dtype != np.float32 or got.shape != want.shape:
+            raise AssertionError(f"{name}: {got.dtype} {got.shape}, FP32 {want.shape} expected")
+        if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+            raise AssertionError(f"{name}: max |error| {np.abs(got - want).max()} vs numpy")
+    for name, source in (("cheap_scorer", "CANDIDATES"), ("expensive_ranker", "SELECTED")):
+        (got,) = _session(repo_dir, name).run(None, {source: normal(0, 16)})
+        if got.shape != (0,):
+            raise AssertionError(f"{name}: 0 rows gave shape {got.shape}, (0,) expected")
+
+
+def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
+    """Run each generated ONNX model once with onnxruntime and check the answers."""
+    repo_dir = Path(repo_dir)
+    _check_add_sub(repo_dir)
+    _check_mlp(repo_dir)
+    _check_composing(repo_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}; install the 'onnx' package (pip install onnx)", file=sys.stderr)
         return 1
     for path in written:
-        print(f"wrote {path}")
+        print(f"{'made' if path.is_dir() else 'wrote'} {path}")
     if args.check:
         check_examples(args.repository)
         print("check: ok")
