@@ -103,9 +103,13 @@ class _Run:
             values[tensor.name] = tensor
         self.root = flow = _Flow(self.route, values)
         request.on_cancel = self.cancel
+        # A step can be answered before dispatch returns (a cache hit, a cheap ONNX model run
+        # inline): hold the run open until every first step is launched.
+        self.inflight += 1
         for index in self.route.start:
             if self.error is None:
                 self.launch(self.route.steps[index], flow)
+        self.inflight -= 1
         if not self.inflight:
             self.finish()
 
