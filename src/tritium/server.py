@@ -227,8 +227,8 @@ class InferenceServer:
     ) -> None:
         await self.control.load(name, config_json, files)
 
-    async def unload_model(self, name: str) -> None:
-        await self.control.unload(name)
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.control.unload(name, unload_dependents)
 
     # -- shared memory (system; CUDA needs a GPU this server does not have) -------------------
     def register_system_shm(self, name: str, key: str, offset: int, byte_size: int) -> None:

@@ -85,10 +85,10 @@ class ModelControl:
             raise invalid_arg(f"no model '{name}' in the model repositories")
         return location, override
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self.mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
-        await self.manager.unload(name)
+        await self.manager.unload(name, unload_dependents)
 
     def _materialize(self, name: str, files: dict[str, bytes]) -> Path:
         """``file:<version>/<path>`` overrides as a model directory of their own."""

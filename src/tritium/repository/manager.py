@@ -107,9 +107,10 @@ class ModelRepositoryManager:
             await self._reload_dependents(name)
         return reason
 
-    async def unload(self, name: str) -> None:
+    async def unload(self, name: str, dependents: bool = False) -> None:
         """Stop routing requests to the model and unload it once its in-flight requests are
-        done (this waits for them)."""
+        done (this waits for them). ``dependents`` (an ensemble): also unload its composing
+        models that no other loaded ensemble uses."""
         record = self._records.get(name)
         if record is None:
             return
@@ -123,6 +124,10 @@ class ModelRepositoryManager:
                     "unloading ensemble '%s': composing model '%s' was unloaded", other.name, name
                 )
                 await self.unload(other.name)
+        if dependents:
+            used = {n for r in self._records.values() if r.ready for n in r.depends}
+            for part in sorted(record.depends - used):
+                await self.unload(part, dependents=True)
         await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
 
     async def _reload_dependents(self, name: str) -> None:

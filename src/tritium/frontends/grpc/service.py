@@ -144,8 +144,12 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             return await context.abort(
                 grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"
             )
+        dependents = request.parameters.get("unload_dependents")
         try:
-            await self._server.unload_model(request.model_name)
+            await self._server.unload_model(
+                request.model_name,
+                dependents is not None and _repository_value(dependents) is True,
+            )
         except ServerError as exc:
             return await _abort(context, exc)
         return pb.RepositoryModelUnloadResponse()

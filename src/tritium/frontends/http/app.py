@@ -118,7 +118,7 @@ class HttpApp:
             if not isinstance(params, dict):
                 raise invalid_arg("'parameters' must be a JSON object")
             if action == "unload":
-                await self.server.unload_model(name)
+                await self.server.unload_model(name, params.get("unload_dependents") is True)
                 return _EMPTY_OK
             files = {k: _base64(k, v) for k, v in params.items() if k.startswith("file:")}
             config = params.get("config")
