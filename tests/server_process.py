@@ -36,9 +36,13 @@ class ServerProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         self.ports: dict[str, int] = {}
-        self._wait_ports()
-        if wait_ready:
-            self.wait_live()
+        try:
+            self._wait_ports()
+            if wait_ready:
+                self.wait_live()
+        except BaseException:
+            self.stop()  # close the log and remove the directory even when it never came up
+            raise
 
     @property
     def http_url(self) -> str:

@@ -53,7 +53,12 @@ class _Source:
 
     who: str  # "model 'x'" or "ensemble 'y'"
     datatype: DataType
-    shape: tuple[int, ...]  # batch dimension included when the model batches
+    dims: tuple[int, ...]  # without the batch dimension
+    batching: bool
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        return ((-1,) + self.dims) if self.batching else self.dims
 
 
 class EnsemblePlan:
@@ -133,6 +138,10 @@ def _check_shape_of_config(config: Any) -> None:
     name = config.name
     if config.instance_group:
         raise _fail(f"instance group should not be specified for ensemble '{name}'")
+    if config.HasField("optimization"):
+        raise _fail(f"optimization should not be specified for ensemble '{name}'")
+    if config.model_warmup:
+        raise _fail(f"model_warmup can not be specified for ensemble '{name}'")
     if not config.HasField("ensemble_scheduling"):
         raise _fail(
             f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
@@ -149,16 +158,12 @@ def _ensemble_source(config: Any, io: Any) -> _Source:
     datatype = DataType.from_config(_config_type_name(io.data_type))
     if datatype is None:
         raise _fail(f"ensemble '{config.name}': tensor '{io.name}' must specify 'data_type'")
-    dims = tuple(io.dims)
-    return _Source(f"ensemble '{config.name}'", datatype, _full(config.max_batch_size, dims))
+    dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
+    return _Source(f"ensemble '{config.name}'", datatype, dims, config.max_batch_size > 0)
 
 
 def _config_type_name(value: int) -> str:
     return mc.DataType.Name(value)
-
-
-def _full(max_batch_size: int, dims: tuple[int, ...]) -> tuple[int, ...]:
-    return ((-1,) + dims) if max_batch_size > 0 else dims
 
 
 def _composing_specs(config: Any, lookup: SpecLookup) -> list[ModelSpec]:
@@ -342,7 +347,8 @@ def _check_types(
 
 
 def _model_source(spec: ModelSpec, io: IOSpec) -> _Source:
-    return _Source(f"model {spec.name}", io.datatype, _full(spec.max_batch_size, io.dims))
+    dims = io.reshape if io.reshape is not None else io.dims
+    return _Source(f"model {spec.name}", io.datatype, dims, spec.max_batch_size > 0)
 
 
 def _agree(name: str, where: str, tensor: str, have: _Source, want: _Source) -> None:
@@ -352,13 +358,18 @@ def _agree(name: str, where: str, tensor: str, have: _Source, want: _Source) -> 
             f"{prefix}: inconsistent data type: {have.datatype.config_name} is inferred from "
             f"{have.who} while {want.datatype.config_name} is inferred from {want.who}"
         )
-    if len(have.shape) != len(want.shape) or any(
-        a != b and a != -1 and b != -1 for a, b in zip(have.shape, want.shape, strict=True)
-    ):
+    # As Triton: the shapes agree without the batch dimension, or with it on both sides.
+    if not (_match(have.dims, want.dims) or _match(have.full, want.full)):
         raise _fail(
-            f"{prefix}: inconsistent shape: {_dims(have.shape)} is inferred from {have.who} "
-            f"while {_dims(want.shape)} is inferred from {want.who}"
+            f"{prefix}: inconsistent shape: {_dims(have.full)} is inferred from {have.who} "
+            f"while {_dims(want.full)} is inferred from {want.who}"
         )
+
+
+def _match(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    return len(a) == len(b) and all(
+        x == y or x == -1 or y == -1 for x, y in zip(a, b, strict=False)
+    )
 
 
 def _dims(shape: tuple[int, ...]) -> str:

@@ -104,7 +104,8 @@ class ModelRepositoryManager:
             self._records[name] = record
             if old is not None:
                 self._retire(old)
-            await self._reload_dependents(name)
+            if not reason:
+                await self._reload_dependents(name)
         return reason
 
     async def unload(self, name: str, dependents: bool = False) -> None:
