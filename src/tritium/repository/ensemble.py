@@ -29,6 +29,9 @@ class Step:
     inputs: tuple[tuple[str, str], ...]  # (composing model input, ensemble tensor)
     outputs: tuple[tuple[str, str], ...]  # (composing model output, ensemble tensor)
     decoupled: bool
+    # The rank each input must have for the composing model (its batch dimension included):
+    # a tensor from a model that batches differently gains or loses a leading 1, as in Triton.
+    ranks: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"step {self.index} (model '{self.model_name}')"
@@ -63,11 +66,12 @@ class _Source:
 
 class EnsemblePlan:
     def __init__(
-        self, name: str, inputs: tuple[str, ...], outputs: tuple[str, ...], steps: tuple[Step, ...]
+        self, name: str, inputs: tuple[str, ...], outputs: dict[str, int], steps: tuple[Step, ...]
     ) -> None:
         self.name = name
         self.inputs = inputs
-        self.outputs = outputs
+        self.outputs = tuple(outputs)
+        self.output_ranks = outputs  # ensemble output -> its rank as clients see it
         self.steps = steps
         self.decoupled = any(s.decoupled for s in steps)
         self.producer = {t: s.index for s in steps for _, t in s.outputs}
@@ -127,7 +131,8 @@ def build_plan(config: Any, lookup: SpecLookup) -> EnsemblePlan:
     order = _topological_order(name, steps, producers)
     _check_types(name, steps, specs, producers, ens_inputs, ens_outputs)
     _check_lineage(name, steps, order, ens_outputs)
-    return EnsemblePlan(name, tuple(ens_inputs), tuple(ens_outputs), steps)
+    ranks = {t: len(source.full) for t, source in ens_outputs.items()}
+    return EnsemblePlan(name, tuple(ens_inputs), ranks, steps)
 
 
 def _fail(message: str) -> ServerError:
@@ -214,13 +219,16 @@ def _step(config: Any, index: int, spec: ModelSpec) -> Step:
                 f"tensor {tensor}"
             )
         seen[tensor] = key
+    inputs = tuple(sorted(entry.input_map.items()))
+    batch = 1 if spec.max_batch_size > 0 else 0
     return Step(
         index=index,
         model_name=spec.name,
         model_version=int(entry.model_version),
-        inputs=tuple(sorted(entry.input_map.items())),
+        inputs=inputs,
         outputs=tuple(sorted(entry.output_map.items())),
         decoupled=spec.decoupled,
+        ranks=tuple(len(spec.inputs[key].dims) + batch for key, _ in inputs),
     )
 
 

@@ -117,10 +117,11 @@ class _Run:
     def launch(self, step: Step, flow: _Flow) -> None:
         flow.started.add(step.index)
         inputs = []
-        for key, tensor in step.inputs:
+        for (key, tensor), rank in zip(step.inputs, step.ranks, strict=True):
             value = flow.read(tensor)
-            if value is not None:  # an optional ensemble input the client left out
-                inputs.append(Tensor(key, value.datatype, value.shape, value.data))
+            if value is not None:  # None: an optional ensemble input the client left out
+                data = value.data if len(value.shape) == rank else _fit(value.data, rank)
+                inputs.append(Tensor(key, value.datatype, data.shape, data))
         parent = self.request
         sub = InferenceRequest(
             step.model_name,
@@ -211,7 +212,14 @@ class _Run:
         values = flow.values
         if not all(t in values for t in self.route.wanted):
             return None
-        outputs = [values.pop(t) for t in self.route.wanted]
+        ranks = self.owner.plan.output_ranks
+        outputs = []
+        for name in self.route.wanted:
+            tensor = values.pop(name)
+            if tensor is not None and len(tensor.shape) != ranks[name]:
+                data = _fit(tensor.data, ranks[name])
+                tensor = Tensor(name, tensor.datatype, data.shape, data)
+            outputs.append(tensor)
         request = self.request
         return InferenceResponse(
             request.model_name,
@@ -248,6 +256,17 @@ class _Run:
             send_error(request, owner.version, _deadlock(owner.plan.name))
         else:
             request.sender.send(response, True)
+
+
+def _fit(data: Any, rank: int) -> Any:
+    """Triton's ReshapeTensorDims between a model that batches and one that does not: add a
+    leading batch of 1, or drop one; any other difference is left to the model's checks."""
+    shape = data.shape
+    if len(shape) + 1 == rank:
+        return data.reshape((1, *shape))
+    if len(shape) == rank + 1 and shape[0] == 1:
+        return data.reshape(shape[1:])
+    return data
 
 
 def _deadlock(name: str) -> ServerError:
