@@ -201,8 +201,9 @@ class ModelRepositoryManager:
             await asyncio.gather(*loads)
 
     async def _load_composing(self, ensemble: str, names: frozenset[str]) -> None:
-        """Wait for the composing models being loaded; load those never loaded (Triton
-        loads an ensemble's composing models with it). A cycle between ensembles fails."""
+        """Wait for the composing models being loaded; load those never loaded or unloaded
+        since (Triton loads an ensemble's composing models with it). A cycle between
+        ensembles fails."""
         self._waiting_on[ensemble] = set(names)
         cycle = self._cycle(ensemble, ensemble, [ensemble])
         if cycle:
@@ -212,7 +213,7 @@ class ModelRepositoryManager:
         for name in sorted(names):
             if name in self._loading:
                 waits.append(asyncio.shield(self._loading[name]))
-            elif name not in self._records:
+            elif name not in self._records or _was_unloaded(self._records[name]):
                 locations = locations or self.scan()
                 if name in locations:
                     self._loading[name] = asyncio.get_running_loop().create_future()
@@ -426,3 +427,8 @@ def _failure(record: ModelRecord) -> str:
         return record.reason
     reasons = [e.reason for e in record.versions.values() if e.reason]
     return "; ".join(reasons) or "no version is available"
+
+
+def _was_unloaded(record: ModelRecord) -> bool:
+    """Every version of the model was unloaded (rather than failing to load)."""
+    return not record.ready and all(e.reason == "unloaded" for e in record.versions.values())
