@@ -47,6 +47,11 @@ RESULTS_DIR = ROOT / "bench" / "results"
 BUILD_MODELS = ROOT / "examples" / "build_models.py"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
+# bench/ensembles.py (the ensembles list) imports this module as ``run``: let it find this
+# module object when this file is the script, not load a second copy.
+sys.modules.setdefault("run", sys.modules[__name__])
+import ensembles  # noqa: E402 - after the alias above
+
 
 # ---------------------------------------------------------------------------------------------
 # Scenarios: one list per issue. A later issue adds a function and an ISSUES entry (and, for a
@@ -59,11 +64,19 @@ class Scenario:
     concurrency: int
     batch: int = 1  # rows per request (first dimension)
     responses: int = 0  # decoupled square_int32: N, the responses asked for per request
+    # ensembles: the client calls the ensemble's composing models one after another instead
+    chained: bool = False
 
     @property
     def name(self) -> str:
         suffix = f"/n{self.responses}" if self.responses else ""
+        suffix += "/chained" if self.chained else ""
         return f"{self.model}/{self.protocol}/c{self.concurrency}{suffix}"
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model and, for an ensemble, its composing models (waited for, statistics)."""
+        return (self.model, *ensembles.composing(self.model))
 
 
 def foundation_scenarios() -> list[Scenario]:
@@ -127,10 +140,14 @@ ISSUES: dict[str, Callable[[], list[Scenario]]] = {
     "streaming": streaming_scenarios,
     "batching": batching_scenarios,
     "shm": shm_scenarios,
+    "ensembles": ensembles.scenarios,
 }
 # batching is not in the default list yet (the dynamic batcher is being written); shm neither.
-DEFAULT_ISSUES = ("foundation", "streaming")
+DEFAULT_ISSUES = ("foundation", "streaming", "ensembles")
 UNARY_PROTOCOLS = ("http", "http-json", "grpc", "http-aio-default")
+# Models whose inputs JSON cannot carry (JPEG bytes are not UTF-8; tritonclient refuses them):
+# --protocols http-json adds no variant of their scenarios.
+BINARY_ONLY_MODELS = (ensembles.ENSEMBLE,)
 # Server flags a list needs (the one server of a run gets those of every selected list).
 SERVER_ARGS: dict[str, tuple[str, ...]] = {
     "shm": ("--allow-client-shm=true", "--http-max-input-size", str(64 << 20)),
@@ -299,14 +316,36 @@ class CpuSnapshot:
     server: float
     stubs: dict[int, float]
     client: float
+    machine: float = 0.0  # busy CPU seconds of the whole machine (all processes)
 
     @classmethod
     def take(cls, server_pid: int) -> CpuSnapshot:
         stubs = {pid: proc_cpu_seconds(pid) for pid in children_of(server_pid)}
-        return cls(time.perf_counter(), proc_cpu_seconds(server_pid), stubs, time.process_time())
+        return cls(
+            time.perf_counter(),
+            proc_cpu_seconds(server_pid),
+            stubs,
+            time.process_time(),
+            machine_busy_seconds(),
+        )
 
     def stub_delta(self, start: CpuSnapshot) -> float:
         return sum(t - start.stubs.get(pid, 0.0) for pid, t in self.stubs.items())
+
+    def other_delta(self, start: CpuSnapshot) -> float:
+        """CPU time of the machine's other processes (neither server, stubs nor client)."""
+        ours = self.server - start.server + self.stub_delta(start) + self.client - start.client
+        return max(0.0, self.machine - start.machine - ours)
+
+
+def machine_busy_seconds() -> float:
+    """user + nice + system + irq + softirq + steal of all CPUs, from /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,7 +439,8 @@ class Window:
     latencies: list[float] = field(default_factory=list)  # seconds, completions in window
     first_latencies: list[float] = field(default_factory=list)  # decoupled: send → 1st answer
     responses: int = 0  # decoupled: data responses received inside the window
-    stats: list[dict[str, int] | None] = field(default_factory=list)  # model stats, start/end
+    # statistics of the scenario's models (Scenario.models), read at the start and the end
+    stats: list[dict[str, dict[str, int] | None]] = field(default_factory=list)
     verified: int = 0
     wrong: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -538,6 +578,7 @@ CONTRACTS: dict[str, Contract] = {
         identity_inputs,
         lambda result, d: identity_problem(result.as_numpy("OUTPUT0"), d["INPUT0"]),
     ),
+    ensembles.ENSEMBLE: ensembles.contract(),
 }
 
 
@@ -553,14 +594,16 @@ def precompute_references(repo: Path, scenarios: list[Scenario]) -> None:
             for wid in range(sc.concurrency):
                 for inputs in CONTRACTS[sc.model].make_inputs(wid, sc.batch):
                     REFERENCE.expected(sc.model, inputs["INPUT0"])
+    if any(sc.model in ensembles.CHAINS for sc in scenarios):
+        ensembles.precompute(repo)
 
 
 async def worker(sc: Scenario, driver: Any, url: str, wid: int, win: Window, every: int) -> None:
     client = driver.client(url)
     contract = contract_of(sc.model)
     data = contract.make_inputs(wid, sc.batch)
-    prepared = [driver.prepare_tensors(d, contract.outputs) for d in data]
     try:
+        prepared = [driver.prepare_tensors(d, contract.outputs) for d in data]
         i = 0
         while not win.closed():
             check = i % every == 0
@@ -908,14 +951,18 @@ def model_stats(server: Server, model: str) -> dict[str, int] | None:
         return None
 
 
-async def sampler(win: Window, server: Server, model: str, settings: Settings) -> None:
-    """Opens and closes the window; the model's statistics are read just outside it."""
+def models_stats(server: Server, models: tuple[str, ...]) -> dict[str, dict[str, int] | None]:
+    return {model: model_stats(server, model) for model in models}
+
+
+async def sampler(win: Window, server: Server, models: tuple[str, ...], settings: Settings):
+    """Opens and closes the window; the models' statistics are read just outside it."""
     await asyncio.sleep(settings.warmup)
-    stats_start = await asyncio.to_thread(model_stats, server, model)
+    stats_start = await asyncio.to_thread(models_stats, server, models)
     win.start = CpuSnapshot.take(server.pid)
     await asyncio.sleep(settings.seconds)
     win.end = CpuSnapshot.take(server.pid)
-    win.stats = [stats_start, await asyncio.to_thread(model_stats, server, model)]
+    win.stats = [stats_start, await asyncio.to_thread(models_stats, server, models)]
 
 
 async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
@@ -929,6 +976,8 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
         depths = driver.depths(sc.concurrency)
         workers = [session(sc, url, w, depth, win, every) for w, depth in enumerate(depths)]
     else:
+        if sc.chained:
+            driver = ensembles.chain_driver(driver, sc.model)
         workers = [worker(sc, driver, url, w, win, every) for w in range(sc.concurrency)]
     await run_window(sc, server, settings, win, workers)
     return win
@@ -973,7 +1022,7 @@ async def run_window(
     sc: Scenario, server: Server, settings: Settings, win: Window, workers: list[Any]
 ) -> None:
     """Runs the workers while the sampler opens and closes the window."""
-    sample = asyncio.ensure_future(sampler(win, server, sc.model, settings))
+    sample = asyncio.ensure_future(sampler(win, server, sc.models, settings))
     limit = settings.warmup + settings.seconds + 30.0
     try:
         await asyncio.wait_for(asyncio.gather(*workers), limit)
@@ -1012,22 +1061,34 @@ def summarize(sc: Scenario, win: Window) -> dict[str, Any]:
         server_cpu_util=(end.server - start.server) / seconds,
         stub_cpu_util=end.stub_delta(start) / seconds,
         client_cpu_util=(end.client - start.client) / seconds,
+        # other processes busy on the machine during the window (cores): noise when > ~0.1
+        other_cpu_util=end.other_delta(start) / seconds,
     )
     if sc.model in PAYLOAD_BYTES:
         row["bytes_per_inference"] = PAYLOAD_BYTES[sc.model]
         row["mb_per_s"] = row["infer_per_s"] * PAYLOAD_BYTES[sc.model] / 1e6
     if sc.responses:
         add_decoupled(row, win, seconds)
-    if len(win.stats) == 2 and None not in win.stats:
-        inferences, executions = (
-            win.stats[1][key] - win.stats[0][key] for key in ("inference_count", "execution_count")
-        )
-        row.update(
-            server_inferences=inferences,
-            server_executions=executions,
-            avg_batch=inferences / executions if executions else None,
-        )
+    if len(win.stats) == 2:
+        counts = {m: stats_delta(win.stats[0][m], win.stats[1][m]) for m in sc.models}
+        if counts[sc.model]:
+            row.update(counts[sc.model])
+        composing = {m: c for m, c in counts.items() if m != sc.model and c}
+        if composing:
+            row["composing_stats"] = composing
     return row
+
+
+def stats_delta(start: dict[str, int] | None, end: dict[str, int] | None) -> dict[str, Any]:
+    """A model's inferences, executions and average batch over the window ({} if unknown)."""
+    if start is None or end is None:
+        return {}
+    inferences, executions = (end[k] - start[k] for k in ("inference_count", "execution_count"))
+    return {
+        "server_inferences": inferences,
+        "server_executions": executions,
+        "avg_batch": inferences / executions if executions else None,
+    }
 
 
 def add_decoupled(row: dict[str, Any], win: Window, seconds: float) -> None:
@@ -1128,17 +1189,18 @@ def load_python_model(model_dir: Path) -> tuple[Any, Any]:
         load_config(model_dir), preserving_proto_field_name=True
     )
     model = module.TritonPythonModel()
-    model.initialize(
-        {
-            "model_config": config_json,
-            "model_instance_kind": "CPU",
-            "model_instance_name": f"{model_dir.name}_0",
-            "model_instance_device_id": "0",
-            "model_repository": str(model_dir),
-            "model_version": "1",
-            "model_name": model_dir.name,
-        }
-    )
+    if hasattr(model, "initialize"):  # optional, as in Triton's Python backend
+        model.initialize(
+            {
+                "model_config": config_json,
+                "model_instance_kind": "CPU",
+                "model_instance_name": f"{model_dir.name}_0",
+                "model_instance_device_id": "0",
+                "model_repository": str(model_dir),
+                "model_version": "1",
+                "model_name": model_dir.name,
+            }
+        )
     return model, pb_utils
 
 
@@ -1213,6 +1275,7 @@ BASELINES: dict[str, Callable[[Path, float], dict[str, Any]]] = {
     "add_sub_python": baseline_python,
     "mlp": baseline_onnx_ceiling,
     IDENTITY_MODEL: baseline_identity,
+    ensembles.ENSEMBLE: ensembles.baseline,
 }
 # Models whose baseline is another's (the same model.onnx and session options): measured once.
 BASELINE_SAME_AS = {"mlp_nobatch": "mlp"}
@@ -1478,6 +1541,7 @@ def decoupled_table(rows: list[dict[str, Any]]) -> list[str]:
 
 
 ISSUE_NOTES = {
+    "ensembles": ensembles.NOTE,
     "shm": f"`{IDENTITY_MODEL}` is the bench's own ONNX Identity (FP32 dims [-1], "
     "max_batch_size 0, 2 CPU instances, built into the bench repository); each request "
     f"sends one FP32 [{SHM_ELEMENTS}] tensor (16 MiB) and gets it back. `shm-http` / "
@@ -1537,6 +1601,8 @@ def markdown(report: dict[str, Any]) -> str:
         + {
             "batching": "ratios to the in-process onnxruntime ceiling (see below).",
             "shm": f"ratios to the `{SHM_REFERENCE}` row of the same concurrency.",
+            "ensembles": "ens ÷ chained = the ensemble row ÷ the chained row of the same "
+            "protocol and concurrency.",
         }.get(
             report["issue"],
             "ratios: throughput ÷ baseline calls/s, (server+stub CPU) ÷ baseline CPU per call.",
@@ -1549,6 +1615,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += batching_table(regular) + batching_goal(regular)
     elif report["issue"] == "shm":
         lines += shm_table(regular) + shm_verdict(regular)
+    elif report["issue"] == "ensembles":
+        lines += ensembles.table(regular)
     else:
         lines += regular_table(regular)
     lines += decoupled_table([row for row in report["scenarios"] if row.get("responses")])
@@ -1687,7 +1755,13 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     chosen: dict[str, list[Scenario]] = {}
     for issue, scenarios in lists.items():
         unary = [s for s in scenarios if s.protocol in UNARY_PROTOCOLS and not s.responses]
-        scenarios += list(dict.fromkeys(replace(s, protocol=p) for p in extra for s in unary))
+        variants = (
+            replace(s, protocol=p)
+            for p in extra
+            for s in unary
+            if not (p == "http-json" and s.model in BINARY_ONLY_MODELS)
+        )
+        scenarios += list(dict.fromkeys(variants))
         kept = [
             s
             for s in scenarios
@@ -1782,7 +1856,7 @@ def run_scenarios(
 ) -> list[dict[str, Any]]:
     server, rows = Server(repo, work, server_args), []
     try:
-        server.wait_ready(sorted({s.model for s in scenarios}))
+        server.wait_ready(sorted({m for s in scenarios for m in s.models}))
         info["server_idle"] = idle_cpu(server, 0.5 if settings.quick else 2.0)
         for sc in scenarios:
             print(f"scenario {sc.name} ...", flush=True)
@@ -1803,6 +1877,13 @@ def run_scenarios(
         if any(r["errors"] or r["wrong"] for r in rows):
             info.setdefault("server_log_tail", server.log_tail())
     return rows
+
+
+# Ratios between the rows of one list, added before its report is written.
+ROW_RATIOS: dict[str, Callable[[list[dict[str, Any]]], None]] = {
+    "shm": add_shm_ratios,
+    "ensembles": ensembles.add_ratios,
+}
 
 
 def write_report(report: dict[str, Any], out_dir: Path) -> Path:
@@ -1832,8 +1913,8 @@ def main(argv: list[str] | None = None) -> int:
     by_name = {row["name"]: row for row in rows}
     for issue, issue_scenarios in chosen.items():
         issue_rows = [by_name[s.name] for s in issue_scenarios if s.name in by_name]
-        if issue == "shm":
-            add_shm_ratios(issue_rows)
+        if issue in ROW_RATIOS:
+            ROW_RATIOS[issue](issue_rows)
         models = {row["model"] for row in issue_rows}
         report = {
             "issue": issue,
