@@ -157,6 +157,21 @@ class TritonPythonModel:
         return None
 '''
 
+_STAMP_PY = '''\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """STAMP = WINDOW (an identity: its statistics tell whether it ran)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            window = pb_utils.get_input_tensor_by_name(request, "WINDOW").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("STAMP", window)]))
+        return responses
+'''
+
 _SQUARE_PY = '''\
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -210,6 +225,12 @@ def _python_models() -> dict[str, dict[str, str]]:
             ),
             "1/model.py": _COUNT_UP_PY,
         },
+        "stamp": {
+            "config.pbtxt": _python_config(
+                "stamp", 0, [("WINDOW", "TYPE_FP64", [2])], [("STAMP", "TYPE_FP64", [2])]
+            ),
+            "1/model.py": _STAMP_PY,
+        },
         "square_int": {
             "config.pbtxt": _python_config(
                 "square_int", 0, [("VALUE", "TYPE_INT32", [1])], [("SQUARE", "TYPE_INT32", [1])]
@@ -257,6 +278,16 @@ def _ensembles() -> dict[str, str]:
             [
                 _step("window_a", {"X": "X"}, {"WINDOW": "WINDOW_A"}),
                 _step("window_b", {"X": "X"}, {"WINDOW": "WINDOW_B"}),
+            ],
+        ),
+        "slow_chain": _ensemble_config(
+            "slow_chain",
+            0,
+            [("X", "TYPE_FP32", [1])],
+            [("STAMP", "TYPE_FP64", [2])],
+            [
+                _step("window_a", {"X": "X"}, {"WINDOW": "w"}),
+                _step("stamp", {"WINDOW": "w"}, {"STAMP": "STAMP"}),
             ],
         ),
         "failing_chain": _ensemble_config(

@@ -58,7 +58,7 @@ Done = Callable[[InferenceRequest, Exception | None, InferenceResponse | None], 
 class _UnarySender:
     """Collects the single final response of a non-decoupled request into a future."""
 
-    __slots__ = ("future", "response", "done", "request")
+    __slots__ = ("future", "response", "done", "request", "finished")
 
     def __init__(
         self, future: asyncio.Future[InferenceResponse], done: Done, request: InferenceRequest
@@ -67,20 +67,24 @@ class _UnarySender:
         self.response: InferenceResponse | None = None
         self.done = done
         self.request = request
+        self.finished = False
 
     def send(self, response: InferenceResponse | None, final: bool) -> None:
-        if self.future.done():
+        if self.finished:
             return  # already answered: a second final (a backend bug) changes nothing
         if response is not None:
             self.response = response
         if final:
+            self.finished = True
             answer = self.response
             error = internal("the model sent no response") if answer is None else answer.error
-            self.done(self.request, error, answer)
-            if self.response is None:
+            self.done(self.request, error, answer)  # even if the caller has gone away
+            if self.future.done():  # the caller was cancelled: nobody waits for the answer
+                return
+            if answer is None:
                 self.future.set_exception(internal("the model sent no response"))
             else:
-                self.future.set_result(self.response)
+                self.future.set_result(answer)
 
 
 class _CallbackSender:

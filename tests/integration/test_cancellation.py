@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from models import SLOW_SECONDS
 from server_process import ServerProcess
 
 _PROBE_CONFIG = """\
@@ -93,3 +94,43 @@ def test_dropped_stream_cancels_the_running_request(
     assert error is None and result.get_response().id == "r2"
     client.stop_stream(cancel_requests=True)
     client.close()
+
+
+def test_a_cancelled_unary_request_is_still_accounted(server: ServerProcess, protocol: str) -> None:
+    """A unary call given up while its model runs: the model's answer, which nobody waits
+    for any more, still closes the request (it is counted in the statistics, and nothing
+    stays in flight to hold up a graceful shutdown)."""
+    import asyncio
+
+    import tritonclient.grpc.aio as grpcaio
+    import tritonclient.http.aio as httpaio
+
+    aio = httpaio if protocol == "http" else grpcaio
+    kw = {"as_json": True} if protocol == "grpc" else {}
+
+    async def finished(conn) -> int:
+        stats = (await conn.get_inference_statistics("slow", **kw))["model_stats"][0]
+        counts = stats["inference_stats"]
+        return sum(int(counts[k].get("count", 0)) for k in ("success", "fail"))
+
+    async def main() -> tuple[int, int]:
+        conn = aio.InferenceServerClient(server.url(protocol))
+        try:
+            before = await finished(conn)
+            inp = aio.InferInput("INPUT0", [1], "FP32")
+            inp.set_data_from_numpy(np.ones(1, np.float32))
+            call = asyncio.ensure_future(conn.infer("slow", [inp]))
+            await asyncio.sleep(SLOW_SECONDS / 4)
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            deadline = time.monotonic() + 15
+            after = await finished(conn)
+            while after == before and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+                after = await finished(conn)
+            return before, after
+        finally:
+            await conn.close()
+
+    before, after = asyncio.run(main())
+    assert after == before + 1

@@ -30,7 +30,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from build_models import composing_reference
 from clients import client, make_input, module
-from ensemble_models import build_ensemble_repository
+from ensemble_models import WINDOW_SLEEP_S, build_ensemble_repository
 from PIL import Image
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
@@ -337,6 +337,55 @@ def test_failing_step_fails_the_request(c: Any, protocol: str) -> None:
     assert c.is_server_live() and c.is_model_ready("failing_chain")
 
 
+# ----------------------------------------------------------------------------- cancellation
+def test_a_client_that_goes_away_stops_the_later_steps(srv: ServerProcess, protocol: str) -> None:
+    """slow_chain = window_a (sleeps) -> stamp. The client gives up while window_a runs:
+    window_a finishes, but stamp never runs and the ensemble counts no success."""
+    aio = httpaio if protocol == "http" else grpcaio
+    kw = {"as_json": True} if protocol == "grpc" else {}
+
+    async def main() -> tuple[list[dict], list[dict]]:
+        conn = aio.InferenceServerClient(srv.url(protocol))
+        try:
+
+            async def stats() -> list[dict]:
+                models = ("window_a", "stamp", "slow_chain")
+                return [_parse_stats(await conn.get_inference_statistics(m, **kw)) for m in models]
+
+            before = await stats()
+            inp = aio.InferInput("X", [1], "FP32")
+            inp.set_data_from_numpy(np.ones(1, np.float32))
+            call = asyncio.ensure_future(conn.infer("slow_chain", [inp]))
+            await asyncio.sleep(WINDOW_SLEEP_S / 4)  # window_a is running now
+            call.cancel()
+            await asyncio.gather(call, return_exceptions=True)
+            deadline = time.monotonic() + WAIT_S
+            after = await stats()
+            while after[0]["inference_count"] == before[0]["inference_count"]:
+                assert time.monotonic() < deadline, "window_a never finished"
+                await asyncio.sleep(0.05)
+                after = await stats()
+            await asyncio.sleep(0.3)  # time enough for a wrongly started stamp to show
+            after = await stats()
+            return before, after
+        finally:
+            await conn.close()
+
+    (w0, s0, e0), (w1, s1, e1) = asyncio.run(asyncio.wait_for(main(), WAIT_S))
+    assert w1["inference_count"] == w0["inference_count"] + 1
+    assert s1["inference_count"] == s0["inference_count"], "stamp ran for a cancelled request"
+    assert e1["success"] == e0["success"]
+    assert e1["fail"] == e0["fail"] + 1  # counted as a cancelled request once it ended
+    # A request that stays gets its answer through both steps.
+    conn = client(protocol, srv.url(protocol))
+    try:
+        result = infer(conn, protocol, "slow_chain", {"X": (np.ones(1, np.float32), "FP32")})
+    finally:
+        conn.close()
+    start, end = result.as_numpy("STAMP")
+    assert start < end
+
+
 # -------------------------------------------------------- batching inside a composing model
 def test_concurrent_requests_batch_in_a_composing_model(srv: ServerProcess, protocol: str) -> None:
     n = 24
@@ -381,6 +430,7 @@ def _parse_stats(raw: dict[str, Any]) -> dict[str, Any]:
         "inference_count": int(entry.get("inference_count", 0)),
         "execution_count": int(entry.get("execution_count", 0)),
         "success": int(entry["inference_stats"]["success"].get("count", 0)),
+        "fail": int(entry["inference_stats"]["fail"].get("count", 0)),
         "batches": {
             int(b["batch_size"]): int(b["compute_infer"].get("count", 0))
             for b in entry.get("batch_stats", [])

@@ -144,7 +144,7 @@ def test_linear_plan() -> None:
     assert plan.name == ENS
     assert plan.inputs == ("X",)
     assert plan.outputs == ("Y",)
-    assert plan.models == {"a", "b"}
+    assert {s.model_name for s in plan.steps} == {"a", "b"}
     assert plan.producer == {"t": 0, "Y": 1}
     assert [(s.index, s.model_name, s.model_version) for s in plan.steps] == [
         (0, "a", -1),

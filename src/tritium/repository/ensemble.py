@@ -77,10 +77,6 @@ class EnsemblePlan:
         self.producer = {t: s.index for s in steps for _, t in s.outputs}
         self._routes: dict[tuple[str, ...], Route] = {}
 
-    @property
-    def models(self) -> set[str]:
-        return {s.model_name for s in self.steps}
-
     def route(self, wanted: tuple[str, ...]) -> Route:
         route = self._routes.get(wanted)
         if route is None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..backends.base import send_error
-from ..errors import ErrorKind, ServerError, invalid_arg
+from ..errors import ErrorKind, ServerError, cancelled, invalid_arg
 from ..repository.ensemble import EnsemblePlan, Route, Step
 from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
@@ -204,6 +204,9 @@ class _Run:
             sub.cancel()
 
     def cancel(self) -> None:
+        """The client went away: start nothing more, and cancel what runs or waits."""
+        if self.error is None:
+            self.error = cancelled("the request was cancelled")
         for sub in list(self.live):
             sub.cancel()
 
