@@ -399,6 +399,7 @@ def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
     for name, source in MLP_MODELS.items():
         path = onnx_path(name)
         if source in built:
+            path.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder
             shutil.copyfile(built[source], path)
         else:
             built[source] = _save(_mlp_model(source), path)
