@@ -169,3 +169,30 @@ def test_each_response_of_a_decoupled_step_flows_on_alone() -> None:
     values = [r.outputs[0].data.tolist() for r, final in collector.sent if r is not None]
     assert values == [[0], [100], [200]]
     assert [final for _, final in collector.sent] == [False, False, False, True]
+
+
+def test_max_inflight_requests_holds_a_step_across_requests() -> None:
+    config = ensemble(ident("a", "X", "t"), ident("b", "t", "Y"))
+    config.ensemble_scheduling.max_inflight_requests = 1
+    plan = plan_of(config)
+    assert plan.max_inflight == 1
+    models = Models()
+    scheduler = EnsembleScheduler(plan, models.dispatch, "1")
+    collectors = []
+    for i in range(3):
+        request = InferenceRequest("ens", inputs=[_int32("X", [i])], id=f"r{i}")
+        request.sender = collector = Collector()
+        request.stats = ModelStats("ens", "1")
+        request.stats.pending += 1
+        collectors.append(collector)
+        scheduler.submit(request)
+    # Step a takes one request at a time, whoever sent it; the others wait their turn.
+    assert [(r.model_name, r.id) for r, _ in models.waiting] == [("a", "r0")]
+    models.answer("a", lambda x: x + 1)
+    assert [(r.model_name, r.id) for r, _ in models.waiting] == [("b", "r0"), ("a", "r1")]
+    models.answer("a", lambda x: x + 1)
+    models.answer("a", lambda x: x + 1)
+    for _ in range(3):
+        models.answer("b", lambda x: x * 10)
+    answers = [c.sent[-1][0].outputs[0].data.tolist() for c in collectors]
+    assert answers == [[10], [20], [30]]

@@ -66,9 +66,15 @@ class _Source:
 
 class EnsemblePlan:
     def __init__(
-        self, name: str, inputs: tuple[str, ...], outputs: dict[str, int], steps: tuple[Step, ...]
+        self,
+        name: str,
+        inputs: tuple[str, ...],
+        outputs: dict[str, int],
+        steps: tuple[Step, ...],
+        max_inflight: int = 0,
     ) -> None:
         self.name = name
+        self.max_inflight = max_inflight  # per step, across requests (0: no limit)
         self.inputs = inputs
         self.outputs = tuple(outputs)
         self.output_ranks = outputs  # ensemble output -> its rank as clients see it
@@ -128,7 +134,8 @@ def build_plan(config: Any, lookup: SpecLookup) -> EnsemblePlan:
     _check_types(name, steps, specs, producers, ens_inputs, ens_outputs)
     _check_lineage(name, steps, order, ens_outputs)
     ranks = {t: len(source.full) for t, source in ens_outputs.items()}
-    return EnsemblePlan(name, tuple(ens_inputs), ranks, steps)
+    limit = config.ensemble_scheduling.max_inflight_requests
+    return EnsemblePlan(name, tuple(ens_inputs), ranks, steps, limit)
 
 
 def _fail(message: str) -> ServerError:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +34,10 @@ class EnsembleScheduler:
         self._idle = asyncio.Event()
         self._idle.set()
         self._all_outputs = plan.outputs
+        # ensemble_scheduling.max_inflight_requests: one gate per step, shared by every
+        # ensemble request (None: no limit, and no cost).
+        limit = plan.max_inflight
+        self.gates = [_Gate(limit) for _ in plan.steps] if limit > 0 else None
 
     def submit(self, request: InferenceRequest) -> None:
         request.stats.started(request, time.perf_counter_ns())
@@ -49,6 +54,18 @@ class EnsembleScheduler:
     async def close(self) -> None:
         """Unloading: let the ensemble requests in flight finish."""
         await self._idle.wait()
+
+
+class _Gate:
+    """At most ``limit`` requests of one step in flight across all ensemble requests; the
+    others wait, in order, for one to finish (Triton's max_inflight_requests)."""
+
+    __slots__ = ("limit", "busy", "waiting")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.busy = 0
+        self.waiting: deque[tuple[_Run, Step, _Flow]] = deque()
 
 
 class _Flow:
@@ -116,6 +133,17 @@ class _Run:
     # -- steps -------------------------------------------------------------------------------
     def launch(self, step: Step, flow: _Flow) -> None:
         flow.started.add(step.index)
+        gates = self.owner.gates
+        if gates is not None:
+            gate = gates[step.index]
+            if gate.busy >= gate.limit:
+                self.inflight += 1  # the run stays open while the step waits at its gate
+                gate.waiting.append((self, step, flow))
+                return
+            gate.busy += 1
+        self.send(step, flow)
+
+    def send(self, step: Step, flow: _Flow) -> None:
         inputs = []
         for (key, tensor), rank in zip(step.inputs, step.ranks, strict=True):
             value = flow.read(tensor)
@@ -147,6 +175,24 @@ class _Run:
             self.inflight -= 1
             self.live.discard(sub)
             self.fail(step, exc)
+            self.release(step)
+
+    def release(self, step: Step) -> None:
+        """A request of ``step`` is over: let the next one waiting at its gate go."""
+        gates = self.owner.gates
+        if gates is None:
+            return
+        gate = gates[step.index]
+        gate.busy -= 1
+        while gate.waiting and gate.busy < gate.limit:
+            run, waiting, flow = gate.waiting.popleft()
+            run.inflight -= 1
+            if run.error is not None:  # failed or cancelled while it waited
+                if not run.inflight:
+                    run.finish()
+                continue
+            gate.busy += 1
+            run.send(waiting, flow)
 
     def on_response(
         self,
@@ -164,6 +210,7 @@ class _Run:
         if final:
             self.inflight -= 1
             self.live.discard(sub)
+            self.release(step)
             if sub.timing is not None:
                 for i, ns in enumerate(sub.timing):
                     self.timing[i] += ns
