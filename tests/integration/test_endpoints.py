@@ -465,3 +465,31 @@ def test_http_model_ready_unknown_version_is_error_json(server: ServerProcess) -
     status, _, body = _raw(server, "GET", "/v2/models/versioned_specific/versions/2/ready")
     assert status in (400, 404, 503)
     assert "error" in json.loads(body)
+
+
+def test_asyncio_http_client_reads_every_answer(server: ServerProcess) -> None:
+    """tritonclient.http.aio sends Accept-Encoding (aiohttp's default) but parses non-infer
+    answers as plain JSON, so the server compresses inference responses only (as Triton).
+    Every model's config, metadata and statistics, and the index, must read back."""
+    import asyncio
+
+    import tritonclient.http.aio as httpaio
+
+    async def main() -> list[int]:
+        conn = httpaio.InferenceServerClient(server.http_url)
+        try:
+            index = await conn.get_model_repository_index()
+            names = sorted({m["name"] for m in index if m.get("state") == "READY"})
+            sizes = []
+            for name in names:
+                config = await conn.get_model_config(name)
+                assert config["name"] == name
+                assert (await conn.get_model_metadata(name))["name"] == name
+                sizes.append(len(json.dumps(config)))
+            assert (await conn.get_inference_statistics())["model_stats"]
+            return sizes
+        finally:
+            await conn.close()
+
+    sizes = asyncio.run(main())
+    assert max(sizes) > 1024, "no config large enough to have been compressed"

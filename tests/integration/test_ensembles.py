@@ -257,6 +257,72 @@ def test_cascade(c: Any, protocol: str, case: str) -> None:
     assert sorted(output_names(result, protocol)) == ["INDICES", "RELEVANCE"]
 
 
+def test_the_three_patterns_through_the_asyncio_clients(
+    srv: ServerProcess, protocol: str, example_repo: Path
+) -> None:
+    """image_classifier, two_tower and cascade at once, several requests each, through
+    tritonclient's asyncio clients; every answer checked against its own reference."""
+    aio = httpaio if protocol == "http" else grpcaio
+    labels = (example_repo / "postprocess" / "labels.txt").read_text().split()
+    images = list(_image_bytes().values())
+    rng = np.random.default_rng(8)
+    towers = [rng.standard_normal((2, 16), dtype=np.float32) for _ in range(6)]
+    candidates = [_cascade_candidates(12, True, seed) for seed in (1, 3, 4)]
+
+    def tensor(name: str, array: np.ndarray, datatype: str) -> Any:
+        inp = aio.InferInput(name, list(array.shape), datatype)
+        inp.set_data_from_numpy(array)
+        return inp
+
+    async def main() -> tuple[list, list, list, dict]:
+        conn = aio.InferenceServerClient(srv.url(protocol))
+        try:
+            kw = {"as_json": True} if protocol == "grpc" else {}
+            params = await conn.get_model_config("select_candidates", **kw)
+            params = (params["config"] if protocol == "grpc" else params)["parameters"]
+            image_calls = [
+                conn.infer(
+                    "image_classifier",
+                    [tensor("IMAGE", np.array([[data]], object), "BYTES")],
+                )
+                for data in images
+            ]
+            tower_calls = [
+                conn.infer(
+                    "two_tower",
+                    [tensor("USER_FEATURES", u, "FP32"), tensor("ITEM_FEATURES", u[::-1], "FP32")],
+                )
+                for u in towers
+            ]
+            cascade_calls = [
+                conn.infer("cascade", [tensor("CANDIDATES", cand, "FP32")]) for cand in candidates
+            ]
+            everything = await asyncio.gather(*image_calls, *tower_calls, *cascade_calls)
+            a, b = len(image_calls), len(image_calls) + len(tower_calls)
+            return everything[:a], everything[a:b], everything[b:], params
+        finally:
+            await conn.close()
+
+    image_results, tower_results, cascade_results, params = asyncio.run(
+        asyncio.wait_for(main(), WAIT_S)
+    )
+    for data, result in zip(images, image_results, strict=True):
+        _check_labels(result.as_numpy("LABELS"), _expected_labels([data], labels), labels)
+    for user, result in zip(towers, tower_results, strict=True):
+        want = composing_reference(
+            "tower_join",
+            composing_reference("user_tower", user),
+            composing_reference("item_tower", user[::-1]),
+        )
+        np.testing.assert_allclose(result.as_numpy("SCORE"), want, rtol=1e-5, atol=1e-5)
+    threshold = float(params["THRESHOLD"]["string_value"])
+    max_keep = int(params["MAX_KEEP"]["string_value"])
+    for cand, result in zip(candidates, cascade_results, strict=True):
+        indices, relevance = _cascade_expected(cand, threshold, max_keep)
+        np.testing.assert_array_equal(result.as_numpy("INDICES"), indices)
+        np.testing.assert_allclose(result.as_numpy("RELEVANCE"), relevance, rtol=1e-5, atol=1e-5)
+
+
 def test_metadata_and_config(c: Any, protocol: str) -> None:
     kw = {"as_json": True} if protocol == "grpc" else {}
     meta = c.get_model_metadata("image_classifier", **kw)

@@ -285,7 +285,9 @@ class HttpProtocol(asyncio.Protocol):
         parts = response.body
         headers = response.headers
         length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
-        if request is not None and length >= COMPRESS_MIN_BYTES:
+        # Triton compresses inference responses only; tritonclient's aio client reads every
+        # other answer as plain JSON, whatever Accept-Encoding aiohttp sent.
+        if request is not None and length >= COMPRESS_MIN_BYTES and request.path.endswith("/infer"):
             accept = request.headers.get(b"accept-encoding")
             if accept:
                 packed = compress(parts, accept)
