@@ -276,7 +276,8 @@ def test_unknown_composing_model() -> None:
     assert_names(
         message,
         f"ensemble {ENS} contains models that are not available or ambiguous: ghost",
-        f"ensemble '{ENS}' depends on 'ghost' which is not loaded",  # the lookup's reason
+        # the step, and the lookup's reason
+        f"step 1 (model 'ghost'): ensemble '{ENS}' depends on 'ghost' which is not loaded",
     )
     assert ("ghost", -1) in lookup.calls
 
@@ -290,7 +291,7 @@ def test_unknown_composing_version() -> None:
     lookup = Lookup()
     config = ensemble(ident("a", "X", "t"), step("b", {"INPUT0": "t"}, {"OUTPUT0": "Y"}, 7))
     message = error_of(config, lookup)
-    assert_names(message, ENS, "b", "required version 7 is not loaded")
+    assert_names(message, ENS, "step 1 (model 'b'): ", "required version 7 is not loaded")
     assert lookup.calls == [("a", -1), ("b", 7)]
 
 
@@ -315,7 +316,7 @@ def test_tensor_written_by_two_steps() -> None:
     message = error_of(ensemble(ident("a", "X", "Y"), ident("b", "X", "Y")))
     assert message == (
         f"ensemble tensor 'Y' can appear in an output map only once for ensemble '{ENS}' "
-        "step 1 (model 'b')"
+        "step 1 (model 'b') (step 0 (model 'a') writes it too)"
     )
 
 

@@ -176,14 +176,15 @@ def _config_type_name(value: int) -> str:
 
 def _composing_specs(config: Any, lookup: SpecLookup) -> list[ModelSpec]:
     specs: list[ModelSpec] = []
-    problems: dict[str, str] = {}
-    for step in config.ensemble_scheduling.step:
+    problems: dict[str, str] = {}  # model -> "step i (model 'm'): why"
+    for index, step in enumerate(config.ensemble_scheduling.step):
         if step.model_name == config.name:
             raise _fail(f"circular dependency between ensembles: {config.name} -> {config.name}")
         try:
             specs.append(lookup(step.model_name, int(step.model_version)))
         except ServerError as exc:
-            problems.setdefault(step.model_name, exc.message)
+            where = f"step {index} (model '{step.model_name}')"
+            problems.setdefault(step.model_name, f"{where}: {exc.message}")
     if problems:
         names = ", ".join(sorted(problems))
         details = "; ".join(problems[n] for n in sorted(problems))
@@ -255,10 +256,14 @@ def _producers(
     for step in steps:
         for _, tensor in step.outputs:
             if tensor in producers or tensor in ens_inputs:
+                first = (
+                    "it is an ensemble input"
+                    if tensor in ens_inputs
+                    else f"{steps[producers[tensor]].describe()} writes it too"
+                )
                 raise _fail(
                     f"ensemble tensor '{tensor}' can appear in an output map only once for "
-                    f"ensemble '{name}' {step.describe()}"
-                    + (" (it is an ensemble input)" if tensor in ens_inputs else "")
+                    f"ensemble '{name}' {step.describe()} ({first})"
                 )
             producers[tensor] = step.index
     return producers
