@@ -411,6 +411,11 @@ def _check_lineage(
         for _, tensor in step.outputs:
             flow[tensor] = own
     if len({flow[t] for t in ens_outputs}) > 1:
+        origins = ", ".join(
+            f"'{t}' from " + (steps[flow[t] - 1].describe() if flow[t] else "the ensemble inputs")
+            for t in ens_outputs
+        )
         raise _fail(
-            f"in ensemble {name}, ensemble outputs originated from different decoupled models"
+            f"in ensemble {name}, ensemble outputs originated from different decoupled models: "
+            f"{origins}"
         )
