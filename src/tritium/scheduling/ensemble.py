@@ -98,7 +98,6 @@ class _Run:
         "live",
         "error",
         "timing",
-        "answered",
         "root",
     )
 
@@ -109,8 +108,7 @@ class _Run:
         self.inflight = 0
         self.live: set[InferenceRequest] = set()
         self.error: ServerError | None = None
-        self.timing = [0, 0, 0]
-        self.answered = 0
+        self.timing = [0, 0, 0]  # the steps' compute input/infer/output, summed
         self.root: _Flow | None = None
 
     def start(self) -> None:
@@ -281,7 +279,6 @@ class _Run:
     def answer_flow(self, flow: _Flow) -> None:
         response = self.response(flow)
         if response is not None:
-            self.answered += 1
             assert self.request.sender is not None
             self.request.sender.send(response, False)
 
