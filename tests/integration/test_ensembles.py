@@ -190,6 +190,14 @@ def test_image_classifier_bad_image_names_the_step(c: Any, protocol: str) -> Non
 
 
 # --------------------------------------------------------------------- two_tower and cascade
+def _two_tower_expected(user: np.ndarray, item: np.ndarray) -> np.ndarray:
+    return composing_reference(
+        "tower_join",
+        composing_reference("user_tower", user),
+        composing_reference("item_tower", item),
+    )
+
+
 def test_two_tower(c: Any, protocol: str) -> None:
     rng = np.random.default_rng(3)
     user = rng.standard_normal((5, 16), dtype=np.float32)
@@ -197,11 +205,7 @@ def test_two_tower(c: Any, protocol: str) -> None:
     result = infer(
         c, protocol, "two_tower", {"USER_FEATURES": (user, "FP32"), "ITEM_FEATURES": (item, "FP32")}
     )
-    want = composing_reference(
-        "tower_join",
-        composing_reference("user_tower", user),
-        composing_reference("item_tower", item),
-    )
+    want = _two_tower_expected(user, item)
     score = result.as_numpy("SCORE")
     assert score.dtype == np.float32 and score.shape == (5, 1)
     np.testing.assert_allclose(score, want, rtol=1e-5, atol=1e-5)
@@ -309,11 +313,7 @@ def test_the_three_patterns_through_the_asyncio_clients(
     for data, result in zip(images, image_results, strict=True):
         _check_labels(result.as_numpy("LABELS"), _expected_labels([data], labels), labels)
     for user, result in zip(towers, tower_results, strict=True):
-        want = composing_reference(
-            "tower_join",
-            composing_reference("user_tower", user),
-            composing_reference("item_tower", user[::-1]),
-        )
+        want = _two_tower_expected(user, user[::-1])
         np.testing.assert_allclose(result.as_numpy("SCORE"), want, rtol=1e-5, atol=1e-5)
     threshold = float(params["THRESHOLD"]["string_value"])
     max_keep = int(params["MAX_KEEP"]["string_value"])
@@ -629,11 +629,7 @@ def _two_tower_works(c: Any, protocol: str) -> None:
     result = infer(
         c, protocol, "two_tower", {"USER_FEATURES": (user, "FP32"), "ITEM_FEATURES": (item, "FP32")}
     )
-    want = composing_reference(
-        "tower_join",
-        composing_reference("user_tower", user),
-        composing_reference("item_tower", item),
-    )
+    want = _two_tower_expected(user, item)
     np.testing.assert_allclose(result.as_numpy("SCORE"), want, rtol=1e-5, atol=1e-5)
 
 
