@@ -9,7 +9,9 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from .cache import parse_cache_config
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
@@ -217,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import uvloop
 
-        runner = uvloop.run
+        runner: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
     return runner(run(options, args.ports_file))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Any
 
 from .backends.base import ModelInstance
 from .errors import invalid_arg
 from .repository.spec import IOSpec, ModelSpec
+from .scheduling.base import Scheduler
 from .scheduling.batch_policy import BatchConfig
 from .scheduling.direct import DirectScheduler
 from .scheduling.dynamic import DynamicBatcher
@@ -36,7 +36,7 @@ class Model:
         spec: ModelSpec,
         version: int,
         instances: list[ModelInstance],
-        scheduler: Any = None,  # an ensemble's; otherwise chosen from the config
+        scheduler: Scheduler | None = None,  # an ensemble's; otherwise chosen from the config
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -44,7 +44,7 @@ class Model:
         self.version_str = str(version)
         self.instances = instances
         self.stats = ModelStats(self.name, self.version_str)
-        self.scheduler = scheduler or _scheduler(spec, instances, self.version_str)
+        self.scheduler: Scheduler = scheduler or _scheduler(spec, instances, self.version_str)
         batching = spec.max_batch_size > 0
         # Shapes as the client sees them, for messages; the batch dimension included.
         self._full_dims = {
@@ -154,7 +154,7 @@ def _names(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
-def _scheduler(spec: ModelSpec, instances: list[ModelInstance], version: str) -> Any:
+def _scheduler(spec: ModelSpec, instances: list[ModelInstance], version: str) -> Scheduler:
     """Dynamic batching when the config asks for it on a model that batches; otherwise
     Triton's default scheduler."""
     config = spec.config

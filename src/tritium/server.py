@@ -13,10 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import TRITON_VERSION
-from .backends.base import Backend
-from .backends.ensemble import EnsembleBackend
-from .backends.onnxruntime import OnnxRuntimeBackend
-from .backends.python.backend import PythonBackend
+from .backends import BackendRegistry
 from .cache import ResponseCache, cache_key
 from .errors import (
     ErrorKind,
@@ -116,14 +113,9 @@ class _CallbackSender:
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
-        backends: dict[str, Backend] = {
-            "onnxruntime": OnnxRuntimeBackend(),
-            "python": PythonBackend(),
-            "ensemble": EnsembleBackend(self._dispatch),
-        }
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            backends,
+            BackendRegistry({"ensemble": (self._dispatch,)}),
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
         )

@@ -56,7 +56,9 @@ class DataType(enum.Enum):
 
 _BY_WIRE = {t.wire: t for t in DataType}
 _BY_CONFIG = {t.config_name: t for t in DataType}
-_BY_NUMPY = {t.dtype: t for t in DataType if t is not DataType.BYTES and t is not DataType.BF16}
+_BY_NUMPY: dict[np.dtype, DataType] = {
+    t.dtype: t for t in DataType if t is not DataType.BYTES and t is not DataType.BF16
+}
 if _bfloat16 is not None:
     _BY_NUMPY[DataType.BF16.dtype] = DataType.BF16
 

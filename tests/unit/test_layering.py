@@ -58,3 +58,19 @@ def test_frontends_use_only_the_facade(path: Path) -> None:
         module = _tritium_module(path, level, name)
         if module and module != "frontends":
             assert module in FRONTEND_ALLOWED, f"{path.relative_to(SRC)} imports tritium.{module}"
+
+
+def test_serving_imports_no_ml_runtime() -> None:
+    """Backends are imported when a model needs them: importing the server (and everything a
+    server with only Python models runs) imports no onnxruntime."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, tritium.runtime, tritium.server; "
+        "print(sorted(m for m in ('onnxruntime', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"

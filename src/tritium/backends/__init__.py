@@ -1,1 +1,49 @@
-"""Backends: how a model version is loaded into instances and executed."""
+"""Backends by name (``backend:`` / ``platform:`` of config.pbtxt), imported on first use.
+
+A server that serves only Python models never imports onnxruntime: each backend's module is
+imported the first time a model asks for it. A backend whose runtime is missing makes the
+models that need it UNAVAILABLE with the reason; the others serve.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from ..errors import unavailable
+
+# name -> (module, class) of the backend, relative to this package.
+_BACKENDS = {
+    "onnxruntime": (".onnxruntime", "OnnxRuntimeBackend"),
+    "python": (".python.backend", "PythonBackend"),
+    "ensemble": (".ensemble", "EnsembleBackend"),
+}
+
+
+class BackendRegistry(Mapping[str, Any]):
+    """A read-only mapping name -> backend instance; ``args`` are given to the backend's
+    constructor (the ensemble backend takes the server's dispatch function)."""
+
+    def __init__(self, args: Mapping[str, tuple[Any, ...]] | None = None) -> None:
+        self._args = dict(args or {})
+        self._loaded: dict[str, Any] = {}
+
+    def __getitem__(self, name: str) -> Any:
+        backend = self._loaded.get(name)
+        if backend is not None:
+            return backend
+        module_name, class_name = _BACKENDS[name]  # KeyError: not a backend we serve
+        try:
+            module = importlib.import_module(module_name, __name__)
+        except ImportError as exc:
+            raise unavailable(f"backend '{name}' is not available: {exc}") from None
+        factory: Callable[..., Any] = getattr(module, class_name)
+        backend = self._loaded[name] = factory(*self._args.get(name, ()))
+        return backend
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_BACKENDS)
+
+    def __len__(self) -> int:
+        return len(_BACKENDS)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -48,12 +48,21 @@ class ModelInstance(Protocol):
     async def execute_each(self, requests: list[InferenceRequest]) -> None:
         """One execution per request, in order (requests that queued up meanwhile)."""
 
-    # Optional: ``try_now(request) -> bool`` answers a request synchronously on the loop
-    # when that is cheaper than scheduling it (see OnnxInstance).
-
     async def is_ready(self) -> bool: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class InlineInstance(Protocol):
+    """An instance that can also answer a request synchronously on the event loop when that
+    is cheaper than scheduling it (see OnnxInstance). The scheduler asks ``cheap`` and, if
+    so, calls ``run_now``, which answers through the request's sender; statistics stay the
+    scheduler's."""
+
+    def cheap(self, requests: list[InferenceRequest]) -> bool: ...
+
+    def run_now(self, request: InferenceRequest) -> None: ...
 
 
 class Backend(Protocol):

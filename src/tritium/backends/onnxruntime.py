@@ -9,7 +9,6 @@ import queue
 import threading
 import time
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ import onnxruntime as ort
 from ..errors import internal, invalid_arg
 from ..repository.config import ModelConfig, mc
 from ..repository.spec import ModelSpec
-from ..types import DataType, InferenceRequest, InferenceResponse, Tensor
+from ..types import DataType, InferenceRequest, InferenceResponse
 from .base import LoadContext, ModelInstance, output_tensor, requested_names, send_error
 
 log = logging.getLogger("tritium")
@@ -141,17 +140,6 @@ class OnnxInstance:
         self._thread = threading.Thread(target=self._serve, name=f"ort-{name}", daemon=True)
         self._thread.start()
 
-    def _feed(self, tensor: Tensor) -> np.ndarray:
-        if tensor.datatype is DataType.BYTES:  # ORT takes str, not bytes, for strings
-            return np.array(
-                [
-                    v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-                    for v in tensor.data.reshape(-1)
-                ],
-                dtype=object,
-            ).reshape(tensor.data.shape)
-        return tensor.data
-
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """One session run for a batch: inputs concatenated along the batch dimension,
         outputs split back per request."""
@@ -212,7 +200,7 @@ class OnnxInstance:
         self._cost = elapsed if self._cost >= 1.0 else 0.8 * self._cost + 0.2 * elapsed
         return responses
 
-    def _cheap(self, requests: list[InferenceRequest]) -> bool:
+    def cheap(self, requests: list[InferenceRequest]) -> bool:
         """Whether to run on the loop: the measured cost is below what a thread hand-off
         costs (GIL hand-over, two wake-ups), and the inputs are small."""
         if self._cost > INLINE_MAX_SECONDS:
@@ -223,16 +211,10 @@ class OnnxInstance:
                 size += tensor.data.nbytes
         return size <= INLINE_MAX_BYTES
 
-    def try_now(self, request: InferenceRequest, began: Callable[[InferenceRequest], None]) -> bool:
-        """Run and answer ``request`` right here when it is cheap (see ``_cheap``); the
-        scheduler then needs no task at all. False: use ``execute``."""
-        if not self._cheap([request]):
-            return False
-        began(request)
-        outcome = self._run_or_error([request])
-        request.stats.executed(request.batch_size, request.timing or (0, 0, 0))
-        self._answer([request], outcome)
-        return True
+    def run_now(self, request: InferenceRequest) -> None:
+        """Run and answer ``request`` right here (the scheduler checked ``cheap``): no task,
+        no thread hand-off."""
+        self._answer([request], self._run_or_error([request]))
 
     def _run_or_error(self, requests: list[InferenceRequest]) -> Any:
         try:
@@ -250,7 +232,7 @@ class OnnxInstance:
 
     async def execute(self, requests: list[InferenceRequest]) -> None:
         """One execution over ``requests`` (a dynamic batch, or a single request)."""
-        if self._cheap(requests):
+        if self.cheap(requests):
             self._answer(requests, self._run_or_error(requests))
             return
         loop = asyncio.get_running_loop()

@@ -11,11 +11,11 @@ from typing import Any
 
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
-from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.grpc import model_config_pb2 as mc  # noqa: F401 - re-exported
+from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ..errors import ServerError, invalid_arg
 
-ModelConfig = mc.ModelConfig
 
 # backend → (platform string reported for it, default model file name)
 BACKEND_DEFAULTS: dict[str, tuple[str, str]] = {

@@ -7,6 +7,7 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +45,7 @@ class ModelRepositoryManager:
     def __init__(
         self,
         repositories: list[Path],
-        backends: dict[str, Backend],
+        backends: Mapping[str, Backend],
         auto_complete: bool = True,
         load_threads: int = 4,
     ) -> None:

@@ -12,8 +12,9 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Sequence
+from typing import cast
 
-from ..backends.base import ModelInstance, send_error
+from ..backends.base import InlineInstance, ModelInstance, send_error
 from ..errors import internal
 from ..types import InferenceRequest
 from .common import guarded, runnable
@@ -30,20 +31,29 @@ class DirectScheduler:
         self._waiting: deque[InferenceRequest] = deque()
         self._version = version
         self._running: set[asyncio.Task[None]] = set()
+        # Instances that can answer a cheap request right here (decided once, at load).
+        self._inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
 
     def submit(self, request: InferenceRequest) -> None:
         if self._idle:
             instance = self._idle[-1]
-            try_now = getattr(instance, "try_now", None)
-            if try_now is not None and try_now(request, self._began):
+            if self._inline and self._run_inline(instance, request):
                 return  # answered synchronously; the instance stays idle
             self._start(self._idle.pop(), request)
         else:
             self._waiting.append(request)
 
     @staticmethod
-    def _began(request: InferenceRequest) -> None:
+    def _run_inline(instance: ModelInstance, request: InferenceRequest) -> bool:
+        """Run ``request`` on the loop when the instance says that is cheaper than a task
+        and a thread hand-off; the statistics are recorded here, as for any execution."""
+        inline = cast(InlineInstance, instance)  # checked once, in __init__
+        if not inline.cheap([request]):
+            return False
         request.stats.started(request, time.perf_counter_ns())
+        inline.run_now(request)
+        request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
+        return True
 
     @staticmethod
     def _executed(group: list[InferenceRequest]) -> None:

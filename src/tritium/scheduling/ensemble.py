@@ -229,8 +229,8 @@ class _Run:
                 added.append(target)
         consumers = self.route.consumers
         steps = self.route.steps
-        for tensor in added:
-            for index in consumers.get(tensor, ()):
+        for name in added:
+            for index in consumers.get(name, ()):
                 if index not in flow.started and self.error is None:
                     if all(t in flow.values for _, t in steps[index].inputs):
                         self.launch(steps[index], flow)

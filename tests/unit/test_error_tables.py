@@ -1,0 +1,20 @@
+"""Each front-end maps the core's error kinds in one table; every kind appears in both."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from tritium.errors import ErrorKind
+from tritium.frontends.grpc.errors import CODE
+from tritium.frontends.http.errors import STATUS
+
+
+@pytest.mark.parametrize("kind", list(ErrorKind), ids=lambda k: k.name)
+def test_every_kind_has_an_http_status_and_a_grpc_code(kind: ErrorKind) -> None:
+    assert 400 <= STATUS[kind] < 600
+    assert isinstance(CODE[kind], grpc.StatusCode) and CODE[kind] is not grpc.StatusCode.OK
+
+
+def test_tables_hold_nothing_else() -> None:
+    assert set(STATUS) == set(ErrorKind) == set(CODE)
