@@ -167,6 +167,7 @@ class SharedMemoryManager:
         return fd
 
     def unregister(self, name: str = "") -> None:
+        self.require_allowed()
         names = [name] if name else list(self._regions)
         for each in names:
             region = self._regions.pop(each, None)
