@@ -260,6 +260,8 @@ def _check_key(name: str, key: str) -> str:
     """Triton's ValidateSharedMemoryKey, and a POSIX shm name (``posix_shm_name``)."""
     file_name = posix_shm_name(key)
     if file_name is None:
+        if len(key) > 2 * NAME_MAX:  # echo a bounded part (a gRPC status travels in a header)
+            key = key[: 2 * NAME_MAX] + "..."
         raise invalid_arg(
             f"cannot register shared memory region '{name}' - invalid shm key '{key}'"
         )

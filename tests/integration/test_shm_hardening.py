@@ -204,6 +204,13 @@ def test_malformed_keys(triton: Any, protocol: str, unique: str, key: str) -> No
     )
 
 
+def test_huge_key_is_refused_with_a_bounded_message(
+    triton: Any, protocol: str, unique: str
+) -> None:
+    """A 1 MB key: the message echoes only its start, so it still fits a gRPC status."""
+    refuse_key(triton, protocol, unique, "/" + "k" * 1_000_000, "invalid shm key '/kkk", "...'")
+
+
 def test_reserved_key_prefix(triton: Any, protocol: str, unique: str) -> None:
     key = f"/triton_python_backend_shm_region_{unique}"
     refuse_key(triton, protocol, unique, key, "the key contains the reserved prefix")
