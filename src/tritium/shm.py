@@ -192,18 +192,20 @@ class SharedMemoryManager:
         ]
 
     # -- inference ---------------------------------------------------------------------------
-    def _acquire(self, request: InferenceRequest, ref: ShmRef) -> _Region:
+    def _acquire(self, request: InferenceRequest, ref: ShmRef) -> memoryview:
+        """The bytes ``ref`` names (bounds and size checked before anything runs); the region
+        is held by the request until it is released."""
         if not self.allowed:
             raise unsupported(DISABLED)
         region = self._regions.get(ref.region)
         if region is None:
             raise not_found(f"Unable to find shared memory region: '{ref.region}'")
-        region.view(ref)  # the bounds, checked before anything runs
+        view = region.view(ref)
         region.users += 1
         if request.shm_held is None:
             request.shm_held = []
         request.shm_held.append(region)
-        return region
+        return view
 
     def resolve_inputs(self, request: InferenceRequest) -> None:
         """Point every input that lives in shared memory at a view of its region."""
@@ -211,8 +213,7 @@ class SharedMemoryManager:
             ref = tensor.shm
             if ref is None:
                 continue
-            view = self._acquire(request, ref).view(ref)
-            tensor.data = _array(tensor, view, request.model_name)
+            tensor.data = _array(tensor, self._acquire(request, ref), request.model_name)
 
     def check_outputs(self, request: InferenceRequest) -> None:
         """Fail early when a requested output names a region that is not there."""
