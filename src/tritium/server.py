@@ -237,7 +237,11 @@ class InferenceServer:
         return self.shm.status(name)
 
     def register_cuda_shm(self, name: str) -> None:
+        self.shm.require_allowed()
         raise unsupported(CUDA_UNSUPPORTED)
+
+    def unregister_cuda_shm(self, name: str = "") -> None:
+        self.shm.require_allowed()  # no CUDA region is ever registered: nothing to drop
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
         if name:

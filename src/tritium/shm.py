@@ -1,17 +1,24 @@
 """System shared memory regions registered by clients (Triton's shared-memory extension).
 
-A region is a window ``[offset, offset + byte_size)`` of a POSIX shared-memory object
-(``/dev/shm/<key>``) that the client created. The server maps it with ``os.open`` + ``mmap``
-(never ``multiprocessing.shared_memory``, whose resource tracker would unlink the client's
-object when the server exits), reads inputs from it as numpy views (no copy) and writes
-outputs into it. A region in use by a request stays mapped until that request finishes,
-even if it is unregistered meanwhile.
+A region is a window ``[offset, offset + byte_size)`` of a POSIX shared-memory object that the
+client created with ``shm_open``. The key is a POSIX shm name (one path component, as
+``shm_open`` takes it), never a path: the server opens it relative to a descriptor of the shm
+directory with ``O_NOFOLLOW`` and accepts only a regular file, so no key reaches another file
+of the host. The server maps the object with ``mmap`` (never ``multiprocessing.shared_memory``,
+whose resource tracker would unlink the client's object when the server exits), reads inputs
+from it as numpy views (no copy) and writes outputs into it with ``pwrite``. A region in use by
+a request stays mapped until that request finishes, even if it is unregistered meanwhile.
+
+The client owns the object and may shrink it at any time; touching a mapped page past its end
+raises SIGBUS, which would kill the server. So the region keeps its descriptor open and checks
+the object's current size (``fstat``) every time a request uses it (see ``_Region.view``).
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import stat
 from math import prod
 from typing import Any
 
@@ -25,25 +32,73 @@ DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
 CUDA_UNSUPPORTED = "CUDA shared memory is not supported on this server: it has no GPU"
+SHM_DIR = "/dev/shm"  # where glibc's shm_open keeps its objects
+NAME_MAX = 255  # the longest file name (bytes) the shm directory holds
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"  # Triton's, for its Python backend
+_OPEN_FLAGS = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+
+
+def posix_shm_name(key: str) -> str | None:
+    """The file name that ``shm_open(key)`` opens in the shm directory, or None when ``key`` is
+    not a POSIX shm name. Like glibc: leading slashes are dropped and what remains must be one
+    non-empty path component of at most NAME_MAX bytes, without NUL; ``.`` and ``..`` are
+    refused too (they name directories, never a shm object)."""
+    name = key.lstrip("/")
+    if not name or "/" in name or "\x00" in name or name in (".", ".."):
+        return None
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file has that name
+        return None
+    return name if len(encoded) <= NAME_MAX else None
 
 
 class _Region:
-    __slots__ = ("name", "key", "offset", "byte_size", "map", "users", "closing")
+    __slots__ = ("name", "key", "offset", "byte_size", "fd", "map", "users", "closing")
 
-    def __init__(self, name: str, key: str, offset: int, byte_size: int, mapped: mmap.mmap):
-        self.name, self.key, self.offset, self.byte_size = name, key, offset, byte_size
-        self.map = mapped
+    def __init__(self, name: str, key: str, window: tuple[int, int], fd: int, size: int) -> None:
+        self.name, self.key = name, key
+        self.offset, self.byte_size = window
+        self.fd = fd  # kept open while registered: the object's current size comes from it
+        self.map = mmap.mmap(fd, size)
         self.users = 0
         self.closing = False
 
     def view(self, ref: ShmRef) -> memoryview:
-        """The bytes ``[offset, offset + byte_size)`` of the region (Triton's checks)."""
+        """The bytes ``[offset, offset + byte_size)`` of the region (Triton's checks), after
+        checking that the client has not shrunk the object under them since it registered.
+
+        The check narrows but cannot close a race: a client that truncates the object after
+        this check and before the bytes are read (a view of an input is read when the model
+        runs, possibly after a wait in a queue) still makes that read raise SIGBUS. Outputs do
+        not have that race: ``write`` uses ``pwrite``, which never faults."""
+        start, end = self._bounds(ref)
+        return memoryview(self.map)[start:end]
+
+    def write(self, ref: ShmRef, data: bytes | memoryview) -> None:
+        """Copy ``data`` to ``[offset, offset + byte_size)`` of the region with ``pwrite``,
+        which extends a file truncated meanwhile instead of faulting like a store into the
+        mapping would."""
+        start, end = self._bounds(ref)
+        written = 0
+        with memoryview(data) as src, src.cast("B") as raw:
+            while start + written < end:
+                written += os.pwrite(self.fd, raw[written : end - start], start + written)
+
+    def _bounds(self, ref: ShmRef) -> tuple[int, int]:
         if ref.offset < 0 or ref.offset >= max(self.byte_size, 1):
             raise invalid_arg(f"Invalid offset for shared memory region: '{self.name}'")
         if ref.byte_size < 0 or ref.offset + ref.byte_size > self.byte_size:
             raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{self.name}'")
         start = self.offset + ref.offset
-        return memoryview(self.map)[start : start + ref.byte_size]
+        end = start + ref.byte_size
+        size = os.fstat(self.fd).st_size
+        if size < end:
+            raise invalid_arg(
+                f"shared memory region '{self.name}' is no longer usable: its object "
+                f"'{self.key}' was truncated to {size} bytes, {end} bytes are needed"
+            )
+        return start, end
 
     def release(self) -> None:
         self.users -= 1
@@ -51,37 +106,32 @@ class _Region:
             self.close()
 
     def close(self) -> None:
-        """Unmap now, or, while numpy views of a finished request are still alive, when the
-        last of them goes (the mapping closes itself then)."""
+        """Close the descriptor and unmap now, or, while numpy views of a finished request are
+        still alive, when the last of them goes (the mapping closes itself then)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         try:
             self.map.close()
         except BufferError:
             pass
 
 
-def _shm_path(key: str) -> str:
-    return "/dev/shm/" + key.lstrip("/")
-
-
 class SharedMemoryManager:
     def __init__(self, allowed: bool) -> None:
         self.allowed = allowed
         self._regions: dict[str, _Region] = {}
+        self._dir_fd = -1  # the shm directory, opened on the first registration
 
     # -- the extension's endpoints --------------------------------------------------------------
     def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        if not self.allowed:
-            raise unsupported(DISABLED)
+        self.require_allowed()
+        file_name = _check_key(name, key)
         if name in self._regions:
             raise ServerError(
                 ErrorKind.ALREADY_EXISTS, f"shared memory region '{name}' already in manager"
             )
-        if name.startswith("triton_python_backend_shm_region_"):
-            raise invalid_arg(f"shared memory region name '{name}' is reserved")
-        try:
-            fd = os.open(_shm_path(key), os.O_RDWR)
-        except OSError as exc:
-            raise invalid_arg(f"Unable to open shared memory region: '{key}': {exc}") from None
+        fd = self._open(file_name, key)
         try:
             size = os.fstat(fd).st_size
             if offset < 0 or byte_size <= 0 or offset + byte_size > size:
@@ -89,12 +139,35 @@ class SharedMemoryManager:
                     f"failed to register shared memory region '{name}': offset {offset} + "
                     f"byte_size {byte_size} exceeds the size {size} of '{key}'"
                 )
-            mapped = mmap.mmap(fd, size)
-        finally:
+            region = _Region(name, key, (offset, byte_size), fd, size)
+        except OSError as exc:  # mmap: no address space left
             os.close(fd)
-        self._regions[name] = _Region(name, key, offset, byte_size, mapped)
+            raise invalid_arg(
+                f"failed to register shared memory region '{name}': unable to map it: "
+                f"{exc.strerror}"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._regions[name] = region
+
+    def _open(self, file_name: str, key: str) -> int:
+        """A read-write descriptor of the regular file ``file_name`` in the shm directory;
+        symbolic links, directories, FIFOs and devices are refused."""
+        unable = invalid_arg(f"Unable to open shared memory region: '{key}'")
+        try:
+            if self._dir_fd < 0:
+                self._dir_fd = os.open(SHM_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(file_name, _OPEN_FLAGS, dir_fd=self._dir_fd)
+        except OSError:
+            raise unable from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise unable
+        return fd
 
     def unregister(self, name: str = "") -> None:
+        self.require_allowed()
         names = [name] if name else list(self._regions)
         for each in names:
             region = self._regions.pop(each, None)
@@ -102,6 +175,12 @@ class SharedMemoryManager:
                 region.closing = True
                 if region.users == 0:
                     region.close()
+
+    def require_allowed(self) -> None:
+        """Triton refuses registering and unregistering (system and CUDA regions alike) while
+        client shared memory is disabled; status is answered (nothing is registered)."""
+        if not self.allowed:
+            raise unsupported(DISABLED)
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
         if name and name not in self._regions:
@@ -113,18 +192,20 @@ class SharedMemoryManager:
         ]
 
     # -- inference ---------------------------------------------------------------------------
-    def _acquire(self, request: InferenceRequest, ref: ShmRef) -> _Region:
+    def _acquire(self, request: InferenceRequest, ref: ShmRef) -> memoryview:
+        """The bytes ``ref`` names (bounds and size checked before anything runs); the region
+        is held by the request until it is released."""
         if not self.allowed:
             raise unsupported(DISABLED)
         region = self._regions.get(ref.region)
         if region is None:
             raise not_found(f"Unable to find shared memory region: '{ref.region}'")
-        region.view(ref)  # the bounds, checked before anything runs
+        view = region.view(ref)
         region.users += 1
         if request.shm_held is None:
             request.shm_held = []
         request.shm_held.append(region)
-        return region
+        return view
 
     def resolve_inputs(self, request: InferenceRequest) -> None:
         """Point every input that lives in shared memory at a view of its region."""
@@ -132,8 +213,7 @@ class SharedMemoryManager:
             ref = tensor.shm
             if ref is None:
                 continue
-            view = self._acquire(request, ref).view(ref)
-            tensor.data = _array(tensor, view, request.model_name)
+            tensor.data = _array(tensor, self._acquire(request, ref), request.model_name)
 
     def check_outputs(self, request: InferenceRequest) -> None:
         """Fail early when a requested output names a region that is not there."""
@@ -162,7 +242,7 @@ class SharedMemoryManager:
                     "results"
                 )
             region = self._regions.get(ref.region) or _held(request, ref.region)
-            region.view(ShmRef(ref.region, ref.offset, size))[:] = data
+            region.write(ShmRef(ref.region, ref.offset, size), data)
             response.outputs[index] = Tensor(
                 tensor.name, tensor.datatype, tensor.shape, _EMPTY, shm=ref
             )
@@ -175,6 +255,23 @@ class SharedMemoryManager:
 
 
 _EMPTY = np.empty(0, dtype=np.uint8)
+
+
+def _check_key(name: str, key: str) -> str:
+    """Triton's ValidateSharedMemoryKey, and a POSIX shm name (``posix_shm_name``)."""
+    file_name = posix_shm_name(key)
+    if file_name is None:
+        if len(key) > 2 * NAME_MAX:  # echo a bounded part (a gRPC status travels in a header)
+            key = key[: 2 * NAME_MAX] + "..."
+        raise invalid_arg(
+            f"cannot register shared memory region '{name}' - invalid shm key '{key}'"
+        )
+    if file_name.startswith(RESERVED_KEY_PREFIX):
+        raise invalid_arg(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key "
+            f"contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
+        )
+    return file_name
 
 
 def _held(request: InferenceRequest, name: str) -> _Region:

@@ -714,6 +714,43 @@ def test_disabled_input_and_output(plain: Any, protocol: str, regions: Regions) 
     assert_simple_works(plain, protocol)
 
 
+def test_disabled_unregister(plain: Any, protocol: str, regions: Regions) -> None:
+    """Like register, Triton refuses unregistering (one region or all, system or CUDA) while
+    client shared memory is disabled."""
+    name = regions.names("offunreg")[0]
+    calls = {
+        "system one": lambda: plain.unregister_system_shared_memory(name),
+        "system all": lambda: plain.unregister_system_shared_memory(),
+        "cuda one": lambda: plain.unregister_cuda_shared_memory(name),
+        "cuda all": lambda: plain.unregister_cuda_shared_memory(),
+    }
+    for call in calls.values():
+        expect_error(protocol, call, DISABLED, http_status="501")
+    fake_handle = base64.b64encode(bytes(64)).decode()
+    expect_error(
+        protocol,
+        lambda: plain.register_cuda_shared_memory(name, fake_handle, 0, TENSOR_BYTES),
+        DISABLED,
+        http_status="501",
+    )
+    assert_simple_works(plain, protocol)
+
+
+def test_disabled_status(plain: Any, protocol: str, regions: Regions) -> None:
+    """Triton answers the status routes while client shared memory is disabled (its
+    http_server.cc / grpc_server.cc check only register and unregister): nothing is
+    registered, and a named region is not found."""
+    assert system_status(plain, protocol) == {}
+    assert cuda_status(plain, protocol) == {}
+    name = regions.names("offstatus")[0]
+    expect_error(
+        protocol,
+        lambda: plain.get_system_shared_memory_status(name),
+        f"Unable to find system shared memory region: '{name}'",
+        http_status="404",
+    )
+
+
 # ------------------------------------------------------------------ CUDA shared memory
 
 

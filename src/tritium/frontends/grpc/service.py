@@ -103,7 +103,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        self._server.unregister_system_shm(request.name)
+        try:
+            self._server.unregister_system_shm(request.name)
+        except ServerError as exc:
+            return await _abort(context, exc)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
@@ -121,6 +124,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
+        try:
+            self._server.unregister_cuda_shm(request.name)
+        except ServerError as exc:
+            return await _abort(context, exc)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:

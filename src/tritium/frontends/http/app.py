@@ -145,8 +145,10 @@ class HttpApp:
         if bad := self._expect(request, "POST"):
             return bad
         if action == "unregister":
-            if not cuda:
-                self.server.unregister_system_shm(region)
+            unregister = (
+                self.server.unregister_cuda_shm if cuda else self.server.unregister_system_shm
+            )
+            unregister(region)
             return _EMPTY_OK
         if action != "register":
             return _NOT_FOUND
