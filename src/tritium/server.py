@@ -244,6 +244,7 @@ class InferenceServer:
         self.shm.require_allowed()  # no CUDA region is ever registered: nothing to drop
 
     def cuda_shm_status(self, name: str = "") -> list[dict[str, Any]]:
+        self.shm.require_allowed()
         if name:
             raise not_found(f"Unable to find cuda shared memory region: '{name}'")
         return []

@@ -183,6 +183,9 @@ class SharedMemoryManager:
             raise unsupported(DISABLED)
 
     def status(self, name: str = "") -> list[dict[str, Any]]:
+        # Triton answers status even while client shm is disabled; issue 10 asks that no
+        # shm route answers OK then, so a probe learns nothing about the extension's state.
+        self.require_allowed()
         if name and name not in self._regions:
             raise not_found(f"Unable to find system shared memory region: '{name}'")
         regions = [self._regions[name]] if name else list(self._regions.values())

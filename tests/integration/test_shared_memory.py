@@ -737,18 +737,18 @@ def test_disabled_unregister(plain: Any, protocol: str, regions: Regions) -> Non
 
 
 def test_disabled_status(plain: Any, protocol: str, regions: Regions) -> None:
-    """Triton answers the status routes while client shared memory is disabled (its
-    http_server.cc / grpc_server.cc check only register and unregister): nothing is
-    registered, and a named region is not found."""
-    assert system_status(plain, protocol) == {}
-    assert cuda_status(plain, protocol) == {}
+    """While client shared memory is disabled no shm route answers OK, status included
+    (Triton still answers status; tritium refuses it like register and unregister)."""
     name = regions.names("offstatus")[0]
-    expect_error(
-        protocol,
-        lambda: plain.get_system_shared_memory_status(name),
-        f"Unable to find system shared memory region: '{name}'",
-        http_status="404",
-    )
+    calls = {
+        "system all": plain.get_system_shared_memory_status,
+        "system one": lambda: plain.get_system_shared_memory_status(name),
+        "cuda all": plain.get_cuda_shared_memory_status,
+        "cuda one": lambda: plain.get_cuda_shared_memory_status(name),
+    }
+    for call in calls.values():
+        expect_error(protocol, call, DISABLED, http_status="501")
+    assert_simple_works(plain, protocol)
 
 
 # ------------------------------------------------------------------ CUDA shared memory
