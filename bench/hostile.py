@@ -351,9 +351,11 @@ def exchange(port: int, chunks: Iterable[bytes], deadline: float, responses: int
     def send() -> None:
         try:
             for chunk in chunks:
-                sock.settimeout(max(0.1, deadline - time.monotonic()))
-                sock.sendall(chunk)
-                sent["bytes"] += len(chunk)
+                view = memoryview(chunk)
+                for start in range(0, len(view), MIB):  # pieces: sent_mib says how far it got
+                    sock.settimeout(max(0.1, deadline - time.monotonic()))
+                    sock.sendall(view[start : start + MIB])
+                    sent["bytes"] += min(MIB, len(view) - start)
         except OSError as exc:
             sent["error"] = type(exc).__name__
 

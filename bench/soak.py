@@ -472,6 +472,7 @@ def summarise(
         "request_slots": mixer.slots,
         "hostile_launched": mixer.launched,
         "hostile_skipped": tally.hostile_skipped,
+        "hostile_unfinished": mixer.launched - sum(tally.hostile.values()),
         "hostile": dict(sorted(tally.hostile.items())),
         "samples": samples,
         "max": {k: max(s[k] or 0 for s in samples) for k in ("rss_mib", "fds", "threads", "stubs")},
@@ -488,7 +489,8 @@ def markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         f"soak {report['seconds']} s, target {args.rate:g} req/s on {args.workers} workers, "
         f"{report['answers_per_s']} answers/s; hostile {report['hostile_launched']} of "
-        f"{report['request_slots']} slots (skipped {report['hostile_skipped']}); {verdict}",
+        f"{report['request_slots']} slots (skipped {report['hostile_skipped']}, unfinished "
+        f"{report['hostile_unfinished']}); {verdict}",
         "",
         "| protocol/model | answered |",
         "|---|---|",
@@ -555,6 +557,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     h.raise_own_nofile()
+    for encoding in ("gzip", "deflate"):  # seconds of CPU each: not during the load
+        h.bomb_body(encoding, args.bomb_mib)
     with tempfile.TemporaryDirectory(prefix="tritium-soak-") as tmp:
         repo = h.build_repository(Path(tmp), MODELS)
         server = h.start_server(repo, ["--allow-client-shm=true", *args.server_arg], models=MODELS)
