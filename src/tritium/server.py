@@ -17,6 +17,7 @@ from .backends.base import Backend
 from .backends.ensemble import EnsembleBackend
 from .backends.onnxruntime import OnnxRuntimeBackend
 from .backends.python.backend import PythonBackend
+from .backends.python.supervisor import RestartPolicy
 from .cache import ResponseCache, cache_key
 from .errors import (
     ErrorKind,
@@ -38,6 +39,10 @@ from .types import InferenceRequest, InferenceResponse
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 
 log = logging.getLogger("tritium")
+
+# At shutdown, models get at least this long to finalize once in-flight requests are done
+# (or the exit timeout ran out), before their instances are killed.
+_FINALIZE_GRACE_S = 1.0
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
@@ -118,7 +123,12 @@ class InferenceServer:
         self.options = options
         backends: dict[str, Backend] = {
             "onnxruntime": OnnxRuntimeBackend(),
-            "python": PythonBackend(),
+            "python": PythonBackend(
+                RestartPolicy(
+                    options.model_instance_max_restarts,
+                    options.model_instance_restart_window_secs,
+                )
+            ),
             "ensemble": EnsembleBackend(self._dispatch),
         }
         self.repository = ModelRepositoryManager(
@@ -126,6 +136,7 @@ class InferenceServer:
             backends,
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
+            unload_timeout=options.exit_timeout_secs,
         )
         self.control = ModelControl(
             self.repository,
@@ -157,14 +168,19 @@ class InferenceServer:
         self._accepting = True
 
     async def stop(self) -> None:
-        """Stop taking requests, let in-flight ones finish (bounded), unload every model."""
+        """Stop taking requests, let in-flight ones finish, unload every model: all within
+        ``--exit-timeout-secs`` (plus a short grace for models to finalize), after which
+        executions still running are failed and their stub processes killed."""
         self._accepting = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.exit_timeout_secs
         try:
             await asyncio.wait_for(self._idle.wait(), self.options.exit_timeout_secs)
         except TimeoutError:
             log.warning("%d requests still in flight at shutdown timeout", self._inflight)
         await self.control.stop()
-        await self.repository.unload_all()
+        remaining = max(deadline - loop.time(), _FINALIZE_GRACE_S)
+        await self.repository.unload_all(timeout=remaining)
         self._live = False
 
     # -- health and metadata -----------------------------------------------------------------

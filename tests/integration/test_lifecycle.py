@@ -189,7 +189,8 @@ def crash_server(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[ServerProcess, str]]:
     repo = build_test_repository(tmp_path / "repo", [*CRASH_MODELS, GOOD_MODEL])
-    proc = ServerProcess([repo])
+    # Triton's behaviour: a crashed stub is not restarted (restarts: test_stub_recovery.py).
+    proc = ServerProcess([repo], "--model-instance-max-restarts=0")
     yield proc, request.param
     proc.stop()
 
