@@ -173,7 +173,10 @@ class Model:
                 self.version_str,
                 timeout,
             )
-            self._abort(f"the model was unloaded while executing (after waiting {timeout:g} s)")
+            self._abort(
+                "the model was unloaded while executing: its executions did not finish within "
+                "the unload timeout (--exit-timeout-secs) and its stub process was killed"
+            )
             done, _ = await asyncio.wait({closing}, timeout=_ABORT_GRACE_S)
             if not done:
                 closing.cancel()
