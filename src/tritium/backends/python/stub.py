@@ -273,6 +273,9 @@ def _die_with_parent(parent: int) -> None:
 def main() -> None:
     if len(sys.argv) > 2:
         _die_with_parent(int(sys.argv[2]))
+    # Ctrl-C in a terminal reaches the whole process group: the server shuts its stubs down
+    # itself (finalize, then kill), so a stub must not die of it first and look crashed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _batch_scheduling()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sys.modules["triton_python_backend_utils"] = pb_utils
