@@ -62,6 +62,17 @@ text_echo            python; ``text_input`` STRING [1] -> ``text_output`` STRING
 text_stream          python, decoupled; ``text_input`` STRING [1] -> one response per
                      whitespace-separated word, ``text_output`` = that word, then a
                      flag-only final. For HTTP ``generate_stream``.
+
+Stub supervision (restarts, execution timeout, shutdown of a stuck model):
+
+stuck                python; execute never returns (sleeps forever). FP32 [-1].
+crash_on_negative    python; identity FP32 [-1], except that a request whose INPUT0[0] is
+                     negative kills its own stub with SIGKILL, after sleeping INPUT0[1]
+                     seconds when given ([-1] dies at once, [-1, 2] after 2 s).
+crash_on_negative_x2 the same with CRASH_X2_INSTANCES (2) instances.
+hang_on_negative     python; identity FP32 [-1] with config parameter EXECUTION_TIMEOUT_SECS
+                     = HANG_TIMEOUT_SECS (1); a request whose INPUT0[0] is negative never
+                     returns from execute.
 """
 
 from __future__ import annotations
@@ -97,6 +108,8 @@ BAD_FIELD_LINE = 4  # line of the unknown field in bad_field/config.pbtxt
 SLOW_SECONDS = 0.5
 VERSIONS = (1, 2, 3)
 SLOW_IDENTITY_INSTANCES = 4
+CRASH_X2_INSTANCES = 2
+HANG_TIMEOUT_SECS = 1
 
 ONNX_OPSET = 17
 ONNX_IR_VERSION = 8
@@ -622,6 +635,85 @@ _SPECS.update(
         ),
         "text_echo": _text_python(_TEXT_ECHO_PY),
         "text_stream": _text_python(_TEXT_STREAM_PY, _DECOUPLED),
+    }
+)
+
+# ----------------------------------------------------------------------------------
+# Stub supervision: models that crash on demand or never return
+# ----------------------------------------------------------------------------------
+
+_STUCK_PY = """\
+import time
+
+import triton_python_backend_utils as pb_utils  # noqa: F401
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        while True:
+            time.sleep(3600)
+"""
+
+_CRASH_ON_NEGATIVE_PY = """\
+import os
+import signal
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"Identity; INPUT0[0] < 0 kills this stub with SIGKILL (after INPUT0[1] s if given).\"\"\"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            if in_0.size and in_0[0] < 0:
+                if in_0.size > 1:
+                    time.sleep(float(in_0[1]))
+                os.kill(os.getpid(), signal.SIGKILL)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", in_0)]))
+        return responses
+"""
+
+_HANG_ON_NEGATIVE_PY = """\
+import time
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"Identity; INPUT0[0] < 0 never returns.\"\"\"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            in_0 = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            while in_0.size and in_0[0] < 0:
+                time.sleep(3600)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", in_0)]))
+        return responses
+"""
+
+
+def _fp32_python_extra(source: str, extra: str) -> _Spec:
+    return lambda name: _python(_unary_config(name, "TYPE_FP32", [-1], extra=extra), source)
+
+
+_SPECS.update(
+    {
+        "stuck": _fp32_python(_STUCK_PY),
+        "crash_on_negative": _fp32_python(_CRASH_ON_NEGATIVE_PY),
+        "crash_on_negative_x2": _fp32_python_extra(
+            _CRASH_ON_NEGATIVE_PY,
+            f"instance_group [ {{ count: {CRASH_X2_INSTANCES}, kind: KIND_CPU }} ]",
+        ),
+        "hang_on_negative": _fp32_python_extra(
+            _HANG_ON_NEGATIVE_PY,
+            'parameters { key: "EXECUTION_TIMEOUT_SECS" '
+            f'value: {{ string_value: "{HANG_TIMEOUT_SECS}" }} }}',
+        ),
     }
 )
 

@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-address", default="0.0.0.0")
     serve.add_argument("--grpc-port", type=int, default=8001)
     _grpc_flags(serve)
+    _stub_restart_flags(serve)
     _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
     serve.add_argument("--metrics-address", default="")
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -152,6 +153,44 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
     )
 
 
+def _stub_restart_flags(serve: argparse.ArgumentParser) -> None:
+    defaults = ServerOptions()
+    serve.add_argument(
+        "--model-instance-max-restarts",
+        type=_non_negative_int,
+        default=defaults.model_instance_max_restarts,
+        help="tritium: restart a crashed Python model instance (stub process) at most this "
+        "many times within --model-instance-restart-window-secs, after which it stays "
+        "UNAVAILABLE until the model is reloaded; 0: never restart",
+    )
+    serve.add_argument(
+        "--model-instance-restart-window-secs",
+        type=_positive_float,
+        default=defaults.model_instance_restart_window_secs,
+        help="tritium: the window in which --model-instance-max-restarts counts crashes",
+    )
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got '{text}'")
+    return value
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -191,6 +230,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         repository_poll_secs=max(args.repository_poll_secs, 0.1),
         load_models=tuple(args.load_model),
         metrics_interval_ms=args.metrics_interval_ms,
+        model_instance_max_restarts=args.model_instance_max_restarts,
+        model_instance_restart_window_secs=args.model_instance_restart_window_secs,
     )
 
 

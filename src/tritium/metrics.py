@@ -108,6 +108,7 @@ def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes
     cached = [s for s in models if s.cache_enabled]
     for name, help_text, value in _CACHE:
         _family(lines, name, help_text, "counter", cached, value)
+    _restarts(lines, models)
     if cpu is not None:
         cpu.render(lines)
     return ("\n".join(lines) + "\n").encode()
@@ -138,6 +139,23 @@ def _histogram(lines: list[str], models: list[ModelStats]) -> None:
         lines.append(f'{name}_bucket{{{labels},le="+Inf"}} {stats.success.count}')
         lines.append(f"{name}_sum{{{labels}}} {stats.success.ns // 1000}")
         lines.append(f"{name}_count{{{labels}}} {stats.success.count}")
+
+
+def _restarts(lines: list[str], models: list[ModelStats]) -> None:
+    """tritium's own: how often each Python model instance's stub process was restarted
+    after it crashed (or was killed for running past its execution timeout)."""
+    restartable = [s for s in models if s.restarts]
+    if not restartable:
+        return
+    name = "tritium_model_instance_restarts_total"
+    lines.append(
+        f"# HELP {name} Number of times a model instance's stub process was restarted after it died"
+    )
+    lines.append(f"# TYPE {name} counter")
+    for stats in restartable:
+        labels = _labels(stats)
+        for instance, count in sorted(stats.restarts.items()):
+            lines.append(f'{name}{{{labels},instance="{instance}"}} {count}')
 
 
 class CpuSampler:

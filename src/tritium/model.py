@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import logging
 from collections.abc import Sequence
 
 from .backends.base import ModelInstance
@@ -14,6 +16,11 @@ from .scheduling.direct import DirectScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .stats import ModelStats
 from .types import InferenceRequest, Tensor
+
+log = logging.getLogger("tritium")
+# After the instances were killed, how long closing may still take (their executions are
+# answered at once; this only bounds a backend that cannot be killed, such as a native run).
+_ABORT_GRACE_S = 5.0
 
 
 class ModelState(enum.Enum):
@@ -45,6 +52,11 @@ class Model:
         self.instances = instances
         self.stats = ModelStats(self.name, self.version_str)
         self.scheduler: Scheduler = scheduler or _scheduler(spec, instances, self.version_str)
+        self._closing: asyncio.Task[None] | None = None
+        for instance in instances:  # instances that restart count it in the statistics
+            count = getattr(instance, "count_restarts_in", None)
+            if count is not None:
+                count(self.stats.restarts)
         batching = spec.max_batch_size > 0
         # Shapes as the client sees them, for messages; the batch dimension included.
         self._full_dims = {
@@ -144,10 +156,41 @@ class Model:
                 return False
         return True
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
+        """Unload: let running executions finish, then close the instances. After
+        ``timeout`` seconds (None: no bound) the instances are killed and what they still
+        run is answered with an error. Closing twice joins the first close (a shutdown may
+        shorten the bound of an unload in progress)."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        closing = self._closing
+        done, _ = await asyncio.wait({closing}, timeout=timeout)
+        if not done:
+            log.warning(
+                "model '%s' version %s did not finish its executions within %g s; killing "
+                "its instances",
+                self.name,
+                self.version_str,
+                timeout,
+            )
+            self._abort(
+                "the model was unloaded while executing: its executions did not finish within "
+                "the unload timeout (--exit-timeout-secs) and its stub process was killed"
+            )
+            done, _ = await asyncio.wait({closing}, timeout=_ABORT_GRACE_S)
+            if not done:
+                closing.cancel()
+        await asyncio.gather(closing, return_exceptions=True)
+
+    async def _close(self) -> None:
         await self.scheduler.close()
+        await asyncio.gather(*(i.close() for i in self.instances), return_exceptions=True)
+
+    def _abort(self, reason: str) -> None:
         for instance in self.instances:
-            await instance.close()
+            abort = getattr(instance, "abort", None)
+            if abort is not None:
+                abort(reason)
 
 
 def _names(names: list[str]) -> str:

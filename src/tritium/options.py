@@ -43,3 +43,7 @@ class ServerOptions:
     load_models: tuple[str, ...] = ()
     cache_size: int = 0  # --cache-config local,size=BYTES; 0: no response cache
     metrics_interval_ms: int = 2000
+    # Python stub supervision (issue 10): a crashed stub is restarted at most this many times
+    # within the window; 0 never restarts it (Triton's behaviour).
+    model_instance_max_restarts: int = 5
+    model_instance_restart_window_secs: float = 60.0

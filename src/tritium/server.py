@@ -14,6 +14,7 @@ from typing import Any
 
 from . import TRITON_VERSION
 from .backends import BackendRegistry
+from .backends.python.supervisor import RestartPolicy
 from .cache import ResponseCache, cache_key
 from .errors import (
     ErrorKind,
@@ -35,6 +36,10 @@ from .types import InferenceRequest, InferenceResponse
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 
 log = logging.getLogger("tritium")
+
+# At shutdown, models get at least this long to finalize once in-flight requests are done
+# (or the exit timeout ran out), before their instances are killed.
+_FINALIZE_GRACE_S = 1.0
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
@@ -113,11 +118,15 @@ class _CallbackSender:
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
+        restarts = RestartPolicy(
+            options.model_instance_max_restarts, options.model_instance_restart_window_secs
+        )
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"ensemble": (self._dispatch,)}),
+            BackendRegistry({"ensemble": (self._dispatch,), "python": (restarts,)}),
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
+            unload_timeout=options.exit_timeout_secs,
         )
         self.control = ModelControl(
             self.repository,
@@ -149,14 +158,19 @@ class InferenceServer:
         self._accepting = True
 
     async def stop(self) -> None:
-        """Stop taking requests, let in-flight ones finish (bounded), unload every model."""
+        """Stop taking requests, let in-flight ones finish, unload every model: all within
+        ``--exit-timeout-secs`` (plus a short grace for models to finalize), after which
+        executions still running are failed and their stub processes killed."""
         self._accepting = False
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.exit_timeout_secs
         try:
             await asyncio.wait_for(self._idle.wait(), self.options.exit_timeout_secs)
         except TimeoutError:
             log.warning("%d requests still in flight at shutdown timeout", self._inflight)
         await self.control.stop()
-        await self.repository.unload_all()
+        remaining = max(deadline - loop.time(), _FINALIZE_GRACE_S)
+        await self.repository.unload_all(timeout=remaining)
         self._live = False
 
     # -- health and metadata -----------------------------------------------------------------

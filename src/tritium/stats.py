@@ -78,6 +78,7 @@ class ModelStats:
         self.failures: dict[str, int] = {}  # reason (Triton's label) -> count
         self.batches: dict[int, BatchStats] = {}
         self.pending = 0  # accepted, not yet executing
+        self.restarts: dict[str, int] = {}  # instance -> stub restarts (Python backend)
         self.histogram = [0] * (len(DURATION_BUCKETS_US) + 1)
 
     def started(self, request: InferenceRequest, now_ns: int) -> None:

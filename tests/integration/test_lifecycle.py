@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 from clients import client, make_input
 from models import BAD_CONFIG_LINE, BAD_FIELD_LINE, build_test_repository
 from server_process import ServerProcess, server_command
+from stub_procs import is_running, stub_pids
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")
@@ -189,7 +191,8 @@ def crash_server(
     tmp_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[ServerProcess, str]]:
     repo = build_test_repository(tmp_path / "repo", [*CRASH_MODELS, GOOD_MODEL])
-    proc = ServerProcess([repo])
+    # Triton's behaviour: a crashed stub is not restarted (restarts: test_stub_recovery.py).
+    proc = ServerProcess([repo], "--model-instance-max-restarts=0")
     yield proc, request.param
     proc.stop()
 
@@ -352,3 +355,125 @@ def test_duplicate_model_name_unavailable(duplicate_server: ServerProcess, proto
         info.value
     )
     assert f"Request for unknown model: '{GOOD_MODEL}'" in info.value.message()
+
+
+# ------------------------------------------------- (h) a stuck model: bounded exit and unload
+
+EXIT_TIMEOUT = "2"
+
+
+def start_stuck_requests(
+    server: ServerProcess, protocol: str
+) -> list[tuple[threading.Thread, dict]]:
+    """Two inferences on ``stuck`` (whose execute never returns), each in a thread with its
+    outcome ("error" or "result") in a dict: once the second is pending, the first is in the
+    model's execute (one instance)."""
+    runs = []
+    for _ in range(2):
+        outcome: dict[str, Any] = {}
+        worker = threading.Thread(target=_infer_stuck, args=(server, protocol, outcome))
+        worker.start()
+        runs.append((worker, outcome))
+    assert wait_until(lambda: pending(server, "stuck") == 1, TIMEOUT_S), server.log_text()
+    return runs
+
+
+def _infer_stuck(server: ServerProcess, protocol: str, outcome: dict[str, Any]) -> None:
+    c = open_client(server, protocol)  # tritonclient.http: the client lives in its thread
+    try:
+        outcome["result"] = infer_fp32(c, protocol, "stuck", np.ones(2, dtype=np.float32))
+    except Exception as exc:  # checked by the caller
+        outcome["error"] = exc
+    finally:
+        c.close()
+
+
+def pending(server: ServerProcess, model: str) -> int:
+    url = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
+        text = response.read().decode()
+    found = re.search(
+        rf'^nv_inference_pending_request_count{{model="{model}",version="1"}} (\d+)$', text, re.M
+    )
+    return int(found.group(1)) if found else -1
+
+
+def assert_stuck_requests_failed(runs: list[tuple[threading.Thread, dict]]) -> None:
+    """Both got an error: the executing one that its model was unloaded under it."""
+    messages = []
+    for worker, outcome in runs:
+        worker.join(TIMEOUT_S)
+        assert not worker.is_alive()
+        error = outcome.get("error")
+        assert isinstance(error, InferenceServerException), outcome
+        messages.append(error.message())
+    assert any("unloaded while executing" in m for m in messages), messages
+
+
+@pytest.fixture
+def stuck_repo(tmp_path: Path) -> Path:
+    return build_test_repository(tmp_path / "repo", ["stuck", GOOD_MODEL])
+
+
+def test_sigterm_with_stuck_model_exits_within_exit_timeout(
+    stuck_repo: Path, protocol: str
+) -> None:
+    server = ServerProcess([stuck_repo], f"--exit-timeout-secs={EXIT_TIMEOUT}")
+    try:
+        runs = start_stuck_requests(server, protocol)
+        stubs = stub_pids(server.proc.pid)
+        assert len(stubs) == 2, stubs
+
+        server.proc.send_signal(signal.SIGTERM)
+
+        code = server.proc.wait(timeout=TIMEOUT_S)  # it hung forever before
+        log = server.log_text()
+        assert_stuck_requests_failed(runs)
+    finally:
+        server.stop()
+    assert code == 0, log
+    assert wait_until(lambda: not any(is_running(pid) for pid in stubs), 10.0), stubs
+
+
+def test_sigkill_server_takes_its_stubs_along(stuck_repo: Path) -> None:
+    server = ServerProcess([stuck_repo])
+    try:
+        runs = start_stuck_requests(server, "http")  # a stub busy in the model's code
+        stubs = stub_pids(server.proc.pid)
+        assert len(stubs) == 2, stubs
+
+        server.proc.kill()
+        server.proc.wait(timeout=TIMEOUT_S)
+
+        assert wait_until(lambda: not any(is_running(pid) for pid in stubs), 10.0), [
+            pid for pid in stubs if is_running(pid)
+        ]
+        for worker, _ in runs:
+            worker.join(TIMEOUT_S)
+    finally:
+        server.stop()
+
+
+def test_unload_of_stuck_model_is_bounded(stuck_repo: Path, protocol: str) -> None:
+    server = ServerProcess(
+        [stuck_repo],
+        "--model-control-mode=explicit",
+        "--load-model=stuck",
+        f"--load-model={GOOD_MODEL}",
+        f"--exit-timeout-secs={EXIT_TIMEOUT}",
+    )
+    try:
+        runs = start_stuck_requests(server, protocol)
+        stub = next(iter(stub_pids(server.proc.pid, "stuck_0_0")))
+        c = open_client(server, protocol)
+        try:
+            c.unload_model("stuck")  # waited forever before
+        finally:
+            c.close()
+        assert_stuck_requests_failed(runs)
+        assert wait_until(lambda: not is_running(stub), 10.0)
+        assert model_ready(server, protocol, "stuck") is False
+        assert_identity_serves(server)
+        assert server.stop() == 0
+    finally:
+        server.stop()

@@ -33,6 +33,8 @@ class LoadContext:
     on_failure: Callable[[str], None]  # an instance died: the model must stop reporting ready
     # An ensemble's composing models: (name, version) -> spec, or ServerError saying why not.
     composing: Callable[[str, int], ModelSpec] | None = None
+    # The instances that had died are serving again (a restarted stub): READY again.
+    on_recovered: Callable[[], None] | None = None
 
     def model_file(self, default: str) -> Path:
         name = self.config.default_model_filename or default

@@ -48,14 +48,18 @@ class ModelRepositoryManager:
         backends: Mapping[str, Backend],
         auto_complete: bool = True,
         load_threads: int = 4,
+        unload_timeout: float | None = None,
     ) -> None:
         self._repositories = repositories
+        # How long an unload waits for a model's executions before killing its instances.
+        self._unload_timeout = unload_timeout
         self._backends = backends
         self._auto_complete = auto_complete
         self._load_slots = asyncio.Semaphore(max(load_threads, 1))
         self._records: dict[str, ModelRecord] = {}
         self._known: set[str] = set()  # model directories seen in the repositories
         self._retiring: set[asyncio.Task[None]] = set()
+        self._retiring_models: set[Model] = set()  # old versions closing after a reload
         # Loads in progress (name -> done), so an ensemble can wait for its composing models,
         # and what each loading ensemble waits for (to refuse a cycle between ensembles).
         self._loading: dict[str, asyncio.Future[None]] = {}
@@ -130,7 +134,8 @@ class ModelRepositoryManager:
             used = {n for r in self._records.values() if r.ready for n in r.depends}
             for part in sorted(record.depends - used):
                 await self.unload(part, dependents=True)
-        await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+        timeout = self._unload_timeout
+        await asyncio.gather(*(m.close(timeout) for m in models), return_exceptions=True)
 
     async def _reload_dependents(self, name: str) -> None:
         """A composing model was (re)loaded: reload the ensembles built on it, so they check
@@ -147,11 +152,13 @@ class ModelRepositoryManager:
         models = [e.model for e in record.versions.values() if e.model is not None]
         if not models:
             return
+        self._retiring_models.update(models)
         task = asyncio.ensure_future(
-            asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+            asyncio.gather(*(m.close(self._unload_timeout) for m in models), return_exceptions=True)
         )
         self._retiring.add(task)  # type: ignore[arg-type]
         task.add_done_callback(self._retiring.discard)  # type: ignore[arg-type]
+        task.add_done_callback(lambda _: self._retiring_models.difference_update(models))
 
     def _fail_model(self, record: ModelRecord, reason: str) -> None:
         record.state, record.reason = ModelState.UNAVAILABLE, reason
@@ -273,6 +280,13 @@ class ModelRepositoryManager:
             self._refresh(record)
             log.error("model '%s' version %d is unavailable: %s", record.name, version, reason)
 
+        def on_recovered() -> None:
+            if entry.model is None or entry.state is not ModelState.UNAVAILABLE:
+                return  # unloaded or unloading meanwhile: it stays so
+            entry.state, entry.reason = ModelState.READY, ""
+            self._refresh(record)
+            log.info("model '%s' version %d is ready again", record.name, version)
+
         ctx = LoadContext(
             record.name,
             version,
@@ -283,6 +297,7 @@ class ModelRepositoryManager:
             finalize,
             on_failure,
             composing=functools.partial(self.composing_spec, record.name),
+            on_recovered=on_recovered,
         )
         started = time.monotonic()
         try:
@@ -316,13 +331,18 @@ class ModelRepositoryManager:
         }
         record.latest = record.ready[max(record.ready)] if record.ready else None
 
-    async def unload_all(self) -> None:
+    async def unload_all(self, timeout: float | None = None) -> None:
+        """Unload every model (shutdown); executions still running after ``timeout`` are
+        failed and their instances killed."""
         models = [e.model for r in self._records.values() for e in r.versions.values() if e.model]
+        models += self._retiring_models
         for record in self._records.values():
             for entry in record.versions.values():
                 entry.state = ModelState.UNLOADING
             self._refresh(record)
-        await asyncio.gather(*(m.close() for m in models), *self._retiring, return_exceptions=True)
+        await asyncio.gather(
+            *(m.close(timeout) for m in models), *self._retiring, return_exceptions=True
+        )
 
     # -- lookups -----------------------------------------------------------------------------
     def get(self, name: str, version: int = -1) -> Model:

@@ -1,20 +1,26 @@
 """The stub process that hosts one instance of a Triton Python model.
 
-Run as ``python -m tritium.backends.python.stub <fd>``; it speaks the frames of ``ipc`` over
-the socket ``fd``. The model runs here, isolated: if it raises, the error goes back as a
-response; if it crashes, only this process dies and the server notices the closed socket.
+Run as ``python -m tritium.backends.python.stub <fd> <server pid> <instance name>``; it speaks
+the frames of ``ipc`` over the socket ``fd``. The model runs here, isolated: if it raises, the
+error goes back as a response; if it crashes, only this process dies and the server notices the
+closed socket. The stub never outlives the server: on Linux the kernel kills it when the server
+dies (``PR_SET_PDEATHSIG``), and everywhere a watcher thread exits it once its parent changes;
+a closed socket (the server went away) ends it too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib.util
 import inspect
 import json
 import os
+import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -187,7 +193,9 @@ class Stub:
                 self._run(result)
 
     # -- main loop ---------------------------------------------------------------------------
-    def serve(self) -> None:
+    def serve(self) -> bool:
+        """Answer the server's frames; returns True after FINALIZE, False when the server
+        closed the socket (it is gone, or gave up on this stub)."""
         handlers = {
             ipc.AUTOCOMPLETE: self.autocomplete,
             ipc.INIT: self.init,
@@ -198,7 +206,7 @@ class Stub:
             try:
                 kind, body, buffers = self._channel.recv()
             except EOFError:
-                return
+                return False
             if kind == ipc.EXECUTE:
                 self.execute_all(body, buffers)
                 continue
@@ -212,7 +220,7 @@ class Stub:
                 reply = (False, detail)
             self.send(ipc.REPLY, reply)
             if kind == ipc.FINALIZE:
-                return
+                return True
 
 
 _TYPE_CODE = {
@@ -236,11 +244,47 @@ def _batch_scheduling() -> None:
         pass
 
 
+_PR_SET_PDEATHSIG = 1
+_PARENT_POLL_S = 0.5
+
+
+def _die_with_parent(parent: int) -> None:
+    """Never outlive the server, even when it is killed with SIGKILL and even while the model
+    is stuck in its own code: the kernel sends SIGKILL when the parent dies (Linux), and a
+    daemon thread polls the parent pid (everywhere, and for the race before prctl)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no libc to call: the watcher alone
+            pass
+    if os.getppid() != parent:  # the server died before prctl took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(_PARENT_POLL_S)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="tritium-parent-watch", daemon=True).start()
+
+
 def main() -> None:
+    if len(sys.argv) > 2:
+        _die_with_parent(int(sys.argv[2]))
+    # Ctrl-C in a terminal reaches the whole process group: the server shuts its stubs down
+    # itself (finalize, then kill), so a stub must not die of it first and look crashed.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _batch_scheduling()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sys.modules["triton_python_backend_utils"] = pb_utils
-    Stub(ipc.BlockingChannel(sock)).serve()
+    if not Stub(ipc.BlockingChannel(sock)).serve():
+        # The server closed the socket without FINALIZE: it is gone. Threads the model
+        # started must not keep this process alive.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,395 @@
+"""A ModelInstance backed by a stub process, kept alive: a stub that dies is restarted.
+
+Requests go to the stub as EXECUTE frames and come back as EXEC_DONE / RESPONSE frames. When
+the stub dies (SIGKILL, a segfault, the OOM killer, or the server killing a hung ``execute``),
+the requests it held fail with Triton's message, the version reports UNAVAILABLE with the
+reason, and a new stub is started after a back-off (``supervisor.CrashHistory``); requests
+that were queued for the instance wait for it. Too many crashes in the window leave the
+instance down until the model is reloaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ...errors import ErrorKind, ServerError, cancelled, internal
+from ...repository.spec import ModelSpec
+from ...types import InferenceRequest, InferenceResponse
+from ..base import output_tensor, requested_names, send_error
+from . import ipc
+from .process import StubProcess
+from .supervisor import CrashHistory, RestartPolicy, VersionHealth
+
+log = logging.getLogger("tritium")
+
+# pb_utils.TritonError codes → error kinds (Triton's TRITONSERVER_Error_Code order).
+_CODE_TO_KIND = [
+    ErrorKind.UNKNOWN,
+    ErrorKind.INTERNAL,
+    ErrorKind.NOT_FOUND,
+    ErrorKind.INVALID_ARG,
+    ErrorKind.UNAVAILABLE,
+    ErrorKind.UNSUPPORTED,
+    ErrorKind.ALREADY_EXISTS,
+    ErrorKind.CANCELLED,
+]
+EXECUTION_TIMEOUT_PARAMETER = "EXECUTION_TIMEOUT_SECS"
+
+
+@dataclass(slots=True)
+class Supervision:
+    """What an instance needs to replace its stub: how to start one (spawned and
+    initialised), the restart policy, its version's health, and the execution timeout."""
+
+    spawn: Callable[[str], Awaitable[StubProcess]]
+    policy: RestartPolicy
+    health: VersionHealth
+    execution_timeout_s: float | None = None
+
+
+class PythonInstance:
+    """A ModelInstance backed by a stub process."""
+
+    def __init__(
+        self, spec: ModelSpec, version: int, stub: StubProcess, supervision: Supervision
+    ) -> None:
+        self.name = stub.name
+        self._spec = spec
+        self._version = str(version)
+        self._batches: dict[
+            int, tuple[asyncio.Future[None], list[InferenceRequest], list[bool]]
+        ] = {}
+        self._ids = itertools.count()
+        self._sent_ns = 0  # when the last EXECUTE frame left (statistics: compute_infer)
+        self._input_ns = 0
+        self._sup = supervision
+        self._timeout = supervision.execution_timeout_s
+        self._crashes = CrashHistory(supervision.policy)
+        self._restarted: asyncio.Future[None] | None = None  # set while a restart is pending
+        self._restart_task: asyncio.Task[None] | None = None
+        self._closing = False
+        self._restarts: dict[str, int] = {}  # the model's statistics table (count_restarts_in)
+        self._stub = stub
+        self._attach(stub)
+
+    def _attach(self, stub: StubProcess) -> None:
+        self._stub = stub
+        stub.on_batch_done = self._batch_done
+        stub.on_response = self._response
+        stub.on_death = self._died
+
+    @property
+    def stub_pid(self) -> int | None:
+        return self._stub.pid
+
+    def count_restarts_in(self, table: dict[str, int]) -> None:
+        """Keep this instance's restart count in ``table`` (the model's statistics)."""
+        self._restarts = table
+        table.setdefault(self.name, 0)
+
+    async def execute(self, requests: list[InferenceRequest]) -> None:
+        await self._send_executions([requests])
+
+    async def execute_each(self, requests: list[InferenceRequest]) -> None:
+        """One ``execute`` call per request, all sent in one frame and answered in one (with
+        an execution timeout, one after the other, so each is timed on its own)."""
+        if self._timeout is None:
+            await self._send_executions([[r] for r in requests])
+            return
+        for request in requests:
+            await self._send_executions([[request]])
+
+    async def _send_executions(self, batches: list[list[InferenceRequest]]) -> None:
+        if not self._stub.alive:
+            batches = await self._wait_for_stub(batches)
+            if not batches:
+                return
+        loop = asyncio.get_running_loop()
+        buffers: ipc.Buffers = []
+        executions = []
+        futures = []
+        started = time.perf_counter_ns()
+        for requests in batches:
+            batch_id = next(self._ids)
+            future = loop.create_future()
+            self._batches[batch_id] = (future, requests, [False] * len(requests))
+            executions.append((batch_id, [self._wire(r, buffers) for r in requests]))
+            futures.append(future)
+            for index, request in enumerate(requests):
+                request.on_cancel = self._canceller(batch_id, index)
+        stub = self._stub
+        stub.send(ipc.EXECUTE, executions, buffers)
+        self._sent_ns = time.perf_counter_ns()
+        self._input_ns = (self._sent_ns - started) // len(batches)
+        if self._timeout is None:
+            for future in futures:
+                await future
+            return
+        timer = loop.call_later(self._timeout, self._hung, stub)
+        try:
+            for future in futures:
+                await future
+        finally:
+            timer.cancel()
+
+    async def _wait_for_stub(
+        self, batches: list[list[InferenceRequest]]
+    ) -> list[list[InferenceRequest]]:
+        """The stub is down: wait for its restart (if one is coming); the batches still to
+        run then (without requests whose client went away), or [] once all are answered."""
+        if self._restarted is not None:
+            await asyncio.shield(self._restarted)
+        if not self._stub.alive:
+            error = internal(
+                f"Failed to process the request(s) for model instance '{self.name}', "
+                f"message: Stub process '{self.name}' is not healthy."
+            )
+            for batch in batches:
+                for request in batch:
+                    send_error(request, self._version, error)
+            return []
+        kept = []
+        for batch in batches:
+            for request in batch:
+                if request.cancelled:
+                    send_error(request, self._version, cancelled("the request was cancelled"))
+            batch = [r for r in batch if not r.cancelled]
+            if batch:
+                kept.append(batch)
+        return kept
+
+    def _wire(self, request: InferenceRequest, buffers: ipc.Buffers) -> tuple:
+        params = orjson.dumps(request.parameters).decode() if request.parameters else "{}"
+        return (
+            request.id,
+            request.correlation_id,
+            request.flags,
+            [(t.name, ipc.pack_array(t.data, buffers)) for t in request.inputs],
+            requested_names(self._spec, request),
+            params,
+        )
+
+    def _canceller(self, batch_id: int, index: int) -> Any:
+        def cancel() -> None:
+            if self._stub.alive and batch_id in self._batches:
+                self._stub.send(ipc.CANCEL, (batch_id, index))
+
+        return cancel
+
+    def _make_response(
+        self, request: InferenceRequest, payload: tuple | None, buffers: ipc.Buffers
+    ) -> InferenceResponse:
+        response = InferenceResponse(request.model_name, self._version, request.id)
+        if payload is None:
+            response.error = internal(
+                f"Failed to process the request(s) for model instance '{self.name}', "
+                "message: the model returned no response for the request"
+            )
+            return response
+        tensors, message, extra = payload
+        if message is not None:
+            kind = (
+                _CODE_TO_KIND[extra] if isinstance(extra, int) and extra < 8 else ErrorKind.INTERNAL
+            )
+            response.error = ServerError(kind, message)
+            return response
+        wanted = set(requested_names(self._spec, request))
+        try:
+            response.outputs = [
+                output_tensor(self._spec, n, ipc.unpack_array(t, buffers))
+                for n, t in tensors
+                if n in wanted
+            ]
+        except ServerError as exc:
+            response.error = exc
+        if extra:
+            response.parameters = json.loads(extra)
+        return response
+
+    def _batch_done(self, body: tuple, buffers: ipc.Buffers) -> None:
+        """``execute`` returned. Its requests are answered now, except a decoupled model's,
+        whose responses may keep coming from the model's threads until each one's final flag;
+        the batch stays routable until then."""
+        batch_id, error, wired = body
+        future, requests, finished = self._batches[batch_id]
+        arrived = time.perf_counter_ns()
+        infer_ns = arrived - self._sent_ns
+        self._sent_ns = arrived  # the next execution of a group ran after this one
+        if error is not None:
+            failure = internal(
+                f"Failed to process the request(s) for model instance '{self.name}', "
+                f"message: {error}"
+            )
+            self._answer_unfinished(
+                requests, finished, lambda r: send_error(r, self._version, failure)
+            )
+        elif wired is not None:
+            self._answer_each(requests, wired, buffers, infer_ns)
+            finished[:] = [True] * len(requests)
+        elif not self._spec.decoupled:  # execute returned None: senders must have answered
+            self._answer_unfinished(
+                requests,
+                finished,
+                lambda r: r.sender.send(self._make_response(r, None, buffers), True),
+            )
+        for request in requests:  # decoupled requests still answering, failed ones
+            if request.timing is None:
+                request.timing = (self._input_ns, infer_ns, 0)
+        if all(finished):
+            del self._batches[batch_id]
+        if not future.done():
+            future.set_result(None)
+
+    def _answer_each(
+        self, requests: list[InferenceRequest], wired: list, buffers: ipc.Buffers, infer_ns: int
+    ) -> None:
+        for request, payload in zip(requests, wired, strict=True):
+            began = time.perf_counter_ns()
+            response = self._make_response(request, payload, buffers)
+            request.timing = (self._input_ns, infer_ns, time.perf_counter_ns() - began)
+            assert request.sender is not None
+            request.sender.send(response, True)
+
+    @staticmethod
+    def _answer_unfinished(
+        requests: list[InferenceRequest], finished: list[bool], answer: Any
+    ) -> None:
+        for i, request in enumerate(requests):
+            if not finished[i]:
+                finished[i] = True
+                answer(request)
+
+    def _response(self, body: tuple, buffers: ipc.Buffers) -> None:
+        batch_id, index, payload, final = body
+        entry = self._batches.get(batch_id)
+        if entry is None or entry[2][index]:
+            return  # the request already completed (or failed): nothing more goes out
+        future, requests, finished = entry
+        request = requests[index]
+        response = None if payload is None else self._make_response(request, payload, buffers)
+        if final:
+            finished[index] = True
+            if future.done() and all(finished):
+                del self._batches[batch_id]
+        assert request.sender is not None
+        request.sender.send(response, final)
+
+    def fail_all(self, reason: str, kind: ErrorKind = ErrorKind.INTERNAL) -> None:
+        """Answer every request the stub holds with an error (the stub is gone)."""
+        error = ServerError(
+            kind,
+            f"Failed to process the request(s) for model instance '{self.name}', message: {reason}",
+        )
+        for batch_id in list(self._batches):
+            future, requests, finished = self._batches.pop(batch_id)
+            for i, request in enumerate(requests):
+                if not finished[i]:
+                    send_error(request, self._version, error)
+            if not future.done():
+                future.set_result(None)
+
+    async def is_ready(self) -> bool:
+        if not self._stub.alive:
+            return False
+        try:
+            return bool(await self._stub.call(ipc.IS_READY, None, timeout=5.0))
+        except (TimeoutError, ServerError):
+            return False
+
+    # -- supervision -------------------------------------------------------------------------
+    def _died(self, status: str) -> None:
+        """The stub died without being asked to: fail what it held, then restart it (after
+        a back-off) or, past the crash limit, leave the instance down."""
+        self.fail_all(f"Stub process '{self.name}' is not healthy.")
+        if self._closing:
+            return
+        what = f"stub process of instance '{self.name}' died ({status})"
+        delay = self._crashes.crashed(time.monotonic())
+        if delay is None:
+            self._give_up(what)
+            return
+        log.error("model '%s': %s; restarting it in %.1f s", self._spec.name, what, delay)
+        self._sup.health.down(self.name, f"{what}; restarting")
+        self._restarted = asyncio.get_running_loop().create_future()
+        self._restart_task = asyncio.ensure_future(self._restart(delay))
+
+    def _give_up(self, what: str) -> None:
+        policy = self._sup.policy
+        if policy.max_restarts <= 0:
+            reason = f"{what}; restarts are off (--model-instance-max-restarts=0)"
+        else:
+            reason = (
+                f"{what}; not restarted: {self._crashes.recent()} crashes within "
+                f"{policy.window_s:g} s (--model-instance-max-restarts={policy.max_restarts})"
+            )
+        log.error("model '%s': %s", self._spec.name, reason)
+        self._sup.health.down(self.name, reason)
+        self._wake()
+
+    async def _restart(self, delay: float) -> None:
+        while True:
+            await asyncio.sleep(delay)
+            try:
+                stub = await self._sup.spawn(self.name)
+            except Exception as exc:  # init failed or timed out, or spawning did
+                what = f"stub process of instance '{self.name}' failed to restart ({exc})"
+                next_delay = self._crashes.crashed(time.monotonic())
+                if next_delay is None:
+                    self._give_up(what)
+                    return
+                log.error("model '%s': %s; retrying in %.1f s", self._spec.name, what, next_delay)
+                delay = next_delay
+                continue
+            break
+        self._attach(stub)
+        self._restarts[self.name] = self._restarts.get(self.name, 0) + 1
+        log.warning("model '%s': restarted the stub process of '%s'", self._spec.name, self.name)
+        self._sup.health.up(self.name)
+        self._wake()
+
+    def _wake(self) -> None:
+        """Let the requests waiting for a restart go on (to the new stub, or to fail)."""
+        waiting, self._restarted = self._restarted, None
+        if waiting is not None and not waiting.done():
+            waiting.set_result(None)
+
+    def _hung(self, stub: StubProcess) -> None:
+        """``execute`` ran past the execution timeout: answer its requests, kill the stub
+        and restart it like one that crashed (queued requests wait for the new one)."""
+        if stub is not self._stub or not stub.alive:
+            return
+        timeout = f"{self._timeout:g} s"
+        self.fail_all(
+            f"execute() did not return within the execution timeout of {timeout} (model "
+            f"parameter {EXECUTION_TIMEOUT_PARAMETER}); the stub process is restarted",
+            ErrorKind.UNAVAILABLE,
+        )
+        stub.kill()
+        self._died(f"killed: execute() ran past {EXECUTION_TIMEOUT_PARAMETER}={timeout}")
+
+    def abort(self, reason: str) -> None:
+        """Stop now (unload or shutdown ran out of time): kill the stub and answer every
+        request it holds with ``reason``."""
+        self._closing = True
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+        self._stub.kill()
+        self.fail_all(reason, ErrorKind.UNAVAILABLE)
+        self._wake()
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._restart_task is not None:
+            self._restart_task.cancel()
+            await asyncio.gather(self._restart_task, return_exceptions=True)
+        self._wake()
+        await self._stub.stop()
