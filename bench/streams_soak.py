@@ -4,8 +4,9 @@
     .venv/bin/python bench/streams_soak.py [--streams 10000] [--workers 8] [--budget 170]
 
 The example model repository is built into a temporary directory and the server started as a
-child process, as bench/run.py does (its helpers are reused). N worker threads, each with one
-tritonclient gRPC client (one channel), then open and close streams one after the other:
+child process, as bench/run.py does (bench/server.py: the tests' ServerProcess). N worker
+threads, each with one tritonclient gRPC client (one channel), then open and close streams one
+after the other:
 
 * even streams: one ``simple`` request, wait for the answer, check it, close gracefully;
 * odd streams are closed **mid-request** (``stop_stream(cancel_requests=True)``), alternating:
@@ -39,10 +40,14 @@ from typing import Any
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import run as bench  # noqa: E402 - bench/run.py: Server, build_repository, machine_info
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # the package ``bench`` (this script's folder is sys.path[0])
+from bench.common import RESULTS_DIR, children_of  # noqa: E402
+from bench.report import machine_info  # noqa: E402
+from bench.server import Server, build_repository  # noqa: E402
 
-RESULTS = bench.RESULTS_DIR / "streams_soak.json"
+RESULTS = RESULTS_DIR / "streams_soak.json"
 ANSWER_TIMEOUT_S = 30.0
 STREAM_DEADLINE_S = 60.0
 LONG_VALUES = list(range(10))
@@ -68,7 +73,7 @@ def proc_usage(pid: int) -> dict[str, float] | None:
 
 def sample(label: str, server_pid: int, streams_done: int, started: float) -> dict[str, Any]:
     server = proc_usage(server_pid) or {}
-    stubs = [u for u in (proc_usage(p) for p in bench.children_of(server_pid)) if u]
+    stubs = [u for u in (proc_usage(p) for p in children_of(server_pid)) if u]
     return {
         "label": label,
         "streams": streams_done,
@@ -279,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="tritium-soak-") as tmp:
         repo, work = Path(tmp) / "models", Path(tmp)
-        bench.build_repository(repo)
-        server = bench.Server(repo, work)
+        build_repository(repo)
+        server = Server(repo, work)
         try:
             server.wait_ready(["simple", "repeat_int32"])
             result = soak(server.url("grpc"), server.pid, args)
@@ -289,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 result["server_log_tail"] = server.log_tail()
         finally:
             server.stop()
-    report = {"benchmark": "streams_soak", "machine": bench.machine_info(), **result}
+    report = {"benchmark": "streams_soak", "machine": machine_info(), **result}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2) + "\n")
     print(table(result["samples"]))

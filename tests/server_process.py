@@ -28,16 +28,28 @@ def server_command(repositories: list[Path], *args: str) -> list[str]:
 
 
 class ServerProcess:
-    def __init__(self, repositories: list[Path], *args: str, wait_ready: bool = True) -> None:
-        self._dir = tempfile.TemporaryDirectory(prefix="tritium-test-")
-        self.ports_file = Path(self._dir.name) / "ports.json"
-        self.log_path = Path(self._dir.name) / "server.log"
+    """``workdir``: where the ports file and the log go, kept after ``stop`` (the benchmark
+    reads the log tail after stopping); by default a temporary directory removed by ``stop``.
+    ``start_timeout``: how long the server may take to load its models and bind."""
+
+    def __init__(
+        self,
+        repositories: list[Path],
+        *args: str,
+        wait_ready: bool = True,
+        workdir: Path | None = None,
+        start_timeout: float = 60.0,
+    ) -> None:
+        self._dir = None if workdir else tempfile.TemporaryDirectory(prefix="tritium-test-")
+        directory = workdir or Path(self._dir.name)
+        self.ports_file = directory / "ports.json"
+        self.log_path = directory / "server.log"
         command = server_command(repositories, "--ports-file", str(self.ports_file), *args)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         self.ports: dict[str, int] = {}
         try:
-            self._wait_ports()
+            self._wait_ports(start_timeout)
             if wait_ready:
                 self.wait_live()
         except BaseException:
@@ -56,7 +68,8 @@ class ServerProcess:
         return self.http_url if protocol == "http" else self.grpc_url
 
     def log_text(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
     def _wait_ports(self, timeout: float = 60.0) -> None:
@@ -93,5 +106,6 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         self._log.close()
-        self._dir.cleanup()
+        if self._dir is not None:
+            self._dir.cleanup()
         return self.proc.returncode

@@ -1,16 +1,14 @@
-"""The ``ensembles`` scenario list of bench/run.py: the example image pipeline as ONE call of
+"""The ``ensembles`` scenario list: the example image pipeline as ONE call of
 the ``image_classifier`` ensemble vs the same three models called one after another by the
 client (``preprocess`` → ``classifier`` → ``postprocess``, each answer's output sent as the
 next request's input), over binary HTTP and gRPC at concurrency 1 and 16.
 
-The ensemble rows run on run.py's generic unary worker (``CONTRACT`` is the model's request /
-answer contract); the chained rows on the same worker with ``ChainDriver`` around the
-protocol's driver, so that warm-up, window, latency, CPU accounting and checks are the same.
-One inference is one image through the whole pipeline: three requests for a chained row.
-
-run.py imports this module and registers what it defines (``ISSUES``, ``CONTRACTS``,
-``BASELINES``, the report); this module reaches run.py's helpers through ``bench`` at call
-time only (run.py may still be initializing when this module is imported).
+The ensemble rows run on the generic unary worker (catalog.worker; ``contract()`` is the
+model's request / answer contract); the chained rows on the same worker with ``ChainDriver``
+around the protocol's driver, so that warm-up, window, latency, CPU accounting and checks are
+the same. One inference is one image through the whole pipeline: three requests for a chained
+row. The ensemble and its steps (``ENSEMBLE``, ``STEPS``, ``CHAINS``) are in common.py, as
+``Scenario.models`` needs them; catalog.py registers the contract and the baseline.
 """
 
 from __future__ import annotations
@@ -18,49 +16,28 @@ from __future__ import annotations
 import functools
 import io
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-import run as bench  # bench/run.py (the same module object when run.py is the script)
+from bench.baselines import closed_loop, load_python_model, onnx_session
+from bench.common import CHAINS, ENSEMBLE, STEPS, Contract, Issue, Scenario, Step
+from bench.report import _fmt, failed_line, table_row
 
-ENSEMBLE = "image_classifier"
-
-
-@dataclass(frozen=True)
-class Step:
-    model: str
-    input: str
-    output: str
-
-
-STEPS = (
-    Step("preprocess", "IMAGE", "PIXELS"),
-    Step("classifier", "PIXELS", "PROBABILITIES"),
-    Step("postprocess", "PROBABILITIES", "LABELS"),
-)
-# The composing models of each ensemble the list measures, in chaining order.
-CHAINS: dict[str, tuple[Step, ...]] = {ENSEMBLE: STEPS}
 BATCHING_STEP = "classifier"  # the step with dynamic batching: its avg batch is reported
 
 IMAGE_SIDE = 128
-IMAGE_SETS = 4  # different images, as run.py's four prepared requests per worker
+IMAGE_SETS = 4  # different images, as the unary worker's four prepared requests per worker
 JPEG_QUALITY = 90
 OTHER_CPU_WARNING = 0.1  # cores used by other processes during a window, flagged in the report
 LABEL_TOLERANCE = 1e-4  # on each printed probability (a batched execution may round apart)
 
 
-def composing(model: str) -> tuple[str, ...]:
-    """The composing models of ``model`` when it is a measured ensemble, else ()."""
-    return tuple(step.model for step in CHAINS.get(model, ()))
-
-
-def scenarios() -> list[Any]:
+def scenarios() -> list[Scenario]:
     """Each (protocol, concurrency) cell twice: the ensemble, then the client's chain."""
     return [
-        bench.Scenario(ENSEMBLE, protocol, concurrency, chained=chained)
+        Scenario(ENSEMBLE, protocol, concurrency, chained=chained)
         for protocol in ("http", "grpc")
         for concurrency in (1, 16)
         for chained in (False, True)
@@ -111,14 +88,14 @@ def image_inputs(seed: int, batch: int) -> list[dict[str, np.ndarray]]:
 # The in-process pipeline: the reference answers and the baseline.
 # ---------------------------------------------------------------------------------------------
 class Pipeline:
-    """preprocess and postprocess ``model.py`` (run.py's ``load_python_model``: tritium's
+    """preprocess and postprocess ``model.py`` (baselines.load_python_model: tritium's
     pb_utils, ``initialize`` with the server's args) around an onnxruntime session on the
     classifier's ``model.onnx`` with the server's session options."""
 
     def __init__(self, repo: Path) -> None:
-        self.pre, self.pb = bench.load_python_model(repo / "preprocess")
-        self.post, _ = bench.load_python_model(repo / "postprocess")
-        self.session, self.options = bench.onnx_session(repo / "classifier")
+        self.pre, self.pb = load_python_model(repo / "preprocess")
+        self.post, _ = load_python_model(repo / "postprocess")
+        self.session, self.options = onnx_session(repo / "classifier")
         self.classifier_input = self.session.get_inputs()[0].name
 
     def _execute(self, model: Any, name: str, tensor: str, array: np.ndarray, out: str) -> Any:
@@ -186,8 +163,8 @@ def check_labels(result: Any, inputs: dict[str, np.ndarray]) -> str | None:
     return None
 
 
-def contract() -> Any:
-    return bench.Contract(("LABELS",), image_inputs, check_labels)
+def contract() -> Contract:
+    return Contract(("LABELS",), image_inputs, check_labels)
 
 
 def baseline(model_dir: Path, seconds: float) -> dict[str, Any]:
@@ -208,7 +185,7 @@ def baseline(model_dir: Path, seconds: float) -> dict[str, Any]:
         for step, seconds_ in zip(spent, (t1 - t0, t2 - t1, t3 - t2), strict=True):
             spent[step] += seconds_
 
-    result = bench.closed_loop(call, seconds)
+    result = closed_loop(call, seconds)
     calls = result["calls"] + 50  # closed_loop's warm-up calls are timed here too
     steps_us = {step: total * 1e6 / calls for step, total in spent.items()}
     steps = ", ".join(f"{step} {us:,.0f} µs" for step, us in steps_us.items())
@@ -291,24 +268,24 @@ def step_batch(row: dict[str, Any]) -> float | None:
 
 def line(row: dict[str, Any]) -> str:
     if "infer_per_s" not in row:
-        return bench.failed_line(row)
+        return failed_line(row)
     vs = row.get("vs_chained") or {}
     cells = [
         row["protocol"],
         row["concurrency"],
         mode(row),
-        bench._fmt(row["infer_per_s"], 0),
-        bench._fmt(row["p50_ms"], 2),
-        bench._fmt(row["p99_ms"], 2),
-        bench._fmt(row["server_cpu_us"], 0),
-        bench._fmt(row["stub_cpu_us"], 0),
-        bench._fmt(row["client_cpu_us"], 0),
-        bench._fmt(step_batch(row), 2),
-        bench._fmt(row.get("cpu_ratio"), 2),
-        bench._fmt(vs.get("infer_per_s"), 2),
-        bench._fmt(vs.get("p50_ms"), 2),
+        _fmt(row["infer_per_s"], 0),
+        _fmt(row["p50_ms"], 2),
+        _fmt(row["p99_ms"], 2),
+        _fmt(row["server_cpu_us"], 0),
+        _fmt(row["stub_cpu_us"], 0),
+        _fmt(row["client_cpu_us"], 0),
+        _fmt(step_batch(row), 2),
+        _fmt(row.get("cpu_ratio"), 2),
+        _fmt(vs.get("infer_per_s"), 2),
+        _fmt(vs.get("p50_ms"), 2),
     ]
-    return bench.table_row(row, cells)
+    return table_row(row, cells)
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
@@ -365,4 +342,13 @@ NOTE = (
     "the in-process pipeline's CPU per image (baseline below). Every Nth answer's top 3 is "
     f"compared with the in-process pipeline (same classes in order, probabilities within "
     f"{LABEL_TOLERANCE:g})."
+)
+ISSUE = Issue(
+    "ensembles",
+    scenarios,
+    ratios="ens ÷ chained = the ensemble row ÷ the chained row of the same protocol and "
+    "concurrency.",
+    note=NOTE,
+    table=table,
+    row_ratios=add_ratios,
 )

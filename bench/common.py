@@ -1,0 +1,244 @@
+"""What every part of the bench shares: the scenario, a scenario list (``Issue``), the run's
+settings, the request/answer contract of the unary workers, the measuring window, and CPU
+accounting from /proc (no psutil).
+
+The bench's layers, each importing only those above it (tests/unit/test_bench_layout.py checks
+that there is no cycle): ``common`` → ``drivers``, ``server``, ``baselines``, ``report`` →
+``engine`` → ``scenarios/*`` (one module per list) → ``catalog`` (the registries) → ``cli`` →
+``run.py`` (the script).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS_DIR = ROOT / "bench" / "results"
+BUILD_MODELS = ROOT / "examples" / "build_models.py"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+Rows = list[dict[str, Any]]
+
+
+# ---------------------------------------------------------------------------------------------
+# The ensembles the bench measures (the ``ensembles`` list chains their composing models on the
+# client; ``Scenario.models`` waits for them and reads their statistics).
+# ---------------------------------------------------------------------------------------------
+ENSEMBLE = "image_classifier"
+
+
+@dataclass(frozen=True)
+class Step:
+    model: str
+    input: str
+    output: str
+
+
+STEPS = (
+    Step("preprocess", "IMAGE", "PIXELS"),
+    Step("classifier", "PIXELS", "PROBABILITIES"),
+    Step("postprocess", "PROBABILITIES", "LABELS"),
+)
+# The composing models of each ensemble the list measures, in chaining order.
+CHAINS: dict[str, tuple[Step, ...]] = {ENSEMBLE: STEPS}
+
+
+def composing(model: str) -> tuple[str, ...]:
+    """The composing models of ``model`` when it is a measured ensemble, else ()."""
+    return tuple(step.model for step in CHAINS.get(model, ()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Scenarios and scenario lists: one list per issue, in a module of bench/scenarios/ each, named
+# in catalog.ISSUES (a new wire path adds a driver in drivers.PROTOCOLS; a new model a baseline
+# in catalog.BASELINES and, unless it follows the ``simple`` contract, a Contract).
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scenario:
+    model: str
+    protocol: str  # a key of PROTOCOLS
+    concurrency: int
+    batch: int = 1  # rows per request (first dimension)
+    responses: int = 0  # decoupled square_int32: N, the responses asked for per request
+    # ensembles: the client calls the ensemble's composing models one after another instead
+    chained: bool = False
+
+    @property
+    def name(self) -> str:
+        suffix = f"/n{self.responses}" if self.responses else ""
+        suffix += "/chained" if self.chained else ""
+        return f"{self.model}/{self.protocol}/c{self.concurrency}{suffix}"
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model and, for an ensemble, its composing models (waited for, statistics)."""
+        return (self.model, *composing(self.model))
+
+
+@dataclass(frozen=True)
+class Issue:
+    """A scenario list (``--issue NAME``, one report ``NAME.md`` / ``NAME.json``): its
+    scenarios and what its report and the server need."""
+
+    name: str
+    scenarios: Callable[[], list[Scenario]]
+    # the header's sentence on the ratio columns
+    ratios: str = (
+        "ratios: throughput ÷ baseline calls/s, (server+stub CPU) ÷ baseline CPU per call."
+    )
+    note: str = ""  # a paragraph under the header
+    table: Callable[[Rows], list[str]] | None = None  # its rows' table; None: the regular one
+    row_ratios: Callable[[Rows], None] | None = None  # ratios between its rows
+    server_args: tuple[str, ...] = ()  # flags the one server of a run then gets
+    # models the list adds to the bench's copy of the example repository
+    repository_extra: Callable[[Path], None] | None = None
+
+
+@dataclass
+class Settings:
+    warmup: float = 1.0
+    seconds: float = 5.0
+    baseline_seconds: float = 3.0
+    verify_every: int = 10
+    quick: bool = False
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU accounting from /proc (no psutil): utime+stime of a process (all its threads) and of its
+# live children (the Python-backend stubs).
+# ---------------------------------------------------------------------------------------------
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
+
+
+def children_of(pid: int) -> list[int]:
+    kids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[1]) == pid:  # ppid (field 4)
+                kids.append(int(entry))
+    return kids
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    server: float
+    stubs: dict[int, float]
+    client: float
+    machine: float = 0.0  # busy CPU seconds of the whole machine (all processes)
+
+    @classmethod
+    def take(cls, server_pid: int) -> CpuSnapshot:
+        stubs = {pid: proc_cpu_seconds(pid) for pid in children_of(server_pid)}
+        return cls(
+            time.perf_counter(),
+            proc_cpu_seconds(server_pid),
+            stubs,
+            time.process_time(),
+            machine_busy_seconds(),
+        )
+
+    def stub_delta(self, start: CpuSnapshot) -> float:
+        return sum(t - start.stubs.get(pid, 0.0) for pid, t in self.stubs.items())
+
+    def other_delta(self, start: CpuSnapshot) -> float:
+        """CPU time of the machine's other processes (neither server, stubs nor client)."""
+        ours = self.server - start.server + self.stub_delta(start) + self.client - start.client
+        return max(0.0, self.machine - start.machine - ours)
+
+
+def machine_busy_seconds() -> float:
+    """user + nice + system + irq + softirq + steal of all CPUs, from /proc/stat."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / CLK_TCK
+
+
+# ---------------------------------------------------------------------------------------------
+# The measuring window and the ``simple`` contract of the unary workers.
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Window:
+    """The measuring window, opened and closed by the sampler; workers read its flags."""
+
+    start: CpuSnapshot | None = None
+    end: CpuSnapshot | None = None
+    latencies: list[float] = field(default_factory=list)  # seconds, completions in window
+    first_latencies: list[float] = field(default_factory=list)  # decoupled: send → 1st answer
+    responses: int = 0  # decoupled: data responses received inside the window
+    # statistics of the scenario's models (Scenario.models), read at the start and the end
+    stats: list[dict[str, dict[str, int] | None]] = field(default_factory=list)
+    verified: int = 0
+    wrong: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def closed(self) -> bool:
+        return self.end is not None or bool(self.errors)
+
+    def open(self) -> bool:
+        return self.start is not None and self.end is None
+
+
+def make_inputs(seed: int, batch: int, sets: int = 4) -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    shape = (batch, 16)
+    return [
+        (
+            rng.integers(-1000, 1000, shape, dtype=np.int32),
+            rng.integers(-1000, 1000, shape, dtype=np.int32),
+        )
+        for _ in range(sets)
+    ]
+
+
+def check_answer(result: Any, in0: np.ndarray, in1: np.ndarray) -> str | None:
+    out0, out1 = result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
+    if out0 is None or out1 is None:
+        return "missing output"
+    if not (np.array_equal(out0, in0 + in1) and np.array_equal(out1, in0 - in1)):
+        return f"wrong answer: OUTPUT0={out0.tolist()} for {in0.tolist()} + {in1.tolist()}"
+    return None
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A model's request/answer contract for the unary workers: ``make_inputs(seed, batch)``
+    gives the input sets (name -> array) a worker cycles through, ``check(result, inputs)``
+    says what is wrong with an answer (None when right)."""
+
+    outputs: tuple[str, ...]
+    make_inputs: Callable[[int, int], list[dict[str, np.ndarray]]]
+    check: Callable[[Any, dict[str, np.ndarray]], str | None]
+
+
+def simple_inputs(seed: int, batch: int) -> list[dict[str, np.ndarray]]:
+    return [{"INPUT0": a, "INPUT1": b} for a, b in make_inputs(seed, batch)]
+
+
+SIMPLE_CONTRACT = Contract(
+    ("OUTPUT0", "OUTPUT1"),
+    simple_inputs,
+    lambda result, d: check_answer(result, d["INPUT0"], d["INPUT1"]),
+)

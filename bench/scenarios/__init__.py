@@ -1,0 +1,1 @@
+"""The scenario lists, one module each (``--issue NAME``); catalog.py registers them."""

@@ -1,0 +1,109 @@
+"""The server under test, started with the tests' helper (tests/server_process.py
+``ServerProcess``: ``python -m tritium serve`` on 127.0.0.1, every port 0, ``--ports-file``),
+and what the bench reads from it: readiness of its models, their statistics, its idle CPU.
+Also the bench's copy of the example model repository."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from bench.common import BUILD_MODELS, ROOT, CpuSnapshot
+
+if str(ROOT / "tests") not in sys.path:
+    sys.path.append(str(ROOT / "tests"))
+from server_process import ServerProcess  # noqa: E402 - tests/server_process.py
+
+START_TIMEOUT = 120.0  # loading every example model (Python stubs included) and binding
+
+
+class Server(ServerProcess):
+    """The tests' ServerProcess with its ports file and log in the bench's work directory (the
+    log tail is read after ``stop`` for the report). The constructor returns once the ports
+    are bound; ``wait_ready`` then waits for the server and the scenarios' models."""
+
+    def __init__(self, repository: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
+        super().__init__(
+            [repository],
+            *extra_args,
+            wait_ready=False,
+            workdir=workdir,
+            start_timeout=START_TIMEOUT,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def wait_ready(self, models: list[str], timeout: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout
+        paths = ["/v2/health/ready"] + [f"/v2/models/{m}/ready" for m in models]
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.log_tail()}")
+            if all(self._http_ok(p) for p in paths):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"server not ready within {timeout}s:\n{self.log_tail()}")
+
+    def healthy(self) -> bool:
+        return self.proc.poll() is None and self._http_ok("/v2/health/ready")
+
+    def _http_ok(self, path: str) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.url('http')}{path}", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError):
+            return False
+
+
+def model_stats(server: Server, model: str) -> dict[str, int] | None:
+    """The model's inference and execution counts (statistics extension), None if absent."""
+    try:
+        url = f"http://{server.url('http')}/v2/models/{model}/stats"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            stats = json.loads(r.read())["model_stats"]
+        return {
+            "inference_count": sum(int(s.get("inference_count", 0)) for s in stats),
+            "execution_count": sum(int(s.get("execution_count", 0)) for s in stats),
+        }
+    except (urllib.error.URLError, ConnectionError, ValueError, KeyError, TypeError):
+        return None
+
+
+def models_stats(server: Server, models: tuple[str, ...]) -> dict[str, dict[str, int] | None]:
+    return {model: model_stats(server, model) for model in models}
+
+
+def idle_cpu(server: Server, seconds: float = 1.0) -> dict[str, float]:
+    """Server CPU use while nothing is sent: should be ~0 (no spinning pools, no polling)."""
+    start = CpuSnapshot.take(server.pid)
+    time.sleep(seconds)
+    end = CpuSnapshot.take(server.pid)
+    wall = end.wall - start.wall
+    return {
+        "server_cpu_util": (end.server - start.server) / wall,
+        "stub_cpu_util": end.stub_delta(start) / wall,
+        "stub_processes": len(end.stubs),
+    }
+
+
+def build_repository(target: Path, extras: Iterable[Callable[[Path], None]] = ()) -> None:
+    """The example repository (examples/build_models.py) built into ``target``, plus the
+    models ``extras`` add (``Issue.repository_extra``)."""
+    subprocess.run(
+        [sys.executable, str(BUILD_MODELS), "--repository", str(target)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    for extra in extras:
+        extra(target)
