@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from dataclasses import replace
 
 import grpc
 
@@ -12,7 +12,8 @@ from .cli import install_signal_handlers, write_ports
 from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
-from .frontends.http.protocol import HttpProtocol
+from .frontends.http.limits import HttpLimits
+from .frontends.http.listener import https_context, listen_http
 from .options import ServerOptions
 from .server import InferenceServer
 
@@ -54,8 +55,12 @@ async def _bind(
     ports: dict[str, int] = {}
     listeners: list[asyncio.Server] = []
     if options.allow_http:
-        listener = await _listen(
-            HttpApp(server), options.http_address, options.http_port, options.http_max_input_size
+        app = HttpApp(server)
+        listener = await listen_http(
+            app,
+            (options.http_address, options.http_port),
+            HttpLimits.from_options(options),
+            ssl=https_context(options),
         )
         listeners.append(listener)
         ports["http"] = listener.sockets[0].getsockname()[1]
@@ -64,7 +69,8 @@ async def _bind(
         address = options.metrics_address or (
             options.http_address if options.allow_http else "0.0.0.0"
         )
-        listener = await _listen(MetricsApp(server), address, options.metrics_port, 1 << 16)
+        limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
+        listener = await listen_http(MetricsApp(server), (address, options.metrics_port), limits)
         listeners.append(listener)
         ports["metrics"] = listener.sockets[0].getsockname()[1]
         log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
@@ -79,13 +85,6 @@ async def _bind(
         await grpc_server.start()
         log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
     return listeners, grpc_server, ports
-
-
-async def _listen(app: Any, address: str, port: int, limit: int) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: HttpProtocol(app, limit), address, port, reuse_address=True, backlog=1024
-    )
 
 
 def _host(address: str) -> str:
