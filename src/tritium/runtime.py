@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from dataclasses import replace
 
 import grpc
@@ -13,7 +14,7 @@ from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
 from .frontends.http.limits import HttpLimits
-from .frontends.http.listener import https_context, listen_http
+from .frontends.http.listener import HttpListener, https_context, listen_http
 from .options import ServerOptions
 from .server import InferenceServer
 
@@ -21,6 +22,11 @@ log = logging.getLogger("tritium")
 
 
 async def run(options: ServerOptions, ports_file: str = "") -> int:
+    try:
+        tls = https_context(options)  # before loading models: a bad certificate fails fast
+    except OSError as exc:
+        log.error("error: failed to start the front-ends: HTTPS: %s", exc)
+        return 1
     server = InferenceServer(options)
     stop = asyncio.Event()
     install_signal_handlers(stop)
@@ -30,7 +36,7 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         log.error("error: creating server: Internal - %s", exc)
         return 1
     try:
-        listeners, grpc_server, ports = await _bind(server, options)
+        listeners, grpc_server, ports = await _bind(server, options, tls)
     except OSError as exc:
         log.error("error: failed to start the front-ends: %s", exc)
         await server.stop()
@@ -49,22 +55,23 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
 
 
 async def _bind(
-    server: InferenceServer, options: ServerOptions
-) -> tuple[list[asyncio.Server], grpc.aio.Server | None, dict[str, int]]:
+    server: InferenceServer, options: ServerOptions, tls: ssl.SSLContext | None
+) -> tuple[list[HttpListener], grpc.aio.Server | None, dict[str, int]]:
     """Listen on every enabled front-end; the bound ports by name."""
     ports: dict[str, int] = {}
-    listeners: list[asyncio.Server] = []
+    listeners: list[HttpListener] = []
     if options.allow_http:
         app = HttpApp(server)
         listener = await listen_http(
             app,
             (options.http_address, options.http_port),
             HttpLimits.from_options(options),
-            ssl=https_context(options),
+            tls,
         )
         listeners.append(listener)
         ports["http"] = listener.sockets[0].getsockname()[1]
-        log.info("Started HTTPService at %s:%d", options.http_address, ports["http"])
+        scheme = "HTTPS" if tls is not None else "HTTP"
+        log.info("Started %sService at %s:%d", scheme, options.http_address, ports["http"])
     if options.allow_metrics:
         address = options.metrics_address or (
             options.http_address if options.allow_http else "0.0.0.0"
