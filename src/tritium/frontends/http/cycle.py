@@ -58,7 +58,7 @@ class RequestCycle:
         if isinstance(result, HttpResponse):
             self._finish(result)
             return
-        task = asyncio.ensure_future(result)
+        task = conn.loop.create_task(result)  # type: ignore[arg-type]  # a coroutine
         self._task = task
         task.add_done_callback(self._on_result)
 
@@ -73,12 +73,12 @@ class RequestCycle:
         conn = self._conn
         if conn is None:
             return
-        if task.cancelled():
-            response: Any = error_response(503, "request cancelled")
-        elif (exc := task.exception()) is not None:
+        try:
+            response: Any = task.result()
+        except asyncio.CancelledError:
+            response = error_response(503, "request cancelled")
+        except Exception as exc:  # the one place a route's error becomes a response
             response = conn.render_error(exc)
-        else:
-            response = task.result()
         if isinstance(response, HttpStreamResponse):
             pump = asyncio.ensure_future(self._stream(response))
             self._task = pump
@@ -109,9 +109,8 @@ class RequestCycle:
         parts = response.body
         headers = response.headers
         length = body_length(parts)
-        request = self.request
-        if response.compressible and length >= COMPRESS_MIN_BYTES and request is not None:
-            accept = request.headers.get(b"accept-encoding")
+        if response.compressible and length >= COMPRESS_MIN_BYTES and self.request is not None:
+            accept = self.request.headers.get(b"accept-encoding")
             packed = compress(parts, accept) if accept else None
             if packed is not None:
                 parts = [packed[0]]

@@ -10,13 +10,14 @@ import asyncio
 
 
 class FlowControl:
-    __slots__ = ("_transport", "_writable", "read_paused")
+    __slots__ = ("_transport", "_writable", "read_paused", "writable")
 
     def __init__(self, transport: asyncio.Transport) -> None:
         self._transport = transport
         self._writable = asyncio.Event()
         self._writable.set()
         self.read_paused = False
+        self.writable = True  # the transport's buffer is below its high-water mark
 
     def pause_reading(self) -> None:
         if not self.read_paused:
@@ -32,14 +33,12 @@ class FlowControl:
 
     # the transport's own calls (through the protocol's pause_writing/resume_writing)
     def pause_writing(self) -> None:
+        self.writable = False
         self._writable.clear()
 
     def resume_writing(self) -> None:
+        self.writable = True
         self._writable.set()
-
-    @property
-    def writable(self) -> bool:
-        return self._writable.is_set()
 
     async def drain(self) -> None:
         """Wait until the client has read enough of what was written."""

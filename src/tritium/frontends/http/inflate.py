@@ -9,17 +9,20 @@ import zlib
 
 
 class BodyRejected(Exception):
-    """A request body the server refuses; ``message`` is what the client reads (400)."""
+    """A request body the server refuses; ``message`` is what the client reads (400).
+    ``close``: the client is likely still sending it, so the connection ends after."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, close: bool = False) -> None:
         super().__init__(message)
         self.message = message
+        self.close = close
 
 
 def too_large(size: int, limit: int, what: str = "request") -> BodyRejected:
     return BodyRejected(
         f"{what} size {size} exceeds the maximum allowed value of {limit} bytes; "
-        "use --http-max-input-size to increase the limit"
+        "use --http-max-input-size to increase the limit",
+        close=what == "request",
     )
 
 

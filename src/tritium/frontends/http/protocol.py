@@ -42,13 +42,15 @@ class HttpProtocol(asyncio.Protocol):
         "_parser",
         "_transport",
         "_peer",
-        "_loop",
+        "loop",
         "_state",
         "_timed",
         "_messages",
         "_url",
         "_headers",
         "_head_size",
+        "_header_lines",
+        "_max_head",
         "_body",
         "_size",
         "_inflater",
@@ -71,13 +73,15 @@ class HttpProtocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self.flow: FlowControl = None  # type: ignore[assignment]  # set by connection_made
         self._peer = ""
-        self._loop = asyncio.get_event_loop()
+        self.loop = asyncio.get_running_loop()
         self._state = _IDLE
         self._timed = _IDLE  # the read phase whose clock runs
         self._messages = 0  # requests begun on this connection
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
         self._head_size = 0
+        self._header_lines = 0
+        self._max_head = limits.max_header_bytes
         self._body: list[bytes] = []
         self._size = 0
         self._inflater: Inflater | None = None
@@ -127,22 +131,23 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._failed:
             return
-        in_head, begun = self._state == _HEAD, self._messages
+        before, begun = self._state, self._messages
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(400, "protocol upgrade is not supported")
         except httptools.HttpParserError as exc:
             self._fail(400, f"malformed HTTP request: {str(exc)[:100]}")
-        if self._failed:
-            return
+        if self._state != _IDLE and not self._failed:  # usually idle: whole requests came
+            self._partial(len(data), before == _HEAD and begun == self._messages)
+
+    def _partial(self, size: int, all_head: bool) -> None:
+        """A request is partly read: count its header bytes, and move its clock."""
         state = self._state
-        if state == _IDLE:
-            return  # the usual case: whole requests, no clock to move
-        if in_head and state == _HEAD and begun == self._messages:
+        if all_head and state == _HEAD:
             # The whole chunk belongs to one request's headers, which httptools accumulates
             # itself until they end: count it here so a huge header is refused early.
-            self._head_size += len(data)
+            self._head_size += size
             if self._head_size > self._limits.max_header_bytes + self._limits.max_url:
                 self._fail(431, "the request header block is too large")
                 return
@@ -162,6 +167,7 @@ class HttpProtocol(asyncio.Protocol):
         self._url = b""
         self._headers = {}
         self._head_size = 0
+        self._header_lines = 0
         self._body = []
         self._size = 0
 
@@ -174,20 +180,19 @@ class HttpProtocol(asyncio.Protocol):
             self._fail(414, f"the request URL is longer than {self._limits.max_url} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self._failed:
-            return
-        headers = self._headers
-        headers[name.lower()] = value
+        self._headers[name.lower()] = value
         self._head_size += len(name) + len(value) + 4
-        if self._head_size > self._limits.max_header_bytes:
-            self._fail(431, f"the request headers exceed {self._limits.max_header_bytes} bytes")
-        elif len(headers) > self._limits.max_headers:
-            self._fail(431, f"the request has more than {self._limits.max_headers} headers")
+        self._header_lines += 1
+        if self._head_size > self._max_head:
+            self._fail(431, f"the request headers exceed {self._max_head} bytes")
 
     def on_headers_complete(self) -> None:
         if self._failed:
             return
         self._state = _BODY
+        if self._header_lines > self._limits.max_headers:
+            self._fail(431, f"the request has more than {self._limits.max_headers} headers")
+            return
         encoding = self._headers.get(b"content-encoding")
         if encoding is not None:
             encoding = encoding.strip().lower()
@@ -217,33 +222,46 @@ class HttpProtocol(asyncio.Protocol):
         if self._failed:
             return
         self._state = _IDLE
-        keep_alive = self._parser.should_keep_alive()
+        parser = self._parser
+        if self._rejected is not None or self._inflater is not None:
+            self._enqueue(self._decoded_or_refused(parser.should_keep_alive()))
+            return
+        parts = self._body
+        self._body = []  # the request holds the body now; the connection keeps nothing
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        url = self._url.decode("latin-1")
+        request = HttpRequest(parser.get_method().decode(), url, self._headers, body, self._peer)
+        self._enqueue(RequestCycle(self, request, parser.should_keep_alive()))
+
+    def _decoded_or_refused(self, keep_alive: bool) -> RequestCycle:
+        """The cycle of a request whose body was inflated, or refused."""
         rejected = self._rejected
         if rejected is None and self._inflater is not None:
             try:
                 self._inflater.finish()
             except BodyRejected as exc:
                 rejected = exc
-        if rejected is not None:
-            # A body over the raw limit was not read whole by the client's design: close.
-            keep_alive = keep_alive and not rejected.message.startswith("request size")
-            cycle = RequestCycle(self, None, keep_alive, error_response(400, rejected.message))
-        else:
-            body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        if rejected is None:
+            body = b"".join(self._body)
             method = self._parser.get_method().decode()
             url = self._url.decode("latin-1")
             request = HttpRequest(method, url, self._headers, body, self._peer)
-            cycle = RequestCycle(self, request, keep_alive)
+            self._drop_message()
+            return RequestCycle(self, request, keep_alive)
         self._drop_message()
-        self._enqueue(cycle)
+        keep_alive = keep_alive and not rejected.close
+        return RequestCycle(self, None, keep_alive, error_response(400, rejected.message))
 
     # pipelining ----------------------------------------------------------------------------
     def _enqueue(self, cycle: RequestCycle) -> None:
-        if self._active is None and not self._queue and self.flow.writable:
+        queue = self._queue
+        if self._active is None and not queue and self.flow.writable:
             self._active = cycle
             cycle.start()
+            if self._limits.max_pipelined > 1:
+                return
         else:
-            self._queue.append(cycle)
+            queue.append(cycle)
         if self._held() >= self._limits.max_pipelined:
             self.flow.pause_reading()
             self._deadline = 0.0  # nothing is read now: no read phase can time out
@@ -317,12 +335,12 @@ class HttpProtocol(asyncio.Protocol):
         if self.flow.read_paused:
             self._deadline = 0.0  # nothing is read now: no read phase can time out
             return
-        self._deadline = deadline = self._loop.time() + seconds
+        self._deadline = deadline = self.loop.time() + seconds
         timer = self._timer
         if timer is None or timer.when() > deadline:
             if timer is not None:
                 timer.cancel()
-            self._timer = self._loop.call_at(deadline, self._on_timer)
+            self._timer = self.loop.call_at(deadline, self._on_timer)
 
     def _rearm(self) -> None:
         limits = self._limits
@@ -338,9 +356,9 @@ class HttpProtocol(asyncio.Protocol):
         self._timer = None
         if self._deadline == 0.0 or self._transport is None:
             return
-        now = self._loop.time()
+        now = self.loop.time()
         if now < self._deadline:
-            self._timer = self._loop.call_at(self._deadline, self._on_timer)
+            self._timer = self.loop.call_at(self._deadline, self._on_timer)
             return
         if self._state == _HEAD:
             self._fail(408, "timed out waiting for the request headers")

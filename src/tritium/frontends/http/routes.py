@@ -37,32 +37,40 @@ class Route:
     pattern: str
     handler: Handler
     group: ApiGroup
-    _segments: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    # The pattern, compiled: (index, literal) pairs, then (index, name) captures.
+    _literals: tuple[tuple[int, str], ...] = field(init=False, repr=False, compare=False)
+    _captures: tuple[tuple[int, str], ...] = field(init=False, repr=False, compare=False)
+    size: int = field(init=False, repr=False, compare=False)  # segments in the pattern
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_segments", tuple(self.pattern.strip("/").split("/")))
+        segments = self.pattern.strip("/").split("/")
+        literals = tuple((i, s) for i, s in enumerate(segments) if not s.startswith("{"))
+        captures = tuple((i, s[1:-1]) for i, s in enumerate(segments) if s.startswith("{"))
+        object.__setattr__(self, "_literals", literals)
+        object.__setattr__(self, "_captures", captures)
+        object.__setattr__(self, "size", len(segments))
 
     @property
     def tail(self) -> bool:
         """Whether the last capture takes the remaining segments."""
-        return self._segments[-1].endswith("*}")
+        return self.pattern.endswith("*}")
 
     @property
-    def size(self) -> int:
-        return len(self._segments)
+    def last(self) -> str | None:
+        """The last segment when it is a literal (the router's index key)."""
+        last = self.pattern.rsplit("/", 1)[-1]
+        return None if last.startswith("{") else last
 
     def match(self, parts: list[str]) -> dict[str, str] | None:
         """The captures when ``parts`` (the path's segments) fit the pattern, else None."""
+        for index, literal in self._literals:
+            if parts[index] != literal:
+                return None
         params: dict[str, str] = {}
-        for index, expected in enumerate(self._segments):
-            if expected[0] != "{":
-                if parts[index] != expected:
-                    return None
-                continue
-            name = expected[1:-1]
-            if name.endswith("*"):
+        for index, name in self._captures:
+            if name[-1] == "*":
                 params[name[:-1]] = "/".join(parts[index:])
-                return params
+                break
             value = parts[index]
             if name == "version" and not (value.isascii() and value.isdigit()):
                 return None
@@ -78,31 +86,35 @@ class Router:
     """Finds the route of a request: 404 when no pattern fits, 405 when one fits but not
     for this method. Routes are tried in table order among those of the path's length."""
 
-    __slots__ = ("routes", "_by_size", "_tails")
+    __slots__ = ("routes", "_index", "_tails")
 
     def __init__(self, routes: list[Route]) -> None:
         self.routes = tuple(routes)
-        self._by_size: dict[int, list[Route]] = {}
+        # By (segment count, last segment if literal else None): few candidates per path.
+        self._index: dict[tuple[int, str | None], list[Route]] = {}
         self._tails: list[Route] = []
         for route in routes:
             if route.tail:
                 self._tails.append(route)
             else:
-                self._by_size.setdefault(route.size, []).append(route)
+                self._index.setdefault((route.size, route.last), []).append(route)
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
         parts = path.split("?", 1)[0].strip("/").split("/")
+        size = len(parts)
+        index = self._index
         fits_path = False
-        for route in self._by_size.get(len(parts), ()):
-            params = route.match(parts)
-            if params is None:
-                continue
-            if route.method == method:
-                return route, params
-            fits_path = True
+        for key in ((size, parts[-1]), (size, None)):
+            for route in index.get(key, ()):
+                params = route.match(parts)
+                if params is None:
+                    continue
+                if route.method == method:
+                    return route, params
+                fits_path = True
         for route in self._tails:
-            if len(parts) >= route.size - 1:
-                params = route.match(parts + [""] * (route.size - len(parts)))
+            if size >= route.size - 1:
+                params = route.match(parts + [""] * (route.size - size))
                 if params is not None and route.method in (method, ANY_METHOD):
                     return route, params
         return NOT_ALLOWED if fits_path else NOT_FOUND
