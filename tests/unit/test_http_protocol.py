@@ -118,7 +118,12 @@ def test_chunked_body_in_pieces() -> None:
 def test_disconnect_mid_body_never_calls_the_handler() -> None:
     async def main() -> None:
         calls: list[HttpRequest] = []
-        protocol, transport = connect(lambda r: calls.append(r) or HttpResponse())
+
+        def handler(request: HttpRequest) -> HttpResponse:
+            calls.append(request)
+            return HttpResponse()
+
+        protocol, transport = connect(handler)
         protocol.data_received(post(b"x" * 100)[:-40])
         transport.lose(ConnectionResetError())
         protocol.data_received(b"y" * 40)  # late bytes are ignored

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import unquote
 
@@ -45,7 +45,7 @@ class HttpApp:
         self.router = Router(self._routes())
         self.render_error = render_error
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
+    def __call__(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
         found = self.router.match(request.method, request.path)
         if isinstance(found, HttpResponse):
             return found
@@ -100,7 +100,7 @@ class HttpApp:
         params = request.params
         return _json(self.server.statistics(params["model"], params.get("version", "")))
 
-    def _infer_route(self, request: HttpRequest) -> Awaitable[HttpResponse]:
+    def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
         params = request.params
         return self._infer(request, params["model"], params.get("version", ""))
 

@@ -58,7 +58,7 @@ class RequestCycle:
         if isinstance(result, HttpResponse):
             self._finish(result)
             return
-        task = conn.loop.create_task(result)  # type: ignore[arg-type]  # a coroutine
+        task = conn.loop.create_task(result)
         self._task = task
         task.add_done_callback(self._on_result)
 

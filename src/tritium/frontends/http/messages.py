@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,7 +65,8 @@ class HttpStreamResponse:
 
 
 Result = HttpResponse | HttpStreamResponse
-Handler = Callable[[HttpRequest], "HttpResponse | Awaitable[Result]"]
+# A route's handler answers at once or with a coroutine (run as the request's task).
+Handler = Callable[[HttpRequest], "HttpResponse | Coroutine[Any, Any, Result]"]
 ErrorRenderer = Callable[[BaseException], HttpResponse]
 
 
