@@ -10,7 +10,6 @@ listening socket for good without a word."""
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
 import socket
 import ssl
@@ -22,7 +21,6 @@ from .protocol import HttpProtocol, render_internal
 
 log = logging.getLogger("tritium")
 
-_OUT_OF_RESOURCES = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
 RETRY_SECS = 0.1  # how long accepting pauses when the process is out of descriptors
 _BATCH = 64  # connections accepted per wake-up, so one listener cannot starve the loop
 
@@ -54,7 +52,7 @@ class HttpListener:
         self._pending: set[asyncio.Task[Any]] = set()  # TLS handshakes under way
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
-        self.out_of_fds = 0  # times accept() found the process out of descriptors
+        self.accept_failures = 0  # times accept() found the process out of descriptors
 
     def start(self) -> None:
         self._retry = None
@@ -88,21 +86,19 @@ class HttpListener:
                 conn, _ = sock.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):
                 return
-            except OSError as exc:
-                if exc.errno not in _OUT_OF_RESOURCES:
-                    raise
+            except OSError as exc:  # out of descriptors or memory, or a socket gone bad
                 self._pause(exc)
                 return
             conn.setblocking(False)
             self._connect(conn)
 
     def _pause(self, exc: OSError) -> None:
-        self.out_of_fds += 1
-        if self.out_of_fds == 1 or self.out_of_fds % 100 == 0:
+        self.accept_failures += 1
+        if self.accept_failures == 1 or self.accept_failures % 100 == 0:
             log.warning(
-                "HTTP accept failed (%s); waiting for connections to close (%d times so far)",
+                "HTTP accept failed (%s); accepting again shortly (%d times so far)",
                 exc.strerror,
-                self.out_of_fds,
+                self.accept_failures,
             )
         self._stop_reading()
         if self._retry is None:
