@@ -52,7 +52,7 @@ class HttpListener:
         self._pending: set[asyncio.Task[Any]] = set()  # TLS handshakes under way
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
-        self.accept_failures = 0  # times accept() found the process out of descriptors
+        self.accept_failures = 0  # times accept() failed (EMFILE and the like)
 
     def start(self) -> None:
         self._retry = None
