@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-port", type=int, default=8001)
     _grpc_flags(serve)
     _stub_restart_flags(serve)
+    _http_limit_flags(serve)
     _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
     serve.add_argument("--metrics-address", default="")
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -189,6 +190,54 @@ def _positive_float(text: str) -> float:
     if not (0 < value < float("inf")):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got '{text}'")
     return value
+def _http_limit_flags(serve: argparse.ArgumentParser) -> None:
+    """tritium's own HTTP transport flags (Triton has none): bounds, timeouts, TLS."""
+    d = ServerOptions()
+    for name, kind, default, help_text in (
+        ("--http-max-header-size", int, d.http_max_header_size, "bytes of request headers (431)"),
+        ("--http-max-url-length", int, d.http_max_url_length, "bytes of a request URL (414)"),
+        ("--http-max-headers", int, d.http_max_headers, "header lines per request (431)"),
+        (
+            "--http-max-pipelined",
+            int,
+            d.http_max_pipelined,
+            "requests held per connection; more are not read until one is answered",
+        ),
+        (
+            "--http-header-timeout-secs",
+            float,
+            d.http_header_timeout_secs,
+            "seconds to receive a request's headers (408)",
+        ),
+        (
+            "--http-body-timeout-secs",
+            float,
+            d.http_body_timeout_secs,
+            "longest pause in seconds while a request body arrives (408)",
+        ),
+        (
+            "--http-keepalive-timeout-secs",
+            float,
+            d.http_keepalive_timeout_secs,
+            "seconds an idle connection stays open",
+        ),
+    ):
+        serve.add_argument(name, type=_positive(kind), default=default, help=help_text)
+    serve.add_argument("--http-ssl-cert", default="", help="PEM certificate: serve HTTPS")
+    serve.add_argument("--http-ssl-key", default="", help="PEM private key of --http-ssl-cert")
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got '{text}'")
+        return value
+
+    return parse
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
@@ -232,7 +281,24 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         metrics_interval_ms=args.metrics_interval_ms,
         model_instance_max_restarts=args.model_instance_max_restarts,
         model_instance_restart_window_secs=args.model_instance_restart_window_secs,
+        **_http_limit_options(args),
     )
+
+
+def _http_limit_options(args: argparse.Namespace) -> dict[str, Any]:
+    if bool(args.http_ssl_cert) != bool(args.http_ssl_key):
+        raise SystemExit("error: --http-ssl-cert and --http-ssl-key go together")
+    return {
+        "http_max_header_size": args.http_max_header_size,
+        "http_max_url_length": args.http_max_url_length,
+        "http_max_headers": args.http_max_headers,
+        "http_max_pipelined": args.http_max_pipelined,
+        "http_header_timeout_secs": args.http_header_timeout_secs,
+        "http_body_timeout_secs": args.http_body_timeout_secs,
+        "http_keepalive_timeout_secs": args.http_keepalive_timeout_secs,
+        "http_ssl_cert": args.http_ssl_cert,
+        "http_ssl_key": args.http_ssl_key,
+    }
 
 
 def _cache_size(values: list[str]) -> int:

@@ -47,3 +47,13 @@ class ServerOptions:
     # within the window; 0 never restarts it (Triton's behaviour).
     model_instance_max_restarts: int = 5
     model_instance_restart_window_secs: float = 60.0
+    # HTTP transport: limits, timeouts and TLS (frontends/http)
+    http_max_header_size: int = 64 * 1024
+    http_max_url_length: int = 8 * 1024
+    http_max_headers: int = 100
+    http_max_pipelined: int = 4
+    http_header_timeout_secs: float = 30.0
+    http_body_timeout_secs: float = 60.0
+    http_keepalive_timeout_secs: float = 75.0
+    http_ssl_cert: str = ""
+    http_ssl_key: str = ""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import ssl
+from dataclasses import replace
 
 import grpc
 
@@ -12,7 +13,8 @@ from .cli import install_signal_handlers, write_ports
 from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
-from .frontends.http.protocol import HttpProtocol
+from .frontends.http.limits import HttpLimits
+from .frontends.http.listener import HttpListener, https_context, listen_http
 from .options import ServerOptions
 from .server import InferenceServer
 
@@ -20,6 +22,11 @@ log = logging.getLogger("tritium")
 
 
 async def run(options: ServerOptions, ports_file: str = "") -> int:
+    try:
+        tls = https_context(options)  # before loading models: a bad certificate fails fast
+    except OSError as exc:
+        log.error("error: failed to start the front-ends: HTTPS: %s", exc)
+        return 1
     server = InferenceServer(options)
     stop = asyncio.Event()
     install_signal_handlers(stop)
@@ -29,7 +36,7 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         log.error("error: creating server: Internal - %s", exc)
         return 1
     try:
-        listeners, grpc_server, ports = await _bind(server, options)
+        listeners, grpc_server, ports = await _bind(server, options, tls)
     except OSError as exc:
         log.error("error: failed to start the front-ends: %s", exc)
         await server.stop()
@@ -48,23 +55,29 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
 
 
 async def _bind(
-    server: InferenceServer, options: ServerOptions
-) -> tuple[list[asyncio.Server], grpc.aio.Server | None, dict[str, int]]:
+    server: InferenceServer, options: ServerOptions, tls: ssl.SSLContext | None
+) -> tuple[list[HttpListener], grpc.aio.Server | None, dict[str, int]]:
     """Listen on every enabled front-end; the bound ports by name."""
     ports: dict[str, int] = {}
-    listeners: list[asyncio.Server] = []
+    listeners: list[HttpListener] = []
     if options.allow_http:
-        listener = await _listen(
-            HttpApp(server), options.http_address, options.http_port, options.http_max_input_size
+        app = HttpApp(server)
+        listener = await listen_http(
+            app,
+            (options.http_address, options.http_port),
+            HttpLimits.from_options(options),
+            tls,
         )
         listeners.append(listener)
         ports["http"] = listener.sockets[0].getsockname()[1]
-        log.info("Started HTTPService at %s:%d", options.http_address, ports["http"])
+        scheme = "HTTPS" if tls is not None else "HTTP"
+        log.info("Started %sService at %s:%d", scheme, options.http_address, ports["http"])
     if options.allow_metrics:
         address = options.metrics_address or (
             options.http_address if options.allow_http else "0.0.0.0"
         )
-        listener = await _listen(MetricsApp(server), address, options.metrics_port, 1 << 16)
+        limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
+        listener = await listen_http(MetricsApp(server), (address, options.metrics_port), limits)
         listeners.append(listener)
         ports["metrics"] = listener.sockets[0].getsockname()[1]
         log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
@@ -79,13 +92,6 @@ async def _bind(
         await grpc_server.start()
         log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
     return listeners, grpc_server, ports
-
-
-async def _listen(app: Any, address: str, port: int, limit: int) -> asyncio.Server:
-    loop = asyncio.get_running_loop()
-    return await loop.create_server(
-        lambda: HttpProtocol(app, limit), address, port, reuse_address=True, backlog=1024
-    )
 
 
 def _host(address: str) -> str:

@@ -24,7 +24,7 @@ def test_defaults_are_tritons() -> None:
     assert grpc["grpc.http2.max_pings_without_data"] == 2
     assert grpc["grpc.http2.min_ping_interval_without_data_ms"] == 300_000
     assert grpc["grpc.http2.max_ping_strikes"] == 2
-    assert grpc["grpc.max_receive_message_length"] == -1
+    assert grpc["grpc.max_receive_message_length"] == 64 * 1024 * 1024  # --http-max-input-size
     assert "grpc.max_concurrent_streams" not in grpc
 
 

@@ -221,11 +221,12 @@ class HealthService(health_pb2_grpc.HealthServicer):
 
 
 def channel_options(options: ServerOptions) -> list[tuple[str, int]]:
-    """grpc core arguments from the server options (Triton's flags and defaults); no
-    message size cap, as Triton."""
+    """grpc core arguments from the server options (Triton's flags and defaults). A received
+    message is bounded by ``--http-max-input-size`` (Triton sets no cap): grpc core checks the
+    bound after ``grpc-encoding`` decompression too, answering RESOURCE_EXHAUSTED."""
     result = [
         ("grpc.max_send_message_length", -1),
-        ("grpc.max_receive_message_length", -1),
+        ("grpc.max_receive_message_length", options.http_max_input_size),
         ("grpc.keepalive_time_ms", options.grpc_keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", options.grpc_keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", int(options.grpc_keepalive_permit_without_calls)),

@@ -1,135 +1,130 @@
-"""Routes of the HTTP/REST API; each handler is decode → server call → encode."""
+"""The HTTP/REST API: the route table and its handlers; each handler is decode → server call →
+encode. A handler raises ``ServerError`` and the one renderer (errors.py) answers it."""
 
 from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Awaitable
+from collections.abc import Coroutine
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
 
-from ...errors import ServerError, invalid_arg
+from ...errors import invalid_arg
 from ...server import InferenceServer
 from .codec import decode_request, encode_response
-from .errors import STATUS
+from .errors import render_error
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
-from .protocol import HttpRequest, HttpResponse, HttpStreamResponse, orjson_error
+from .messages import HttpRequest, HttpResponse, HttpStreamResponse, Result, orjson_error
+from .routes import ANY_METHOD, NOT_ALLOWED, NOT_FOUND, ApiGroup, Route, Router
 
 log = logging.getLogger("tritium")
 
 _JSON = b"application/json"
 _OCTET = b"application/octet-stream"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
-_MODEL_ACTIONS = {"ready", "config", "infer", "generate", "generate_stream", "stats"}
 
 
 def _json(doc: Any, status: int = 200) -> HttpResponse:
     return HttpResponse(status, [orjson.dumps(doc)])
 
 
-def _error(exc: ServerError) -> HttpResponse:
-    return HttpResponse(STATUS[exc.kind], [orjson_error(exc.message)])
-
-
-_NOT_FOUND = HttpResponse(404, [b'{"error":"Not Found"}'])
-_NOT_ALLOWED = HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
+_NOT_FOUND = NOT_FOUND
 _EMPTY_OK = HttpResponse(200, [], None)
 _EMPTY_BAD = HttpResponse(400, [], None)
+_MODEL = "/v2/models/{model}"
+_VERSION = "/v2/models/{model}/versions/{version}"
 
 
 class HttpApp:
-    """Maps (method, path) to the server facade."""
+    """Maps (method, path) to the server facade through the route table."""
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
+        self.router = Router(self._routes())
+        self.render_error = render_error
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
-        path = request.path.split("?", 1)[0]
-        parts = path.strip("/").split("/")
-        try:
-            if not parts or parts[0] != "v2":
-                return _NOT_FOUND
-            if len(parts) == 1:
-                return self._expect(request, "GET") or _json(self.server.metadata())
-            head = parts[1]
-            if head == "health" and len(parts) == 3 and parts[2] in ("live", "ready"):
-                return self._expect(request, "GET") or self._health(parts[2])
-            if head == "models" and parts[2:] == ["stats"]:
-                return self._expect(request, "GET") or _json(self.server.statistics())
-            if head == "models" and len(parts) >= 3:
-                return self._model_route(request, [unquote(p) for p in parts[2:]])
-            if head == "repository" and parts[2:] == ["index"]:
-                return self._expect(request, "POST") or self._index(request)
-            if head == "repository" and len(parts) == 5 and parts[2] == "models":
-                if parts[4] not in ("load", "unload"):
-                    return _NOT_FOUND
-                return self._expect(request, "POST") or self._control(
-                    request, unquote(parts[3]), parts[4]
-                )
-            if head in ("systemsharedmemory", "cudasharedmemory"):
-                return self._shm_route(request, head == "cudasharedmemory", parts[2:])
-        except ServerError as exc:
-            return _error(exc)
-        return _NOT_FOUND
+    def __call__(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
+        found = self.router.match(request.method, request.path)
+        if isinstance(found, HttpResponse):
+            return found
+        route, request.params = found
+        return route.handler(request)
+
+    def _routes(self) -> list[Route]:
+        g = ApiGroup
+        routes = [
+            Route("GET", "/v2", lambda r: _json(self.server.metadata()), g.METADATA),
+            Route("GET", "/v2/health/live", lambda r: self._health("live"), g.HEALTH),
+            Route("GET", "/v2/health/ready", lambda r: self._health("ready"), g.HEALTH),
+            Route("GET", "/v2/models/stats", self._all_stats, g.STATISTICS),
+            Route("POST", "/v2/repository/index", self._index, g.MODEL_REPOSITORY),
+            Route("POST", "/v2/repository/models/{model}/load", self._load, g.MODEL_REPOSITORY),
+            Route("POST", "/v2/repository/models/{model}/unload", self._unload, g.MODEL_REPOSITORY),
+            Route(ANY_METHOD, "/v2/systemsharedmemory/{rest*}", self._system_shm, g.SHARED_MEMORY),
+            Route(ANY_METHOD, "/v2/cudasharedmemory/{rest*}", self._cuda_shm, g.SHARED_MEMORY),
+        ]
+        for base in (_MODEL, _VERSION):  # every model route, with and without a version
+            routes += [
+                Route("POST", base + "/infer", self._infer_route, g.INFERENCE),
+                Route("GET", base, self._model_metadata, g.METADATA),
+                Route("GET", base + "/ready", self._model_ready, g.HEALTH),
+                Route("GET", base + "/config", self._model_config, g.MODEL_CONFIG),
+                Route("GET", base + "/stats", self._model_stats, g.STATISTICS),
+                Route("POST", base + "/generate", self._generate_once, g.INFERENCE),
+                Route("POST", base + "/generate_stream", self._generate_stream, g.INFERENCE),
+            ]
+        return routes
 
     @staticmethod
     def _expect(request: HttpRequest, method: str) -> HttpResponse | None:
-        return None if request.method == method else _NOT_ALLOWED
+        return None if request.method == method else NOT_ALLOWED
 
     def _health(self, which: str) -> HttpResponse:
         ok = self.server.is_live() if which == "live" else self.server.is_ready()
         return _EMPTY_OK if ok else _EMPTY_BAD
 
-    def _model_route(
-        self, request: HttpRequest, rest: list[str]
-    ) -> HttpResponse | Awaitable[HttpResponse]:
-        name, rest = rest[0], rest[1:]
-        version = ""
-        if len(rest) >= 2 and rest[0] == "versions":
-            if not rest[1].isdigit():
-                return _NOT_FOUND
-            version, rest = rest[1], rest[2:]
-        if not rest:
-            return self._expect(request, "GET") or _json(self.server.model_metadata(name, version))
-        if len(rest) != 1 or rest[0] not in _MODEL_ACTIONS:
-            return _NOT_FOUND
-        action = rest[0]
-        if action == "infer":
-            return self._expect(request, "POST") or self._infer(request, name, version)
-        if action.startswith("generate"):
-            return self._expect(request, "POST") or self._generate(request, name, version, action)
-        if bad := self._expect(request, "GET"):
-            return bad
-        if action == "config":
-            return _json(self.server.model_config_json(name, version))
-        if action == "stats":
-            return _json(self.server.statistics(name, version))
-        return self._model_ready(name, version)
+    def _model_metadata(self, request: HttpRequest) -> HttpResponse:
+        params = request.params
+        return _json(self.server.model_metadata(params["model"], params.get("version", "")))
 
-    async def _control(self, request: HttpRequest, name: str, action: str) -> HttpResponse:
-        """The repository extension's load/unload; ``file:`` contents arrive base64-encoded."""
-        try:
-            params: Any = {}
-            if request.body.strip():
-                doc = orjson.loads(request.body)
-                params = (doc.get("parameters") or {}) if isinstance(doc, dict) else {}
-            if not isinstance(params, dict):
-                raise invalid_arg("'parameters' must be a JSON object")
-            if action == "unload":
-                await self.server.unload_model(name, params.get("unload_dependents") is True)
-                return _EMPTY_OK
-            files = {k: _base64(k, v) for k, v in params.items() if k.startswith("file:")}
-            config = params.get("config")
-            await self.server.load_model(name, None if config is None else str(config), files)
-        except orjson.JSONDecodeError as exc:
-            return HttpResponse(
-                400, [orjson_error(f"failed to parse the request JSON buffer: {exc}")]
-            )
-        except ServerError as exc:
-            return _error(exc)
+    def _model_config(self, request: HttpRequest) -> HttpResponse:
+        params = request.params
+        return _json(self.server.model_config_json(params["model"], params.get("version", "")))
+
+    def _all_stats(self, request: HttpRequest) -> HttpResponse:
+        return _json(self.server.statistics())
+
+    def _model_stats(self, request: HttpRequest) -> HttpResponse:
+        params = request.params
+        return _json(self.server.statistics(params["model"], params.get("version", "")))
+
+    def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
+        params = request.params
+        return self._infer(request, params["model"], params.get("version", ""))
+
+    async def _load(self, request: HttpRequest) -> HttpResponse:
+        """The repository extension's load; ``file:`` contents arrive base64-encoded."""
+        params = _control_parameters(request.body)
+        files = {k: _base64(k, v) for k, v in params.items() if k.startswith("file:")}
+        config = params.get("config")
+        await self.server.load_model(
+            request.params["model"], None if config is None else str(config), files
+        )
         return _EMPTY_OK
+
+    async def _unload(self, request: HttpRequest) -> HttpResponse:
+        params = _control_parameters(request.body)
+        dependents = params.get("unload_dependents") is True
+        await self.server.unload_model(request.params["model"], dependents)
+        return _EMPTY_OK
+
+    def _system_shm(self, request: HttpRequest) -> HttpResponse:
+        return self._shm_route(request, False, _rest(request))
+
+    def _cuda_shm(self, request: HttpRequest) -> HttpResponse:
+        return self._shm_route(request, True, _rest(request))
 
     def _shm_route(self, request: HttpRequest, cuda: bool, rest: list[str]) -> HttpResponse:
         """``[region/{r}/](status|register|unregister)`` of the shared-memory extension."""
@@ -165,67 +160,79 @@ class HttpApp:
             )
         return _EMPTY_OK
 
-    async def _model_ready(self, name: str, version: str) -> HttpResponse:
-        try:
-            ready = await self.server.model_ready(name, version)
-        except ServerError as exc:
-            return _error(exc)
+    async def _model_ready(self, request: HttpRequest) -> HttpResponse:
+        params = request.params
+        ready = await self.server.model_ready(params["model"], params.get("version", ""))
         return _EMPTY_OK if ready else HttpResponse(400, [b'{"error":"Model version not ready"}'])
 
     def _index(self, request: HttpRequest) -> HttpResponse:
         ready = False
         if request.body.strip():
-            try:
-                doc = orjson.loads(request.body)
-            except orjson.JSONDecodeError as exc:
-                return HttpResponse(
-                    400, [orjson_error(f"failed to parse the request JSON buffer: {exc}")]
-                )
+            doc = _parse_json(request.body)
             ready = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
         return _json(self.server.repository_index(ready))
 
-    async def _generate(
-        self, request: HttpRequest, name: str, version: str, action: str
-    ) -> HttpResponse | HttpStreamResponse:
-        try:
-            inference = build_request(self.server, name, version, request.body)
-            stream = GenerateStream(inference)
-            self.server.stream(inference, stream)
-            if action == "generate_stream":
-                return HttpStreamResponse(sse_chunks(stream))
-            return _json(await generate_once(stream))
-        except ServerError as exc:
-            return _error(exc)
+    async def _generate_once(self, request: HttpRequest) -> HttpResponse:
+        return _json(await generate_once(self._generate(request)))
+
+    async def _generate_stream(self, request: HttpRequest) -> HttpStreamResponse:
+        return HttpStreamResponse(sse_chunks(self._generate(request)))
+
+    def _generate(self, request: HttpRequest) -> GenerateStream:
+        params = request.params
+        name, version = params["model"], params.get("version", "")
+        inference = build_request(self.server, name, version, request.body)
+        stream = GenerateStream(inference)
+        self.server.stream(inference, stream)
+        return stream
 
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
-        try:
-            header = request.headers.get(b"inference-header-content-length")
-            header_length = None
-            if header is not None:
-                try:
-                    header_length = int(header)
-                except ValueError:
-                    return HttpResponse(
-                        400,
-                        [orjson_error("Inference-Header-Content-Length must be an integer")],
-                    )
-            inference, plan = decode_request(request.body, header_length, name, _version(version))
-            response = await self.server.infer(inference, _DECOUPLED)
-            head, parts, json_length = encode_response(response, plan)
-        except ServerError as exc:
-            return _error(exc)
+        header = request.headers.get(b"inference-header-content-length")
+        header_length = None
+        if header is not None:
+            try:
+                header_length = int(header)
+            except ValueError:
+                raise invalid_arg("Inference-Header-Content-Length must be an integer") from None
+        inference, plan = decode_request(request.body, header_length, name, _version(version))
+        response = await self.server.infer(inference, _DECOUPLED)
+        head, parts, json_length = encode_response(response, plan)
         if json_length < 0:
-            return HttpResponse(200, [head], _JSON)
+            return HttpResponse(200, [head], _JSON, compressible=True)
         return HttpResponse(
             200,
             [head, *parts],
             _OCTET,
             [(b"Inference-Header-Content-Length", b"%d" % json_length)],
+            compressible=True,
         )
 
 
 def _version(text: str) -> int:
     return int(text) if text else -1
+
+
+def _rest(request: HttpRequest) -> list[str]:
+    rest = request.params["rest"]
+    return rest.split("/") if rest else []
+
+
+def _parse_json(body: bytes) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
+
+
+def _control_parameters(body: bytes) -> dict[str, Any]:
+    """The ``parameters`` object of a load/unload request (an empty body has none)."""
+    params: Any = {}
+    if body.strip():
+        doc = _parse_json(body)
+        params = (doc.get("parameters") or {}) if isinstance(doc, dict) else {}
+    if not isinstance(params, dict):
+        raise invalid_arg("'parameters' must be a JSON object")
+    return params
 
 
 def _base64(key: str, value: Any) -> bytes:

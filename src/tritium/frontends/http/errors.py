@@ -1,6 +1,14 @@
-"""ErrorKind → HTTP status (Triton's table)."""
+"""Errors of the HTTP front-end, mapped once: ErrorKind → HTTP status (Triton's table), applied
+by ``render_error``, the one place a handler's exception becomes a response."""
 
-from ...errors import ErrorKind
+from __future__ import annotations
+
+import logging
+
+from ...errors import ErrorKind, ServerError
+from .messages import HttpResponse, error_response
+
+log = logging.getLogger("tritium")
 
 STATUS = {
     ErrorKind.INTERNAL: 500,
@@ -12,3 +20,12 @@ STATUS = {
     ErrorKind.CANCELLED: 400,
     ErrorKind.UNKNOWN: 400,
 }
+
+
+def render_error(exc: BaseException) -> HttpResponse:
+    """A ``ServerError`` answers its kind's status with Triton's ``{"error": ...}``; anything
+    else is a bug in a handler: logged, answered 500, and the server goes on."""
+    if isinstance(exc, ServerError):
+        return error_response(STATUS[exc.kind], exc.message)
+    log.error("unhandled error in HTTP handler", exc_info=exc)
+    return error_response(500, f"{type(exc).__name__}: {exc}")

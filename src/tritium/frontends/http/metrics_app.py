@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ... import metrics
 from ...server import InferenceServer
-from .protocol import HttpRequest, HttpResponse
+from .messages import HttpRequest, HttpResponse
 
 
 class MetricsApp:

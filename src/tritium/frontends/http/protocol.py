@@ -1,314 +1,369 @@
-"""HTTP/1.1 on a bare ``asyncio.Protocol`` with httptools: keep-alive, chunked bodies,
-body-size limits, gzip/deflate. One request at a time per connection, answered in order."""
+"""HTTP/1.1 connections on a bare ``asyncio.Protocol`` with httptools (as uvicorn's
+``httptools_impl``): bytes in, parser callbacks, limits and timeouts, pipelining.
+
+A connection reads requests and hands each, once complete, to a ``RequestCycle`` that answers
+it; answers leave in request order. It holds at most ``max_pipelined`` requests and stops
+reading until one is answered. Everything a client could make grow is bounded: the request
+line and headers (414 / 431), the body before and after decompression (400), the time to send
+headers and the pauses within a body (408), idle keep-alive time (closed)."""
 
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
-import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections import deque
 from typing import Any
 
 import httptools
-import orjson
+
+from .cycle import RequestCycle
+from .flow import FlowControl
+from .inflate import BodyRejected, Inflater, too_large
+from .limits import HttpLimits
+from .messages import ErrorRenderer, Handler, HttpRequest, HttpResponse, error_response
 
 log = logging.getLogger("tritium")
 
-# Responses smaller than this are sent as they are even when the client accepts gzip/deflate
-# (aiohttp-based clients always do): compressing a few hundred bytes costs more than it saves.
-COMPRESS_MIN_BYTES = 1024
-
-_REASONS = {
-    200: b"OK",
-    400: b"Bad Request",
-    403: b"Forbidden",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    413: b"Payload Too Large",
-    500: b"Internal Server Error",
-    501: b"Not Implemented",
-    503: b"Service Unavailable",
-}
+_IDLE, _HEAD, _BODY = 0, 1, 2  # what the parser is reading
 
 
-@dataclass(slots=True)
-class HttpRequest:
-    method: str
-    path: str
-    headers: dict[bytes, bytes]
-    body: bytes
-
-
-@dataclass(slots=True)
-class HttpResponse:
-    status: int = 200
-    body: list[Any] = field(default_factory=list)  # bytes-like parts
-    content_type: bytes | None = b"application/json"
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class HttpStreamResponse:
-    """A response written as it is produced (chunked transfer encoding), e.g. SSE."""
-
-    chunks: AsyncIterator[bytes]
-    content_type: bytes = b"text/event-stream; charset=utf-8"
-    status: int = 200
-
-
-Handler = Callable[[HttpRequest], "HttpResponse | Awaitable[HttpResponse | HttpStreamResponse]"]
-
-
-class TooLarge(Exception):
-    pass
-
-
-def decompress(body: bytes, encoding: bytes, limit: int) -> bytes:
-    if encoding == b"gzip":
-        out = gzip.decompress(body)
-    elif encoding == b"deflate":
-        try:
-            out = zlib.decompress(body)
-        except zlib.error:
-            out = zlib.decompress(body, -zlib.MAX_WBITS)
-    elif encoding in (b"", b"identity"):
-        return body
-    else:
-        raise ValueError(f"unsupported Content-Encoding '{encoding.decode(errors='replace')}'")
-    if len(out) > limit:
-        raise TooLarge(len(out))
-    return out
-
-
-def compress(parts: list[Any], accept: bytes) -> tuple[bytes, bytes] | None:
-    for token in accept.lower().split(b","):
-        name = token.split(b";")[0].strip()
-        if name in (b"gzip", b"deflate"):
-            data = b"".join(bytes(p) for p in parts)
-            packed = gzip.compress(data, 1) if name == b"gzip" else zlib.compress(data, 1)
-            return packed, name
-    return None
+def render_internal(exc: BaseException) -> HttpResponse:
+    """The renderer of last resort: a bug in a handler answers 500 and the server goes on."""
+    log.error("unhandled error in HTTP handler", exc_info=exc)
+    return error_response(500, f"{type(exc).__name__}: {exc}")
 
 
 class HttpProtocol(asyncio.Protocol):
     __slots__ = (
-        "_handler",
-        "_limit",
+        "handler",
+        "render_error",
+        "flow",
+        "_limits",
         "_parser",
         "_transport",
+        "_peer",
+        "loop",
+        "_state",
+        "_timed",
+        "_messages",
         "_url",
         "_headers",
+        "_head_size",
+        "_header_lines",
+        "_max_head",
         "_body",
         "_size",
-        "_too_large",
-        "_busy",
-        "_pending",
-        "_closed",
-        "_task",
-        "_writable",
+        "_inflater",
+        "_rejected",
+        "_failed",
+        "_active",
+        "_queue",
+        "_deadline",
+        "_timer",
+        "__weakref__",
     )
 
-    def __init__(self, handler: Handler, limit: int) -> None:
-        self._handler = handler
-        self._limit = limit
-        self._parser = httptools.HttpRequestParser(self)
+    def __init__(
+        self, handler: Handler, limits: HttpLimits, render_error: ErrorRenderer = render_internal
+    ) -> None:
+        self.handler = handler
+        self.render_error = render_error
+        self._limits = limits
+        self._parser: Any = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
+        self.flow: FlowControl = None  # type: ignore[assignment]  # set by connection_made
+        self._peer = ""
+        self.loop = asyncio.get_running_loop()
+        self._state = _IDLE
+        self._timed = _IDLE  # the read phase whose clock runs
+        self._messages = 0  # requests begun on this connection
         self._url = b""
         self._headers: dict[bytes, bytes] = {}
+        self._head_size = 0
+        self._header_lines = 0
+        self._max_head = limits.max_header_bytes
         self._body: list[bytes] = []
         self._size = 0
-        self._too_large = False
-        self._busy = False
-        self._pending: list[HttpRequest | None] = []
-        self._closed = False
-        self._task: asyncio.Future[Any] | None = None  # the request being answered
-        self._writable = asyncio.Event()  # HTTP flow control for streamed responses
-        self._writable.set()
+        self._inflater: Inflater | None = None
+        self._rejected: BodyRejected | None = None  # why the body being read is refused
+        self._failed = False  # the byte stream is unusable: answer what came before, close
+        self._active: RequestCycle | None = None
+        self._queue: deque[RequestCycle] = deque()
+        self._deadline = 0.0  # when the current read phase times out (0: it does not)
+        self._timer: asyncio.TimerHandle | None = None
 
     # transport callbacks -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self.flow = FlowControl(transport)  # type: ignore[arg-type]
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self._peer = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+        self._arm(self._limits.keepalive_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._writable.set()
-        if self._task is not None:  # the client went away: stop the work done for it
-            self._task.cancel()
+        """Release everything the connection held, and the parser's reference back to it, so
+        its memory is freed now rather than by the cyclic garbage collector."""
+        self._transport = None
+        self._parser = None
+        self._failed = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._active is not None:  # the client went away: stop the work done for it
+            self._active.cancel()
+            self._active = None
+        for cycle in self._queue:
+            cycle.cancel()
+        self._queue.clear()
+        self._drop_message()
+        if self.flow is not None:
+            self.flow.resume_writing()  # wake a streamed response so that it ends
 
     def pause_writing(self) -> None:
-        self._writable.clear()
+        self.flow.pause_writing()
 
     def resume_writing(self) -> None:
-        self._writable.set()
+        self.flow.resume_writing()
+        if self._active is None:
+            self._next()
 
     def data_received(self, data: bytes) -> None:
+        if self._failed:
+            return
+        before, begun = self._state, self._messages
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
-            self._reply_now(400, b'{"error":"protocol upgrade is not supported"}', close=True)
+            self._fail(400, "protocol upgrade is not supported")
         except httptools.HttpParserError as exc:
-            message = f'{{"error":"malformed HTTP request: {str(exc)[:100]}"}}'.encode()
-            self._reply_now(400, message, close=True)
+            self._fail(400, f"malformed HTTP request: {str(exc)[:100]}")
+        if self._state != _IDLE and not self._failed:  # usually idle: whole requests came
+            self._partial(len(data), before == _HEAD and begun == self._messages)
+
+    def _partial(self, size: int, all_head: bool) -> None:
+        """A request is partly read: count its header bytes, and move its clock."""
+        state = self._state
+        if all_head and state == _HEAD:
+            # The whole chunk belongs to one request's headers, which httptools accumulates
+            # itself until they end: count it here so a huge header is refused early.
+            self._head_size += size
+            if self._head_size > self._limits.max_header_bytes + self._limits.max_url:
+                self._fail(431, "the request header block is too large")
+                return
+        if state == _BODY:  # the body's clock restarts with every piece
+            self._arm(self._limits.body_timeout)
+        elif self._timed != _HEAD:  # the headers' clock runs from their first piece
+            self._arm(self._limits.header_timeout)
+        self._timed = state
 
     # parser callbacks ----------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        if self._failed:
+            return
+        self._messages += 1
+        self._state = _HEAD
+        self._timed = _IDLE
         self._url = b""
         self._headers = {}
+        self._head_size = 0
+        self._header_lines = 0
         self._body = []
         self._size = 0
-        self._too_large = False
 
     def on_url(self, url: bytes) -> None:
+        if self._failed:
+            return
         self._url += url
+        if len(self._url) > self._limits.max_url:
+            self._url = b""
+            self._fail(414, f"the request URL is longer than {self._limits.max_url} bytes")
 
     def on_header(self, name: bytes, value: bytes) -> None:
         self._headers[name.lower()] = value
+        self._head_size += len(name) + len(value) + 4
+        self._header_lines += 1
+        if self._head_size > self._max_head:
+            self._fail(431, f"the request headers exceed {self._max_head} bytes")
+
+    def on_headers_complete(self) -> None:
+        if self._failed:
+            return
+        self._state = _BODY
+        if self._header_lines > self._limits.max_headers:
+            self._fail(431, f"the request has more than {self._limits.max_headers} headers")
+            return
+        encoding = self._headers.get(b"content-encoding")
+        if encoding is not None:
+            encoding = encoding.strip().lower()
+            if encoding not in (b"", b"identity"):
+                try:
+                    self._inflater = Inflater(encoding, self._limits.max_body)
+                except BodyRejected as exc:
+                    self._rejected = exc
 
     def on_body(self, body: bytes) -> None:
+        if self._failed:
+            return
         self._size += len(body)
-        if self._size > self._limit:
-            self._too_large = True
-            self._body = []
-        elif not self._too_large:
+        if self._rejected is not None:
+            return  # read to its end and dropped, so the answer comes in order
+        if self._size > self._limits.max_body:
+            self._reject(too_large(self._size, self._limits.max_body))
+        elif self._inflater is None:
             self._body.append(body)
+        else:
+            try:
+                self._body += self._inflater.feed(body)
+            except BodyRejected as exc:
+                self._reject(exc)
 
     def on_message_complete(self) -> None:
-        if self._too_large:
-            self._queue(None)
+        if self._failed:
             return
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
-        method = self._parser.get_method().decode()
-        self._queue(HttpRequest(method, self._url.decode("latin-1"), self._headers, body))
+        self._state = _IDLE
+        parser = self._parser
+        if self._rejected is not None or self._inflater is not None:
+            self._enqueue(self._decoded_or_refused(parser.should_keep_alive()))
+            return
+        parts = self._body
+        self._body = []  # the request holds the body now; the connection keeps nothing
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        url = self._url.decode("latin-1")
+        request = HttpRequest(parser.get_method().decode(), url, self._headers, body, self._peer)
+        self._enqueue(RequestCycle(self, request, parser.should_keep_alive()))
 
-    # dispatch ------------------------------------------------------------------------------
-    def _queue(self, request: HttpRequest | None) -> None:
-        if self._busy:
-            self._pending.append(request)
-            return
-        self._dispatch(request)
+    def _decoded_or_refused(self, keep_alive: bool) -> RequestCycle:
+        """The cycle of a request whose body was inflated, or refused."""
+        rejected = self._rejected
+        if rejected is None and self._inflater is not None:
+            try:
+                self._inflater.finish()
+            except BodyRejected as exc:
+                rejected = exc
+        if rejected is None:
+            body = b"".join(self._body)
+            method = self._parser.get_method().decode()
+            url = self._url.decode("latin-1")
+            request = HttpRequest(method, url, self._headers, body, self._peer)
+            self._drop_message()
+            return RequestCycle(self, request, keep_alive)
+        self._drop_message()
+        keep_alive = keep_alive and not rejected.close
+        return RequestCycle(self, None, keep_alive, error_response(400, rejected.message))
 
-    def _dispatch(self, request: HttpRequest | None) -> None:
-        keep_alive = self._parser.should_keep_alive()
-        if request is None:
-            message = (
-                f'{{"error":"request size {self._size} exceeds the maximum allowed value of '
-                f'{self._limit} bytes; use --http-max-input-size to increase the limit"}}'
-            )
-            self._write(HttpResponse(400, [message.encode()]), request, keep_alive=False)
-            return
-        try:
-            request.body = decompress(
-                request.body, request.headers.get(b"content-encoding", b"").lower(), self._limit
-            )
-        except TooLarge as exc:
-            self._reply_now(
-                400,
-                f'{{"error":"decompressed request size {exc} exceeds the '
-                f'maximum allowed value of {self._limit} bytes"}}'.encode(),
-            )
-            return
-        except (OSError, ValueError, zlib.error, EOFError) as exc:
-            self._reply_now(400, orjson_error(f"failed to decompress the request body: {exc}"))
-            return
-        try:
-            result = self._handler(request)
-        except Exception as exc:  # a bug in a handler answers 500; the server goes on
-            log.exception("unhandled error in HTTP handler")
-            result = HttpResponse(500, [orjson_error(f"{type(exc).__name__}: {exc}")])
-        if isinstance(result, HttpResponse):
-            self._write(result, request, keep_alive)
-            return
-        self._busy = True
-        task = asyncio.ensure_future(result)
-        self._task = task
-        task.add_done_callback(lambda t: self._finish(t, request, keep_alive))
-
-    def _finish(self, task: asyncio.Future[Any], request: HttpRequest, keep_alive: bool) -> None:
-        self._task = None
-        if task.cancelled():
-            response: Any = HttpResponse(503, [b'{"error":"request cancelled"}'])
-        elif task.exception() is not None:
-            log.error("unhandled error in HTTP handler", exc_info=task.exception())
-            response = HttpResponse(500, [orjson_error(str(task.exception()))])
+    # pipelining ----------------------------------------------------------------------------
+    def _enqueue(self, cycle: RequestCycle) -> None:
+        queue = self._queue
+        if self._active is None and not queue and self.flow.writable:
+            self._active = cycle
+            cycle.start()
+            if self._limits.max_pipelined > 1:
+                return
         else:
-            response = task.result()
-        if isinstance(response, HttpStreamResponse):
-            pump = asyncio.ensure_future(self._stream(response, keep_alive))
-            self._task = pump
-            pump.add_done_callback(lambda _: self._next())
+            queue.append(cycle)
+        if self._held() >= self._limits.max_pipelined:
+            self.flow.pause_reading()
+            self._deadline = 0.0  # nothing is read now: no read phase can time out
+
+    def _held(self) -> int:
+        return len(self._queue) + (self._active is not None)
+
+    def cycle_done(self, cycle: RequestCycle) -> None:
+        """A cycle wrote its answer: close if it said so, else answer the next request."""
+        if cycle is self._active:
+            self._active = None
+        transport = self._transport
+        if transport is None:
             return
-        self._write(response, request, keep_alive)
+        if not cycle.keep_alive:
+            self._failed = True
+            for queued in self._queue:
+                queued.cancel()
+            self._queue.clear()
+            transport.close()
+            return
         self._next()
 
     def _next(self) -> None:
-        self._task = None
-        self._busy = False
-        while self._pending and not self._busy and not self._closed:
-            self._dispatch(self._pending.pop(0))
+        while self._active is None and self._queue and self.flow.writable:
+            self._active = cycle = self._queue.popleft()
+            cycle.start()
+        if self.flow.read_paused and not self._failed:
+            if self._held() < self._limits.max_pipelined:
+                self.flow.resume_reading()
+                self._rearm()
+        elif self._active is None and not self._queue and self._state == _IDLE:
+            self._arm(self._limits.keepalive_timeout)
 
-    async def _stream(self, response: HttpStreamResponse, keep_alive: bool) -> None:
-        """Write a response chunk by chunk, waiting whenever the client reads slowly."""
+    # writing (for cycles) ------------------------------------------------------------------
+    def write(self, parts: list[Any]) -> None:
         transport = self._transport
-        if transport is None or self._closed:
+        if transport is not None:
+            transport.writelines(parts)
+
+    # errors --------------------------------------------------------------------------------
+    def _reject(self, reason: BodyRejected) -> None:
+        """Refuse the body being read: drop what was kept, answer 400 once it has ended."""
+        self._rejected = reason
+        self._body = []
+        self._inflater = None
+
+    def _fail(self, status: int, message: str) -> None:
+        """The byte stream cannot be trusted past this point: stop reading, answer the requests
+        already received, then this error, then close."""
+        if self._failed:
             return
-        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
-            response.status,
-            _REASONS.get(response.status, b"Error"),
-            response.content_type,
-        )
-        transport.write(head + (b"\r\n" if keep_alive else b"Connection: close\r\n\r\n"))
-        try:
-            async for chunk in response.chunks:
-                if self._closed:
-                    return
-                transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                await self._writable.wait()
-        finally:
-            aclose = getattr(response.chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        if not self._closed:
-            transport.write(b"0\r\n\r\n")
-            if not keep_alive:
-                transport.close()
-                self._closed = True
-
-    def _reply_now(self, status: int, body: bytes, close: bool = False) -> None:
-        self._write(HttpResponse(status, [body]), None, keep_alive=not close)
-
-    def _write(self, response: HttpResponse, request: HttpRequest | None, keep_alive: bool) -> None:
-        transport = self._transport
-        if transport is None or self._closed:
+        self._failed = True
+        self._deadline = 0.0
+        self._drop_message()
+        if self._transport is None:
             return
-        parts = response.body
-        headers = response.headers
-        length = sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
-        # Triton compresses inference responses only; tritonclient's aio client reads every
-        # other answer as plain JSON, whatever Accept-Encoding aiohttp sent.
-        if request is not None and length >= COMPRESS_MIN_BYTES and request.path.endswith("/infer"):
-            accept = request.headers.get(b"accept-encoding")
-            if accept:
-                packed = compress(parts, accept)
-                if packed is not None:
-                    parts = [packed[0]]
-                    length = len(packed[0])
-                    headers = [*headers, (b"Content-Encoding", packed[1])]
-        head = [b"HTTP/1.1 %d %s\r\n" % (response.status, _REASONS.get(response.status, b"Error"))]
-        if response.content_type is not None and parts:
-            head.append(b"Content-Type: " + response.content_type + b"\r\n")
-        for name, value in headers:
-            head.append(name + b": " + value + b"\r\n")
-        head.append(b"Content-Length: %d\r\n" % length)
-        if not keep_alive:
-            head.append(b"Connection: close\r\n")
-        head.append(b"\r\n")
-        transport.writelines([b"".join(head), *parts])
-        if not keep_alive:
-            transport.close()
-            self._closed = True
+        self.flow.pause_reading()
+        self._enqueue(RequestCycle(self, None, False, error_response(status, message)))
 
+    def _drop_message(self) -> None:
+        self._url = b""
+        self._headers = {}
+        self._body = []
+        self._inflater = None
+        self._rejected = None
 
-def orjson_error(message: str) -> bytes:
-    return orjson.dumps({"error": message})
+    # timeouts ------------------------------------------------------------------------------
+    def _arm(self, seconds: float) -> None:
+        """Start the current phase's clock; one timer per connection, moved lazily."""
+        if self.flow.read_paused:
+            self._deadline = 0.0  # nothing is read now: no read phase can time out
+            return
+        self._deadline = deadline = self.loop.time() + seconds
+        timer = self._timer
+        if timer is None or timer.when() > deadline:
+            if timer is not None:
+                timer.cancel()
+            self._timer = self.loop.call_at(deadline, self._on_timer)
+
+    def _rearm(self) -> None:
+        limits = self._limits
+        self._timed = self._state
+        if self._state == _HEAD:
+            self._arm(limits.header_timeout)
+        elif self._state == _BODY:
+            self._arm(limits.body_timeout)
+        elif self._active is None and not self._queue:
+            self._arm(limits.keepalive_timeout)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        if self._deadline == 0.0 or self._transport is None:
+            return
+        now = self.loop.time()
+        if now < self._deadline:
+            self._timer = self.loop.call_at(self._deadline, self._on_timer)
+            return
+        if self._state == _HEAD:
+            self._fail(408, "timed out waiting for the request headers")
+        elif self._state == _BODY:
+            self._fail(408, f"timed out waiting for the request body (received {self._size})")
+        elif self._active is None and not self._queue:
+            self._failed = True
+            self._transport.close()  # idle keep-alive connection

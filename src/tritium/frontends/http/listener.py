@@ -1,0 +1,150 @@
+"""Listening sockets of the HTTP front-end (and the metrics endpoint): plain or TLS, with an
+accept loop of our own so that running out of file descriptors never stops the service.
+
+When ``accept()`` fails with EMFILE/ENFILE (or ENOBUFS/ENOMEM) the listener stops accepting
+for a moment and tries again, as asyncio's own server does; waiting clients stay in the
+kernel's backlog and are served once connections close (idle ones time out). uvloop's server
+instead drops them (libuv's reserve-fd trick) and, should that trick fail, closes the
+listening socket for good without a word."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from typing import Any
+
+from ...options import ServerOptions
+from .limits import HttpLimits
+from .protocol import HttpProtocol, render_internal
+
+log = logging.getLogger("tritium")
+
+RETRY_SECS = 0.1  # how long accepting pauses when the process is out of descriptors
+_BATCH = 64  # connections accepted per wake-up, so one listener cannot starve the loop
+
+
+def https_context(options: ServerOptions) -> ssl.SSLContext | None:
+    """The TLS context of ``--http-ssl-cert``/``--http-ssl-key``; None serves plain HTTP.
+
+    Raises OSError (ssl.SSLError is one) when the files cannot be read or do not match."""
+    if not options.http_ssl_cert:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(options.http_ssl_cert, options.http_ssl_key or None)
+    return context
+
+
+class HttpListener:
+    """Listening sockets (one per address family) and their accept loop."""
+
+    def __init__(
+        self, socks: list[socket.socket], app: Any, limits: HttpLimits, tls: ssl.SSLContext | None
+    ) -> None:
+        self.sockets = socks
+        self._app = app
+        self._render = getattr(app, "render_error", render_internal)
+        self._limits = limits
+        self._tls = tls
+        self._loop = asyncio.get_running_loop()
+        self._pending: set[asyncio.Task[Any]] = set()  # TLS handshakes under way
+        self._closed = False
+        self._retry: asyncio.TimerHandle | None = None
+        self.accept_failures = 0  # times accept() failed (EMFILE and the like)
+
+    def start(self) -> None:
+        self._retry = None
+        if not self._closed:
+            for sock in self.sockets:
+                self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _stop_reading(self) -> None:
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+
+    def close(self) -> None:
+        """Stop accepting; connections already open go on until they end."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+        self._stop_reading()
+        for sock in self.sockets:
+            sock.close()
+        for task in self._pending:
+            task.cancel()
+
+    def _protocol(self) -> HttpProtocol:
+        return HttpProtocol(self._app, self._limits, self._render)
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(_BATCH):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+                return
+            except OSError as exc:  # out of descriptors or memory, or a socket gone bad
+                self._pause(exc)
+                return
+            conn.setblocking(False)
+            self._connect(conn)
+
+    def _pause(self, exc: OSError) -> None:
+        self.accept_failures += 1
+        if self.accept_failures == 1 or self.accept_failures % 100 == 0:
+            log.warning(
+                "HTTP accept failed (%s); accepting again shortly (%d times so far)",
+                exc.strerror,
+                self.accept_failures,
+            )
+        self._stop_reading()
+        if self._retry is None:
+            self._retry = self._loop.call_later(RETRY_SECS, self.start)
+
+    def _connect(self, conn: socket.socket) -> None:
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        handshake = self._limits.header_timeout if self._tls is not None else None
+        task = self._loop.create_task(
+            self._loop.connect_accepted_socket(
+                self._protocol, conn, ssl=self._tls, ssl_handshake_timeout=handshake
+            )
+        )
+        self._pending.add(task)
+        task.add_done_callback(lambda t: self._settled(t, conn))
+
+    def _settled(self, task: asyncio.Task[Any], conn: socket.socket) -> None:
+        self._pending.discard(task)
+        if task.cancelled() or task.exception() is not None:
+            conn.close()  # a failed TLS handshake, or the listener closed meanwhile
+
+
+async def listen_http(
+    app: Any, where: tuple[str, int], limits: HttpLimits, tls: ssl.SSLContext | None = None
+) -> HttpListener:
+    """Serve ``app`` (a handler, with an optional ``render_error``) on ``where``: every
+    address it resolves to, as ``loop.create_server`` does."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(
+        where[0] or None, where[1], type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(1024)
+            sock.setblocking(False)
+    except OSError:
+        for sock in socks:
+            sock.close()
+        raise
+    listener = HttpListener(socks, app, limits, tls)
+    listener.start()
+    return listener

@@ -1,0 +1,122 @@
+"""The values the HTTP transport and the routes exchange (a request, a response, a streamed
+response) and the bytes of a response head. No I/O here."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+# Responses smaller than this are sent as they are even when the client accepts gzip/deflate
+# (aiohttp-based clients always do): compressing a few hundred bytes costs more than it saves.
+COMPRESS_MIN_BYTES = 1024
+
+REASONS = {
+    200: b"OK",
+    400: b"Bad Request",
+    401: b"Unauthorized",
+    403: b"Forbidden",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    408: b"Request Timeout",
+    413: b"Payload Too Large",
+    414: b"URI Too Long",
+    429: b"Too Many Requests",
+    431: b"Request Header Fields Too Large",
+    500: b"Internal Server Error",
+    501: b"Not Implemented",
+    503: b"Service Unavailable",
+}
+
+
+@dataclass(slots=True)
+class HttpRequest:
+    method: str
+    path: str  # the request target as sent, query string included
+    headers: dict[bytes, bytes]  # names lower-cased; a repeated header keeps its last value
+    body: bytes
+    peer: str = ""  # the client's address, "host:port" ("" when unknown)
+    params: dict[str, str] = field(default_factory=dict)  # captured by the route's pattern
+
+
+@dataclass(slots=True)
+class HttpResponse:
+    status: int = 200
+    body: list[Any] = field(default_factory=list)  # bytes-like parts
+    content_type: bytes | None = b"application/json"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Whether the body may be compressed when the client accepts it. Triton compresses
+    # inference responses only: tritonclient's aio client reads every other answer as plain
+    # JSON, whatever Accept-Encoding aiohttp sent.
+    compressible: bool = False
+
+
+@dataclass(slots=True)
+class HttpStreamResponse:
+    """A response written as it is produced (chunked transfer encoding), e.g. SSE."""
+
+    chunks: AsyncIterator[bytes]
+    content_type: bytes = b"text/event-stream; charset=utf-8"
+    status: int = 200
+
+
+Result = HttpResponse | HttpStreamResponse
+# A route's handler answers at once or with a coroutine (run as the request's task).
+Handler = Callable[[HttpRequest], "HttpResponse | Coroutine[Any, Any, Result]"]
+ErrorRenderer = Callable[[BaseException], HttpResponse]
+
+
+def error_body(message: str) -> bytes:
+    """Triton's error document, ``{"error": "..."}``."""
+    return orjson.dumps({"error": message})
+
+
+orjson_error = error_body  # the name the routes used before the transport split
+
+
+def error_response(status: int, message: str) -> HttpResponse:
+    return HttpResponse(status, [error_body(message)])
+
+
+def body_length(parts: list[Any]) -> int:
+    return sum(len(p) if isinstance(p, bytes) else memoryview(p).nbytes for p in parts)
+
+
+def compress(parts: list[Any], accept: bytes) -> tuple[bytes, bytes] | None:
+    """The body packed with the first of gzip/deflate the client accepts, and its name."""
+    for token in accept.lower().split(b","):
+        name = token.split(b";")[0].strip()
+        if name in (b"gzip", b"deflate"):
+            data = b"".join(bytes(p) for p in parts)
+            packed = gzip.compress(data, 1) if name == b"gzip" else zlib.compress(data, 1)
+            return packed, name
+    return None
+
+
+def response_head(
+    response: HttpResponse, headers: list[tuple[bytes, bytes]], length: int, keep_alive: bool
+) -> bytes:
+    status = response.status
+    head = [b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b"Error"))]
+    if response.content_type is not None and response.body:
+        head.append(b"Content-Type: " + response.content_type + b"\r\n")
+    for name, value in headers:
+        head.append(name + b": " + value + b"\r\n")
+    head.append(b"Content-Length: %d\r\n" % length)
+    if not keep_alive:
+        head.append(b"Connection: close\r\n")
+    head.append(b"\r\n")
+    return b"".join(head)
+
+
+def stream_head(response: HttpStreamResponse, keep_alive: bool) -> bytes:
+    head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
+        response.status,
+        REASONS.get(response.status, b"Error"),
+        response.content_type,
+    )
+    return head + (b"\r\n" if keep_alive else b"Connection: close\r\n\r\n")

@@ -1,0 +1,113 @@
+"""The HTTP route table and the one error table: every route has a Triton API group, paths
+match as Triton's, and every error kind has a status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tritium.errors import ErrorKind, ServerError
+from tritium.frontends.http.app import HttpApp
+from tritium.frontends.http.errors import STATUS, render_error
+from tritium.frontends.http.messages import HttpResponse
+from tritium.frontends.http.routes import ApiGroup, Route, Router
+
+
+def _router() -> Router:
+    return HttpApp(server=None).router  # type: ignore[arg-type]  # routes only, never called
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "group", "params"),
+    [
+        ("GET", "/v2", ApiGroup.METADATA, {}),
+        ("GET", "/v2/health/live", ApiGroup.HEALTH, {}),
+        ("GET", "/v2/health/ready?x=1", ApiGroup.HEALTH, {}),
+        ("GET", "/v2/models/stats", ApiGroup.STATISTICS, {}),
+        ("GET", "/v2/models/m%2Fx", ApiGroup.METADATA, {"model": "m/x"}),
+        ("GET", "/v2/models/m/versions/3", ApiGroup.METADATA, {"model": "m", "version": "3"}),
+        ("GET", "/v2/models/m/ready", ApiGroup.HEALTH, {"model": "m"}),
+        ("GET", "/v2/models/m/config", ApiGroup.MODEL_CONFIG, {"model": "m"}),
+        (
+            "GET",
+            "/v2/models/m/versions/1/stats",
+            ApiGroup.STATISTICS,
+            {"model": "m", "version": "1"},
+        ),
+        ("POST", "/v2/models/m/infer", ApiGroup.INFERENCE, {"model": "m"}),
+        (
+            "POST",
+            "/v2/models/m/versions/2/infer",
+            ApiGroup.INFERENCE,
+            {"model": "m", "version": "2"},
+        ),
+        ("POST", "/v2/models/m/generate", ApiGroup.INFERENCE, {"model": "m"}),
+        ("POST", "/v2/models/m/generate_stream", ApiGroup.INFERENCE, {"model": "m"}),
+        ("POST", "/v2/repository/index", ApiGroup.MODEL_REPOSITORY, {}),
+        ("POST", "/v2/repository/models/m/load", ApiGroup.MODEL_REPOSITORY, {"model": "m"}),
+        ("POST", "/v2/repository/models/m/unload", ApiGroup.MODEL_REPOSITORY, {"model": "m"}),
+        ("GET", "/v2/systemsharedmemory/status", ApiGroup.SHARED_MEMORY, {"rest": "status"}),
+        (
+            "POST",
+            "/v2/cudasharedmemory/region/r/register",
+            ApiGroup.SHARED_MEMORY,
+            {"rest": "region/r/register"},
+        ),
+    ],
+)
+def test_routes_and_their_groups(method: str, path: str, group: ApiGroup, params: Any) -> None:
+    found = _router().match(method, path)
+    assert isinstance(found, tuple), found
+    route, captured = found
+    assert route.group is group and captured == params
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/", 404),
+        ("GET", "/v3/health/live", 404),
+        ("GET", "/v2/models/m/versions/x/ready", 404),
+        ("GET", "/v2/models/m/versions/²/ready", 404),  # only ASCII digits are versions
+        ("GET", "/v2/models/m/versions/١", 404),
+        ("GET", "/v2/repository/models/m/nope", 404),
+        ("GET", "/v2/models/m/infer", 405),
+        ("POST", "/v2/health/live", 405),
+        ("DELETE", "/v2/models/m", 405),
+        ("PUT", "/v2", 405),
+    ],
+)
+def test_no_route(method: str, path: str, status: int) -> None:
+    found = _router().match(method, path)
+    assert isinstance(found, HttpResponse) and found.status == status
+
+
+def test_every_route_has_a_group_and_a_handler() -> None:
+    routes = _router().routes
+    assert len({(r.method, r.pattern) for r in routes}) == len(routes)
+    assert all(isinstance(r.group, ApiGroup) and callable(r.handler) for r in routes)
+
+
+def test_first_route_in_table_order_wins() -> None:
+    router = Router(
+        [
+            Route("GET", "/a/b", lambda r: HttpResponse(201), ApiGroup.HEALTH),
+            Route("GET", "/a/{x}", lambda r: HttpResponse(202), ApiGroup.METADATA),
+        ]
+    )
+    found = router.match("GET", "/a/b")
+    assert isinstance(found, tuple) and found[0].group is ApiGroup.HEALTH
+
+
+def test_every_error_kind_has_a_status() -> None:
+    assert set(STATUS) == set(ErrorKind)
+    for kind, status in STATUS.items():
+        response = render_error(ServerError(kind, "why"))
+        assert response.status == status and response.body == [b'{"error":"why"}']
+    assert render_error(ServerError(ErrorKind.INVALID_ARG, "x")).status == 400
+
+
+def test_a_bug_is_500() -> None:
+    response = render_error(RuntimeError("oops"))
+    assert response.status == 500 and b"RuntimeError: oops" in response.body[0]
