@@ -4,9 +4,12 @@ to a ready ``Model``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import shutil
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
 from .config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
+from .names import version_from_string
 from .spec import ModelSpec, build_spec, infer_backend, normalize
 
 log = logging.getLogger("tritium")
@@ -40,6 +44,14 @@ class ModelRecord:
     depends: frozenset[str] = frozenset()  # an ensemble's composing models
 
 
+@dataclass(slots=True)
+class _NameLock:
+    """Serialises the load/unload requests of one model name; dropped when nobody holds it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class ModelRepositoryManager:
     def __init__(
         self,
@@ -59,6 +71,7 @@ class ModelRepositoryManager:
         # and what each loading ensemble waits for (to refuse a cycle between ensembles).
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._waiting_on: dict[str, set[str]] = {}
+        self._locks: dict[str, _NameLock] = {}
 
     # -- loading -----------------------------------------------------------------------------
     def scan(self) -> dict[str, ModelLocation]:
@@ -73,12 +86,46 @@ class ModelRepositoryManager:
         loop = asyncio.get_running_loop()
         for location in chosen:  # registered first: an ensemble may wait for any of them
             self._loading.setdefault(location.name, loop.create_future())
-        await asyncio.gather(*(self.load(loc) for loc in chosen))
+        await asyncio.gather(*(self._load(loc) for loc in chosen))
 
     async def load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
         """Load (or reload) a model. The new versions replace the old ones only once they are
         ready, so requests keep being served meanwhile; a load that fails leaves a model that
-        was serving as it was. Returns the failure reason ('' on success)."""
+        was serving as it was. Returns the failure reason ('' on success).
+
+        Loads and unloads of one name run one at a time, in arrival order (two at once would
+        race to replace the record, and the loser's instances would never be closed)."""
+        name = location.name
+        async with self._exclusive(name):
+            reason = await self._load_record(location, override)
+        if not reason:
+            await self._reload_dependents(name)
+        return reason
+
+    async def _load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
+        """A load the manager starts itself (startup, an ensemble's composing model, an
+        ensemble to recheck): not queued behind requests, which wait for it instead."""
+        reason = await self._load_record(location, override)
+        if not reason:
+            await self._reload_dependents(location.name)
+        return reason
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, name: str) -> AsyncIterator[None]:
+        """Hold ``name``'s lock, once any load of it the manager started itself is done."""
+        entry = self._locks.setdefault(name, _NameLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                while (busy := self._loading.get(name)) is not None and not busy.done():
+                    await asyncio.shield(busy)
+                yield
+        finally:
+            entry.users -= 1
+            if not entry.users:
+                del self._locks[name]
+
+    async def _load_record(self, location: ModelLocation, override: ModelConfig | None) -> str:
         name = location.name
         record = ModelRecord(name, location=location)
         done = self._loading.get(name)
@@ -95,7 +142,8 @@ class ModelRepositoryManager:
             self._waiting_on.pop(name, None)
             if self._loading.get(name) is done:
                 del self._loading[name]
-            done.set_result(None)
+            if not done.done():  # a load the manager started may overlap a request's
+                done.set_result(None)
         reason = _failure(record)
         old = self._records.get(name)
         if reason and old is not None and old.ready:
@@ -104,14 +152,16 @@ class ModelRepositoryManager:
             self._records[name] = record
             if old is not None:
                 self._retire(old)
-            if not reason:
-                await self._reload_dependents(name)
         return reason
 
     async def unload(self, name: str, dependents: bool = False) -> None:
         """Stop routing requests to the model and unload it once its in-flight requests are
         done (this waits for them). ``dependents`` (an ensemble): also unload its composing
-        models that no other loaded ensemble uses."""
+        models that no other loaded ensemble uses. Queued behind loads of the same name."""
+        async with self._exclusive(name):
+            await self._unload(name, dependents)
+
+    async def _unload(self, name: str, dependents: bool = False) -> None:
         record = self._records.get(name)
         if record is None:
             return
@@ -124,12 +174,15 @@ class ModelRepositoryManager:
                 log.info(
                     "unloading ensemble '%s': composing model '%s' was unloaded", other.name, name
                 )
-                await self.unload(other.name)
+                await self._unload(other.name)
         if dependents:
             used = {n for r in self._records.values() if r.ready for n in r.depends}
             for part in sorted(record.depends - used):
-                await self.unload(part, dependents=True)
-        await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+                await self._unload(part, dependents=True)
+        location = record.location
+        if location is not None and location.scratch is not None:
+            record.location = None  # its files go with it: nothing may reload from there
+        await self._close(models, location)
 
     async def _reload_dependents(self, name: str) -> None:
         """A composing model was (re)loaded: reload the ensembles built on it, so they check
@@ -140,17 +193,27 @@ class ModelRepositoryManager:
                     log.info(
                         "reloading ensemble '%s': composing model '%s' changed", other.name, name
                     )
-                    await self.load(other.location)
+                    await self._load(other.location)
 
     def _retire(self, record: ModelRecord) -> None:
+        """Close a record that no longer serves (in the background: it drains first)."""
         models = [e.model for e in record.versions.values() if e.model is not None]
-        if not models:
+        if not models and (record.location is None or record.location.scratch is None):
             return
-        task = asyncio.ensure_future(
-            asyncio.gather(*(m.close() for m in models), return_exceptions=True)
-        )
-        self._retiring.add(task)  # type: ignore[arg-type]
-        task.add_done_callback(self._retiring.discard)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(self._close(models, record.location))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _close(self, models: list[Model], location: ModelLocation | None) -> None:
+        """Close model versions, then remove the directory of a model loaded from a request's
+        ``file:`` overrides unless a current record still loads from it."""
+        await asyncio.gather(*(m.close() for m in models), return_exceptions=True)
+        scratch = location.scratch if location is not None else None
+        if scratch is None or any(
+            r.location is not None and r.location.scratch == scratch for r in self._records.values()
+        ):
+            return
+        await asyncio.to_thread(shutil.rmtree, scratch, True)
 
     def _fail_model(self, record: ModelRecord, reason: str) -> None:
         record.state, record.reason = ModelState.UNAVAILABLE, reason
@@ -217,7 +280,7 @@ class ModelRepositoryManager:
                 locations = locations or self.scan()
                 if name in locations:
                     self._loading[name] = asyncio.get_running_loop().create_future()
-                    waits.append(asyncio.ensure_future(self.load(locations[name])))
+                    waits.append(asyncio.ensure_future(self._load(locations[name])))
         await asyncio.gather(*waits)
 
     def _cycle(self, start: str, current: str, path: list[str]) -> list[str]:
@@ -396,24 +459,6 @@ class ModelRepositoryManager:
                     row["reason"] = entry.reason
                 rows.append(row)
         return rows
-
-
-def version_from_string(text: str) -> int:
-    """Parse a version string as Triton does ('' means the latest)."""
-    if not text:
-        return -1
-    try:
-        version = int(text)
-    except ValueError:
-        raise invalid_arg(
-            f"failed to get model version from specified version string '{text}' "
-            "(details: stol), version should be an integral value > 0"
-        ) from None
-    if version < 0:
-        raise invalid_arg(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return version
 
 
 __all__ = ["ModelRepositoryManager", "version_from_string"]

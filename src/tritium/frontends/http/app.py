@@ -11,7 +11,7 @@ from urllib.parse import unquote
 import orjson
 
 from ...errors import ServerError, invalid_arg
-from ...server import InferenceServer
+from ...server import InferenceServer, parse_version
 from .codec import decode_request, encode_response
 from .errors import STATUS
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
@@ -90,7 +90,7 @@ class HttpApp:
         if len(rest) >= 2 and rest[0] == "versions":
             if not rest[1].isdigit():
                 return _NOT_FOUND
-            version, rest = rest[1], rest[2:]
+            version, rest = str(parse_version(rest[1])), rest[2:]  # '²', '١': INVALID_ARG
         if not rest:
             return self._expect(request, "GET") or _json(self.server.model_metadata(name, version))
         if len(rest) != 1 or rest[0] not in _MODEL_ACTIONS:
