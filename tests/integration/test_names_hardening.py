@@ -24,11 +24,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import grpc
 import numpy as np
 import pytest
 from clients import client, make_input
 from models import build_test_repository
 from server_process import ServerProcess
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT_S = 30.0
@@ -73,22 +75,29 @@ def fp32_config() -> str:
 # ----------------------------------------------------------------------------- fixtures
 
 
-@pytest.fixture
-def sandbox(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The server's TMPDIR, deep inside ``tmp_path``: its override area is
-    ``<sandbox>/tritium-overrides-*``, so where a traversal would land stays under tmp_path."""
-    tmpdir = tmp_path / "tmp" / "a" / "b" / "c" / "d" / "e" / "f" / "g"
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Everything the module's server may write to: its repository and its TMPDIR."""
+    return tmp_path_factory.mktemp("names")
+
+
+@pytest.fixture(scope="module")
+def sandbox(root: Path) -> Path:
+    """The server's TMPDIR, deep inside ``root``: its override area is
+    ``<sandbox>/tritium-overrides-*``, so where a traversal would land stays under ``root``."""
+    tmpdir = root / "tmp" / "a" / "b" / "c" / "d" / "e" / "f" / "g"
     tmpdir.mkdir(parents=True)
-    monkeypatch.setenv("TMPDIR", str(tmpdir))
     return tmpdir
 
 
-@pytest.fixture
-def explicit_server(tmp_path: Path, sandbox: Path) -> Iterator[ServerProcess]:
-    repo = tmp_path / "repo"
+@pytest.fixture(scope="module")
+def explicit_server(root: Path, sandbox: Path) -> Iterator[ServerProcess]:
+    repo = root / "repo"
     repo.mkdir()
     build_test_repository(repo, ["identity_fp32"])
-    proc = ServerProcess([repo], EXPLICIT, "--load-model", "identity_fp32")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TMPDIR", str(sandbox))
+        proc = ServerProcess([repo], EXPLICIT, "--load-model", "identity_fp32")
     yield proc
     proc.stop()
 
@@ -98,8 +107,8 @@ def override_area(sandbox: Path) -> Path:
     return area
 
 
-def tree(root: Path) -> set[Path]:
-    return set(root.rglob("*"))
+def tree(folder: Path) -> set[Path]:
+    return set(folder.rglob("*"))
 
 
 # ----------------------------------------------------------------------------- requests
@@ -188,22 +197,22 @@ def infer_fp32(server: ServerProcess, protocol: str, name: str) -> np.ndarray:
 
 
 def test_traversal_name_creates_nothing_outside_the_override_area(
-    explicit_server: ServerProcess, sandbox: Path, tmp_path: Path, protocol: str
+    explicit_server: ServerProcess, root: Path, sandbox: Path, tmp_path: Path, protocol: str
 ) -> None:
     """A load of ``../../../../outside/x`` with a config and ``file:1/model.py`` used to create
     ``<override area>/../../../../outside/x-*`` and ``.../outside/x/1/model.py`` and run it.
     The directories a traversal would use are made in advance, so only the check stops it."""
     for trap in (sandbox.parents[2] / "outside", sandbox.parents[4] / "outside"):
-        trap.mkdir()
+        trap.mkdir(exist_ok=True)
     marker = tmp_path / "model_ran"
-    before = tree(tmp_path)
+    before = tree(root)
 
     with pytest.raises(Refused) as info:
         load(explicit_server, protocol, ATTACK_NAME, {"file:1/model.py": marker_model(marker)})
 
     assert info.value.status == invalid_arg(protocol), info.value
     assert info.value.message == f"invalid model name '{ATTACK_NAME}', {TRAVERSAL}"
-    assert tree(tmp_path) == before  # nothing created anywhere, the override area included
+    assert tree(root) - before == set()  # nothing created anywhere, the override area included
     assert not marker.exists()  # and nothing ran
 
 
@@ -221,11 +230,11 @@ def test_traversal_name_creates_nothing_outside_the_override_area(
     ids=["parent", "nested", "absolute", "nul", "empty-component", "empty", "dot"],
 )
 def test_bad_file_keys_refused_before_anything_is_written(
-    explicit_server: ServerProcess, tmp_path: Path, protocol: str, key: str
+    explicit_server: ServerProcess, root: Path, tmp_path: Path, protocol: str, key: str
 ) -> None:
     marker = tmp_path / "model_ran"
-    key = key.format(abs=tmp_path / "escaped.py")
-    before = tree(tmp_path)
+    key = key.format(abs=root / "escaped.py")
+    before = tree(root)
     files = {"file:1/model.py": marker_model(marker), key: marker_model(marker)}
 
     with pytest.raises(Refused) as info:
@@ -234,7 +243,30 @@ def test_bad_file_keys_refused_before_anything_is_written(
     assert info.value.status == invalid_arg(protocol), info.value
     assert info.value.message.startswith("Invalid file parameter 'file:"), info.value
     assert "\x00" not in info.value.message
-    assert tree(tmp_path) == before
+    assert tree(root) - before == set()
+    assert not marker.exists()
+
+
+def test_file_content_must_be_bytes(explicit_server: ServerProcess, tmp_path: Path) -> None:
+    """gRPC only (HTTP sends every file as base64): a ``file:`` parameter given as a string is
+    refused with Triton's INVALID_ARG message (LocalizeRepoAgent) instead of failing inside."""
+    marker = tmp_path / "model_ran"
+    param = service_pb2.ModelRepositoryParameter
+    request = service_pb2.RepositoryModelLoadRequest(
+        model_name="strings",
+        parameters={
+            "config": param(string_param=fp32_config()),
+            "file:1/model.py": param(string_param=marker_model(marker).decode()),
+        },
+    )
+    with grpc.insecure_channel(explicit_server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RepositoryModelLoad(request, timeout=TIMEOUT_S)
+    assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details() == (
+        "File parameter 'file:1/model.py' must have bytes type for its value"
+    )
     assert not marker.exists()
 
 
@@ -245,7 +277,12 @@ def test_non_ascii_version_folder_in_a_load_is_not_a_version(
     whose name ``stoll`` cannot read, so the model has no version and the load fails."""
     marker = tmp_path / "model_ran"
     with pytest.raises(Refused) as info:
-        load(explicit_server, protocol, "arabic", {"file:١/model.py": marker_model(marker)})
+        load(
+            explicit_server,
+            protocol,
+            f"arabic_{protocol}",
+            {"file:١/model.py": marker_model(marker)},
+        )
     assert "at least one version must be available" in info.value.message, info.value
     assert not marker.exists()
 
@@ -261,27 +298,41 @@ def test_override_directory_removed_on_unload_and_reload(
     reload removes its own, and an unload removes the model's before it answers (they were
     only removed at exit)."""
     area = override_area(sandbox)
-    assert list(area.iterdir()) == []
-    name = "from_request"
+    name = f"from_request_{protocol}"
 
+    def folders() -> list[Path]:
+        return [d for d in area.iterdir() if (d / name).exists()]
+
+    assert folders() == []
     load(explicit_server, protocol, name, {"file:1/model.py": marker_model(tmp_path / "m1", 10)})
-    (first,) = area.iterdir()
+    (first,) = folders()
     assert (first / name / "1" / "model.py").is_file()
     np.testing.assert_array_equal(infer_fp32(explicit_server, protocol, name), [11.0, 21.0])
 
     load(explicit_server, protocol, name, {"file:1/model.py": marker_model(tmp_path / "m2", 20)})
     np.testing.assert_array_equal(infer_fp32(explicit_server, protocol, name), [21.0, 41.0])
-    wait_until(lambda: len(list(area.iterdir())) == 1, "the previous override directory to go")
-    (second,) = area.iterdir()
+    wait_until(lambda: len(folders()) == 1, "the previous override directory to go")
+    (second,) = folders()
     assert second != first and not first.exists()
 
     with pytest.raises(Refused):  # a model.py that fails: the second one keeps serving
         load(explicit_server, protocol, name, {"file:1/model.py": b"raise RuntimeError('no')\n"})
-    wait_until(lambda: list(area.iterdir()) == [second], "the failed load's directory to go")
+    wait_until(lambda: folders() == [second], "the failed load's directory to go")
     np.testing.assert_array_equal(infer_fp32(explicit_server, protocol, name), [21.0, 41.0])
 
     unload(explicit_server, protocol, name)
-    assert list(area.iterdir()) == []  # gone before the unload answered
+    assert folders() == []  # gone before the unload answered
+
+
+def test_failed_load_leaves_no_override_directory(
+    explicit_server: ServerProcess, sandbox: Path, protocol: str
+) -> None:
+    """A model that never loaded from its files keeps none of them either."""
+    area = override_area(sandbox)
+    name = f"never_loads_{protocol}"
+    with pytest.raises(Refused):
+        load(explicit_server, protocol, name, {"file:1/model.py": b"raise RuntimeError('no')\n"})
+    wait_until(lambda: not any((d / name).exists() for d in area.iterdir()), "its directory to go")
 
 
 # ------------------------------------------------------------ item 2: every route, every name
@@ -328,10 +379,10 @@ def _grpc_calls(c: Any, name: str) -> list[Any]:
 
 @pytest.mark.parametrize("which", list(BAD_NAMES))
 def test_bad_names_refused_on_every_route(
-    explicit_server: ServerProcess, tmp_path: Path, protocol: str, which: str
+    explicit_server: ServerProcess, root: Path, protocol: str, which: str
 ) -> None:
     name, problem = BAD_NAMES[which]
-    before = tree(tmp_path)
+    before = tree(root)
     if protocol == "http":
         for method, path, doc in _http_routes(name):
             status, body = http_call(explicit_server, method, path, doc)
@@ -347,7 +398,7 @@ def test_bad_names_refused_on_every_route(
                 assert problem in info.value.message(), info.value
         finally:
             c.close()
-    assert tree(tmp_path) == before
+    assert tree(root) - before == set()
     served = infer_fp32(explicit_server, protocol, "identity_fp32")  # everyone else is served
     np.testing.assert_array_equal(served, [1.0, 2.0])
 

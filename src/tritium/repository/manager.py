@@ -9,9 +9,10 @@ import functools
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
@@ -19,29 +20,10 @@ from ..model import Model, ModelState
 from .config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
 from .names import version_from_string
+from .records import ModelRecord, VersionRecord, failure, index_rows, refresh, was_unloaded
 from .spec import ModelSpec, build_spec, infer_backend, normalize
 
 log = logging.getLogger("tritium")
-
-
-@dataclass(slots=True)
-class VersionRecord:
-    version: int
-    state: ModelState = ModelState.LOADING
-    reason: str = ""
-    model: Model | None = None
-
-
-@dataclass(slots=True)
-class ModelRecord:
-    name: str
-    state: ModelState = ModelState.UNKNOWN  # for failures before any version exists
-    reason: str = ""
-    versions: dict[int, VersionRecord] = field(default_factory=dict)
-    ready: dict[int, Model] = field(default_factory=dict)  # ready versions, for lookups
-    latest: Model | None = None
-    location: ModelLocation | None = None
-    depends: frozenset[str] = frozenset()  # an ensemble's composing models
 
 
 @dataclass(slots=True)
@@ -144,7 +126,7 @@ class ModelRepositoryManager:
                 del self._loading[name]
             if not done.done():  # a load the manager started may overlap a request's
                 done.set_result(None)
-        reason = _failure(record)
+        reason = failure(record)
         old = self._records.get(name)
         if reason and old is not None and old.ready:
             self._retire(record)  # keep serving the old model
@@ -152,6 +134,8 @@ class ModelRepositoryManager:
             self._records[name] = record
             if old is not None:
                 self._retire(old)
+            if reason and not record.depends:
+                self._forget_files(record)
         return reason
 
     async def unload(self, name: str, dependents: bool = False) -> None:
@@ -168,7 +152,7 @@ class ModelRepositoryManager:
         models = [e.model for e in record.versions.values() if e.model is not None]
         for entry in record.versions.values():
             entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, "unloaded", None
-        self._refresh(record)
+        refresh(record)
         for other in self._records.values():  # Triton: an ensemble goes with its parts
             if name in other.depends and other.ready:
                 log.info(
@@ -200,7 +184,18 @@ class ModelRepositoryManager:
         models = [e.model for e in record.versions.values() if e.model is not None]
         if not models and (record.location is None or record.location.scratch is None):
             return
-        task = asyncio.ensure_future(self._close(models, record.location))
+        self._background(self._close(models, record.location))
+
+    def _forget_files(self, record: ModelRecord) -> None:
+        """A load from a request's files failed: nothing will load from them again (only a
+        failed ensemble is reloaded when its composing models change, so it keeps its own)."""
+        location = record.location
+        if location is not None and location.scratch is not None:
+            record.location = None
+            self._background(self._close([], location))
+
+    def _background(self, closing: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(closing)
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
@@ -276,7 +271,7 @@ class ModelRepositoryManager:
         for name in sorted(names):
             if name in self._loading:
                 waits.append(asyncio.shield(self._loading[name]))
-            elif name not in self._records or _was_unloaded(self._records[name]):
+            elif name not in self._records or was_unloaded(self._records[name]):
                 locations = locations or self.scan()
                 if name in locations:
                     self._loading[name] = asyncio.get_running_loop().create_future()
@@ -299,7 +294,7 @@ class ModelRepositoryManager:
         if record is None:
             raise not_found(f"ensemble '{ensemble}' depends on '{name}' which is not loaded")
         if not record.ready:
-            reason = _failure(record)
+            reason = failure(record)
             raise unavailable(
                 f"ensemble '{ensemble}' depends on '{name}' which has no loaded version."
                 + (f" Model '{name}' loading failed with error: {reason}" if reason else "")
@@ -332,7 +327,7 @@ class ModelRepositoryManager:
 
         def on_failure(reason: str) -> None:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-            self._refresh(record)
+            refresh(record)
             log.error("model '%s' version %d is unavailable: %s", record.name, version, reason)
 
         ctx = LoadContext(
@@ -361,7 +356,7 @@ class ModelRepositoryManager:
         scheduler = make_scheduler(spec, str(version)) if make_scheduler else None
         entry.model = Model(spec, version, instances, scheduler)
         entry.state = ModelState.READY
-        self._refresh(record)
+        refresh(record)
         log.info(
             "successfully loaded '%s' version %d (%.0f ms)",
             record.name,
@@ -369,21 +364,12 @@ class ModelRepositoryManager:
             (time.monotonic() - started) * 1000,
         )
 
-    @staticmethod
-    def _refresh(record: ModelRecord) -> None:
-        record.ready = {
-            v: e.model
-            for v, e in record.versions.items()
-            if e.state is ModelState.READY and e.model is not None
-        }
-        record.latest = record.ready[max(record.ready)] if record.ready else None
-
     async def unload_all(self) -> None:
         models = [e.model for r in self._records.values() for e in r.versions.values() if e.model]
         for record in self._records.values():
             for entry in record.versions.values():
                 entry.state = ModelState.UNLOADING
-            self._refresh(record)
+            refresh(record)
         await asyncio.gather(*(m.close() for m in models), *self._retiring, return_exceptions=True)
 
     # -- lookups -----------------------------------------------------------------------------
@@ -427,53 +413,14 @@ class ModelRepositoryManager:
                     problems.append(f"{record.name} version {v}: {entry.reason}")
         return problems
 
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """The repository index: one entry per model version (or per model that has none)."""
+        return index_rows(self._records, self._known, ready_only)
+
     def all_ready(self) -> bool:
         return not self.failures() and all(
             e.state is ModelState.READY for r in self._records.values() for e in r.versions.values()
         )
 
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """The repository index: one entry per model version (or per model that has none)."""
-        rows: list[dict[str, str]] = []
-        for name in sorted(self._records.keys() | self._known):
-            record = self._records.get(name)
-            if record is None:  # on disk, never loaded (explicit mode)
-                if not ready_only:
-                    rows.append({"name": name})
-                continue
-            if not record.versions:
-                if ready_only:
-                    continue
-                row = {"name": name}
-                if record.state is not ModelState.UNKNOWN:
-                    row["state"] = record.state.value
-                if record.reason:
-                    row["reason"] = record.reason
-                rows.append(row)
-                continue
-            for version, entry in sorted(record.versions.items()):
-                if ready_only and entry.state is not ModelState.READY:
-                    continue
-                row = {"name": name, "version": str(version), "state": entry.state.value}
-                if entry.reason:
-                    row["reason"] = entry.reason
-                rows.append(row)
-        return rows
-
 
 __all__ = ["ModelRepositoryManager", "version_from_string"]
-
-
-def _failure(record: ModelRecord) -> str:
-    """Why a freshly loaded record serves nothing ('' when a version is ready)."""
-    if record.ready:
-        return ""
-    if record.reason:
-        return record.reason
-    reasons = [e.reason for e in record.versions.values() if e.reason]
-    return "; ".join(reasons) or "no version is available"
-
-
-def _was_unloaded(record: ModelRecord) -> bool:
-    """Every version of the model was unloaded (rather than failing to load)."""
-    return not record.ready and all(e.reason == "unloaded" for e in record.versions.values())
