@@ -107,13 +107,16 @@ def test_bad_override_keys(key: str, problem: str) -> None:
 # ------------------------------------------------------------------------------- versions
 
 
-@pytest.mark.parametrize(("text", "version"), [("", -1), ("0", 0), ("1", 1), ("0042", 42)])
+@pytest.mark.parametrize(
+    ("text", "version"), [("", -1), ("0", 0), ("1", 1), ("0042", 42), ("0" * 5000 + "7", 7)]
+)
 def test_ascii_versions(text: str, version: int) -> None:
     assert version_from_string(text) == version
 
 
 @pytest.mark.parametrize(
-    "text", ["²", "١", "۳", "１", "1²", "abc", "1.5", " 1", "1 ", "+1", "1_0", "-", str(2**63)]
+    "text",
+    ["²", "١", "۳", "１", "1²", "abc", "1.5", " 1", "1 ", "+1", "1_0", "-", str(2**63), "9" * 5000],
 )
 def test_only_ascii_digits_are_versions(text: str) -> None:
     message = refused(version_from_string, text)

@@ -79,16 +79,23 @@ def version_from_string(text: str) -> int:
     an optional '-') make a version."""
     if not text:
         return -1
-    digits = text[1:] if text.startswith("-") else text
-    if _ASCII_DIGITS.fullmatch(digits) is None or int(digits) > _INT64_MAX:
+    negative = text.startswith("-")
+    digits = text[1:] if negative else text
+    significant = digits.lstrip("0")  # int() refuses over 4,300 digits: never ask it to
+    if (
+        _ASCII_DIGITS.fullmatch(digits) is None
+        or len(significant) > 19
+        or int(significant or "0") > _INT64_MAX
+    ):
         raise invalid_arg(
             f"failed to get model version from specified version string '{_shown(text)}' "
             "(details: stol), version should be an integral value > 0"
         )
-    version = int(text)
+    version = -int(significant or "0") if negative else int(significant or "0")
     if version < 0:
         raise invalid_arg(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
+            f"invalid model version specified '{_shown(text)}' , version should be an integral "
+            "value > 0"
         )
     return version
 
