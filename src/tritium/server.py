@@ -30,7 +30,8 @@ from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .repository.config import ModelConfig
 from .repository.control import ModelControl
 from .repository.manager import ModelRepositoryManager
-from .repository.manager import version_from_string as parse_version
+from .repository.names import check_model_name
+from .repository.names import version_from_string as parse_version
 from .types import InferenceRequest, InferenceResponse
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
@@ -189,16 +190,16 @@ class InferenceServer:
         """Triton's ModelIsReady: false (not an error) for a model or version that is not
         loaded, unknown or not."""
         try:
-            model = self.repository.get(name, parse_version(version))
+            model = self._model(name, parse_version(version))
         except ServerError as exc:
-            if exc.kind is ErrorKind.INVALID_ARG:  # a malformed version string
+            if exc.kind is ErrorKind.INVALID_ARG:  # a malformed version string or name
                 raise
             return False
         return await model.is_ready()
 
     def model_metadata(self, name: str, version: str = "") -> dict[str, Any]:
         number = parse_version(version)
-        model = self.repository.get(name, number)
+        model = self._model(name, number)
         spec = model.spec
         batch = (-1,) if spec.max_batch_size > 0 else ()
         if number > 0:
@@ -224,6 +225,7 @@ class InferenceServer:
         number = parse_version(version)
         models = self.repository.loaded(name, number)
         if name and not models:
+            check_model_name(name)
             raise invalid_arg(f"requested model '{name}' is not available")
         return {"model_stats": [m.stats.as_dict() for m in models]}
 
@@ -264,13 +266,23 @@ class InferenceServer:
         return []
 
     def is_decoupled(self, name: str, version: int = -1) -> bool:
-        return self.repository.get(name, version).spec.decoupled
+        return self._model(name, version).spec.decoupled
 
     def model_config(self, name: str, version: str = "") -> ModelConfig:
-        return self.repository.get(name, parse_version(version)).spec.config
+        return self._model(name, parse_version(version)).spec.config
 
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
-        return self.repository.get(name, parse_version(version)).spec.config_json
+        return self._model(name, parse_version(version)).spec.config_json
+
+    def _model(self, name: str, version: int) -> Any:
+        """The ready model version a request names. A name that can never be loaded (not one
+        safe path component: see repository/names.py) is INVALID_ARG rather than NOT_FOUND;
+        checked only on a miss, so served names cost nothing."""
+        try:
+            return self.repository.get(name, version)
+        except ServerError:
+            check_model_name(name)
+            raise
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.repository.index(ready_only)
@@ -282,7 +294,7 @@ class InferenceServer:
         serve a decoupled model (unary calls); None when it can (streams)."""
         if not self._accepting:
             raise unavailable("Server is not ready to accept inference requests")
-        model = self.repository.get(request.model_name, request.model_version)
+        model = self._model(request.model_name, request.model_version)
         decoupled = model.spec.decoupled
         if decoupled and decoupled_error is not None:
             raise unsupported(decoupled_error)

@@ -7,14 +7,18 @@ import asyncio
 import logging
 import shutil
 import tempfile
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any, TypeVar
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
 from .config import ModelConfig, config_from_json
 from .layout import ModelLocation
 from .manager import ModelRepositoryManager
+from .names import check_model_name, check_override_key
 
 log = logging.getLogger("tritium")
+T = TypeVar("T")
 
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
 
@@ -36,6 +40,7 @@ class ModelControl:
         self._poller: asyncio.Task[None] | None = None
         self._signatures: dict[str, tuple] = {}
         self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
+        self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
 
     async def start(self) -> None:
         if self.mode == "explicit":
@@ -51,7 +56,18 @@ class ModelControl:
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
+        for task in self._requests:
+            task.cancel()
+        await asyncio.gather(*self._requests, return_exceptions=True)
         shutil.rmtree(self._scratch, ignore_errors=True)
+
+    async def _finish(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run a load or unload to its end even if the client goes away meanwhile (a load
+        cancelled half-way would leave instances nobody closes); Triton finishes them too."""
+        task = asyncio.ensure_future(work)
+        self._requests.add(task)
+        task.add_done_callback(self._requests.discard)
+        return await asyncio.shield(task)
 
     # -- the repository extension ---------------------------------------------------------------
     async def load(
@@ -59,6 +75,11 @@ class ModelControl:
     ) -> None:
         if self.mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
+        check_model_name(name)  # before the name or a key comes near a path
+        for key, content in (files or {}).items():
+            check_override_key(key)
+            if not isinstance(content, bytes):
+                raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
         try:
             location, override = self._resolve(name, config_json, files)
         except ServerError as exc:  # Triton logs the detail; the client gets its summary
@@ -66,7 +87,7 @@ class ModelControl:
             raise internal(
                 f"failed to load '{name}', failed to poll from model repository: {exc.message}"
             ) from None
-        reason = await self.manager.load(location, override)
+        reason = await self._finish(self.manager.load(location, override))
         if reason:
             raise internal(f"failed to load '{name}', {reason}")
 
@@ -79,7 +100,7 @@ class ModelControl:
         if config_json is not None:
             override = config_from_json(config_json)
         if files:
-            return ModelLocation(name, self._materialize(name, files)), override
+            return self._materialize(name, files), override
         location = self.manager.scan().get(name)
         if location is None:
             raise invalid_arg(f"no model '{name}' in the model repositories")
@@ -88,22 +109,23 @@ class ModelControl:
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self.mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
-        await self.manager.unload(name, unload_dependents)
+        check_model_name(name)
+        await self._finish(self.manager.unload(name, unload_dependents))
 
-    def _materialize(self, name: str, files: dict[str, bytes]) -> Path:
-        """``file:<version>/<path>`` overrides as a model directory of their own."""
-        root = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self._scratch)) / name
-        root.mkdir()
-        for key, content in files.items():
-            relative = key[len("file:") :]
-            target = (root / relative).resolve()
-            if not relative or root.resolve() not in target.parents:
-                raise invalid_arg(
-                    f"Invalid file parameter '{key}': the path must stay within the model directory"
-                )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
-        return root
+    def _materialize(self, name: str, files: dict[str, bytes]) -> ModelLocation:
+        """``file:<version>/<path>`` overrides as a model directory of their own, in a fresh
+        directory under the scratch area (removed when the model is unloaded or replaced).
+        ``name`` and every key were checked to be safe relative paths."""
+        holder = Path(tempfile.mkdtemp(prefix="load-", dir=self._scratch))
+        root = holder / name
+        try:
+            root.mkdir()
+            for key, content in files.items():
+                _write_override(root, key, content)
+        except BaseException:
+            shutil.rmtree(holder, ignore_errors=True)
+            raise
+        return ModelLocation(name, root, scratch=holder)
 
     # -- poll mode -----------------------------------------------------------------------------
     def _snapshot(self) -> dict[str, tuple]:
@@ -146,3 +168,16 @@ class ModelControl:
                 log.info("model '%s' changed in the repository: loading", name)
                 await self.manager.load(locations[name])
         self._signatures = current
+
+
+def _write_override(root: Path, key: str, content: bytes) -> None:
+    target = root / check_override_key(key)
+    if root.resolve() not in target.resolve().parents:  # belt and braces: keys were checked
+        raise invalid_arg(
+            f"Invalid file parameter '{key}': the path must stay within the model directory"
+        )
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+    except OSError as exc:  # e.g. one key's file is another key's directory
+        raise invalid_arg(f"Invalid file parameter '{key}': {exc.strerror}") from None

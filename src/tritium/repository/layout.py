@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .config import ModelConfig
+from .names import is_version_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,6 +14,9 @@ class ModelLocation:
     name: str
     path: Path | None  # None when the name is ambiguous
     problem: str = ""
+    # A model materialised from a load request's ``file:`` overrides: the directory that holds
+    # it, removed once no model uses it (unload, or a reload that replaced it).
+    scratch: Path | None = None
 
 
 def scan(repositories: list[Path]) -> dict[str, ModelLocation]:
@@ -37,12 +41,12 @@ def scan(repositories: list[Path]) -> dict[str, ModelLocation]:
 
 
 def version_dirs(model_dir: Path) -> dict[int, Path]:
-    """Numeric version folders; names that are not numbers or start with '0' are ignored."""
+    """Numeric version folders; names that are not ASCII numbers or start with '0' are
+    ignored (as Triton's ``std::stoll`` would; Python's ``int()`` also reads '١' as 1)."""
     versions = {}
     for entry in model_dir.iterdir():
-        name = entry.name
-        if entry.is_dir() and name.isdigit() and not name.startswith("0"):
-            versions[int(name)] = entry
+        if is_version_dir(entry.name) and entry.is_dir():
+            versions[int(entry.name)] = entry
     return dict(sorted(versions.items()))
 
 

@@ -4,41 +4,34 @@ to a ready ``Model``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
 from .config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
+from .names import version_from_string
+from .records import ModelRecord, VersionRecord, failure, index_rows, refresh, was_unloaded
 from .spec import ModelSpec, build_spec, infer_backend, normalize
 
 log = logging.getLogger("tritium")
 
 
 @dataclass(slots=True)
-class VersionRecord:
-    version: int
-    state: ModelState = ModelState.LOADING
-    reason: str = ""
-    model: Model | None = None
+class _NameLock:
+    """Serialises the load/unload requests of one model name; dropped when nobody holds it."""
 
-
-@dataclass(slots=True)
-class ModelRecord:
-    name: str
-    state: ModelState = ModelState.UNKNOWN  # for failures before any version exists
-    reason: str = ""
-    versions: dict[int, VersionRecord] = field(default_factory=dict)
-    ready: dict[int, Model] = field(default_factory=dict)  # ready versions, for lookups
-    latest: Model | None = None
-    location: ModelLocation | None = None
-    depends: frozenset[str] = frozenset()  # an ensemble's composing models
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
 
 
 class ModelRepositoryManager:
@@ -64,6 +57,7 @@ class ModelRepositoryManager:
         # and what each loading ensemble waits for (to refuse a cycle between ensembles).
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._waiting_on: dict[str, set[str]] = {}
+        self._locks: dict[str, _NameLock] = {}
 
     # -- loading -----------------------------------------------------------------------------
     def scan(self) -> dict[str, ModelLocation]:
@@ -78,12 +72,46 @@ class ModelRepositoryManager:
         loop = asyncio.get_running_loop()
         for location in chosen:  # registered first: an ensemble may wait for any of them
             self._loading.setdefault(location.name, loop.create_future())
-        await asyncio.gather(*(self.load(loc) for loc in chosen))
+        await asyncio.gather(*(self._load(loc) for loc in chosen))
 
     async def load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
         """Load (or reload) a model. The new versions replace the old ones only once they are
         ready, so requests keep being served meanwhile; a load that fails leaves a model that
-        was serving as it was. Returns the failure reason ('' on success)."""
+        was serving as it was. Returns the failure reason ('' on success).
+
+        Loads and unloads of one name run one at a time, in arrival order (two at once would
+        race to replace the record, and the loser's instances would never be closed)."""
+        name = location.name
+        async with self._exclusive(name):
+            reason = await self._load_record(location, override)
+        if not reason:
+            await self._reload_dependents(name)
+        return reason
+
+    async def _load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
+        """A load the manager starts itself (startup, an ensemble's composing model, an
+        ensemble to recheck): not queued behind requests, which wait for it instead."""
+        reason = await self._load_record(location, override)
+        if not reason:
+            await self._reload_dependents(location.name)
+        return reason
+
+    @contextlib.asynccontextmanager
+    async def _exclusive(self, name: str) -> AsyncIterator[None]:
+        """Hold ``name``'s lock, once any load of it the manager started itself is done."""
+        entry = self._locks.setdefault(name, _NameLock())
+        entry.users += 1
+        try:
+            async with entry.lock:
+                while (busy := self._loading.get(name)) is not None and not busy.done():
+                    await asyncio.shield(busy)
+                yield
+        finally:
+            entry.users -= 1
+            if not entry.users:
+                del self._locks[name]
+
+    async def _load_record(self, location: ModelLocation, override: ModelConfig | None) -> str:
         name = location.name
         record = ModelRecord(name, location=location)
         done = self._loading.get(name)
@@ -100,8 +128,9 @@ class ModelRepositoryManager:
             self._waiting_on.pop(name, None)
             if self._loading.get(name) is done:
                 del self._loading[name]
-            done.set_result(None)
-        reason = _failure(record)
+            if not done.done():  # a load the manager started may overlap a request's
+                done.set_result(None)
+        reason = failure(record)
         old = self._records.get(name)
         if reason and old is not None and old.ready:
             self._retire(record)  # keep serving the old model
@@ -109,33 +138,39 @@ class ModelRepositoryManager:
             self._records[name] = record
             if old is not None:
                 self._retire(old)
-            if not reason:
-                await self._reload_dependents(name)
+            if reason and not record.depends:
+                self._forget_files(record)
         return reason
 
     async def unload(self, name: str, dependents: bool = False) -> None:
         """Stop routing requests to the model and unload it once its in-flight requests are
         done (this waits for them). ``dependents`` (an ensemble): also unload its composing
-        models that no other loaded ensemble uses."""
+        models that no other loaded ensemble uses. Queued behind loads of the same name."""
+        async with self._exclusive(name):
+            await self._unload(name, dependents)
+
+    async def _unload(self, name: str, dependents: bool = False) -> None:
         record = self._records.get(name)
         if record is None:
             return
         models = [e.model for e in record.versions.values() if e.model is not None]
         for entry in record.versions.values():
             entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, "unloaded", None
-        self._refresh(record)
+        refresh(record)
         for other in self._records.values():  # Triton: an ensemble goes with its parts
             if name in other.depends and other.ready:
                 log.info(
                     "unloading ensemble '%s': composing model '%s' was unloaded", other.name, name
                 )
-                await self.unload(other.name)
+                await self._unload(other.name)
         if dependents:
             used = {n for r in self._records.values() if r.ready for n in r.depends}
             for part in sorted(record.depends - used):
-                await self.unload(part, dependents=True)
-        timeout = self._unload_timeout
-        await asyncio.gather(*(m.close(timeout) for m in models), return_exceptions=True)
+                await self._unload(part, dependents=True)
+        location = record.location
+        if location is not None and location.scratch is not None:
+            record.location = None  # its files go with it: nothing may reload from there
+        await self._close(models, location)
 
     async def _reload_dependents(self, name: str) -> None:
         """A composing model was (re)loaded: reload the ensembles built on it, so they check
@@ -146,19 +181,43 @@ class ModelRepositoryManager:
                     log.info(
                         "reloading ensemble '%s': composing model '%s' changed", other.name, name
                     )
-                    await self.load(other.location)
+                    await self._load(other.location)
 
     def _retire(self, record: ModelRecord) -> None:
+        """Close a record that no longer serves (in the background: it drains first)."""
         models = [e.model for e in record.versions.values() if e.model is not None]
-        if not models:
+        if not models and (record.location is None or record.location.scratch is None):
             return
-        self._retiring_models.update(models)
-        task = asyncio.ensure_future(
-            asyncio.gather(*(m.close(self._unload_timeout) for m in models), return_exceptions=True)
-        )
-        self._retiring.add(task)  # type: ignore[arg-type]
-        task.add_done_callback(self._retiring.discard)  # type: ignore[arg-type]
-        task.add_done_callback(lambda _: self._retiring_models.difference_update(models))
+        self._retiring_models.update(models)  # shutdown bounds them too
+        self._background(self._close(models, record.location))
+
+    def _forget_files(self, record: ModelRecord) -> None:
+        """A load from a request's files failed: nothing will load from them again (only a
+        failed ensemble is reloaded when its composing models change, so it keeps its own)."""
+        location = record.location
+        if location is not None and location.scratch is not None:
+            record.location = None
+            self._background(self._close([], location))
+
+    def _background(self, closing: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(closing)
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _close(self, models: list[Model], location: ModelLocation | None) -> None:
+        """Close model versions, then remove the directory of a model loaded from a request's
+        ``file:`` overrides unless a current record still loads from it."""
+        try:
+            timeout = self._unload_timeout
+            await asyncio.gather(*(m.close(timeout) for m in models), return_exceptions=True)
+        finally:
+            self._retiring_models.difference_update(models)
+        scratch = location.scratch if location is not None else None
+        if scratch is None or any(
+            r.location is not None and r.location.scratch == scratch for r in self._records.values()
+        ):
+            return
+        await asyncio.to_thread(shutil.rmtree, scratch, True)
 
     def _fail_model(self, record: ModelRecord, reason: str) -> None:
         record.state, record.reason = ModelState.UNAVAILABLE, reason
@@ -221,11 +280,11 @@ class ModelRepositoryManager:
         for name in sorted(names):
             if name in self._loading:
                 waits.append(asyncio.shield(self._loading[name]))
-            elif name not in self._records or _was_unloaded(self._records[name]):
+            elif name not in self._records or was_unloaded(self._records[name]):
                 locations = locations or self.scan()
                 if name in locations:
                     self._loading[name] = asyncio.get_running_loop().create_future()
-                    waits.append(asyncio.ensure_future(self.load(locations[name])))
+                    waits.append(asyncio.ensure_future(self._load(locations[name])))
         await asyncio.gather(*waits)
 
     def _cycle(self, start: str, current: str, path: list[str]) -> list[str]:
@@ -244,7 +303,7 @@ class ModelRepositoryManager:
         if record is None:
             raise not_found(f"ensemble '{ensemble}' depends on '{name}' which is not loaded")
         if not record.ready:
-            reason = _failure(record)
+            reason = failure(record)
             raise unavailable(
                 f"ensemble '{ensemble}' depends on '{name}' which has no loaded version."
                 + (f" Model '{name}' loading failed with error: {reason}" if reason else "")
@@ -277,14 +336,14 @@ class ModelRepositoryManager:
 
         def on_failure(reason: str) -> None:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-            self._refresh(record)
+            refresh(record)
             log.error("model '%s' version %d is unavailable: %s", record.name, version, reason)
 
         def on_recovered() -> None:
             if entry.model is None or entry.state is not ModelState.UNAVAILABLE:
                 return  # unloaded or unloading meanwhile: it stays so
             entry.state, entry.reason = ModelState.READY, ""
-            self._refresh(record)
+            refresh(record)
             log.info("model '%s' version %d is ready again", record.name, version)
 
         ctx = LoadContext(
@@ -314,22 +373,13 @@ class ModelRepositoryManager:
         scheduler = make_scheduler(spec, str(version)) if make_scheduler else None
         entry.model = Model(spec, version, instances, scheduler)
         entry.state = ModelState.READY
-        self._refresh(record)
+        refresh(record)
         log.info(
             "successfully loaded '%s' version %d (%.0f ms)",
             record.name,
             version,
             (time.monotonic() - started) * 1000,
         )
-
-    @staticmethod
-    def _refresh(record: ModelRecord) -> None:
-        record.ready = {
-            v: e.model
-            for v, e in record.versions.items()
-            if e.state is ModelState.READY and e.model is not None
-        }
-        record.latest = record.ready[max(record.ready)] if record.ready else None
 
     async def unload_all(self, timeout: float | None = None) -> None:
         """Unload every model (shutdown); executions still running after ``timeout`` are
@@ -339,7 +389,7 @@ class ModelRepositoryManager:
         for record in self._records.values():
             for entry in record.versions.values():
                 entry.state = ModelState.UNLOADING
-            self._refresh(record)
+            refresh(record)
         await asyncio.gather(
             *(m.close(timeout) for m in models), *self._retiring, return_exceptions=True
         )
@@ -385,71 +435,14 @@ class ModelRepositoryManager:
                     problems.append(f"{record.name} version {v}: {entry.reason}")
         return problems
 
+    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        """The repository index: one entry per model version (or per model that has none)."""
+        return index_rows(self._records, self._known, ready_only)
+
     def all_ready(self) -> bool:
         return not self.failures() and all(
             e.state is ModelState.READY for r in self._records.values() for e in r.versions.values()
         )
 
-    def index(self, ready_only: bool = False) -> list[dict[str, str]]:
-        """The repository index: one entry per model version (or per model that has none)."""
-        rows: list[dict[str, str]] = []
-        for name in sorted(self._records.keys() | self._known):
-            record = self._records.get(name)
-            if record is None:  # on disk, never loaded (explicit mode)
-                if not ready_only:
-                    rows.append({"name": name})
-                continue
-            if not record.versions:
-                if ready_only:
-                    continue
-                row = {"name": name}
-                if record.state is not ModelState.UNKNOWN:
-                    row["state"] = record.state.value
-                if record.reason:
-                    row["reason"] = record.reason
-                rows.append(row)
-                continue
-            for version, entry in sorted(record.versions.items()):
-                if ready_only and entry.state is not ModelState.READY:
-                    continue
-                row = {"name": name, "version": str(version), "state": entry.state.value}
-                if entry.reason:
-                    row["reason"] = entry.reason
-                rows.append(row)
-        return rows
-
-
-def version_from_string(text: str) -> int:
-    """Parse a version string as Triton does ('' means the latest)."""
-    if not text:
-        return -1
-    try:
-        version = int(text)
-    except ValueError:
-        raise invalid_arg(
-            f"failed to get model version from specified version string '{text}' "
-            "(details: stol), version should be an integral value > 0"
-        ) from None
-    if version < 0:
-        raise invalid_arg(
-            f"invalid model version specified '{text}' , version should be an integral value > 0"
-        )
-    return version
-
 
 __all__ = ["ModelRepositoryManager", "version_from_string"]
-
-
-def _failure(record: ModelRecord) -> str:
-    """Why a freshly loaded record serves nothing ('' when a version is ready)."""
-    if record.ready:
-        return ""
-    if record.reason:
-        return record.reason
-    reasons = [e.reason for e in record.versions.values() if e.reason]
-    return "; ".join(reasons) or "no version is available"
-
-
-def _was_unloaded(record: ModelRecord) -> bool:
-    """Every version of the model was unloaded (rather than failing to load)."""
-    return not record.ready and all(e.reason == "unloaded" for e in record.versions.values())

@@ -1,0 +1,86 @@
+"""What the manager knows of each model and version: state, reason, the loaded ``Model``,
+where it was loaded from; and the repository index rendered from it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ..model import Model, ModelState
+from .layout import ModelLocation
+
+
+@dataclass(slots=True)
+class VersionRecord:
+    version: int
+    state: ModelState = ModelState.LOADING
+    reason: str = ""
+    model: Model | None = None
+
+
+@dataclass(slots=True)
+class ModelRecord:
+    name: str
+    state: ModelState = ModelState.UNKNOWN  # for failures before any version exists
+    reason: str = ""
+    versions: dict[int, VersionRecord] = field(default_factory=dict)
+    ready: dict[int, Model] = field(default_factory=dict)  # ready versions, for lookups
+    latest: Model | None = None
+    location: ModelLocation | None = None
+    depends: frozenset[str] = frozenset()  # an ensemble's composing models
+
+
+def refresh(record: ModelRecord) -> None:
+    """Recompute the ready versions and the latest of them (for lookups)."""
+    record.ready = {
+        v: e.model
+        for v, e in record.versions.items()
+        if e.state is ModelState.READY and e.model is not None
+    }
+    record.latest = record.ready[max(record.ready)] if record.ready else None
+
+
+def index_rows(
+    records: Mapping[str, ModelRecord], known: Iterable[str], ready_only: bool
+) -> list[dict[str, str]]:
+    """The repository index: one entry per model version (or per model that has none)."""
+    rows: list[dict[str, str]] = []
+    for name in sorted(records.keys() | set(known)):
+        record = records.get(name)
+        if record is None:  # on disk, never loaded (explicit mode)
+            if not ready_only:
+                rows.append({"name": name})
+            continue
+        if not record.versions:
+            if ready_only:
+                continue
+            row = {"name": name}
+            if record.state is not ModelState.UNKNOWN:
+                row["state"] = record.state.value
+            if record.reason:
+                row["reason"] = record.reason
+            rows.append(row)
+            continue
+        for version, entry in sorted(record.versions.items()):
+            if ready_only and entry.state is not ModelState.READY:
+                continue
+            row = {"name": name, "version": str(version), "state": entry.state.value}
+            if entry.reason:
+                row["reason"] = entry.reason
+            rows.append(row)
+    return rows
+
+
+def failure(record: ModelRecord) -> str:
+    """Why a freshly loaded record serves nothing ('' when a version is ready)."""
+    if record.ready:
+        return ""
+    if record.reason:
+        return record.reason
+    reasons = [e.reason for e in record.versions.values() if e.reason]
+    return "; ".join(reasons) or "no version is available"
+
+
+def was_unloaded(record: ModelRecord) -> bool:
+    """Every version of the model was unloaded (rather than failing to load)."""
+    return not record.ready and all(e.reason == "unloaded" for e in record.versions.values())
