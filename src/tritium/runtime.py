@@ -8,6 +8,7 @@ from typing import Any
 
 import grpc
 
+from .access import AccessControl, build_access
 from .cli import install_signal_handlers, write_ports
 from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
@@ -20,6 +21,11 @@ log = logging.getLogger("tritium")
 
 
 async def run(options: ServerOptions, ports_file: str = "") -> int:
+    try:
+        access = build_access(options)
+    except (OSError, ValueError) as exc:
+        log.error("error: access control: %s", exc)
+        return 1
     server = InferenceServer(options)
     stop = asyncio.Event()
     install_signal_handlers(stop)
@@ -27,12 +33,14 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         await server.start()
     except RuntimeError as exc:
         log.error("error: creating server: Internal - %s", exc)
+        access.close()
         return 1
     try:
-        listeners, grpc_server, ports = await _bind(server, options)
+        listeners, grpc_server, ports = await _bind(server, options, access)
     except OSError as exc:
         log.error("error: failed to start the front-ends: %s", exc)
         await server.stop()
+        access.close()
         return 1
     if ports_file:
         write_ports(ports_file, ports)
@@ -43,19 +51,23 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         listener.close()
     if grpc_server is not None:
         await grpc_server.stop(grace=1.0)
+    access.close()
     log.info("server stopped")
     return 0
 
 
 async def _bind(
-    server: InferenceServer, options: ServerOptions
+    server: InferenceServer, options: ServerOptions, access: AccessControl
 ) -> tuple[list[asyncio.Server], grpc.aio.Server | None, dict[str, int]]:
     """Listen on every enabled front-end; the bound ports by name."""
     ports: dict[str, int] = {}
     listeners: list[asyncio.Server] = []
     if options.allow_http:
         listener = await _listen(
-            HttpApp(server), options.http_address, options.http_port, options.http_max_input_size
+            HttpApp(server, access),
+            options.http_address,
+            options.http_port,
+            options.http_max_input_size,
         )
         listeners.append(listener)
         ports["http"] = listener.sockets[0].getsockname()[1]
@@ -70,7 +82,7 @@ async def _bind(
         log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
     grpc_server = None
     if options.allow_grpc:
-        grpc_server = build_grpc_server(server)
+        grpc_server = build_grpc_server(server, access)
         address = f"{_host(options.grpc_address)}:{options.grpc_port}"
         try:
             ports["grpc"] = grpc_server.add_insecure_port(address)

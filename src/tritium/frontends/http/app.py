@@ -10,8 +10,10 @@ from urllib.parse import unquote
 
 import orjson
 
+from ...access import AccessControl
 from ...errors import ServerError, invalid_arg
 from ...server import InferenceServer
+from .access import HttpGuard
 from .codec import decode_request, encode_response
 from .errors import STATUS
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
@@ -42,10 +44,22 @@ _EMPTY_BAD = HttpResponse(400, [], None)
 class HttpApp:
     """Maps (method, path) to the server facade."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
         self.server = server
+        self._guard = HttpGuard(access) if access is not None and access.guards_http else None
 
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
+        if self._guard is not None:
+            return self._guarded(request)
+        return self._route(request)
+
+    def _guarded(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
+        """Access control and audit (tritium.access): the path's Triton API group decides
+        which restricted-API header and token group apply; a refusal is answered here."""
+        assert self._guard is not None
+        return self._guard(request, self._route)  # type: ignore[return-value]
+
+    def _route(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         path = request.path.split("?", 1)[0]
         parts = path.strip("/").split("/")
         try:

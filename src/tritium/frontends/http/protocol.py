@@ -14,6 +14,8 @@ from typing import Any
 import httptools
 import orjson
 
+from ...access import format_peer
+
 log = logging.getLogger("tritium")
 
 # Responses smaller than this are sent as they are even when the client accepts gzip/deflate
@@ -23,10 +25,12 @@ COMPRESS_MIN_BYTES = 1024
 _REASONS = {
     200: b"OK",
     400: b"Bad Request",
+    401: b"Unauthorized",
     403: b"Forbidden",
     404: b"Not Found",
     405: b"Method Not Allowed",
     413: b"Payload Too Large",
+    429: b"Too Many Requests",
     500: b"Internal Server Error",
     501: b"Not Implemented",
     503: b"Service Unavailable",
@@ -39,6 +43,7 @@ class HttpRequest:
     path: str
     headers: dict[bytes, bytes]
     body: bytes
+    peer: str = ""  # the client's "host:port" ("[v6]:port"), for access control and audit
 
 
 @dataclass(slots=True)
@@ -108,6 +113,7 @@ class HttpProtocol(asyncio.Protocol):
         "_closed",
         "_task",
         "_writable",
+        "_peer",
     )
 
     def __init__(self, handler: Handler, limit: int) -> None:
@@ -126,10 +132,12 @@ class HttpProtocol(asyncio.Protocol):
         self._task: asyncio.Future[Any] | None = None  # the request being answered
         self._writable = asyncio.Event()  # HTTP flow control for streamed responses
         self._writable.set()
+        self._peer = ""
 
     # transport callbacks -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._peer = format_peer(transport.get_extra_info("peername"))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -180,7 +188,9 @@ class HttpProtocol(asyncio.Protocol):
             return
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         method = self._parser.get_method().decode()
-        self._queue(HttpRequest(method, self._url.decode("latin-1"), self._headers, body))
+        self._queue(
+            HttpRequest(method, self._url.decode("latin-1"), self._headers, body, self._peer)
+        )
 
     # dispatch ------------------------------------------------------------------------------
     def _queue(self, request: HttpRequest | None) -> None:
@@ -252,6 +262,7 @@ class HttpProtocol(asyncio.Protocol):
         """Write a response chunk by chunk, waiting whenever the client reads slowly."""
         transport = self._transport
         if transport is None or self._closed:
+            await _aclose(response.chunks)  # whoever produces the chunks learns it is over
             return
         head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
             response.status,
@@ -266,9 +277,7 @@ class HttpProtocol(asyncio.Protocol):
                 transport.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
                 await self._writable.wait()
         finally:
-            aclose = getattr(response.chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await _aclose(response.chunks)
         if not self._closed:
             transport.write(b"0\r\n\r\n")
             if not keep_alive:
@@ -308,6 +317,12 @@ class HttpProtocol(asyncio.Protocol):
         if not keep_alive:
             transport.close()
             self._closed = True
+
+
+async def _aclose(chunks: AsyncIterator[bytes]) -> None:
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def orjson_error(message: str) -> bytes:

@@ -1,0 +1,215 @@
+"""Access control for gRPC: a ``grpc.aio.ServerInterceptor`` that maps each RPC to its
+Triton protocol group, asks the policy, and audits control actions and refusals.
+
+Refusals: Triton's restricted protocol → UNAVAILABLE "This protocol is restricted, expecting
+header 'triton-grpc-protocol-<key>'" (Triton's code and text); no or unknown bearer token →
+UNAUTHENTICATED; a token without the group → PERMISSION_DENIED; the client's in-flight bound
+→ RESOURCE_EXHAUSTED. A ``ModelStreamInfer`` call holds one in-flight slot while it is open
+(its own requests are bounded by ``--grpc-stream-inflight-limit``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from ...access import AccessControl, AccessPolicy, ApiGroup, RefusalKind, Verdict, grpc_peer
+from ...audit import AuditEvent, AuditLog
+
+_SERVICE = "/inference.GRPCInferenceService/"
+_HEALTH_SERVICE = "/grpc.health.v1.Health/"
+_GROUPS: dict[str, ApiGroup] = {
+    "ServerLive": ApiGroup.HEALTH,
+    "ServerReady": ApiGroup.HEALTH,
+    "ModelReady": ApiGroup.HEALTH,
+    "ServerMetadata": ApiGroup.METADATA,
+    "ModelMetadata": ApiGroup.METADATA,
+    "ModelInfer": ApiGroup.INFERENCE,
+    "ModelStreamInfer": ApiGroup.INFERENCE,
+    "ModelConfig": ApiGroup.MODEL_CONFIG,
+    "ModelStatistics": ApiGroup.STATISTICS,
+    "RepositoryIndex": ApiGroup.MODEL_REPOSITORY,
+    "RepositoryModelLoad": ApiGroup.MODEL_REPOSITORY,
+    "RepositoryModelUnload": ApiGroup.MODEL_REPOSITORY,
+    "SystemSharedMemoryStatus": ApiGroup.SHARED_MEMORY,
+    "SystemSharedMemoryRegister": ApiGroup.SHARED_MEMORY,
+    "SystemSharedMemoryUnregister": ApiGroup.SHARED_MEMORY,
+    "CudaSharedMemoryStatus": ApiGroup.SHARED_MEMORY,
+    "CudaSharedMemoryRegister": ApiGroup.SHARED_MEMORY,
+    "CudaSharedMemoryUnregister": ApiGroup.SHARED_MEMORY,
+    "TraceSetting": ApiGroup.TRACE,
+    "LogSettings": ApiGroup.LOGGING,
+}
+# Control actions (audited with their outcome): the RPC → the audit action name.
+_CONTROL = {
+    "RepositoryModelLoad": "load",
+    "RepositoryModelUnload": "unload",
+    "SystemSharedMemoryRegister": "system_shm_register",
+    "SystemSharedMemoryUnregister": "system_shm_unregister",
+    "CudaSharedMemoryRegister": "cuda_shm_register",
+    "CudaSharedMemoryUnregister": "cuda_shm_unregister",
+    "TraceSetting": "trace_setting",
+    "LogSettings": "log_settings",
+}
+_CODE = {
+    RefusalKind.RESTRICTED: grpc.StatusCode.UNAVAILABLE,
+    RefusalKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    RefusalKind.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
+    RefusalKind.TOO_MANY_REQUESTS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+def rpc_group(method: str) -> tuple[ApiGroup | None, str]:
+    """(group, RPC name) of a full method name; None for a method outside every group."""
+    if method.startswith(_HEALTH_SERVICE):
+        return ApiGroup.HEALTH, method[len(_HEALTH_SERVICE) :]
+    if method.startswith(_SERVICE):
+        name = method[len(_SERVICE) :]
+        return _GROUPS.get(name), name
+    return None, method.rsplit("/", 1)[-1]
+
+
+def _target(request: Any) -> str:
+    """The model or region a request names (empty for none, or "all regions")."""
+    for field in ("model_name", "name"):
+        value = getattr(request, field, None)
+        if isinstance(value, str):
+            return value
+    return ""
+
+
+def _is_change(rpc: str, request: Any) -> bool:
+    """Trace/log RPCs only read unless they carry settings; the others always act."""
+    if rpc in ("TraceSetting", "LogSettings"):
+        return len(getattr(request, "settings", ())) > 0
+    return True
+
+
+class _Call:
+    """One RPC under the policy: admission, audit and the release of its in-flight slot."""
+
+    __slots__ = ("_guard", "_rpc", "_group", "_context", "verdict", "peer")
+
+    def __init__(self, guard: AccessInterceptor, rpc: str, group: ApiGroup | None, context: Any):
+        self._guard = guard
+        self._rpc = rpc
+        self._group = group
+        self._context = context
+        self.peer = grpc_peer(context.peer() or "")
+        self.verdict = Verdict()
+
+    async def admit(self, request: Any) -> None:
+        """Aborts the call (raising) when the policy refuses it."""
+        metadata = dict(self._context.invocation_metadata() or ())
+        self.verdict = self._guard.policy.admit(self._group, metadata.get, self.peer)
+        refusal = self.verdict.refusal
+        if refusal is not None:
+            self.record(request, self._rpc, "refused", refusal.message, refusal.kind.value)
+            await self._context.abort(_CODE[refusal.kind], refusal.message)
+
+    def finish(self, request: Any, error: BaseException | None) -> None:
+        self._guard.policy.release(self.verdict)
+        action = _CONTROL.get(self._rpc)
+        if action is None or self._guard.audit is None or not _is_change(self._rpc, request):
+            return
+        if error is None:
+            self.record(request, action, "ok")
+        else:
+            details = self._context.details() if isinstance(error, grpc.aio.AbortError) else ""
+            self.record(request, action, "error", details or f"{type(error).__name__}: {error}")
+
+    def record(
+        self, request: Any, action: str, outcome: str, message: str = "", reason: str = ""
+    ) -> None:
+        audit = self._guard.audit
+        if audit is not None:
+            identity = self.verdict.identity
+            event = AuditEvent(
+                "grpc", self.peer, identity, action, _target(request), outcome, message, reason
+            )
+            audit.record(event)
+
+
+def _is_async(handler: Any) -> bool:
+    behavior = (
+        handler.unary_unary or handler.stream_stream or handler.unary_stream or handler.stream_unary
+    )
+    return inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)
+
+
+class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Wraps every handler so the check runs with the request and the peer at hand."""
+
+    def __init__(self, access: AccessControl) -> None:
+        self.policy: AccessPolicy = access.grpc
+        self.audit: AuditLog | None = access.audit
+
+    async def intercept_service(
+        self, continuation: Callable[[Any], Awaitable[Any]], details: Any
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        group, rpc = rpc_group(details.method)
+        if not _is_async(handler):
+            return handler  # grpc's generated "Method not implemented!" stubs
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._unary(handler.unary_unary, rpc, group),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._stream(handler.stream_stream, rpc, group),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._unary_stream(handler.unary_stream, rpc, group),
+                handler.request_deserializer,
+                handler.response_serializer,
+            )
+        return handler  # client streaming: no such RPC in these services
+
+    def _unary(self, inner: Any, rpc: str, group: ApiGroup | None) -> Any:
+        async def behavior(request: Any, context: Any) -> Any:
+            call = _Call(self, rpc, group, context)
+            await call.admit(request)
+            try:
+                response = await inner(request, context)
+            except BaseException as exc:
+                call.finish(request, exc)
+                raise
+            call.finish(request, None)
+            return response
+
+        return behavior
+
+    def _stream(self, inner: Any, rpc: str, group: ApiGroup | None) -> Any:
+        async def behavior(requests: Any, context: Any) -> AsyncIterator[Any]:
+            call = _Call(self, rpc, group, context)
+            await call.admit(None)
+            try:
+                async for message in inner(requests, context):
+                    yield message
+            finally:
+                call.finish(None, None)
+
+        return behavior
+
+    def _unary_stream(self, inner: Any, rpc: str, group: ApiGroup | None) -> Any:
+        async def behavior(request: Any, context: Any) -> AsyncIterator[Any]:
+            call = _Call(self, rpc, group, context)
+            await call.admit(request)
+            try:
+                async for message in inner(request, context):
+                    yield message
+            finally:
+                call.finish(request, None)
+
+        return behavior
