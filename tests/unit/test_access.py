@@ -370,6 +370,15 @@ HTTP_ROUTES = [
         "c",
         True,
     ),
+    ("GET", "/v2/cudasharedmemory/status", ApiGroup.SHARED_MEMORY, "cuda_shm_status", "", False),
+    (
+        "POST",
+        "/v2/cudasharedmemory/region/c/register",
+        ApiGroup.SHARED_MEMORY,
+        "cuda_shm_register",
+        "c",
+        True,
+    ),
     ("GET", "/v2/models/m/bogus", None, "unknown", "m", False),
     ("GET", "/metrics", None, "unknown", "", False),
     ("GET", "/v2/bogus", None, "unknown", "", False),
@@ -402,15 +411,16 @@ GRPC_GROUPS = {
 }
 
 
-def test_every_grpc_method_has_tritons_group() -> None:
+def test_every_grpc_method_has_tritons_group_and_https_action_name() -> None:
     service = service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    http_actions = {route[3] for route in HTTP_ROUTES}
     for method in service.methods:
-        group, name = rpc_group(f"/inference.GRPCInferenceService/{method.name}")
-        assert name == method.name
+        group, action = rpc_group(f"/inference.GRPCInferenceService/{method.name}")
         expected = GRPC_GROUPS.get(method.name, ApiGroup.SHARED_MEMORY)
         assert group is expected, method.name
-    assert rpc_group("/grpc.health.v1.Health/Check") == (ApiGroup.HEALTH, "Check")
-    assert rpc_group("/some.Other/Method") == (None, "Method")
+        assert action in http_actions or action == "stream_infer", action
+    assert rpc_group("/grpc.health.v1.Health/Check") == (ApiGroup.HEALTH, "server_health")
+    assert rpc_group("/some.Other/Method") == (None, "unknown")
 
 
 # --- the audit log --------------------------------------------------------------------------

@@ -21,39 +21,42 @@ from ...audit import AuditEvent, AuditLog
 
 _SERVICE = "/inference.GRPCInferenceService/"
 _HEALTH_SERVICE = "/grpc.health.v1.Health/"
-_GROUPS: dict[str, ApiGroup] = {
-    "ServerLive": ApiGroup.HEALTH,
-    "ServerReady": ApiGroup.HEALTH,
-    "ModelReady": ApiGroup.HEALTH,
-    "ServerMetadata": ApiGroup.METADATA,
-    "ModelMetadata": ApiGroup.METADATA,
-    "ModelInfer": ApiGroup.INFERENCE,
-    "ModelStreamInfer": ApiGroup.INFERENCE,
-    "ModelConfig": ApiGroup.MODEL_CONFIG,
-    "ModelStatistics": ApiGroup.STATISTICS,
-    "RepositoryIndex": ApiGroup.MODEL_REPOSITORY,
-    "RepositoryModelLoad": ApiGroup.MODEL_REPOSITORY,
-    "RepositoryModelUnload": ApiGroup.MODEL_REPOSITORY,
-    "SystemSharedMemoryStatus": ApiGroup.SHARED_MEMORY,
-    "SystemSharedMemoryRegister": ApiGroup.SHARED_MEMORY,
-    "SystemSharedMemoryUnregister": ApiGroup.SHARED_MEMORY,
-    "CudaSharedMemoryStatus": ApiGroup.SHARED_MEMORY,
-    "CudaSharedMemoryRegister": ApiGroup.SHARED_MEMORY,
-    "CudaSharedMemoryUnregister": ApiGroup.SHARED_MEMORY,
-    "TraceSetting": ApiGroup.TRACE,
-    "LogSettings": ApiGroup.LOGGING,
+# RPC → (Triton's group, the action name the audit log uses; the same names as HTTP's).
+_RPCS: dict[str, tuple[ApiGroup, str]] = {
+    "ServerLive": (ApiGroup.HEALTH, "server_health"),
+    "ServerReady": (ApiGroup.HEALTH, "server_health"),
+    "ModelReady": (ApiGroup.HEALTH, "model_ready"),
+    "ServerMetadata": (ApiGroup.METADATA, "server_metadata"),
+    "ModelMetadata": (ApiGroup.METADATA, "model_metadata"),
+    "ModelInfer": (ApiGroup.INFERENCE, "infer"),
+    "ModelStreamInfer": (ApiGroup.INFERENCE, "stream_infer"),
+    "ModelConfig": (ApiGroup.MODEL_CONFIG, "model_config"),
+    "ModelStatistics": (ApiGroup.STATISTICS, "model_statistics"),
+    "RepositoryIndex": (ApiGroup.MODEL_REPOSITORY, "repository_index"),
+    "RepositoryModelLoad": (ApiGroup.MODEL_REPOSITORY, "load"),
+    "RepositoryModelUnload": (ApiGroup.MODEL_REPOSITORY, "unload"),
+    "SystemSharedMemoryStatus": (ApiGroup.SHARED_MEMORY, "system_shm_status"),
+    "SystemSharedMemoryRegister": (ApiGroup.SHARED_MEMORY, "system_shm_register"),
+    "SystemSharedMemoryUnregister": (ApiGroup.SHARED_MEMORY, "system_shm_unregister"),
+    "CudaSharedMemoryStatus": (ApiGroup.SHARED_MEMORY, "cuda_shm_status"),
+    "CudaSharedMemoryRegister": (ApiGroup.SHARED_MEMORY, "cuda_shm_register"),
+    "CudaSharedMemoryUnregister": (ApiGroup.SHARED_MEMORY, "cuda_shm_unregister"),
+    "TraceSetting": (ApiGroup.TRACE, "trace_setting"),
+    "LogSettings": (ApiGroup.LOGGING, "log_settings"),
 }
-# Control actions (audited with their outcome): the RPC → the audit action name.
-_CONTROL = {
-    "RepositoryModelLoad": "load",
-    "RepositoryModelUnload": "unload",
-    "SystemSharedMemoryRegister": "system_shm_register",
-    "SystemSharedMemoryUnregister": "system_shm_unregister",
-    "CudaSharedMemoryRegister": "cuda_shm_register",
-    "CudaSharedMemoryUnregister": "cuda_shm_unregister",
-    "TraceSetting": "trace_setting",
-    "LogSettings": "log_settings",
-}
+# Control actions, audited with their outcome (trace/log settings only when they change).
+_CONTROL = frozenset(
+    {
+        "load",
+        "unload",
+        "system_shm_register",
+        "system_shm_unregister",
+        "cuda_shm_register",
+        "cuda_shm_unregister",
+        "trace_setting",
+        "log_settings",
+    }
+)
 _CODE = {
     RefusalKind.RESTRICTED: grpc.StatusCode.UNAVAILABLE,
     RefusalKind.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
@@ -63,13 +66,12 @@ _CODE = {
 
 
 def rpc_group(method: str) -> tuple[ApiGroup | None, str]:
-    """(group, RPC name) of a full method name; None for a method outside every group."""
+    """(group, action) of a full method name; group None for a method outside every group."""
     if method.startswith(_HEALTH_SERVICE):
-        return ApiGroup.HEALTH, method[len(_HEALTH_SERVICE) :]
+        return ApiGroup.HEALTH, "server_health"
     if method.startswith(_SERVICE):
-        name = method[len(_SERVICE) :]
-        return _GROUPS.get(name), name
-    return None, method.rsplit("/", 1)[-1]
+        return _RPCS.get(method[len(_SERVICE) :], (None, "unknown"))
+    return None, "unknown"
 
 
 def _target(request: Any) -> str:
@@ -81,9 +83,9 @@ def _target(request: Any) -> str:
     return ""
 
 
-def _is_change(rpc: str, request: Any) -> bool:
+def _is_change(action: str, request: Any) -> bool:
     """Trace/log RPCs only read unless they carry settings; the others always act."""
-    if rpc in ("TraceSetting", "LogSettings"):
+    if action in ("trace_setting", "log_settings"):
         return len(getattr(request, "settings", ())) > 0
     return True
 
@@ -91,11 +93,11 @@ def _is_change(rpc: str, request: Any) -> bool:
 class _Call:
     """One RPC under the policy: admission, audit and the release of its in-flight slot."""
 
-    __slots__ = ("_guard", "_rpc", "_group", "_context", "verdict", "peer")
+    __slots__ = ("_guard", "_action", "_group", "_context", "verdict", "peer")
 
-    def __init__(self, guard: AccessInterceptor, rpc: str, group: ApiGroup | None, context: Any):
+    def __init__(self, guard: AccessInterceptor, action: str, group: ApiGroup | None, context: Any):
         self._guard = guard
-        self._rpc = rpc
+        self._action = action
         self._group = group
         self._context = context
         self.peer = grpc_peer(context.peer() or "")
@@ -107,13 +109,13 @@ class _Call:
         self.verdict = self._guard.policy.admit(self._group, metadata.get, self.peer)
         refusal = self.verdict.refusal
         if refusal is not None:
-            self.record(request, self._rpc, "refused", refusal.message, refusal.kind.value)
+            self.record(request, self._action, "refused", refusal.message, refusal.kind.value)
             await self._context.abort(_CODE[refusal.kind], refusal.message)
 
     def finish(self, request: Any, error: BaseException | None) -> None:
         self._guard.policy.release(self.verdict)
-        action = _CONTROL.get(self._rpc)
-        if action is None or self._guard.audit is None or not _is_change(self._rpc, request):
+        action = self._action
+        if action not in _CONTROL or self._guard.audit is None or not _is_change(action, request):
             return
         if error is None:
             self.record(request, action, "ok")
@@ -153,32 +155,32 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         handler = await continuation(details)
         if handler is None:
             return None
-        group, rpc = rpc_group(details.method)
+        group, action = rpc_group(details.method)
         if not _is_async(handler):
             return handler  # grpc's generated "Method not implemented!" stubs
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, rpc, group),
+                self._unary(handler.unary_unary, action, group),
                 handler.request_deserializer,
                 handler.response_serializer,
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                self._stream(handler.stream_stream, rpc, group),
+                self._stream(handler.stream_stream, action, group),
                 handler.request_deserializer,
                 handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(handler.unary_stream, rpc, group),
+                self._unary_stream(handler.unary_stream, action, group),
                 handler.request_deserializer,
                 handler.response_serializer,
             )
         return handler  # client streaming: no such RPC in these services
 
-    def _unary(self, inner: Any, rpc: str, group: ApiGroup | None) -> Any:
+    def _unary(self, inner: Any, action: str, group: ApiGroup | None) -> Any:
         async def behavior(request: Any, context: Any) -> Any:
-            call = _Call(self, rpc, group, context)
+            call = _Call(self, action, group, context)
             await call.admit(request)
             try:
                 response = await inner(request, context)
@@ -190,9 +192,9 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return behavior
 
-    def _stream(self, inner: Any, rpc: str, group: ApiGroup | None) -> Any:
+    def _stream(self, inner: Any, action: str, group: ApiGroup | None) -> Any:
         async def behavior(requests: Any, context: Any) -> AsyncIterator[Any]:
-            call = _Call(self, rpc, group, context)
+            call = _Call(self, action, group, context)
             await call.admit(None)
             try:
                 async for message in inner(requests, context):
@@ -202,9 +204,9 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
         return behavior
 
-    def _unary_stream(self, inner: Any, rpc: str, group: ApiGroup | None) -> Any:
+    def _unary_stream(self, inner: Any, action: str, group: ApiGroup | None) -> Any:
         async def behavior(request: Any, context: Any) -> AsyncIterator[Any]:
-            call = _Call(self, rpc, group, context)
+            call = _Call(self, action, group, context)
             await call.admit(request)
             try:
                 async for message in inner(request, context):
