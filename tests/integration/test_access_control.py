@@ -25,10 +25,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 from clients import client, make_input
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from models import build_test_repository
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
@@ -474,3 +476,44 @@ def test_bad_access_flags_stop_the_server(tmp_path: Path) -> None:
     ):
         with pytest.raises(RuntimeError, match="server exited with"):
             ServerProcess([repo], *flags)
+
+
+def test_health_can_be_restricted_explicitly(tmp_path: Path) -> None:
+    repo = build_test_repository(tmp_path / "repo", ["identity_fp32"])
+    proc = ServerProcess(
+        [repo],
+        "--http-restricted-api=health:probe-key=p",
+        "--grpc-restricted-protocol=health:probe-key=p",
+        wait_ready=False,
+    )
+    try:
+        url = f"http://{proc.http_url}/v2/health/ready"
+
+        def ready() -> bool:
+            request = urllib.request.Request(url, headers={"probe-key": "p"})
+            try:
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    return response.status == 200
+            except urllib.error.HTTPError:
+                return False
+
+        _wait_for(ready, "ready with the probe header")
+        with pytest.raises(urllib.error.HTTPError) as info:
+            urllib.request.urlopen(url, timeout=5)
+        assert info.value.code == 403
+        expected = "This API is restricted, expecting header 'probe-key'"
+        assert json.loads(info.value.read()) == {"error": expected}
+        with grpc.insecure_channel(proc.grpc_url) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            with pytest.raises(grpc.RpcError) as rpc:
+                check(health_pb2.HealthCheckRequest(), timeout=10)
+            assert rpc.value.code() == grpc.StatusCode.UNAVAILABLE
+            metadata = [("triton-grpc-protocol-probe-key", "p")]
+            answer = check(health_pb2.HealthCheckRequest(), timeout=10, metadata=metadata)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        with client("grpc", proc.grpc_url) as c:
+            error = _refused(lambda: c.is_server_live())
+            assert error.status() == "StatusCode.UNAVAILABLE"
+            assert c.is_server_live(headers={"triton-grpc-protocol-probe-key": "p"})
+    finally:
+        proc.stop()
