@@ -93,7 +93,7 @@ def _is_change(action: str, request: Any) -> bool:
 class _Call:
     """One RPC under the policy: admission, audit and the release of its in-flight slot."""
 
-    __slots__ = ("_guard", "_action", "_group", "_context", "verdict", "peer")
+    __slots__ = ("_guard", "_action", "_group", "_context", "_finished", "verdict", "peer")
 
     def __init__(self, guard: AccessInterceptor, action: str, group: ApiGroup | None, context: Any):
         self._guard = guard
@@ -102,6 +102,12 @@ class _Call:
         self._context = context
         self.peer = grpc_peer(context.peer() or "")
         self.verdict = Verdict()
+        self._finished = False
+
+    @property
+    def audited(self) -> bool:
+        """A control action under an audit log: its outcome is recorded."""
+        return self._action in _CONTROL and self._guard.audit is not None
 
     async def admit(self, request: Any) -> None:
         """Aborts the call (raising) when the policy refuses it."""
@@ -112,16 +118,18 @@ class _Call:
             self.record(request, self._action, "refused", refusal.message, refusal.kind.value)
             await self._context.abort(_CODE[refusal.kind], refusal.message)
 
-    def finish(self, request: Any, error: BaseException | None) -> None:
+    def finish(self, request: Any, error: str | None) -> None:
+        """Once per call: release the in-flight slot, audit a control action's outcome."""
+        if self._finished:
+            return
+        self._finished = True
         self._guard.policy.release(self.verdict)
-        action = self._action
-        if action not in _CONTROL or self._guard.audit is None or not _is_change(action, request):
+        if not self.audited or not _is_change(self._action, request):
             return
         if error is None:
-            self.record(request, action, "ok")
+            self.record(request, self._action, "ok")
         else:
-            details = self._context.details() if isinstance(error, grpc.aio.AbortError) else ""
-            self.record(request, action, "error", details or f"{type(error).__name__}: {error}")
+            self.record(request, self._action, "error", error)
 
     def record(
         self, request: Any, action: str, outcome: str, message: str = "", reason: str = ""
@@ -133,6 +141,24 @@ class _Call:
                 "grpc", self.peer, identity, action, _target(request), outcome, message, reason
             )
             audit.record(event)
+
+
+class _AuditedContext:
+    """A control RPC's servicer context whose ``abort`` records the outcome first: grpc.aio
+    sends the status inside ``abort()``, before the handler's exception comes back to us, and
+    the audit line must exist by the time the client learns the outcome."""
+
+    def __init__(self, context: Any, call: _Call, request: Any) -> None:
+        self._context = context
+        self._call = call
+        self._request = request
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+    async def abort(self, code: Any, details: str = "", *args: Any, **kwargs: Any) -> Any:
+        self._call.finish(self._request, details or str(code))
+        await self._context.abort(code, details, *args, **kwargs)
 
 
 def _is_async(handler: Any) -> bool:
@@ -182,10 +208,11 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         async def behavior(request: Any, context: Any) -> Any:
             call = _Call(self, action, group, context)
             await call.admit(request)
+            seen = _AuditedContext(context, call, request) if call.audited else context
             try:
-                response = await inner(request, context)
+                response = await inner(request, seen)
             except BaseException as exc:
-                call.finish(request, exc)
+                call.finish(request, f"{type(exc).__name__}: {exc}")
                 raise
             call.finish(request, None)
             return response
