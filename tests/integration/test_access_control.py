@@ -70,11 +70,14 @@ FILE_MODEL_CONFIG = {
     "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
 }
 
-# Holds every request until the file named by its ``gate`` parameter exists (bounded).
+# Holds every request until the file named by its ``gate`` parameter exists (bounded); while a
+# request executes, a file of its own exists in the ``running`` directory next to the gate.
+# Two instances, so two held requests both execute and the test can see them.
 GATE_PY = """\
 import json
 import os
 import time
+import uuid
 
 import triton_python_backend_utils as pb_utils
 
@@ -83,11 +86,17 @@ class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         self.gate = config["parameters"]["gate"]["string_value"]
+        self.running = os.path.join(os.path.dirname(self.gate), "running")
 
     def execute(self, requests):
-        deadline = time.monotonic() + 60
-        while not os.path.exists(self.gate) and time.monotonic() < deadline:
-            time.sleep(0.01)
+        marker = os.path.join(self.running, uuid.uuid4().hex)
+        open(marker, "w").close()
+        try:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(self.gate) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        finally:
+            os.remove(marker)
         return [
             pb_utils.InferenceResponse(
                 output_tensors=[
@@ -104,12 +113,19 @@ class TritonPythonModel:
 def _gate_model(repo: Path, gate: Path) -> None:
     (repo / "gate" / "1").mkdir(parents=True)
     (repo / "gate" / "1" / "model.py").write_text(GATE_PY)
+    (gate.parent / "running").mkdir()
     (repo / "gate" / "config.pbtxt").write_text(
         'name: "gate"\nbackend: "python"\nmax_batch_size: 0\n'
+        "instance_group [ { count: 2, kind: KIND_CPU } ]\n"
         'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
         f'parameters {{ key: "gate" value: {{ string_value: "{gate}" }} }}\n'
     )
+
+
+def _running(gate: Path) -> int:
+    """How many requests the gate model is executing now."""
+    return len(list((gate.parent / "running").iterdir()))
 
 
 def _infer(protocol: str, url: str, model: str = "identity_fp32", **kwargs: Any) -> Any:
@@ -386,7 +402,8 @@ def test_inflight_bound_refuses_then_recovers(
     url = proc.url(protocol)
     gate.unlink(missing_ok=True)
     held = [_in_background(lambda: _infer(protocol, url, "gate")) for _ in range(2)]
-    _wait_for(lambda: _probe_refused(protocol, url), "the third request refused")
+    _wait_for(lambda: _running(gate) == 2, "both held requests executing")
+    assert _probe_refused(protocol, url)
     gate.touch()
     for thread, outcome in held:
         thread.join(TIMEOUT_S)
@@ -425,12 +442,14 @@ def test_cancelled_requests_release_their_slot(
     url = proc.url(protocol)
     gate.unlink(missing_ok=True)
     held = [_in_background(lambda: _give_up_after(protocol, url, 8.0)) for _ in range(2)]
-    _wait_for(lambda: _probe_refused(protocol, url), "both held requests admitted")
+    _wait_for(lambda: _running(gate) == 2, "both held requests executing")
+    assert _probe_refused(protocol, url)
     for thread, outcome in held:
         thread.join(TIMEOUT_S)
         assert outcome and isinstance(outcome[0], Exception), outcome  # the clients gave up
     _wait_for(lambda: not _probe_refused(protocol, url), "slots released after cancellation")
     gate.touch()
+    _wait_for(lambda: _running(gate) == 0, "the model's executions over")
 
 
 def test_a_grpc_stream_holds_one_slot_while_open(limited: tuple[ServerProcess, Path]) -> None:
