@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=2000,
         help="accepted for Triton compatibility; tritium computes metrics when they are scraped",
     )
+    _access_flags(serve)
     serve.add_argument(
         "--ports-file",
         default="",
@@ -190,6 +192,8 @@ def _positive_float(text: str) -> float:
     if not (0 < value < float("inf")):
         raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got '{text}'")
     return value
+
+
 def _http_limit_flags(serve: argparse.ArgumentParser) -> None:
     """tritium's own HTTP transport flags (Triton has none): bounds, timeouts, TLS."""
     d = ServerOptions()
@@ -240,6 +244,66 @@ def _positive(kind: type) -> Any:
     return parse
 
 
+def _access_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="<api>[,<api>...]:<key>=<value>",
+        help="these HTTP API groups need header <key> with <value> (repeatable; groups: "
+        "health, metadata, inference, shared-memory, model-config, model-repository, "
+        "statistics, trace, logging)",
+    )
+    serve.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="<protocol>[,<protocol>...]:<key>=<value>",
+        help="these gRPC protocol groups need metadata triton-grpc-protocol-<key> with <value> "
+        "(repeatable; the groups of --http-restricted-api)",
+    )
+    serve.add_argument(
+        "--auth-token-file",
+        default="",
+        help="tritium: require 'Authorization: Bearer <token>' on HTTP and gRPC; one "
+        "'<token> [<groups>|*] [<name>]' per line, '#' comments; health stays open",
+    )
+    serve.add_argument(
+        "--audit-log",
+        default="",
+        help="tritium: append control-plane actions and refused requests to FILE (JSON lines)",
+    )
+    serve.add_argument(
+        "--max-inflight-per-client",
+        type=int,
+        default=0,
+        help="tritium: inference requests in flight per client address (0: unbounded); "
+        "more are refused (HTTP 429, gRPC RESOURCE_EXHAUSTED)",
+    )
+
+
+def _access_options(args: argparse.Namespace) -> dict[str, object]:
+    try:
+        http = parse_restrictions(args.http_restricted_api, "http-restricted-api", "api")
+        grpc = parse_restrictions(
+            args.grpc_restricted_protocol,
+            "grpc-restricted-protocol",
+            "protocol",
+            GRPC_HEADER_PREFIX,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if args.max_inflight_per_client < 0:
+        raise SystemExit("error: --max-inflight-per-client must be 0 (unbounded) or more")
+    return {
+        "http_restrictions": http,
+        "grpc_restrictions": grpc,
+        "auth_token_file": args.auth_token_file,
+        "audit_log": args.audit_log,
+        "max_inflight_per_client": args.max_inflight_per_client,
+    }
+
+
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
@@ -282,6 +346,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_instance_max_restarts=args.model_instance_max_restarts,
         model_instance_restart_window_secs=args.model_instance_restart_window_secs,
         **_http_limit_options(args),
+        **_access_options(args),  # type: ignore[arg-type]
     )
 
 

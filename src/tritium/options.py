@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .access import Restriction
+
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
 
 
@@ -57,3 +59,10 @@ class ServerOptions:
     http_keepalive_timeout_secs: float = 75.0
     http_ssl_cert: str = ""
     http_ssl_key: str = ""
+    # Access control and audit (issue 10): Triton's restricted API groups, tritium's bearer
+    # tokens, audit log and per-client in-flight bound; see tritium.access.
+    http_restrictions: tuple[Restriction, ...] = ()
+    grpc_restrictions: tuple[Restriction, ...] = ()
+    auth_token_file: str = ""
+    audit_log: str = ""
+    max_inflight_per_client: int = 0  # 0: unbounded

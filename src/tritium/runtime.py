@@ -9,6 +9,7 @@ from dataclasses import replace
 
 import grpc
 
+from .access import AccessControl, build_access
 from .cli import install_signal_handlers, write_ports
 from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
@@ -27,6 +28,11 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
     except OSError as exc:
         log.error("error: failed to start the front-ends: HTTPS: %s", exc)
         return 1
+    try:
+        access = build_access(options)
+    except (OSError, ValueError) as exc:
+        log.error("error: access control: %s", exc)
+        return 1
     server = InferenceServer(options)
     stop = asyncio.Event()
     install_signal_handlers(stop)
@@ -34,12 +40,14 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         await server.start()
     except RuntimeError as exc:
         log.error("error: creating server: Internal - %s", exc)
+        access.close()
         return 1
     try:
-        listeners, grpc_server, ports = await _bind(server, options, tls)
+        listeners, grpc_server, ports = await _bind(server, options, tls, access)
     except OSError as exc:
         log.error("error: failed to start the front-ends: %s", exc)
         await server.stop()
+        access.close()
         return 1
     if ports_file:
         write_ports(ports_file, ports)
@@ -50,20 +58,23 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         listener.close()
     if grpc_server is not None:
         await grpc_server.stop(grace=1.0)
+    access.close()
     log.info("server stopped")
     return 0
 
 
 async def _bind(
-    server: InferenceServer, options: ServerOptions, tls: ssl.SSLContext | None
+    server: InferenceServer,
+    options: ServerOptions,
+    tls: ssl.SSLContext | None,
+    access: AccessControl,
 ) -> tuple[list[HttpListener], grpc.aio.Server | None, dict[str, int]]:
     """Listen on every enabled front-end; the bound ports by name."""
     ports: dict[str, int] = {}
     listeners: list[HttpListener] = []
     if options.allow_http:
-        app = HttpApp(server)
         listener = await listen_http(
-            app,
+            HttpApp(server, access),
             (options.http_address, options.http_port),
             HttpLimits.from_options(options),
             tls,
@@ -83,7 +94,7 @@ async def _bind(
         log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
     grpc_server = None
     if options.allow_grpc:
-        grpc_server = build_grpc_server(server)
+        grpc_server = build_grpc_server(server, access)
         address = f"{_host(options.grpc_address)}:{options.grpc_port}"
         try:
             ports["grpc"] = grpc_server.add_insecure_port(address)

@@ -13,7 +13,18 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "tritium"
 TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicorn", "aiohttp"}
 # What a front-end may import from tritium itself. ``tensor_codec`` is the BYTES/raw tensor
 # wire format shared with the Python backend's stub protocol: syntax, not core logic.
-FRONTEND_ALLOWED = {"types", "errors", "server", "options", "metrics", "tensor_codec"}
+# ``access`` and ``audit`` are the pure access policy and the audit log every front-end
+# applies at its dispatch point.
+FRONTEND_ALLOWED = {
+    "types",
+    "errors",
+    "server",
+    "options",
+    "metrics",
+    "tensor_codec",
+    "access",
+    "audit",
+}
 
 
 def _imports(path: Path) -> list[tuple[int, str]]:

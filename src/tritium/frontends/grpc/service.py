@@ -16,9 +16,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from ...access import AccessControl
 from ...errors import ServerError
 from ...options import ServerOptions
 from ...server import InferenceServer, parse_version
+from .access import AccessInterceptor
 from .codec import decode_request, encode_response
 from .errors import CODE
 from .stream import model_stream_infer
@@ -243,8 +245,15 @@ def channel_options(options: ServerOptions) -> list[tuple[str, int]]:
     return result
 
 
-def build_grpc_server(server: InferenceServer) -> grpc.aio.Server:
-    grpc_server = grpc.aio.server(options=channel_options(server.options))
+def build_grpc_server(
+    server: InferenceServer, access: AccessControl | None = None
+) -> grpc.aio.Server:
+    interceptors = []
+    if access is not None and access.guards_grpc:
+        interceptors.append(AccessInterceptor(access))  # only then: it costs every call
+    grpc_server = grpc.aio.server(
+        options=channel_options(server.options), interceptors=interceptors
+    )
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         InferenceService(server), grpc_server
     )

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from typing import Any
 from urllib.parse import unquote
 
 import orjson
 
+from ...access import AccessControl
 from ...errors import invalid_arg
 from ...server import InferenceServer
+from .access import HttpGuard
 from .codec import decode_request, encode_response
 from .errors import render_error
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
@@ -40,12 +42,19 @@ _VERSION = "/v2/models/{model}/versions/{version}"
 class HttpApp:
     """Maps (method, path) to the server facade through the route table."""
 
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
         self.server = server
         self.router = Router(self._routes())
         self.render_error = render_error
+        # Access control and audit (tritium.access), only when a feature asks for it.
+        self._guard = HttpGuard(access) if access is not None and access.guards_http else None
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
+    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
+        if self._guard is not None:
+            return self._guard(request, self._route)
+        return self._route(request)
+
+    def _route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
         found = self.router.match(request.method, request.path)
         if isinstance(found, HttpResponse):
             return found

@@ -16,6 +16,7 @@ from typing import Any
 
 import httptools
 
+from ...access import format_peer
 from .cycle import RequestCycle
 from .flow import FlowControl
 from .inflate import BodyRejected, Inflater, too_large
@@ -96,9 +97,7 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         self.flow = FlowControl(transport)  # type: ignore[arg-type]
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            self._peer = f"[{peer[0]}]:{peer[1]}" if ":" in peer[0] else f"{peer[0]}:{peer[1]}"
+        self._peer = format_peer(transport.get_extra_info("peername"))
         self._arm(self._limits.keepalive_timeout)
 
     def connection_lost(self, exc: Exception | None) -> None:

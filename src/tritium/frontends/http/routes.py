@@ -7,25 +7,13 @@ segment (its handler reads them). Captured segments are percent-decoded."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from ...access import ApiGroup
 from .messages import Handler, HttpResponse
 
-
-class ApiGroup(enum.Enum):
-    """Triton's API groups, as ``--http-restricted-api`` names them."""
-
-    HEALTH = "health"
-    METADATA = "metadata"
-    INFERENCE = "inference"
-    SHARED_MEMORY = "shared-memory"
-    MODEL_CONFIG = "model-config"
-    MODEL_REPOSITORY = "model-repository"
-    STATISTICS = "statistics"
-    TRACE = "trace"
-    LOGGING = "logging"
+__all__ = ["ANY_METHOD", "NOT_ALLOWED", "NOT_FOUND", "ApiGroup", "Route", "Router"]
 
 
 ANY_METHOD = "*"  # the handler checks the method itself
