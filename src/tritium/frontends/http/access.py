@@ -17,6 +17,7 @@ import orjson
 
 from ...access import AccessControl, ApiGroup, Refusal, RefusalKind, Verdict
 from ...audit import AuditEvent
+from ...errors import ServerError
 from .messages import HttpRequest, HttpResponse, HttpStreamResponse, orjson_error
 
 Result = HttpResponse | Awaitable[HttpResponse | HttpStreamResponse]
@@ -140,8 +141,10 @@ class HttpGuard:
             return refusal_response(verdict.refusal)
         try:
             result = route(request)
-        except BaseException:
+        except BaseException as exc:  # rendered by the request cycle; audited here
             self._policy.release(verdict)
+            if api.control:
+                self._record(request, api, verdict, "error", _exception_text(exc))
             raise
         if isinstance(result, HttpResponse):
             self._policy.release(verdict)
@@ -165,7 +168,7 @@ class HttpGuard:
             return response  # type: ignore[no-any-return]
         except BaseException as exc:
             if api.control:
-                self._record(request, api, verdict, "error", f"{type(exc).__name__}: {exc}")
+                self._record(request, api, verdict, "error", _exception_text(exc))
             raise
         finally:
             if not handed_over:
@@ -202,6 +205,11 @@ class HttpGuard:
                 refusal.kind.value if refusal is not None else "",
             )
         )
+
+
+def _exception_text(exc: BaseException) -> str:
+    """What the client is told of a handler's exception (a ServerError's own message)."""
+    return exc.message if isinstance(exc, ServerError) else f"{type(exc).__name__}: {exc}"
 
 
 def _error_text(response: HttpResponse) -> str:
