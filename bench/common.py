@@ -5,7 +5,9 @@ accounting from /proc (no psutil).
 The bench's layers, each importing only those above it (tests/unit/test_bench_layout.py checks
 that there is no cycle): ``common`` → ``drivers``, ``server``, ``baselines``, ``report`` →
 ``engine`` → ``scenarios/*`` (one module per list) → ``catalog`` (the registries) → ``cli`` →
-``run.py`` (the script).
+``run.py`` (the script). bench/hostile.py and bench/soak.py (issue 10) sit on ``raw_http`` →
+``probes``, ``hostile_clients`` → ``soak_load`` → ``hostile_cli``, ``soak_cli`` (with
+``server`` and ``report``).
 """
 
 from __future__ import annotations

@@ -176,7 +176,8 @@ def markdown(report: dict[str, Any], issue: Issue) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _git_describe() -> str:
+def git_describe() -> str:
+    """The short commit, ``+dirty`` when the tree has changes; ``unknown`` without git."""
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
@@ -219,7 +220,7 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "onnxruntime": onnxruntime.__version__,
         "tritonclient": _version("tritonclient"),
-        "git": _git_describe(),
+        "git": git_describe(),
     }
 
 

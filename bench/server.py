@@ -1,11 +1,13 @@
 """The server under test, started with the tests' helper (tests/server_process.py
 ``ServerProcess``: ``python -m tritium serve`` on 127.0.0.1, every port 0, ``--ports-file``),
 and what the bench reads from it: readiness of its models, their statistics, its idle CPU.
-Also the bench's copy of the example model repository."""
+Also the bench's copy of the example model repository, and a repository of only some of its
+models with a server started ready over it (bench/hostile.py, bench/soak.py)."""
 
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -107,3 +109,37 @@ def build_repository(target: Path, extras: Iterable[Callable[[Path], None]] = ()
     )
     for extra in extras:
         extra(target)
+
+
+def model_subset(target: Path, models: Iterable[str]) -> Path:
+    """The example repository built in ``target/full``; ``target/repo`` holds only ``models``
+    (symlinks), so the server starts in seconds and runs no stub it does not need."""
+    full = target / "full"
+    build_repository(full)
+    repo = target / "repo"
+    repo.mkdir()
+    for model in models:
+        (repo / model).symlink_to(full / model, target_is_directory=True)
+    return repo
+
+
+def start_ready(
+    repository: Path,
+    workdir: Path,
+    args: Iterable[str] = (),
+    models: Iterable[str] = ("simple",),
+    nofile: int | None = None,
+) -> Server:
+    """A server over ``repository`` (ports file and log in ``workdir``), ready with ``models``;
+    ``nofile`` sets its RLIMIT_NOFILE right after the start, as ``ulimit -n`` would (accept()
+    is what runs out)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    server = Server(repository, workdir, tuple(args))
+    try:
+        if nofile is not None:
+            resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (nofile, nofile))
+        server.wait_ready(list(models), timeout=90.0)
+    except BaseException:
+        server.stop()
+        raise
+    return server

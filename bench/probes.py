@@ -1,0 +1,151 @@
+"""Watching a server under hostile load (bench/hostile.py, bench/soak.py): its memory, open
+files and threads and those of its stubs from /proc (no psutil), a memory watch that kills it
+above a cap (the machine is shared), and a health poller on fresh raw-socket connections."""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.common import children_of
+from bench.raw_http import HOST, ResponseReader, request_head
+
+POLL_INTERVAL_S = 0.01
+WATCH_INTERVAL_S = 0.02
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    """``Vm*`` sizes (KiB) and ``Threads`` of ``/proc/<pid>/status``; {} once it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS", "Threads"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+def open_fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def process_sample(pid: int) -> dict[str, Any]:
+    """The server's RSS, open fds and threads, and its stub processes' count and total RSS."""
+    status = proc_status(pid)
+    stubs = [proc_status(kid) for kid in children_of(pid)]
+    return {
+        "rss_mib": round(status.get("VmRSS", 0) / 1024, 1),
+        "fds": open_fds(pid),
+        "threads": status.get("Threads"),
+        "stubs": len(stubs),
+        "stub_rss_mib": round(sum(s.get("VmRSS", 0) for s in stubs) / 1024, 1),
+    }
+
+
+def raise_own_nofile() -> int:
+    """This process opens ~1,000 sockets at once: soft RLIMIT_NOFILE up to the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+class MemoryWatch(threading.Thread):
+    """Samples VmHWM / VmRSS; kills the server above the cap (the machine is shared)."""
+
+    def __init__(self, pid: int, cap_mib: int) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.cap_kib = pid, cap_mib * 1024
+        self.stop_event = threading.Event()
+        self.peak_kib = self.max_fds = 0
+        self.killed = False
+
+    def run(self) -> None:
+        while not self.stop_event.wait(WATCH_INTERVAL_S):
+            status = proc_status(self.pid)
+            if not status:
+                return
+            self.peak_kib = max(self.peak_kib, status["VmHWM"])
+            self.max_fds = max(self.max_fds, open_fds(self.pid) or 0)
+            if status["VmRSS"] > self.cap_kib:
+                self.killed = True
+                os.kill(self.pid, signal.SIGKILL)
+                return
+
+
+class HealthPoller(threading.Thread):
+    """``GET /v2/health/ready`` on a new connection every ~10 ms until stopped. A poll in
+    flight when the case ends gets ``grace`` seconds more; unanswered then, it counts with the
+    time it waited (``unanswered``)."""
+
+    PAYLOAD = request_head("GET", "/v2/health/ready", {"Connection": "close"})
+    GAVE_UP = -1
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.port = port
+        self.stop_event = threading.Event()
+        self.give_up_at = float("inf")
+        self.sent = self.answered = self.not_ready = self.failed = self.unanswered = 0
+        self.longest = 0.0
+        self.failures: Counter[str] = Counter()  # why polls failed: exception name or "EOF"
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            start = time.monotonic()
+            self.sent += 1
+            status = self._poll()
+            self.longest = max(self.longest, time.monotonic() - start)
+            if status == self.GAVE_UP:
+                self.unanswered += 1
+            elif status is None:
+                self.failed += 1
+            else:
+                self.answered += 1
+                self.not_ready += status != 200
+            self.stop_event.wait(POLL_INTERVAL_S)
+
+    def _poll(self) -> int | None:
+        """The status; None: refused, reset or closed unanswered; GAVE_UP."""
+        try:
+            with socket.create_connection((HOST, self.port), timeout=5) as sock:
+                sock.sendall(self.PAYLOAD)
+                reader = ResponseReader(sock)
+                while (now := time.monotonic()) < self.give_up_at:
+                    answer = reader.read(min(now + 0.25, self.give_up_at))
+                    if answer is not None:
+                        return answer[0]
+                    if reader.eof:
+                        self.failures["closed unanswered"] += 1
+                        return None
+        except (OSError, ValueError, IndexError) as exc:
+            self.failures[type(exc).__name__] += 1
+            return None
+        return self.GAVE_UP
+
+    def finish(self, grace: float = 2.0) -> dict[str, Any]:
+        self.give_up_at = time.monotonic() + grace
+        self.stop_event.set()
+        self.join(grace + 10)
+        return {
+            "polls": self.sent,
+            "answered": self.answered,
+            "not_ready": self.not_ready,
+            "failed": self.failed,
+            "failures": dict(self.failures),
+            "unanswered": self.unanswered,
+            "longest_ms": round(self.longest * 1000, 1),
+        }
