@@ -11,7 +11,8 @@ import hashlib
 from collections import OrderedDict
 
 from .tensor_codec import raw_bytes
-from .types import InferenceRequest, Tensor
+from .request import InferenceRequest
+from .types import Tensor
 
 
 def cache_key(request: InferenceRequest) -> bytes:

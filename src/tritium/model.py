@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 import enum
 import logging
 from collections.abc import Sequence
@@ -15,7 +16,8 @@ from .scheduling.batch_policy import BatchConfig
 from .scheduling.direct import DirectScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .stats import ModelStats
-from .types import InferenceRequest, Tensor
+from .request import InferenceRequest
+from .types import Tensor
 
 log = logging.getLogger("tritium")
 # After the instances were killed, how long closing may still take (their executions are
@@ -79,7 +81,8 @@ class Model:
         inputs = spec.inputs
         batch = -1
         seen = 0
-        for tensor in request.inputs:
+        tensors = request.inputs  # the request's own list: the client's tensors stay as sent
+        for index, tensor in enumerate(tensors):
             io = inputs.get(tensor.name)
             if io is None:
                 raise invalid_arg(
@@ -97,8 +100,8 @@ class Model:
                     )
             if io.reshape is not None:
                 new_shape = ((shape[0],) if spec.max_batch_size else ()) + io.reshape
-                tensor.data = tensor.data.reshape(new_shape)
-                tensor.shape = tensor.data.shape
+                data = tensor.data.reshape(new_shape)
+                tensors[index] = replace(tensor, shape=data.shape, data=data)
             if not io.optional:
                 seen += 1
         if seen != len(spec.required_inputs):

@@ -1,7 +1,8 @@
 """InferenceServer: the one facade both front-ends call.
 
-Front-ends decode bytes into ``types.InferenceRequest`` and call ``infer``; everything about
-models, versions, validation and scheduling happens behind this class.
+Front-ends decode bytes into a ``types.ClientRequest`` and hand it to ``infer`` (unary) or
+``stream``; both are thin adapters over ``request`` + ``submit``, the one way in. Everything
+about models, versions, validation and scheduling happens behind this class.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from . import TRITON_VERSION
@@ -32,9 +32,9 @@ from .repository.control import ModelControl
 from .repository.manager import ModelRepositoryManager
 from .repository.names import check_model_name
 from .repository.names import version_from_string as parse_version
-from .types import InferenceRequest, InferenceResponse
-
-ResponseCallback = Callable[[InferenceResponse | None, bool], None]
+from .parameters import parse_parameters
+from .request import InferenceRequest, ResponseCallback, ResponseSender
+from .types import ClientRequest, InferenceResponse
 
 log = logging.getLogger("tritium")
 
@@ -55,67 +55,6 @@ EXTENSIONS = (
 )
 
 
-Done = Callable[[InferenceRequest, Exception | None, InferenceResponse | None], None]
-
-
-class _UnarySender:
-    """Collects the single final response of a non-decoupled request into a future."""
-
-    __slots__ = ("future", "response", "done", "request", "finished")
-
-    def __init__(
-        self, future: asyncio.Future[InferenceResponse], done: Done, request: InferenceRequest
-    ):
-        self.future = future
-        self.response: InferenceResponse | None = None
-        self.done = done
-        self.request = request
-        self.finished = False
-
-    def send(self, response: InferenceResponse | None, final: bool) -> None:
-        if self.finished:
-            return  # already answered: a second final (a backend bug) changes nothing
-        if response is not None:
-            self.response = response
-        if final:
-            self.finished = True
-            answer = self.response
-            error = internal("the model sent no response") if answer is None else answer.error
-            self.done(self.request, error, answer)  # even if the caller has gone away
-            if self.future.done():  # the caller was cancelled: nobody waits for the answer
-                return
-            if answer is None:
-                self.future.set_exception(internal("the model sent no response"))
-            else:
-                self.future.set_result(answer)
-
-
-class _CallbackSender:
-    """Hands every response (0..N, then the final flag) to a front-end callback."""
-
-    __slots__ = ("callback", "done", "finished", "request", "error", "last")
-
-    def __init__(self, callback: ResponseCallback, done: Done, request: InferenceRequest):
-        self.callback = callback
-        self.done = done
-        self.finished = False
-        self.request = request
-        self.error: Exception | None = None
-        self.last: InferenceResponse | None = None
-
-    def send(self, response: InferenceResponse | None, final: bool) -> None:
-        if self.finished:
-            return  # nothing goes out after the final flag
-        if response is not None:
-            self.last = response
-            if response.error is not None:
-                self.error = response.error
-        if final:
-            self.finished = True
-            self.done(self.request, self.error, self.last)
-        self.callback(response, final)
-
-
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
@@ -124,7 +63,7 @@ class InferenceServer:
         )
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"ensemble": (self._dispatch,), "python": (restarts,)}),
+            BackendRegistry({"ensemble": (self,), "python": (restarts,)}),
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
             unload_timeout=options.exit_timeout_secs,
@@ -265,9 +204,6 @@ class InferenceServer:
             raise not_found(f"Unable to find cuda shared memory region: '{name}'")
         return []
 
-    def is_decoupled(self, name: str, version: int = -1) -> bool:
-        return self._model(name, version).spec.decoupled
-
     def model_config(self, name: str, version: str = "") -> ModelConfig:
         return self._model(name, parse_version(version)).spec.config
 
@@ -288,47 +224,74 @@ class InferenceServer:
         return self.repository.index(ready_only)
 
     # -- inference ---------------------------------------------------------------------------
-    def submit(self, request: InferenceRequest, decoupled_error: str | None) -> bool:
-        """Resolve, validate and schedule a request whose ``sender`` is set; returns whether
-        the model is decoupled. ``decoupled_error``: the front-end's message when it cannot
-        serve a decoupled model (unary calls); None when it can (streams)."""
-        if not self._accepting:
+    def request(
+        self, client: ClientRequest, parent: InferenceRequest | None = None
+    ) -> InferenceRequest:
+        """The server's state for one inference (Triton's InferenceRequestNew): its model
+        version resolved (the one lookup of the request) and its parameters parsed. An
+        ensemble step's request (``parent``) carries its ensemble request's options and
+        parameters. Errors raise."""
+        model = self._model(client.model_name, client.model_version)
+        if parent is None:
+            options, parameters = parse_parameters(client.parameters)
+        else:
+            options, parameters = parent.options, parent.parameters
+        request = InferenceRequest(client, options, parameters, parent)
+        request.model = model
+        request.model_version = model.version  # the version that serves it, from now on
+        request.decoupled = model.spec.decoupled
+        request.stats = model.stats
+        return request
+
+    def submit(self, request: InferenceRequest, sender: ResponseSender) -> None:
+        """The one way in (Triton's InferAsync): map shared memory, validate against the
+        model's config, then hand the request to the model's scheduler (or answer it from the
+        response cache). Every response, errors included, goes to ``sender``; an error before
+        scheduling raises instead. Unary calls, streams, generate and ensemble steps are
+        adapters over this."""
+        if not self._accepting and request.parent is None:  # an ensemble's steps go on
             raise unavailable("Server is not ready to accept inference requests")
-        model = self._model(request.model_name, request.model_version)
-        decoupled = model.spec.decoupled
-        if decoupled and decoupled_error is not None:
-            raise unsupported(decoupled_error)
+        model = request.model
         if request.uses_shm:
             self._map_shm(request)
         try:
-            self._schedule(model, request)
+            request.batch_size = model.validate(request)
         except ServerError:
             self.shm.release(request)
             raise
-        return decoupled
-
-    def _schedule(self, model: Any, request: InferenceRequest) -> None:
-        """Validate a request for a resolved model, start its statistics and hand it to the
-        model's scheduler (or answer it from the response cache)."""
-        request.batch_size = model.validate(request)
-        request.model_version = model.version  # the version that serves it, from now on
-        request.arrival_ns = time.perf_counter_ns()
-        request.stats = model.stats
-        model.stats.pending += 1
+        sender.bind(request, self._finished)
+        request.queued(model.stats)
         self._inflight += 1
         self._idle.clear()
         cache = self._cache if model.spec.config.response_cache.enable else None
-        if cache is not None and not model.spec.decoupled:
+        if cache is not None and not request.decoupled:
             if self._from_cache(cache, model, request):
                 return
         model.scheduler.submit(request)
 
-    def _dispatch(self, request: InferenceRequest, callback: ResponseCallback) -> None:
-        """An ensemble step's request: like a client's, but it is not refused during a
-        graceful shutdown (its ensemble request was accepted) and never uses shared memory."""
-        model = self.repository.get(request.model_name, request.model_version)
-        request.sender = _CallbackSender(callback, self._finished, request)
-        self._schedule(model, request)
+    async def infer(self, client: ClientRequest, decoupled_error: str) -> InferenceResponse:
+        """A unary call: one non-decoupled inference awaited on the event loop; errors raise
+        (``decoupled_error``: the front-end's message for a decoupled model)."""
+        request = self.request(client)
+        if request.decoupled:
+            raise unsupported(decoupled_error)
+        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        self.submit(request, ResponseSender(_unary(future)))
+        try:
+            response = await future
+        except asyncio.CancelledError:
+            request.cancel()  # the caller went away
+            raise
+        if response.error is not None:
+            raise response.error
+        return response
+
+    def stream(self, client: ClientRequest, callback: ResponseCallback) -> InferenceRequest:
+        """A streamed call: responses (0..N for a decoupled model, then the final flag) go to
+        ``callback(response_or_None, final)`` on the loop; errors before scheduling raise."""
+        request = self.request(client)
+        self.submit(request, ResponseSender(callback))
+        return request
 
     def _map_shm(self, request: InferenceRequest) -> None:
         try:
@@ -360,16 +323,11 @@ class InferenceServer:
         request.sender.send(response, True)
         return True
 
-    def stream(self, request: InferenceRequest, callback: ResponseCallback) -> bool:
-        """Start a request whose responses (0..N for a decoupled model, then the final flag)
-        go to ``callback(response_or_None, final)`` on the loop. Returns whether the model
-        is decoupled; errors before scheduling raise."""
-        request.sender = _CallbackSender(callback, self._finished, request)
-        return self.submit(request, None)
-
     def _finished(
         self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
     ) -> None:
+        """A request's final response is going out: store it in the cache, copy outputs into
+        shared memory, and end the request's lifecycle (statistics)."""
         if request.cache_key is not None and error is None and response is not None:
             assert self._cache is not None
             self._cache.put(request.cache_key, list(response.outputs))
@@ -380,32 +338,24 @@ class InferenceServer:
                 except ServerError as exc:
                     response.error = error = exc
             self.shm.release(request)
-        if request.stats is not None:
-            request.stats.finished(request, error is None, _failure_reason(error))
+        request.finish(error)
         self._inflight -= 1
         if not self._inflight:
             self._idle.set()
 
-    async def infer(self, request: InferenceRequest, decoupled_error: str) -> InferenceResponse:
-        """Run one non-decoupled inference on the event loop; errors raise."""
-        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        request.sender = _UnarySender(future, self._finished, request)
-        self.submit(request, decoupled_error)
-        try:
-            response = await future
-        except asyncio.CancelledError:
-            request.cancel()  # the caller went away
-            raise
-        if response.error is not None:
-            raise response.error
-        return response
 
+def _unary(future: asyncio.Future[InferenceResponse]) -> ResponseCallback:
+    """The callback of a unary call: the last response (a model may send its answer, then a
+    flag-only final) resolves ``future``, unless the caller has gone away."""
+    kept: list[InferenceResponse] = []
 
-def _failure_reason(error: Exception | None) -> str:
-    """Triton's ``reason`` label of nv_inference_request_failure."""
-    if isinstance(error, ServerError):
-        if error.kind is ErrorKind.CANCELLED:
-            return "CANCELED"
-        if error.kind is ErrorKind.UNAVAILABLE:
-            return "REJECTED"
-    return "BACKEND"
+    def callback(response: InferenceResponse | None, final: bool) -> None:
+        if response is not None:
+            kept[:] = [response]
+        if final and not future.done():
+            if kept:
+                future.set_result(kept[0])
+            else:
+                future.set_exception(internal("the model sent no response"))
+
+    return callback

@@ -17,6 +17,7 @@ the object's current size (``fstat``) every time a request uses it (see ``_Regio
 from __future__ import annotations
 
 import mmap
+from dataclasses import replace
 import os
 import stat
 from math import prod
@@ -26,7 +27,8 @@ import numpy as np
 
 from .errors import ErrorKind, ServerError, invalid_arg, not_found, unsupported
 from .tensor_codec import deserialize_bytes, object_array, raw_bytes
-from .types import DataType, InferenceRequest, InferenceResponse, ShmRef, Tensor
+from .request import InferenceRequest
+from .types import DataType, InferenceResponse, ShmRef, Tensor
 
 DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
@@ -212,11 +214,13 @@ class SharedMemoryManager:
 
     def resolve_inputs(self, request: InferenceRequest) -> None:
         """Point every input that lives in shared memory at a view of its region."""
-        for tensor in request.inputs:
+        tensors = request.inputs  # the request's own list: the client's tensors stay as sent
+        for index, tensor in enumerate(tensors):
             ref = tensor.shm
             if ref is None:
                 continue
-            tensor.data = _array(tensor, self._acquire(request, ref), request.model_name)
+            data = _array(tensor, self._acquire(request, ref), request.model_name)
+            tensors[index] = replace(tensor, data=data)
 
     def check_outputs(self, request: InferenceRequest) -> None:
         """Fail early when a requested output names a region that is not there."""

@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from typing import Any
+from typing import Any, Protocol
 
-from .types import InferenceRequest
+
+class FinishedRequest(Protocol):
+    """What the statistics read of a finished request (``request.InferenceRequest``)."""
+
+    arrival_ns: int
+    start_ns: int
+    batch_size: int
+    timing: tuple[int, int, int] | None
+    cached: bool
 
 # Request-duration histogram buckets (µs), cheap enough to fill on every request; p50/p99
 # can be read from them.
@@ -81,11 +89,6 @@ class ModelStats:
         self.restarts: dict[str, int] = {}  # instance -> stub restarts (Python backend)
         self.histogram = [0] * (len(DURATION_BUCKETS_US) + 1)
 
-    def started(self, request: InferenceRequest, now_ns: int) -> None:
-        """The request reaches an instance: its queue time ends."""
-        request.start_ns = now_ns
-        self.pending -= 1
-
     def executed(self, batch_size: int, timing: tuple[int, int, int]) -> None:
         """One model execution over ``batch_size`` elements."""
         self.execution_count += 1
@@ -96,12 +99,11 @@ class ModelStats:
         entry.compute_infer.add(timing[1])
         entry.compute_output.add(timing[2])
 
-    def finished(self, request: InferenceRequest, ok: bool, reason: str = "BACKEND") -> None:
-        """The request's final response went out."""
+    def finished(self, request: FinishedRequest, ok: bool, reason: str = "BACKEND") -> None:
+        """The request's final response went out (called by ``InferenceRequest.finish``,
+        which keeps ``pending``)."""
         end = time.perf_counter_ns()
         total = end - request.arrival_ns
-        if request.start_ns == 0:  # never reached an instance (rejected or cancelled)
-            self.pending -= 1
         if not ok:
             self.fail.add(total)
             self.failures[reason] = self.failures.get(reason, 0) + 1

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
 
 import numpy as np
 
@@ -90,50 +91,43 @@ class RequestedOutput:
     parameters: dict[str, Any] = field(default_factory=dict)
 
 
-class ResponseSender(Protocol):
-    """Where a request's responses go. Every inference is a stream ending with ``final``."""
+class RequestFlag(enum.IntFlag):
+    """Triton's request flags (TRITONSERVER_REQUEST_FLAG_*): a sequence's first and last
+    request."""
 
-    def send(self, response: InferenceResponse | None, final: bool) -> None: ...
+    NONE = 0
+    SEQUENCE_START = 1
+    SEQUENCE_END = 2
 
 
-@dataclass(slots=True, eq=False)  # identity semantics: requests are tracked in sets
-class InferenceRequest:
-    """One decoded inference request, in the core's terms (no transport details)."""
+@dataclass(frozen=True, slots=True)
+class RequestOptions:
+    """What a request's reserved parameters say (priority, timeout, sequence id and flags),
+    parsed once by the core with the same rules for every protocol (``parameters.py``)."""
+
+    priority: int = 0
+    timeout_us: int = 0  # the request's queue timeout (schedule-policy extension), 0: none
+    correlation_id: int | str = 0
+    flags: int = 0
+
+
+_NO_PARAMETERS: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ClientRequest:
+    """One inference request as a client sent it, decoded by a front-end's codec: syntax
+    only. ``parameters`` are the request's parameters as sent, reserved ones included; the
+    core parses them (``InferenceServer.request``). Nothing changes it afterwards: what the
+    server does with the request lives in ``request.InferenceRequest``."""
 
     model_name: str
     model_version: int = -1  # -1: the highest ready version
     id: str = ""
-    inputs: list[Tensor] = field(default_factory=list)
-    outputs: list[RequestedOutput] = field(default_factory=list)
-    parameters: dict[str, Any] = field(default_factory=dict)
-    # Filled by the server before scheduling.
-    sender: ResponseSender | None = None
-    correlation_id: int | str = 0
-    flags: int = 0
-    priority: int = 0
-    timeout_us: int = 0  # the request's queue timeout (schedule-policy extension), 0: none
-    cancelled: bool = False  # the client went away: queued work is dropped, running work told
-    # Set by a backend while it runs the request: tells the model (pb_utils is_cancelled()).
-    on_cancel: Callable[[], None] | None = None
-    # Statistics, filled on the way: elements in the batch dimension (1 without batching),
-    # perf_counter_ns at arrival and at the start of execution, the backend's
-    # (compute_input, compute_infer, compute_output) ns, and the model version's ModelStats.
-    batch_size: int = 1
-    arrival_ns: int = 0
-    start_ns: int = 0
-    timing: tuple[int, int, int] | None = None
-    stats: Any = None
-    cache_key: bytes | None = None  # set on a cache miss: the response is stored under it
-    cached: bool = False  # answered from the response cache
+    inputs: tuple[Tensor, ...] = ()
+    outputs: tuple[RequestedOutput, ...] = ()
+    parameters: Mapping[str, Any] = field(default_factory=lambda: _NO_PARAMETERS)
     uses_shm: bool = False  # an input or requested output names a shared-memory region
-    shm_held: list[Any] | None = None  # regions in use until it finishes
-
-    def cancel(self) -> None:
-        """The client is gone: drop the request if it still waits, tell the model if it runs."""
-        if not self.cancelled:
-            self.cancelled = True
-            if self.on_cancel is not None:
-                self.on_cancel()
 
 
 @dataclass(slots=True)

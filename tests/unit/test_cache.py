@@ -6,14 +6,15 @@ import numpy as np
 import pytest
 
 from tritium.cache import ResponseCache, cache_key, parse_cache_config
-from tritium.types import DataType, InferenceRequest, RequestedOutput, Tensor
+from tritium.request import InferenceRequest
+from tritium.types import ClientRequest, DataType, RequestedOutput, Tensor
 
 
 def _request(values: list[int], outputs: tuple[str, ...] = ()) -> InferenceRequest:
     data = np.array(values, dtype=np.int32)
-    request = InferenceRequest("m", 1, inputs=[Tensor("IN", DataType.INT32, data.shape, data)])
-    request.outputs = [RequestedOutput(o) for o in outputs]
-    return request
+    inputs = (Tensor("IN", DataType.INT32, data.shape, data),)
+    requested = tuple(RequestedOutput(o) for o in outputs)
+    return InferenceRequest(ClientRequest("m", 1, inputs=inputs, outputs=requested))
 
 
 def _outputs(nbytes: int) -> list[Tensor]:

@@ -4,6 +4,7 @@ the lifetime of each tensor can be observed exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import weakref
 from typing import Any
@@ -14,7 +15,8 @@ from test_ensemble_plan import ensemble, ident, plan_of, step
 from tritium.errors import ErrorKind, internal
 from tritium.scheduling.ensemble import EnsembleScheduler
 from tritium.stats import ModelStats
-from tritium.types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from tritium.request import InferenceRequest
+from tritium.types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 
 
 class Collector:
@@ -31,8 +33,12 @@ class Models:
     def __init__(self) -> None:
         self.waiting: list[tuple[InferenceRequest, Any]] = []
 
-    def dispatch(self, request: InferenceRequest, callback: Any) -> None:
-        self.waiting.append((request, callback))
+    def request(self, client: ClientRequest, parent: InferenceRequest | None = None) -> Any:
+        assert parent is not None  # a step's request carries its ensemble request's options
+        return InferenceRequest(client, parent.options, parent.parameters, parent)
+
+    def submit(self, request: InferenceRequest, sender: Any) -> None:
+        self.waiting.append((request, sender.callback))
 
     def take(self, model: str) -> tuple[InferenceRequest, Any]:
         for i, (request, _callback) in enumerate(self.waiting):
@@ -54,14 +60,19 @@ def _int32(name: str, values: list[int]) -> Tensor:
     return Tensor(name, DataType.INT32, data.shape, data)
 
 
+def _ensemble_request(client: ClientRequest) -> Any:
+    request = InferenceRequest(client)
+    request.sender = Collector()  # type: ignore[assignment]
+    request.queued(ModelStats("ens", "1"))
+    return request
+
+
 def _start(plan: Any, inputs: list[Tensor], outputs: tuple[str, ...] = ()) -> Any:
     models = Models()
-    scheduler = EnsembleScheduler(plan, models.dispatch, "1")
-    request = InferenceRequest("ens", inputs=inputs, id="r1")
-    request.outputs = [RequestedOutput(name) for name in outputs]
-    request.sender = collector = Collector()
-    request.stats = ModelStats("ens", "1")
-    request.stats.pending += 1
+    scheduler = EnsembleScheduler(plan, models, "1")
+    outs = tuple(RequestedOutput(name) for name in outputs)
+    request = _ensemble_request(ClientRequest("ens", inputs=tuple(inputs), id="r1", outputs=outs))
+    collector = request.sender
     scheduler.submit(request)
     return models, collector, request
 
@@ -93,11 +104,13 @@ def test_a_tensor_is_dropped_once_its_last_reader_has_started() -> None:
     plan = plan_of(ensemble(ident("a", "X", "t"), ident("b", "t", "Y")))
     source = np.arange(1000, dtype=np.int32)
     models, collector, request = _start(plan, [Tensor("X", DataType.INT32, source.shape, source)])
-    request.inputs.clear()
+    request.inputs.clear()  # the caller lets go of what it sent (the client value too)
+    request.client = dataclasses.replace(request.client, inputs=())
     first, callback = models.take("a")
     intermediate = source * 2
     watch_input, watch_mid = weakref.ref(source), weakref.ref(intermediate)
     first.inputs.clear()
+    first.client = dataclasses.replace(first.client, inputs=())
     del source
     callback(
         InferenceResponse(
@@ -111,6 +124,7 @@ def test_a_tensor_is_dropped_once_its_last_reader_has_started() -> None:
     assert watch_input() is None
     second, callback = models.take("b")
     second.inputs.clear()
+    second.client = dataclasses.replace(second.client, inputs=())
     del second
     gc.collect()
     assert watch_mid() is None  # b was its last reader: only b's request held it
@@ -177,14 +191,11 @@ def test_max_inflight_requests_holds_a_step_across_requests() -> None:
     plan = plan_of(config)
     assert plan.max_inflight == 1
     models = Models()
-    scheduler = EnsembleScheduler(plan, models.dispatch, "1")
+    scheduler = EnsembleScheduler(plan, models, "1")
     collectors = []
     for i in range(3):
-        request = InferenceRequest("ens", inputs=[_int32("X", [i])], id=f"r{i}")
-        request.sender = collector = Collector()
-        request.stats = ModelStats("ens", "1")
-        request.stats.pending += 1
-        collectors.append(collector)
+        request = _ensemble_request(ClientRequest("ens", inputs=(_int32("X", [i]),), id=f"r{i}"))
+        collectors.append(request.sender)
         scheduler.submit(request)
     # Step a takes one request at a time, whoever sent it; the others wait their turn.
     assert [(r.model_name, r.id) for r, _ in models.waiting] == [("a", "r0")]

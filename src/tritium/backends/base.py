@@ -16,7 +16,8 @@ import numpy as np
 from ..errors import internal
 from ..repository.config import ModelConfig
 from ..repository.spec import ModelSpec
-from ..types import DataType, InferenceRequest, InferenceResponse, Tensor
+from ..request import InferenceRequest
+from ..types import DataType, InferenceResponse, Tensor
 
 
 @dataclass(slots=True)

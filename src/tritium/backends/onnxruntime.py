@@ -17,7 +17,8 @@ import onnxruntime as ort
 from ..errors import internal, invalid_arg
 from ..repository.config import ModelConfig, mc
 from ..repository.spec import ModelSpec
-from ..types import DataType, InferenceRequest, InferenceResponse
+from ..request import InferenceRequest
+from ..types import DataType, InferenceResponse
 from .base import LoadContext, ModelInstance, output_tensor, requested_names, send_error
 
 log = logging.getLogger("tritium")

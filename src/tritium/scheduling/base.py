@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ..types import InferenceRequest
+from ..request import InferenceRequest
 
 
 class Scheduler(Protocol):

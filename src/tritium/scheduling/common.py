@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Iterable
 
 from ..backends.base import send_error
 from ..errors import cancelled, internal
-from ..types import InferenceRequest
+from ..request import InferenceRequest
 
 
 async def guarded(

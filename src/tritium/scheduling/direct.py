@@ -16,7 +16,7 @@ from typing import cast
 
 from ..backends.base import InlineInstance, ModelInstance, send_error
 from ..errors import internal
-from ..types import InferenceRequest
+from ..request import InferenceRequest
 from .common import guarded, runnable
 
 
@@ -50,7 +50,7 @@ class DirectScheduler:
         inline = cast(InlineInstance, instance)  # checked once, in __init__
         if not inline.cheap([request]):
             return False
-        request.stats.started(request, time.perf_counter_ns())
+        request.executing(time.perf_counter_ns())
         inline.run_now(request)
         request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
         return True
@@ -71,7 +71,7 @@ class DirectScheduler:
         while True:
             now = time.perf_counter_ns()
             for member in group:
-                member.stats.started(member, now)
+                member.executing(now)
             execution = instance.execute(group) if len(group) == 1 else instance.execute_each(group)
             if await guarded(execution, group, self._version):
                 self._executed(group)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ..backends.base import ModelInstance, send_error
 from ..errors import ServerError, internal, unavailable
-from ..types import InferenceRequest
+from ..request import InferenceRequest
 from .batch_policy import BatchConfig, DynamicBatchPolicy
 from .common import guarded, runnable
 
@@ -74,7 +74,7 @@ class DynamicBatcher:
 
     def _start(self, instance: ModelInstance, batch: list[InferenceRequest], now: int) -> None:
         for request in batch:
-            request.stats.started(request, now)
+            request.executing(now)
         self._batches_in_flight += 1
         task = asyncio.ensure_future(self._run(instance, batch))
         self._running.add(task)

@@ -12,17 +12,26 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from ..backends.base import send_error
 from ..errors import ErrorKind, ServerError, cancelled, invalid_arg
 from ..repository.ensemble import EnsemblePlan, Route, Step
-from ..types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+from ..request import InferenceRequest, ResponseSender
+from ..types import ClientRequest, InferenceResponse, RequestedOutput, Tensor
 
-# dispatch(request, callback): resolve, validate and schedule a composing-model request whose
-# responses go to callback(response_or_None, final); raises ServerError when it cannot.
-Dispatch = Callable[[InferenceRequest, Callable[[InferenceResponse | None, bool], None]], None]
+
+
+class Dispatch(Protocol):
+    """How a step's request reaches its composing model: the server's own two steps."""
+
+    def request(
+        self, client: ClientRequest, parent: InferenceRequest | None = None
+    ) -> InferenceRequest:
+        """Resolve and validate (raises ServerError when it cannot)."""
+
+    def submit(self, request: InferenceRequest, sender: ResponseSender) -> None:
+        """Schedule; the responses go to the sender."""
 
 
 class EnsembleScheduler:
@@ -40,7 +49,7 @@ class EnsembleScheduler:
         self.gates = [_Gate(limit) for _ in plan.steps] if limit > 0 else None
 
     def submit(self, request: InferenceRequest) -> None:
-        request.stats.started(request, time.perf_counter_ns())
+        request.executing(time.perf_counter_ns())
         wanted = tuple(dict.fromkeys(o.name for o in request.outputs)) or self._all_outputs
         self._active += 1
         self._idle.clear()
@@ -149,18 +158,20 @@ class _Run:
                 data = value.data if len(value.shape) == rank else _fit(value.data, rank)
                 inputs.append(Tensor(key, value.datatype, data.shape, data))
         parent = self.request
-        sub = InferenceRequest(
+        client = ClientRequest(
             step.model_name,
             step.model_version,
             parent.id,
-            inputs,
-            [RequestedOutput(name) for name in self.route.requested[step.index]],
-            parent.parameters,
-            correlation_id=parent.correlation_id,
-            flags=parent.flags,
-            priority=parent.priority,
-            timeout_us=parent.timeout_us,
+            tuple(inputs),
+            tuple(RequestedOutput(name) for name in self.route.requested[step.index]),
         )
+        dispatch = self.owner.dispatch
+        try:  # the step's request carries the ensemble request's options and parameters
+            sub = dispatch.request(client, parent)
+        except ServerError as exc:
+            self.fail(step, exc)
+            self.release(step)
+            return
         self.inflight += 1
         self.live.add(sub)
 
@@ -168,7 +179,7 @@ class _Run:
             self.on_response(step, flow, sub, response, final)
 
         try:
-            self.owner.dispatch(sub, on_response)
+            dispatch.submit(sub, ResponseSender(on_response))
         except ServerError as exc:
             self.inflight -= 1
             self.live.discard(sub)

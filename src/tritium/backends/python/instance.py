@@ -23,7 +23,8 @@ import orjson
 
 from ...errors import ErrorKind, ServerError, cancelled, internal
 from ...repository.spec import ModelSpec
-from ...types import InferenceRequest, InferenceResponse
+from ...request import InferenceRequest
+from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error
 from . import ipc
 from .process import StubProcess

@@ -1,0 +1,234 @@
+"""One inference inside the server: its state, its timestamps and its responses.
+
+A front-end decodes a ``types.ClientRequest`` (immutable: what the client sent). The server
+turns it into an ``InferenceRequest``, the server's state for that one inference, which moves
+through explicit states::
+
+    RECEIVED ──queued()──▶ QUEUED ──executing()──▶ EXECUTING ──responding()──▶ RESPONDING
+        │                    │                        │                          │
+        └────────────────────┴──── finish(): DONE, CANCELLED or FAILED ◀─────────┘
+
+Each transition is a method here, and these methods are the one place where a request's
+statistics (and, later, trace events) are recorded. Every inference answers through one
+``ResponseSender``: 0..N responses, then the final flag (Triton's response sender).
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .errors import ErrorKind, ServerError, internal
+from .stats import ModelStats
+from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOptions, Tensor
+
+ResponseCallback = Callable[[InferenceResponse | None, bool], None]
+
+
+class RequestState(enum.Enum):
+    RECEIVED = "received"  # resolved and validated, not yet scheduled
+    QUEUED = "queued"  # handed to the model's scheduler, waiting for an instance
+    EXECUTING = "executing"  # an instance runs it
+    RESPONDING = "responding"  # a decoupled model sent a response, more may follow
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+
+_ENDED = (RequestState.DONE, RequestState.CANCELLED, RequestState.FAILED)
+
+
+class InferenceRequest:
+    """The server's state for one inference (Triton core's InferenceRequest).
+
+    The client's values come from ``client`` and never change; what the server works out
+    lives here: the version that serves it, the inputs as validated (reshaped, mapped from
+    shared memory), the parsed options, the sender, the state and its timestamps."""
+
+    __slots__ = (
+        "client",
+        "model",
+        "model_name",
+        "model_version",
+        "inputs",
+        "parameters",
+        "options",
+        "parent",
+        "decoupled",
+        "sender",
+        "state",
+        "arrival_ns",
+        "start_ns",
+        "batch_size",
+        "timing",
+        "stats",
+        "cache_key",
+        "cached",
+        "shm_held",
+        "on_cancel",
+        "cancelled",
+    )
+
+    def __init__(
+        self,
+        client: ClientRequest,
+        options: RequestOptions | None = None,
+        parameters: dict[str, Any] | None = None,
+        parent: InferenceRequest | None = None,
+    ) -> None:
+        self.client = client
+        self.model: Any = None  # the model.Model version that serves it, once resolved
+        self.model_name = client.model_name
+        self.model_version = client.model_version  # the serving version once resolved
+        self.inputs: list[Tensor] = list(client.inputs)
+        self.parameters: dict[str, Any] = {} if parameters is None else parameters
+        self.options = options if options is not None else RequestOptions()
+        self.parent = parent  # an ensemble step's request: the ensemble request it serves
+        self.decoupled = False
+        self.sender: ResponseSender | None = None
+        self.state = RequestState.RECEIVED
+        self.arrival_ns = time.perf_counter_ns()
+        self.start_ns = 0
+        self.batch_size = 1  # elements in the batch dimension (1 without batching)
+        # The backend's (compute_input, compute_infer, compute_output) ns of its execution.
+        self.timing: tuple[int, int, int] | None = None
+        self.stats: ModelStats | None = None
+        self.cache_key: bytes | None = None  # set on a cache miss: the response is stored
+        self.cached = False  # answered from the response cache
+        self.shm_held: list[Any] | None = None  # shared-memory regions in use until done
+        # Set by a backend while the request runs: tells the model (pb_utils is_cancelled()).
+        self.on_cancel: Callable[[], None] | None = None
+        self.cancelled = False  # the client went away
+
+    # -- the client's values -----------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self.client.id
+
+    @property
+    def outputs(self) -> tuple[RequestedOutput, ...]:
+        return self.client.outputs
+
+    @property
+    def uses_shm(self) -> bool:
+        return self.client.uses_shm
+
+    @property
+    def priority(self) -> int:
+        return self.options.priority
+
+    @property
+    def timeout_us(self) -> int:
+        return self.options.timeout_us
+
+    @property
+    def correlation_id(self) -> int | str:
+        return self.options.correlation_id
+
+    @property
+    def flags(self) -> int:
+        return self.options.flags
+
+    # -- transitions ---------------------------------------------------------------------------
+    def queued(self, stats: ModelStats) -> None:
+        """Handed to the model's scheduler (or its response cache)."""
+        self.state = RequestState.QUEUED
+        self.stats = stats
+        stats.pending += 1
+
+    def executing(self, now_ns: int) -> None:
+        """An instance starts on it: its queue time ends."""
+        if self.state is RequestState.QUEUED:
+            self.state = RequestState.EXECUTING
+            self.start_ns = now_ns
+            if self.stats is not None:
+                self.stats.pending -= 1
+
+    def responding(self) -> None:
+        """A response that is not the last one went out (decoupled models)."""
+        if self.state is RequestState.EXECUTING:
+            self.state = RequestState.RESPONDING
+
+    def finish(self, error: Exception | None) -> None:
+        """The final response went out: the request is over, and its statistics recorded."""
+        if self.state in _ENDED:
+            return
+        stats = self.stats
+        if stats is not None and self.state is RequestState.QUEUED:
+            stats.pending -= 1  # never reached an instance (rejected, cancelled, cached)
+        if error is None:
+            self.state = RequestState.DONE
+        elif isinstance(error, ServerError) and error.kind is ErrorKind.CANCELLED:
+            self.state = RequestState.CANCELLED
+        else:
+            self.state = RequestState.FAILED
+        if stats is not None:
+            stats.finished(self, error is None, _failure_reason(error))
+
+    def cancel(self) -> None:
+        """The client is gone: drop the request if it still waits, tell the model if it runs."""
+        if not self.cancelled:
+            self.cancelled = True
+            if self.on_cancel is not None:
+                self.on_cancel()
+
+    def fail(self, version: str, error: Exception) -> None:
+        """Answer the request with ``error`` as its final response."""
+        assert self.sender is not None
+        response = InferenceResponse(self.model_name, version, self.id, error=error)
+        self.sender.send(response, True)
+
+
+FinishHook = Callable[[InferenceRequest, Exception | None, InferenceResponse | None], None]
+
+
+class ResponseSender:
+    """Where a request's responses go: every inference is a stream of 0..N responses ending
+    with the final flag. The one sender type: unary calls, streams, generate and ensemble
+    steps differ only in the ``callback`` they give it."""
+
+    __slots__ = ("callback", "request", "on_final", "finished", "error", "last")
+
+    def __init__(self, callback: ResponseCallback) -> None:
+        self.callback = callback
+        self.request: InferenceRequest | None = None
+        self.on_final: FinishHook | None = None
+        self.finished = False
+        self.error: Exception | None = None
+        self.last: InferenceResponse | None = None
+
+    def bind(self, request: InferenceRequest, on_final: FinishHook) -> None:
+        self.request = request
+        self.on_final = on_final
+        request.sender = self
+
+    def send(self, response: InferenceResponse | None, final: bool) -> None:
+        if self.finished:
+            return  # nothing goes out after the final flag (a second one is a backend bug)
+        request = self.request
+        assert request is not None and self.on_final is not None
+        if response is not None:
+            self.last = response
+            if response.error is not None:
+                self.error = response.error
+            elif not final:
+                request.responding()
+        if final:
+            self.finished = True
+            if self.last is None and not request.decoupled:
+                self.error = internal("the model sent no response")
+            self.on_final(request, self.error, self.last)  # even if the caller has gone away
+        self.callback(response, final)
+
+
+def _failure_reason(error: Exception | None) -> str:
+    """Triton's ``reason`` label of nv_inference_request_failure."""
+    if isinstance(error, ServerError):
+        if error.kind is ErrorKind.CANCELLED:
+            return "CANCELED"
+        if error.kind is ErrorKind.UNAVAILABLE:
+            return "REJECTED"
+    return "BACKEND"
+
