@@ -196,6 +196,8 @@ class HttpApp:
             return _error(exc)
 
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+        from ..tensors import decode_off_loop  # here: this body is all this change touches
+
         try:
             header = request.headers.get(b"inference-header-content-length")
             header_length = None
@@ -207,7 +209,14 @@ class HttpApp:
                         400,
                         [orjson_error("Inference-Header-Content-Length must be an integer")],
                     )
-            inference, plan = decode_request(request.body, header_length, name, _version(version))
+            inference, plan = await decode_off_loop(
+                len(request.body),
+                decode_request,
+                request.body,
+                header_length,
+                name,
+                _version(version),
+            )
             response = await self.server.infer(inference, _DECOUPLED)
             head, parts, json_length = encode_response(response, plan)
         except ServerError as exc:

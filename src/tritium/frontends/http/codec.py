@@ -11,9 +11,9 @@ import orjson
 
 from ...errors import invalid_arg, unsupported
 from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..tensors import parse_shape, shm_tensor, tensor_bytes, tensor_from_buffer
+from ..parameters import set_reserved
+from ..tensors import numeric_array, parse_shape, shm_tensor, tensor_bytes, tensor_from_buffer
 
-_RESERVED = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 _NUMPY_JSON = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
 
 
@@ -87,13 +87,7 @@ def _request_parameters(request: InferenceRequest, params: Any, plan: OutputPlan
                 f"parameter keys starting with 'triton_' are reserved for Triton usage and "
                 f"should not be specified: '{key}'"
             )
-        elif key == "priority":
-            request.priority = int(value)
-        elif key == "timeout":
-            request.timeout_us = int(value)
-        elif key == "sequence_id":
-            request.correlation_id = value
-        elif key not in _RESERVED:
+        elif not set_reserved(request, key, value):
             custom[key] = value
     request.parameters = custom
 
@@ -153,29 +147,23 @@ def _json_tensor(name: str, datatype: DataType, shape: tuple[int, ...], data: An
         raise invalid_arg(
             f"input '{name}' got unexpected elements count {len(flat)}, expected {count}"
         )
-    try:
-        if datatype is DataType.BYTES:
-            array = np.empty(count, dtype=object)
-            array[:] = [
-                v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat
-            ]
-        elif datatype is DataType.BOOL:
-            if not all(isinstance(v, bool) for v in flat):
-                raise ValueError("expected booleans")
-            array = np.array(flat, dtype=np.bool_)
-        else:
-            if any(isinstance(v, (bool, str, list, dict)) or v is None for v in flat):
-                raise ValueError("expected numbers")
-            array = np.array(flat, dtype=datatype.dtype)
-    except (ValueError, OverflowError, TypeError) as exc:
+    if datatype is DataType.BYTES:
+        array = np.empty(count, dtype=object)
+        array[:] = [v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat]
+    elif datatype is not DataType.BOOL and any(isinstance(v, bool) for v in flat):
         raise invalid_arg(
-            f"unable to parse 'data' for input '{name}' as {datatype.wire}: {exc}"
-        ) from None
+            f"unable to parse 'data' for input '{name}' as {datatype.wire}: expected numbers"
+        )
+    else:
+        array = numeric_array(flat, datatype, name)
     return Tensor(name, datatype, shape, array.reshape(shape))
 
 
 def _not_string(name: str, value: Any) -> bytes:
-    raise ValueError(f"expected strings for BYTES input '{name}', got {type(value).__name__}")
+    raise invalid_arg(
+        f"unable to parse 'data' for input '{name}' as BYTES: expected strings, "
+        f"got {type(value).__name__}"
+    )
 
 
 def _requested_outputs(request: InferenceRequest, outputs: Any, plan: OutputPlan) -> None:
