@@ -105,6 +105,12 @@ def numeric_array(values: Any, datatype: DataType, name: str) -> np.ndarray:
     if len(values) == 0:
         return np.empty(0, dtype=target)
     if not isinstance(values, np.ndarray) and target.kind in "iu":
+        try:  # int64 or uint64 when every value is an integer within 64 bits: checked below
+            array = np.asarray(values)
+        except (ValueError, OverflowError, TypeError):
+            array = np.asarray(values, dtype=object)
+        if array.dtype.kind in "iu":
+            return numeric_array(array, datatype, name)
         if not all(type(v) is int for v in values):
             raise _bad_data(name, datatype, "expected integers")
         _check_range(min(values), max(values), datatype, name)

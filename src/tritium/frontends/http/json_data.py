@@ -135,11 +135,22 @@ def _real_quotes(window: np.ndarray, run: int) -> tuple[np.ndarray, int]:
 
 
 def span_values(
-    span: Span, convert: Callable[[list[Any]], np.ndarray], count: int, name: str
+    span: Span,
+    convert: Callable[[list[Any], bytes], np.ndarray],
+    count: int,
+    dtype: Any,
+    name: str,
 ) -> np.ndarray:
-    """The values of a cut-out array, flattened, converted piece by piece by ``convert``."""
+    """The ``count`` values of a cut-out array, flattened, converted piece by piece by
+    ``convert`` (given the piece's values and its text) into one array, so no Python object
+    outlives its piece."""
     text = span.text
-    chunks: list[np.ndarray] = []
+    if count > len(text) // 2 + 1:  # an element takes two bytes at least ("0,")
+        raise invalid_arg(
+            f"input '{name}' got unexpected elements count (at most {len(text) // 2 + 1}), "
+            f"expected {count}"
+        )
+    out = np.empty(count, dtype=dtype)
     total, prev, prev_depth = 0, 1, 1
     for cut, depth in [*span.cuts, (len(text) - 1, 1)]:
         piece = bytes(text[prev:cut])
@@ -150,15 +161,17 @@ def span_values(
         except orjson.JSONDecodeError as exc:
             raise _bad_json(name, str(exc)) from None
         flat = flatten(values)
+        if total + len(flat) > count:
+            raise invalid_arg(
+                f"input '{name}' got unexpected elements count (more than {count}), "
+                f"expected {count}"
+            )
+        out[total : total + len(flat)] = convert(flat, piece)
         total += len(flat)
-        if total > count:
-            break
-        chunks.append(convert(flat))
         prev, prev_depth = cut + 1, depth
     if total != count:
-        got = total if total <= count else f"more than {count}"
-        raise invalid_arg(f"input '{name}' got unexpected elements count {got}, expected {count}")
-    return np.concatenate(chunks) if len(chunks) > 1 else chunks[0]
+        raise invalid_arg(f"input '{name}' got unexpected elements count {total}, expected {count}")
+    return out
 
 
 def flatten(data: Any) -> list[Any]:
