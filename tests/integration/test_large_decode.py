@@ -1,0 +1,199 @@
+"""One large request does not stall every client (issue 10 item 6): while a 48 MiB BYTES tensor
+of empty strings (HTTP binary, gRPC raw_input_contents, gRPC bytes_contents) or a 60 MiB JSON
+array is decoded, /v2/health/ready keeps being answered on another connection, and the big
+request itself is answered (here: refused by the model's shape, once decoded). No timing
+assertions: the health check must be answered several times while the big request is in
+flight, which a loop blocked for the whole decode cannot do. bench/large_decode.py measures."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from server_process import ServerProcess
+from tritonclient.grpc import service_pb2 as pb
+
+MIB = 1 << 20
+BYTES_COUNT = 48 * MIB // 4
+HEALTH_ANSWERS = 5
+GRPC_OPTIONS = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+
+
+class Health(threading.Thread):
+    """GET /v2/health/ready back to back; counts the answers after ``start_counting``."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        super().__init__(daemon=True)
+        self._conn = http.client.HTTPConnection(server.http_url, timeout=120)
+        self.counting = threading.Event()
+        self.done = threading.Event()
+        self.answers = 0
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self._conn.request("GET", "/v2/health/ready")
+            response = self._conn.getresponse()
+            response.read()
+            assert response.status == 200
+            if self.counting.is_set() and not self.done.is_set():
+                self.answers += 1
+            self.done.wait(0.01)
+        self._conn.close()
+
+
+def _with_health(server: ServerProcess, big: Callable[[threading.Event], Any]) -> tuple[Any, int]:
+    """Run ``big`` (which sets the event once its request is sent) while polling health."""
+    health = Health(server)
+    health.start()
+    try:
+        answer = big(health.counting)
+    finally:
+        health.done.set()
+        health.join(timeout=120)
+    return answer, health.answers
+
+
+def _http(server: ServerProcess, path: str, body: bytes, headers: dict[str, str]) -> Any:
+    def big(sent: threading.Event) -> tuple[int, str]:
+        conn = http.client.HTTPConnection(server.http_url, timeout=300)
+        try:
+            conn.request("POST", path, body, headers)
+            sent.set()
+            response = conn.getresponse()
+            return response.status, response.read().decode(errors="replace")
+        finally:
+            conn.close()
+
+    return big
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _grpc(server: ServerProcess, message: bytes) -> Any:
+    def big(sent: threading.Event) -> tuple[Any, str]:
+        with grpc.insecure_channel(server.grpc_url, options=GRPC_OPTIONS) as channel:
+            call = channel.unary_unary(
+                "/inference.GRPCInferenceService/ModelInfer",
+                request_serializer=None,
+                response_deserializer=pb.ModelInferResponse.FromString,
+            )
+            future = call.future(message, timeout=300)
+            sent.set()  # sending 48 MiB on loopback is quick next to decoding it
+            try:
+                future.result()
+            except grpc.RpcError as exc:
+                return exc.code(), exc.details() or ""
+            return grpc.StatusCode.OK, ""
+
+    return big
+
+
+def _grpc_bytes_message(typed: bool) -> bytes:
+    count = 48 * MIB // 2 if typed else BYTES_COUNT
+    tensor = pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="BYTES", shape=[count])
+    head = pb.ModelInferRequest(model_name="simple_string").SerializeToString()
+    if typed:
+        return head + _field(5, tensor.SerializeToString() + _field(5, b"\x42\x00" * count))
+    return head + _field(5, tensor.SerializeToString()) + _field(7, bytes(4 * count))
+
+
+def test_http_binary_bytes_tensor(server: ServerProcess) -> None:
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "BYTES",
+                    "shape": [BYTES_COUNT],
+                    "parameters": {"binary_data_size": 4 * BYTES_COUNT},
+                }
+            ]
+        }
+    ).encode()
+    big = _http(
+        server,
+        "/v2/models/simple_string/infer",
+        header + bytes(4 * BYTES_COUNT),
+        {"Inference-Header-Content-Length": str(len(header))},
+    )
+    (status, text), answers = _with_health(server, big)
+    assert status == 400, text
+    assert f"got [{BYTES_COUNT}]" in json.loads(text)["error"]
+    assert answers >= HEALTH_ANSWERS
+
+
+def test_http_json_array(server: ServerProcess) -> None:
+    count = 30 * MIB
+    head = b'{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[%d],"data":[' % count
+    body = head + b"0," * (count - 1) + b"0]}]}"
+    big = _http(server, "/v2/models/simple/infer", body, {"Content-Type": "application/json"})
+    (status, text), answers = _with_health(server, big)
+    assert status == 400, text
+    assert f"got [{count}]" in json.loads(text)["error"]
+    assert answers >= HEALTH_ANSWERS
+
+
+@pytest.mark.parametrize("typed", [False, True], ids=["raw_input_contents", "bytes_contents"])
+def test_grpc_bytes_tensor(server: ServerProcess, typed: bool) -> None:
+    (code, details), answers = _with_health(server, _grpc(server, _grpc_bytes_message(typed)))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    assert "unexpected shape for input 'INPUT0'" in details
+    assert answers >= HEALTH_ANSWERS
+
+
+def test_large_requests_answered_correctly(server: ServerProcess) -> None:
+    """Past the 1 MiB threshold the decode moves to a worker thread: values come back intact
+    (mixed-length BYTES over binary HTTP, a large JSON array of INT32)."""
+    values = [b"", b"a", b"bc\x00", b"\xff" * 7] * 100_000
+    wire = b"".join(len(v).to_bytes(4, "little") + v for v in values)
+    header = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "datatype": "BYTES",
+                    "shape": [len(values)],
+                    "parameters": {"binary_data_size": len(wire)},
+                }
+            ],
+            "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+        }
+    ).encode()
+    status, text = _post_raw(server, "/v2/models/identity_bytes/infer", header + wire, header)
+    assert status == 200
+    assert text.endswith(wire)
+
+    data = np.arange(-300_000, 300_000, dtype=np.int32)
+    doc = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [data.size], "data": []}]}
+    doc["inputs"][0]["data"] = [data[:300_000].tolist(), data[300_000:].tolist()]  # nested
+    status, body = _post_raw(server, "/v2/models/identity_int32/infer", json.dumps(doc).encode())
+    assert status == 200, body[:200]
+    assert json.loads(body)["outputs"][0]["data"] == data.tolist()
+
+
+def _post_raw(server: ServerProcess, path: str, body: bytes, header: bytes = b"") -> Any:
+    conn = http.client.HTTPConnection(server.http_url, timeout=120)
+    headers = {"Inference-Header-Content-Length": str(len(header))} if header else {}
+    try:
+        conn.request("POST", path, body, headers)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
