@@ -26,11 +26,10 @@ _CONTENTS = 5  # InferInputTensor.contents
 _BYTES_CONTENTS = 8  # InferTensorContents.bytes_contents
 
 
-def _malformed(kind: str, why: str = "") -> Exception:
-    return invalid_arg(
-        f"unable to parse the {kind} message: {why or 'malformed protobuf'} (string fields such "
-        "as model_name, id and tensor names must be valid UTF-8)"
-    )
+def _malformed(kind: str, why: str, hint: bool = False) -> Exception:
+    """protobuf's DecodeError says only which message failed: ``hint`` names the usual cause."""
+    utf8 = " (string fields such as model_name, id and names must be valid UTF-8)" if hint else ""
+    return invalid_arg(f"unable to parse the {kind} message: {why}{utf8}")
 
 
 def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
@@ -89,7 +88,7 @@ def parse_request(raw: bytes) -> tuple[pb.ModelInferRequest, dict[int, memoryvie
             return message, {}
         return message, _merge_pieces(message, memoryview(raw))
     except DecodeError as exc:
-        raise _malformed("ModelInferRequest", str(exc)) from None
+        raise _malformed("ModelInferRequest", str(exc), hint=True) from None
 
 
 def _merge_pieces(message: pb.ModelInferRequest, view: memoryview) -> dict[int, memoryview]:
@@ -176,7 +175,7 @@ def _convert(piece: bytes, field: str, chunks: list[np.ndarray]) -> int:
     try:
         values = getattr(pb.InferTensorContents.FromString(piece), field)
     except DecodeError as exc:
-        raise _malformed("InferTensorContents", str(exc)) from None
+        raise _malformed("InferTensorContents", str(exc), hint=True) from None
     dtype = _DTYPES[field]
     step = range(0, len(values), CHUNK)
     chunks.extend(np.asarray(values[i : i + CHUNK], dtype=dtype) for i in step)
@@ -187,7 +186,7 @@ def _packed_pieces(payload: memoryview, number: int, fixed: int) -> Iterator[byt
     """A packed field of many values as packed fields of at most ``PIECE`` bytes each."""
     pos, end = 0, len(payload)
     while pos < end:
-        stop = min(pos + PIECE, end)
+        stop = min(pos + max(PIECE, 10), end)  # a varint takes 10 bytes at most
         if stop < end and fixed:
             stop -= (stop - pos) % fixed
         elif stop < end:  # after the last byte that ends a varint
