@@ -65,7 +65,7 @@ def _grpc_request(mib: int, typed: bool) -> bytes:
     return head + _field(5, tensor.SerializeToString()) + _field(7, bytes(4 * count))
 
 
-def _http_binary(server: ServerProcess, mib: int) -> tuple[int, str]:
+def _http_binary(server: ServerProcess, mib: int) -> Callable[[], tuple]:
     count = mib * MIB // 4
     header = json.dumps(
         {
@@ -81,14 +81,14 @@ def _http_binary(server: ServerProcess, mib: int) -> tuple[int, str]:
     ).encode()
     body = header + bytes(4 * count)
     headers = {"Inference-Header-Content-Length": str(len(header))}
-    return _post(server, "/v2/models/simple_string/infer", body, headers)
+    return lambda: _post(server, "/v2/models/simple_string/infer", body, headers)
 
 
-def _http_json(server: ServerProcess, mib: int) -> tuple[int, str]:
+def _http_json(server: ServerProcess, mib: int) -> Callable[[], tuple]:
     count = mib * MIB // 2
     head = b'{"inputs":[{"name":"INPUT0","datatype":"INT32","shape":[%d],"data":[' % count
     body = head + b"0," * (count - 1) + b"0]}]}"
-    return _post(server, "/v2/models/simple/infer", body, {})
+    return lambda: _post(server, "/v2/models/simple/infer", body, {})
 
 
 def _post(server: ServerProcess, path: str, body: bytes, headers: dict[str, str]) -> tuple:
@@ -100,11 +100,15 @@ def _post(server: ServerProcess, path: str, body: bytes, headers: dict[str, str]
     return response.status, text
 
 
-def _grpc(server: ServerProcess, mib: int, typed: bool) -> tuple[str, str]:
+def _grpc(server: ServerProcess, mib: int, typed: bool) -> Callable[[], tuple]:
+    message = _grpc_request(mib, typed)
+    return lambda: _grpc_send(server, message)
+
+
+def _grpc_send(server: ServerProcess, message: bytes) -> tuple[str, str]:
     import grpc
     from tritonclient.grpc import service_pb2 as pb
 
-    message = _grpc_request(mib, typed)
     options = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
     with grpc.insecure_channel(server.grpc_url, options=options) as channel:
         call = channel.unary_unary(
@@ -119,7 +123,9 @@ def _grpc(server: ServerProcess, mib: int, typed: bool) -> tuple[str, str]:
     return "OK", ""
 
 
-CASES: dict[str, Callable[[ServerProcess, int], tuple]] = {
+# Each case builds its request (before the health poller starts: building 48 MiB in this
+# process would hold its GIL and delay the poller) and returns what sends it.
+CASES: dict[str, Callable[[ServerProcess, int], Callable[[], tuple]]] = {
     "http-binary-bytes": _http_binary,
     "grpc-raw-bytes": lambda s, m: _grpc(s, m, typed=False),
     "grpc-bytes-contents": lambda s, m: _grpc(s, m, typed=True),
@@ -159,11 +165,12 @@ def run_case(repo: Path, name: str, mib: int) -> dict[str, object]:
     server = ServerProcess([repo], "--http-max-input-size", str(256 * MIB))
     try:
         idle_rss = _vm_hwm_mib(server.proc.pid)
+        send = CASES[name](server, mib)
         poller = HealthPoller(server)
         poller.start()
         time.sleep(0.2)
         start = time.perf_counter()
-        status, text = CASES[name](server, mib)
+        status, text = send()
         took = time.perf_counter() - start
         time.sleep(0.1)
         poller.stop.set()

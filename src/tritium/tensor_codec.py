@@ -65,17 +65,21 @@ def _uniform(view: memoryview, name: str, expected: int | None) -> np.ndarray | 
         if not (prefixes[start : start + CHUNK] == length).all():
             return None
     _elements_count(name, count, expected)
+    if length == 0:
+        return empty_strings(count)
     out = np.empty(count, dtype=object)
     for start in range(0, count, CHUNK):
         stop = min(start + CHUNK, count)
-        if length == 0:
-            out[start:stop] = b""
-        else:
-            first = start * stride + 4
-            out[start:stop] = [
-                bytes(view[p : p + length]) for p in range(first, stop * stride, stride)
-            ]
+        first = start * stride + 4
+        out[start:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
     return out
+
+
+def empty_strings(count: int) -> np.ndarray:
+    """``count`` empty strings: one object seen ``count`` times through a read-only view (as
+    fixed-size inputs are read-only views of the request), so a tensor of millions of empty
+    strings costs neither memory nor a long allocation."""
+    return np.broadcast_to(np.array([b""], dtype=object), (count,))
 
 
 def _scan(view: memoryview, name: str, expected: int | None) -> np.ndarray:

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg
-from ...tensor_codec import CHUNK, object_array
+from ...tensor_codec import CHUNK, empty_strings, object_array
 
 PIECE = 1 << 20  # bytes merged by one protobuf call
 _INPUTS = 5  # ModelInferRequest.inputs
@@ -211,14 +211,13 @@ def _uniform_bytes(view: memoryview, count: int) -> np.ndarray | None:
         head = rows[i : i + CHUNK, :2]
         if not ((head[:, 0] == _BYTES_CONTENTS << 3 | 2).all() and (head[:, 1] == length).all()):
             return None
+    if length == 0:
+        return empty_strings(count)
     out = np.empty(count, dtype=object)
     for i in range(0, count, CHUNK):
         stop = min(i + CHUNK, count)
-        if length == 0:
-            out[i:stop] = b""
-        else:
-            first = i * stride + 2
-            out[i:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
+        first = i * stride + 2
+        out[i:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
     return out
 
 
