@@ -91,9 +91,12 @@ class StreamSession:
         self._closed = False
 
     # -- reading -----------------------------------------------------------------------------
-    async def read(self, requests: AsyncIterator[bytes]) -> None:
+    async def read(self, requests: AsyncIterator[bytes | pb.ModelInferRequest]) -> None:
+        """grpcio hands the messages over as bytes (see service); an in-process caller may
+        pass parsed messages."""
         try:
-            async for raw in requests:
+            async for item in requests:
+                raw = item if isinstance(item, bytes) else item.SerializeToString()
                 await self._slots.acquire()
                 if self._closed:
                     return
