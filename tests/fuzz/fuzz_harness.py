@@ -108,6 +108,20 @@ KNOWN_BUGS: list[KnownBug] = [
         "UnicodeDecodeError instead of an error naming the file",
     ),
     KnownBug(
+        "http-datatype-not-string",
+        ("types.py:from_wire",),
+        (TypeError,),
+        "found by fuzzing: an HTTP input whose 'datatype' is an object or array raises "
+        "TypeError (unhashable) in DataType.from_wire: 500",
+    ),
+    KnownBug(
+        "config-unknown-enum-value",
+        ("repository/spec.py:_io_specs",),
+        (ValueError,),
+        "found by fuzzing: 'data_type: 64' (a number naming no enum value) fails the load "
+        "with a bare ValueError instead of an error naming the file, line and field",
+    ),
+    KnownBug(
         "zero-size-huge-shape",
         (
             "frontends/tensors.py:tensor_from_buffer",

@@ -69,7 +69,8 @@ params = st.dictionaries(param_keys, param_values, max_size=3)
 def http_inputs(draw: st.DrawFn) -> tuple[dict[str, Any], bytes]:
     """One JSON input and the binary bytes it brings (``binary_data_size`` or none)."""
     shape = draw(shapes)
-    item: dict[str, Any] = {"name": draw(names), "datatype": draw(datatypes), "shape": shape}
+    datatype = draw(st.one_of(datatypes, datatypes, datatypes, json_values, params))
+    item: dict[str, Any] = {"name": draw(names), "datatype": datatype, "shape": shape}
     binary = b""
     mode = draw(st.sampled_from(["data", "binary", "shm", "params"]))
     count = prod(shape) if shape and all(0 <= d <= 8 for d in shape) else draw(st.integers(0, 3))
@@ -80,7 +81,7 @@ def http_inputs(draw: st.DrawFn) -> tuple[dict[str, Any], bytes]:
         else:
             item["data"] = draw(json_values)
     elif mode == "binary":
-        size = DataType[item["datatype"]].size if item["datatype"] in WIRE_TYPES else 1
+        size = DataType[datatype].size if datatype in WIRE_TYPES else 1
         nbytes = draw(st.sampled_from([count * max(size, 1), count * max(size, 4) + 4, 0, 3]))
         binary = draw(st.binary(min_size=nbytes, max_size=nbytes))
         item["parameters"] = {"binary_data_size": draw(st.sampled_from([nbytes, nbytes + 1]))}

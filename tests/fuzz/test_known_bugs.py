@@ -20,7 +20,12 @@ from tritonclient.grpc import service_pb2 as pb  # noqa: E402
 from tritium.errors import ErrorKind, ServerError  # noqa: E402
 from tritium.frontends.grpc.codec import decode_request as decode_grpc  # noqa: E402
 from tritium.frontends.http.codec import decode_request as decode_http  # noqa: E402
-from tritium.repository.config import read_config  # noqa: E402
+from tritium.repository.config import (  # noqa: E402
+    ConfigProblem,
+    parse_config_text,
+    read_config,
+)
+from tritium.repository.spec import build_spec, normalize  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 HUGE = 2**62
@@ -54,6 +59,15 @@ def _config(tmp_path: Path) -> None:
     read_config(tmp_path)
 
 
+def _config_enum(tmp_path: Path) -> None:
+    """The load steps after reading (as the manager runs them) on an undefined enum number."""
+    text = 'backend: "python"\ninput { name: "I" data_type: 64 dims: 1 }\n'
+    config = parse_config_text(text, tmp_path / "config.pbtxt")
+    problem = ConfigProblem("m", tmp_path / "config.pbtxt", text)
+    normalize(config, "m", problem)
+    build_spec(config, problem)
+
+
 REPRODUCERS: dict[str, list[Callable[[Path], object]]] = {
     "grpc-parameter-type": [
         lambda _: decode_grpc(_grpc(priority=pb.InferParameter(string_param="abc")), 1),
@@ -65,6 +79,12 @@ REPRODUCERS: dict[str, list[Callable[[Path], object]]] = {
     ],
     "grpc-contents-overflow": [lambda _: decode_grpc(_int8_contents(), 1)],
     "config-not-utf8": [_config],
+    "http-datatype-not-string": [
+        lambda _: decode_http(
+            b'{"inputs":[{"name":"A","datatype":{},"shape":[1],"data":[1]}]}', None, "m", 1
+        ),
+    ],
+    "config-unknown-enum-value": [_config_enum],
     "zero-size-huge-shape": [
         lambda _: decode_grpc(_grpc_tensor("INT32", [0, HUGE, HUGE], b""), 1),
         lambda _: decode_grpc(_grpc_tensor("BYTES", [0, HUGE, HUGE], b""), 1),
