@@ -122,6 +122,13 @@ KNOWN_BUGS: list[KnownBug] = [
         "with a bare ValueError instead of an error naming the file, line and field",
     ),
     KnownBug(
+        "config-enum-out-of-range",
+        ("repository/config.py:parse_config_text",),
+        (ValueError,),
+        "found by fuzzing: 'data_type: 2147483648' (an enum number beyond int32) makes "
+        "protobuf's text parser raise ValueError, not ParseError: a bare ValueError on load",
+    ),
+    KnownBug(
         "zero-size-huge-shape",
         (
             "frontends/tensors.py:tensor_from_buffer",

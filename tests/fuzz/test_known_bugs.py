@@ -85,6 +85,9 @@ REPRODUCERS: dict[str, list[Callable[[Path], object]]] = {
         ),
     ],
     "config-unknown-enum-value": [_config_enum],
+    "config-enum-out-of-range": [
+        lambda path: parse_config_text("input { data_type: 2147483648 }", path / "config.pbtxt"),
+    ],
     "zero-size-huge-shape": [
         lambda _: decode_grpc(_grpc_tensor("INT32", [0, HUGE, HUGE], b""), 1),
         lambda _: decode_grpc(_grpc_tensor("BYTES", [0, HUGE, HUGE], b""), 1),
