@@ -20,7 +20,7 @@ from fuzz_targets import TARGETS  # noqa: E402
 pytestmark = pytest.mark.fuzz
 
 INPUTS = int(os.environ.get("FUZZ_SHORT_INPUTS", "5000"))  # per byte target
-EXAMPLES = int(os.environ.get("FUZZ_SHORT_EXAMPLES", "500"))  # per structured target
+EXAMPLES = int(os.environ.get("FUZZ_SHORT_EXAMPLES", "1000"))  # per structured target
 RAW = [name for name, target in TARGETS.items() if target.raw]
 STRUCTURED = [name for name, target in TARGETS.items() if not target.raw]
 
