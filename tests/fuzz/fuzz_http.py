@@ -16,12 +16,9 @@ from fuzz_harness import FuzzFailure, Target, byte_inputs, check_rejection
 
 from tritium.errors import ServerError
 from tritium.frontends.http.codec import decode_request
-from tritium.frontends.http.protocol import (
-    HttpProtocol,
-    HttpRequest,
-    HttpResponse,
-    HttpStreamResponse,
-)
+from tritium.frontends.http.limits import HttpLimits
+from tritium.frontends.http.messages import HttpRequest, HttpResponse, HttpStreamResponse
+from tritium.frontends.http.protocol import HttpProtocol
 from tritium.types import DataType
 
 BODY_LIMIT = 2048  # small, so that the size limit paths are reached
@@ -134,7 +131,7 @@ async def _settle(transport: FakeTransport) -> None:
 
 async def _drive(data: bytes) -> tuple[FakeTransport, Handler]:
     handler = Handler()
-    protocol = HttpProtocol(handler, BODY_LIMIT)
+    protocol = HttpProtocol(handler, HttpLimits(max_body=BODY_LIMIT))
     transport = FakeTransport()
     protocol.connection_made(transport)  # type: ignore[arg-type]
     for chunk in _chunks(data):
