@@ -101,34 +101,6 @@ KNOWN_BUGS: list[KnownBug] = [
         "issue 10 item 11: wrong-typed priority/timeout parameters answer 500, not 400",
     ),
     KnownBug(
-        "config-not-utf8",
-        ("repository/config.py:read_config",),
-        (UnicodeDecodeError,),
-        "found by fuzzing: a config.pbtxt that is not UTF-8 fails the load with a bare "
-        "UnicodeDecodeError instead of an error naming the file",
-    ),
-    KnownBug(
-        "http-datatype-not-string",
-        ("types.py:from_wire",),
-        (TypeError,),
-        "found by fuzzing: an HTTP input whose 'datatype' is an object or array raises "
-        "TypeError (unhashable) in DataType.from_wire: 500",
-    ),
-    KnownBug(
-        "config-unknown-enum-value",
-        ("repository/spec.py:_io_specs",),
-        (ValueError,),
-        "found by fuzzing: 'data_type: 64' (a number naming no enum value) fails the load "
-        "with a bare ValueError instead of an error naming the file, line and field",
-    ),
-    KnownBug(
-        "config-enum-out-of-range",
-        ("repository/config.py:parse_config_text",),
-        (ValueError,),
-        "found by fuzzing: 'data_type: 2147483648' (an enum number beyond int32) makes "
-        "protobuf's text parser raise ValueError, not ParseError: a bare ValueError on load",
-    ),
-    KnownBug(
         "zero-size-huge-shape",
         (
             "frontends/tensors.py:tensor_from_buffer",
