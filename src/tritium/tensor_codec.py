@@ -15,23 +15,99 @@ from .types import DataType
 _U32 = struct.Struct("<I")
 
 
+# Elements per step of a long decode: each numpy call or Python loop over one step is short, so
+# a decode on a worker thread lets the event loop take the GIL back within milliseconds.
+CHUNK = 1 << 16
+
+
 def deserialize_bytes(buf: bytes | bytearray | memoryview, name: str) -> list[bytes]:
     """Split Triton's BYTES format: each element is a u32 LE length, then the bytes."""
-    view = memoryview(buf)
-    out = []
-    pos, end = 0, len(view)
-    while pos < end:
-        if pos + 4 > end:
-            raise invalid_arg(f"incomplete string length for input '{name}'")
-        (n,) = _U32.unpack_from(view, pos)
-        pos += 4
-        if pos + n > end:
-            raise invalid_arg(
-                f"incomplete string data for input '{name}': expected {n} bytes, {end - pos} remain"
-            )
-        out.append(bytes(view[pos : pos + n]))
-        pos += n
+    return bytes_array(buf, name).tolist()
+
+
+def bytes_array(
+    buf: bytes | bytearray | memoryview, name: str, expected: int | None = None
+) -> np.ndarray:
+    """The elements of a BYTES buffer as a 1-D object array.
+
+    Elements of one length (a tensor of empty strings, fixed-width ids) are checked and split
+    with numpy over the length prefixes; other buffers are scanned in chunks of ``CHUNK``
+    elements. With ``expected``, a wrong element count is refused before the array is built,
+    and a scan stops as soon as the buffer holds more elements than that."""
+    view = memoryview(buf).cast("B") if isinstance(buf, memoryview) else memoryview(buf)
+    if len(view) == 0:
+        _elements_count(name, 0, expected)
+        return np.empty(0, dtype=object)
+    uniform = _uniform(view, name, expected)
+    return uniform if uniform is not None else _scan(view, name, expected)
+
+
+def _elements_count(name: str, count: int, expected: int | None, more: bool = False) -> None:
+    if expected is not None and (more or count != expected):
+        got = f"more than {expected}" if more else str(count)
+        raise invalid_arg(
+            f"input '{name}' got unexpected elements count {got}, expected {expected}"
+        )
+
+
+def _uniform(view: memoryview, name: str, expected: int | None) -> np.ndarray | None:
+    """Split a buffer whose elements all have the first element's length; None otherwise."""
+    end = len(view)
+    if end < 4:
+        return None
+    (length,) = _U32.unpack_from(view, 0)
+    stride = 4 + length
+    if end % stride:
+        return None
+    count = end // stride
+    prefixes = np.ndarray((count,), dtype="<u4", buffer=view, strides=(stride,))
+    for start in range(0, count, CHUNK):
+        if not (prefixes[start : start + CHUNK] == length).all():
+            return None
+    _elements_count(name, count, expected)
+    if length == 0:
+        return empty_strings(count)
+    out = np.empty(count, dtype=object)
+    for start in range(0, count, CHUNK):
+        stop = min(start + CHUNK, count)
+        first = start * stride + 4
+        out[start:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
     return out
+
+
+def empty_strings(count: int) -> np.ndarray:
+    """``count`` empty strings: one object seen ``count`` times through a read-only view (as
+    fixed-size inputs are read-only views of the request), so a tensor of millions of empty
+    strings costs neither memory nor a long allocation."""
+    return np.broadcast_to(np.array([b""], dtype=object), (count,))
+
+
+def _scan(view: memoryview, name: str, expected: int | None) -> np.ndarray:
+    """Elements of mixed lengths, one chunk of elements at a time."""
+    parts, pos, end, count = [], 0, len(view), 0
+    unpack = _U32.unpack_from
+    while pos < end:
+        items = []
+        for _ in range(CHUNK):
+            if pos + 4 > end:
+                raise invalid_arg(f"incomplete string length for input '{name}'")
+            (n,) = unpack(view, pos)
+            pos += 4
+            if pos + n > end:
+                raise invalid_arg(
+                    f"incomplete string data for input '{name}': expected {n} bytes, "
+                    f"{end - pos} remain"
+                )
+            items.append(bytes(view[pos : pos + n]))
+            pos += n
+            if pos == end:
+                break
+        count += len(items)
+        if expected is not None and count > expected:
+            _elements_count(name, count, expected, more=True)
+        parts.append(object_array(items, (len(items),)))
+    _elements_count(name, count, expected)
+    return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
 
 def serialize_bytes(array: np.ndarray) -> bytes:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from math import prod
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from ..errors import invalid_arg
-from ..tensor_codec import deserialize_bytes, object_array, raw_bytes, serialize_bytes
+from ..tensor_codec import bytes_array, deserialize_bytes, raw_bytes, serialize_bytes
 from ..types import DataType, ShmRef, Tensor
 
 __all__ = [
+    "OFFLOAD_BYTES",
+    "decode_off_loop",
     "shm_tensor",
     "deserialize_bytes",
     "serialize_bytes",
@@ -21,18 +25,29 @@ __all__ = [
 ]
 
 
+# Requests larger than this are decoded on a worker thread: their decode is cut into short steps
+# (see tensor_codec.CHUNK), so the event loop takes the GIL back between steps and keeps
+# answering every other client; smaller ones are decoded in place (a thread hop costs more).
+OFFLOAD_BYTES = 1 << 20
+
+_T = TypeVar("_T")
+
+
+async def decode_off_loop(size: int, decode: Callable[..., _T], *args: Any) -> _T:
+    """``decode(*args)``: in place for a small request, on a worker thread for a large one."""
+    if size <= OFFLOAD_BYTES:
+        return decode(*args)
+    return await asyncio.to_thread(decode, *args)
+
+
 def tensor_from_buffer(
     name: str, datatype: DataType, shape: tuple[int, ...], buf: bytes | memoryview, model: str
 ) -> Tensor:
     """A tensor over ``buf`` (zero-copy for fixed-size types); sizes are checked."""
     count = prod(shape)
     if datatype is DataType.BYTES:
-        items = deserialize_bytes(buf, name)
-        if len(items) != count:
-            raise invalid_arg(
-                f"input '{name}' got unexpected elements count {len(items)}, expected {count}"
-            )
-        return Tensor(name, datatype, shape, object_array(items, shape))
+        array = bytes_array(buf, name, count)
+        return Tensor(name, datatype, shape, array.reshape(shape))
     expected = count * datatype.size
     size = len(buf) if isinstance(buf, bytes) else buf.nbytes
     if size != expected:
@@ -78,3 +93,51 @@ def shm_tensor(
             "'shared_memory_byte_size'"
         ) from None
     return Tensor(name, datatype, shape, _NO_DATA, shm=ref)
+
+
+def numeric_array(values: Any, datatype: DataType, name: str) -> np.ndarray:
+    """``values`` (a list of numbers, or an array of them) as ``datatype``'s dtype.
+
+    Numbers are checked at full width first, so an integer out of the type's range (INT8
+    1000) and a fractional number for an integer type are refused with INVALID_ARG instead of
+    wrapping, truncating or surfacing numpy's OverflowError."""
+    target = datatype.dtype
+    if len(values) == 0:
+        return np.empty(0, dtype=target)
+    if not isinstance(values, np.ndarray) and target.kind in "iu":
+        try:  # int64 or uint64 when every value is an integer within 64 bits: checked below
+            array = np.asarray(values)
+        except (ValueError, OverflowError, TypeError):
+            array = np.asarray(values, dtype=object)
+        if array.dtype.kind in "iu":
+            return numeric_array(array, datatype, name)
+        if not all(type(v) is int for v in values):
+            raise _bad_data(name, datatype, "expected integers")
+        _check_range(min(values), max(values), datatype, name)
+        return np.array(values, dtype=target)
+    try:
+        array = values if isinstance(values, np.ndarray) else np.asarray(values)
+    except (ValueError, OverflowError, TypeError) as exc:
+        raise _bad_data(name, datatype, str(exc)) from None
+    kind = array.dtype.kind
+    if datatype is DataType.BOOL:
+        if kind != "b":
+            raise _bad_data(name, datatype, "expected booleans")
+        return array.astype(np.bool_, copy=False)
+    if kind not in "iuf" or (target.kind in "iu" and kind == "f"):
+        what = "integers" if target.kind in "iu" else "numbers"
+        raise _bad_data(name, datatype, f"expected {what}")
+    if target.kind in "iu" and array.size:
+        _check_range(array.min(), array.max(), datatype, name)
+    return array.astype(target, copy=False)
+
+
+def _check_range(low: Any, high: Any, datatype: DataType, name: str) -> None:
+    info = np.iinfo(datatype.dtype)
+    if low < info.min or high > info.max:
+        bad = low if low < info.min else high
+        raise _bad_data(name, datatype, f"value {bad} is out of range [{info.min}, {info.max}]")
+
+
+def _bad_data(name: str, datatype: DataType, why: str) -> Exception:
+    return invalid_arg(f"unable to parse 'data' for input '{name}' as {datatype.wire}: {why}")

@@ -5,12 +5,15 @@ from __future__ import annotations
 from math import prod
 from typing import Any
 
-import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg, unsupported
+from ...server import parse_version
+from ...tensor_codec import object_array
 from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..tensors import shm_tensor, tensor_bytes, tensor_from_buffer
+from ..parameters import set_reserved
+from ..tensors import numeric_array, shm_tensor, tensor_bytes, tensor_from_buffer
+from .wire import decode_contents, parse_request
 
 # Typed `contents` field for each datatype (FP16 and BF16 have none: raw bytes only).
 _CONTENTS_FIELD = {
@@ -34,14 +37,22 @@ def parameter_value(param: Any) -> Any:
     return None if which is None else getattr(param, which)
 
 
-def decode_request(msg: pb.ModelInferRequest, version: int) -> InferenceRequest:
+def decode_message(raw: bytes) -> tuple[pb.ModelInferRequest, InferenceRequest]:
+    """A ModelInferRequest's bytes, as grpcio hands them over (see ``wire``), decoded."""
+    msg, contents = parse_request(raw)
+    return msg, decode_request(msg, parse_version(msg.model_version), contents)
+
+
+def decode_request(
+    msg: pb.ModelInferRequest, version: int, contents: dict[int, memoryview] | None = None
+) -> InferenceRequest:
     model = msg.model_name
     request = InferenceRequest(model, version, msg.id)
     if msg.parameters:
         _parameters(request, msg.parameters)
     raw = msg.raw_input_contents
     used = 0  # raw_input_contents holds one entry per input that is not in shared memory
-    for inp in msg.inputs:
+    for index, inp in enumerate(msg.inputs):
         if "shared_memory_region" in inp.parameters:
             params = {k: parameter_value(v) for k, v in inp.parameters.items()}
             request.inputs.append(shm_tensor(inp.name, _datatype(inp), tuple(inp.shape), params))
@@ -49,7 +60,8 @@ def decode_request(msg: pb.ModelInferRequest, version: int) -> InferenceRequest:
             continue
         if raw and used >= len(raw):
             raise invalid_arg(f"expected more raw_input_contents for model '{model}'")
-        request.inputs.append(_input(inp, raw[used] if raw else None, model))
+        kept = contents.get(index) if contents else None
+        request.inputs.append(_input(inp, raw[used] if raw else None, model, kept))
         used += 1 if raw else 0
     if raw and used != len(raw):
         raise invalid_arg(f"expected {used} raw_input_contents for model '{model}', got {len(raw)}")
@@ -67,13 +79,7 @@ def _parameters(request: InferenceRequest, params: Any) -> None:
     custom = {}
     for key, param in params.items():
         value = parameter_value(param)
-        if key == "priority":
-            request.priority = int(value)
-        elif key == "sequence_id":
-            request.correlation_id = value
-        elif key == "timeout":
-            request.timeout_us = int(value)
-        elif key in ("sequence_start", "sequence_end", "headers"):
+        if key == "headers" or set_reserved(request, key, value):
             continue
         elif key.startswith("triton_"):
             if key != "triton_enable_empty_final_response":
@@ -95,11 +101,11 @@ def _datatype(inp: Any) -> DataType:
     return datatype
 
 
-def _input(inp: Any, raw: bytes | None, model: str) -> Tensor:
+def _input(inp: Any, raw: bytes | None, model: str, kept: memoryview | None) -> Tensor:
     name = inp.name
     datatype = _datatype(inp)
     shape = tuple(inp.shape)
-    has_contents = inp.HasField("contents")
+    has_contents = kept is not None or inp.HasField("contents")
     if raw is not None:
         if has_contents:
             raise invalid_arg(
@@ -113,17 +119,19 @@ def _input(inp: Any, raw: bytes | None, model: str) -> Tensor:
             f"{datatype.wire} input '{name}' must be sent in raw_input_contents: the typed "
             "contents fields cannot carry it"
         )
-    values = getattr(inp.contents, field)
     count = prod(shape)
+    if kept is not None:
+        values: Any = decode_contents(kept, field, count)
+    else:
+        values = getattr(inp.contents, field)
     if len(values) != count:
         raise invalid_arg(
             f"input '{name}' got unexpected elements count {len(values)}, expected {count}"
         )
     if datatype is DataType.BYTES:
-        array = np.empty(count, dtype=object)
-        array[:] = list(values)
+        array = values if kept is not None else object_array(list(values), (count,))
     else:
-        array = np.array(values, dtype=datatype.dtype)
+        array = numeric_array(values if kept is not None else list(values), datatype, name)
     return Tensor(name, datatype, shape, array.reshape(shape))
 
 

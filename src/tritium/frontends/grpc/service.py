@@ -19,9 +19,10 @@ from tritonclient.grpc import service_pb2_grpc
 from ...access import AccessControl
 from ...errors import ServerError
 from ...options import ServerOptions
-from ...server import InferenceServer, parse_version
+from ...server import InferenceServer
+from ..tensors import decode_off_loop
 from .access import AccessInterceptor
-from .codec import decode_request, encode_response
+from .codec import decode_message, encode_response
 from .errors import CODE
 from .stream import model_stream_infer
 
@@ -174,9 +175,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
             models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
         )
 
-    async def ModelInfer(self, request: Any, context: Any) -> pb.ModelInferResponse:
+    async def ModelInfer(self, request: bytes, context: Any) -> pb.ModelInferResponse:
         try:
-            inference = decode_request(request, parse_version(request.model_version))
+            _, inference = await decode_off_loop(len(request), decode_message, request)
             response = await self._server.infer(inference, _DECOUPLED)
             return encode_response(response)
         except ServerError as exc:
@@ -245,6 +246,34 @@ def channel_options(options: ServerOptions) -> list[tuple[str, int]]:
     return result
 
 
+_SERVICE = "inference.GRPCInferenceService"
+_RAW_REQUESTS = ("ModelInfer", "ModelStreamInfer")
+_MAKERS = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def _inference_handlers(servicer: InferenceService) -> dict[str, grpc.RpcMethodHandler]:
+    """The generated service's handlers, except that ModelInfer and ModelStreamInfer get their
+    request bytes undecoded: ``wire`` parses them, so a message protobuf refuses is answered
+    INVALID_ARGUMENT with a clear message (grpcio answers UNKNOWN "Unexpected <class
+    DecodeError>") and a large one is parsed in short steps off the event loop."""
+    handlers = {}
+    for method in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods:
+        request = getattr(pb, method.input_type.name)
+        response = getattr(pb, method.output_type.name)
+        make = _MAKERS[method.client_streaming, method.server_streaming]
+        handlers[method.name] = make(
+            getattr(servicer, method.name),
+            request_deserializer=None if method.name in _RAW_REQUESTS else request.FromString,
+            response_serializer=response.SerializeToString,
+        )
+    return handlers
+
+
 def build_grpc_server(
     server: InferenceServer, access: AccessControl | None = None
 ) -> grpc.aio.Server:
@@ -254,8 +283,9 @@ def build_grpc_server(
     grpc_server = grpc.aio.server(
         options=channel_options(server.options), interceptors=interceptors
     )
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        InferenceService(server), grpc_server
-    )
+    handlers = _inference_handlers(InferenceService(server))
+    generic = grpc.method_handlers_generic_handler(_SERVICE, handlers)
+    grpc_server.add_generic_rpc_handlers((generic,))
+    grpc_server.add_registered_method_handlers(_SERVICE, handlers)
     health_pb2_grpc.add_HealthServicer_to_server(HealthService(server), grpc_server)
     return grpc_server

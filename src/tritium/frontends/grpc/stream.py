@@ -26,7 +26,9 @@ from tritonclient.grpc import service_pb2 as pb
 from ...errors import ErrorKind, ServerError
 from ...server import InferenceServer, parse_version
 from ...types import InferenceRequest, InferenceResponse
+from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
+from .wire import parse_request
 from .errors import CODE
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
@@ -89,26 +91,34 @@ class StreamSession:
         self._closed = False
 
     # -- reading -----------------------------------------------------------------------------
-    async def read(self, requests: AsyncIterator[pb.ModelInferRequest]) -> None:
+    async def read(self, requests: AsyncIterator[bytes | pb.ModelInferRequest]) -> None:
+        """grpcio hands the messages over as bytes (see service); an in-process caller may
+        pass parsed messages."""
         try:
-            async for message in requests:
+            async for item in requests:
+                raw = item if isinstance(item, bytes) else item.SerializeToString()
                 await self._slots.acquire()
                 if self._closed:
                     return
-                self._start(message)
+                message, request = await decode_off_loop(len(raw), _decode, raw)
+                self._start(message, request)
         except Exception as exc:  # the writer ends the stream with it
             self._out.put_nowait(exc)
             return
         self._out.put_nowait(_END)
 
-    def _start(self, message: pb.ModelInferRequest) -> None:
+    def _start(
+        self, message: pb.ModelInferRequest | None, request: InferenceRequest | ServerError
+    ) -> None:
         self._outstanding += 1
         try:
-            request = decode_request(message, parse_version(message.model_version))
+            if isinstance(request, ServerError):
+                raise request
             decoupled = self._server.is_decoupled(request.model_name, request.model_version)
         except ServerError as exc:
-            self._ordered_error(exc, message.id)
+            self._ordered_error(exc, message.id if message is not None else "")
             return
+        assert message is not None
         empty_final = False
         if _EMPTY_FINAL in message.parameters:
             empty_final = bool(parameter_value(message.parameters[_EMPTY_FINAL]))
@@ -201,6 +211,19 @@ class StreamSession:
         for request in self._active:
             request.cancel()
         self._active.clear()
+
+
+def _decode(raw: bytes) -> tuple[pb.ModelInferRequest | None, InferenceRequest | ServerError]:
+    """A stream message, decoded; a refused one gives its error (and the message when it
+    parsed, so that the error answer carries its id)."""
+    try:
+        message, contents = parse_request(raw)
+    except ServerError as exc:
+        return None, exc
+    try:
+        return message, decode_request(message, parse_version(message.model_version), contents)
+    except ServerError as exc:
+        return message, exc
 
 
 def _version(request: InferenceRequest) -> str:

@@ -15,6 +15,7 @@ from ...access import AccessControl
 from ...errors import invalid_arg
 from ...server import InferenceServer
 from .access import HttpGuard
+from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response
 from .errors import render_error
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
@@ -203,7 +204,9 @@ class HttpApp:
                 header_length = int(header)
             except ValueError:
                 raise invalid_arg("Inference-Header-Content-Length must be an integer") from None
-        inference, plan = decode_request(request.body, header_length, name, _version(version))
+        inference, plan = await decode_off_loop(
+            len(request.body), decode_request, request.body, header_length, name, _version(version)
+        )
         response = await self.server.infer(inference, _DECOUPLED)
         head, parts, json_length = encode_response(response, plan)
         if json_length < 0:

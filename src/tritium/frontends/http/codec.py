@@ -11,9 +11,17 @@ import orjson
 
 from ...errors import invalid_arg, unsupported
 from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..tensors import parse_shape, shm_tensor, tensor_bytes, tensor_from_buffer
+from ..parameters import set_reserved
+from ..tensors import (
+    OFFLOAD_BYTES,
+    numeric_array,
+    parse_shape,
+    shm_tensor,
+    tensor_bytes,
+    tensor_from_buffer,
+)
+from .json_data import SKELETON_MAX, Span, flatten, span_values, split_document
 
-_RESERVED = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 _NUMPY_JSON = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
 
 
@@ -40,12 +48,7 @@ def decode_request(
                 f"inference header size should be in range (0, {len(body)}), got: {header_length}"
             )
         json_part, binary = body[:header_length], memoryview(body)[header_length:]
-    try:
-        doc = orjson.loads(json_part)
-    except orjson.JSONDecodeError as exc:
-        raise _json_error(exc) from None
-    if not isinstance(doc, dict):
-        raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
+    doc, spans = _parse_json(json_part)
     request = InferenceRequest(model, version)
     plan = OutputPlan()
     rid = doc.get("id")
@@ -59,11 +62,13 @@ def decode_request(
         raise invalid_arg("failed to parse the request JSON buffer: 'inputs' must be an array")
     offset = 0
     for item in inputs:
-        tensor, used = _input(item, binary, offset, model)
+        tensor, used = _input(item, binary, offset, model, spans)
         offset += used
         if tensor.shm is not None:
             request.uses_shm = True
         request.inputs.append(tensor)
+    if spans:  # a large "data" array that is no input's data (a parameter's, say)
+        raise invalid_arg("failed to parse the request JSON buffer: 'data' outside an input")
     if offset != len(binary):
         raise invalid_arg(
             f"unexpected additional input data for model '{model}': {len(binary) - offset} "
@@ -73,6 +78,25 @@ def decode_request(
     if outputs:
         _requested_outputs(request, outputs, plan)
     return request, plan
+
+
+def _parse_json(json_part: bytes) -> tuple[dict[str, Any], dict[str, Span]]:
+    """The JSON object; a large one without its inputs' ``data`` arrays (see json_data)."""
+    spans: dict[str, Span] = {}
+    if len(json_part) > OFFLOAD_BYTES:
+        json_part, spans = split_document(bytes(json_part))
+        if len(json_part) > SKELETON_MAX:
+            raise invalid_arg(
+                f"failed to parse the request JSON buffer: {len(json_part)} bytes of JSON besides "
+                f"the inputs' 'data' arrays; at most {SKELETON_MAX} are accepted"
+            )
+    try:
+        doc = orjson.loads(json_part)
+    except orjson.JSONDecodeError as exc:
+        raise _json_error(exc) from None
+    if not isinstance(doc, dict):
+        raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
+    return doc, spans
 
 
 def _request_parameters(request: InferenceRequest, params: Any, plan: OutputPlan) -> None:
@@ -87,18 +111,14 @@ def _request_parameters(request: InferenceRequest, params: Any, plan: OutputPlan
                 f"parameter keys starting with 'triton_' are reserved for Triton usage and "
                 f"should not be specified: '{key}'"
             )
-        elif key == "priority":
-            request.priority = int(value)
-        elif key == "timeout":
-            request.timeout_us = int(value)
-        elif key == "sequence_id":
-            request.correlation_id = value
-        elif key not in _RESERVED:
+        elif not set_reserved(request, key, value):
             custom[key] = value
     request.parameters = custom
 
 
-def _input(item: Any, binary: memoryview, offset: int, model: str) -> tuple[Tensor, int]:
+def _input(
+    item: Any, binary: memoryview, offset: int, model: str, spans: dict[str, Span]
+) -> tuple[Tensor, int]:
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise invalid_arg("failed to parse the request JSON buffer: each input needs a 'name'")
     name = item["name"]
@@ -127,55 +147,58 @@ def _input(item: Any, binary: memoryview, offset: int, model: str) -> tuple[Tens
         raise invalid_arg(
             f"input '{name}' must specify 'data', 'binary_data_size' or 'shared_memory_region'"
         )
-    return _json_tensor(name, datatype, shape, item["data"]), 0
-
-
-def _flatten(data: Any) -> list[Any]:
-    if not isinstance(data, list):
-        return [data]
-    if data and isinstance(data[0], list):
-        out: list[Any] = []
-        for sub in data:
-            out.extend(_flatten(sub))
-        return out
-    return data
+    data = item["data"]
+    if isinstance(data, str) and data in spans:
+        span = spans.pop(data)
+        convert = lambda flat, text: _json_array(name, datatype, flat, text)  # noqa: E731
+        array = span_values(span, convert, prod(shape), datatype.dtype, name)
+        return Tensor(name, datatype, shape, array.reshape(shape)), 0
+    return _json_tensor(name, datatype, shape, data), 0
 
 
 def _json_tensor(name: str, datatype: DataType, shape: tuple[int, ...], data: Any) -> Tensor:
-    if datatype in (DataType.FP16, DataType.BF16):
-        raise invalid_arg(
-            f"receiving {datatype.wire} data via JSON is not supported. Please use the binary "
-            f"data format for input '{name}'"
-        )
-    flat = _flatten(data)
+    flat = flatten(data)
     count = prod(shape)
     if len(flat) != count:
         raise invalid_arg(
             f"input '{name}' got unexpected elements count {len(flat)}, expected {count}"
         )
-    try:
-        if datatype is DataType.BYTES:
-            array = np.empty(count, dtype=object)
-            array[:] = [
-                v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat
-            ]
-        elif datatype is DataType.BOOL:
-            if not all(isinstance(v, bool) for v in flat):
-                raise ValueError("expected booleans")
-            array = np.array(flat, dtype=np.bool_)
-        else:
-            if any(isinstance(v, (bool, str, list, dict)) or v is None for v in flat):
-                raise ValueError("expected numbers")
-            array = np.array(flat, dtype=datatype.dtype)
-    except (ValueError, OverflowError, TypeError) as exc:
+    return Tensor(name, datatype, shape, _json_array(name, datatype, flat).reshape(shape))
+
+
+def _json_array(
+    name: str, datatype: DataType, flat: list[Any], text: bytes | None = None
+) -> np.ndarray:
+    """``flat`` as ``datatype``; ``text`` (the JSON of a large array's piece) tells whether it
+    holds booleans faster than looking at each value."""
+    if datatype in (DataType.FP16, DataType.BF16):
         raise invalid_arg(
-            f"unable to parse 'data' for input '{name}' as {datatype.wire}: {exc}"
-        ) from None
-    return Tensor(name, datatype, shape, array.reshape(shape))
+            f"receiving {datatype.wire} data via JSON is not supported. Please use the binary "
+            f"data format for input '{name}'"
+        )
+    if datatype is DataType.BYTES:
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [v.encode("utf-8") if isinstance(v, str) else _not_string(name, v) for v in flat]
+    elif datatype is not DataType.BOOL and _has_bool(flat, text):
+        raise invalid_arg(
+            f"unable to parse 'data' for input '{name}' as {datatype.wire}: expected numbers"
+        )
+    else:
+        array = numeric_array(flat, datatype, name)
+    return array
+
+
+def _has_bool(flat: list[Any], text: bytes | None) -> bool:
+    if text is not None:  # a string holding "true" is refused as a string anyway
+        return b"true" in text or b"false" in text
+    return any(isinstance(v, bool) for v in flat)
 
 
 def _not_string(name: str, value: Any) -> bytes:
-    raise ValueError(f"expected strings for BYTES input '{name}', got {type(value).__name__}")
+    raise invalid_arg(
+        f"unable to parse 'data' for input '{name}' as BYTES: expected strings, "
+        f"got {type(value).__name__}"
+    )
 
 
 def _requested_outputs(request: InferenceRequest, outputs: Any, plan: OutputPlan) -> None:

@@ -21,8 +21,9 @@ import orjson
 from ...errors import ServerError, invalid_arg
 from ...server import InferenceServer, parse_version
 from ...types import DataType, InferenceRequest, InferenceResponse, Tensor
+from ..parameters import set_reserved
+from ..tensors import numeric_array
 
-_RESERVED = ("sequence_id", "sequence_start", "sequence_end", "priority", "timeout")
 
 
 def build_request(
@@ -51,7 +52,7 @@ def build_request(
                 f"parameter keys starting with 'triton_' are reserved for Triton usage and "
                 f"should not be specified: '{key}'"
             )
-        elif key not in _RESERVED:
+        elif not set_reserved(request, key, value):
             custom[key] = value
     request.parameters = custom
     return request
@@ -72,16 +73,24 @@ def _tensor(meta: dict[str, Any], value: Any) -> Tensor:
         raise invalid_arg(
             f"unable to fit {len(flat)} value(s) of '{name}' into its shape {meta['shape']}"
         )
-    try:
-        if datatype is DataType.BYTES:
-            array = np.empty(len(flat), dtype=object)
-            array[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in flat]
-        else:
-            array = np.array(flat, dtype=datatype.dtype)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise invalid_arg(f"unable to convert '{name}' to {datatype.wire}: {exc}") from None
+    if datatype is DataType.BYTES:
+        array = np.empty(len(flat), dtype=object)
+        array[:] = [_bytes(name, v) for v in flat]
+    elif datatype is not DataType.BOOL and any(isinstance(v, bool) for v in flat):
+        raise invalid_arg(f"unable to convert '{name}' to {datatype.wire}: expected numbers")
+    else:
+        array = numeric_array(flat, datatype, name)
     shape = tuple(dims)
     return Tensor(name, datatype, shape, array.reshape(shape))
+
+
+def _bytes(name: str, value: Any) -> bytes:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    raise invalid_arg(
+        f"unable to parse 'data' for input '{name}' as BYTES: expected strings, "
+        f"got {type(value).__name__}"
+    )
 
 
 def response_json(response: InferenceResponse) -> dict[str, Any]:

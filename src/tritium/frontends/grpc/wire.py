@@ -1,0 +1,238 @@
+"""ModelInferRequest bytes → message, in short steps.
+
+grpcio hands ModelInfer and ModelStreamInfer their request bytes undecoded, so that a message
+protobuf refuses (a string field that is not UTF-8) is answered INVALID_ARGUMENT with a clear
+message, and so that a large message is parsed without one long protobuf call holding the
+GIL: 48 MiB of empty strings in ``bytes_contents`` take upb about a second. A large message is
+cut at its top-level field boundaries into pieces merged one at a time (protobuf's merge of
+concatenated pieces is the parse of the whole); the typed ``contents`` of a large input are
+kept aside as bytes and decoded by ``decode_contents`` chunk by chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2 as pb
+
+from ...errors import invalid_arg
+from ...tensor_codec import CHUNK, empty_strings, object_array
+
+PIECE = 1 << 20  # bytes merged by one protobuf call
+_INPUTS = 5  # ModelInferRequest.inputs
+_CONTENTS = 5  # InferInputTensor.contents
+_BYTES_CONTENTS = 8  # InferTensorContents.bytes_contents
+
+
+def _malformed(kind: str, why: str, hint: bool = False) -> Exception:
+    """protobuf's DecodeError says only which message failed: ``hint`` names the usual cause."""
+    utf8 = " (string fields such as model_name, id and names must be valid UTF-8)" if hint else ""
+    return invalid_arg(f"unable to parse the {kind} message: {why}{utf8}")
+
+
+def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while shift < 64:
+        if pos >= len(buf):
+            raise _malformed("ModelInferRequest", "truncated varint")
+        byte = buf[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    raise _malformed("ModelInferRequest", "varint too long")
+
+
+def _fields(buf: memoryview) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, start of the field, start of its payload, end)."""
+    pos, end = 0, len(buf)
+    while pos < end:
+        start = pos
+        key, pos = _varint(buf, pos)
+        wire = key & 7
+        if wire == 0:
+            _, pos = _varint(buf, pos)
+            body = start
+        elif wire in (1, 5):
+            body = pos
+            pos += 8 if wire == 1 else 4
+        elif wire == 2:
+            size, body = _varint(buf, pos)
+            pos = body + size
+        else:
+            raise _malformed("ModelInferRequest", f"unsupported wire type {wire}")
+        if pos > end:
+            raise _malformed("ModelInferRequest", "truncated field")
+        yield key >> 3, wire, start, body, pos
+
+
+def _key(number: int, size: int) -> bytes:
+    out = bytearray()
+    for value in (number << 3 | 2, size):
+        while value >= 0x80:
+            out.append(value & 0x7F | 0x80)
+            value >>= 7
+        out.append(value)
+    return bytes(out)
+
+
+def parse_request(raw: bytes) -> tuple[pb.ModelInferRequest, dict[int, memoryview]]:
+    """The message, and the ``contents`` bytes of its large inputs by input index."""
+    message = pb.ModelInferRequest()
+    try:
+        if len(raw) <= PIECE:
+            message.MergeFromString(raw)
+            return message, {}
+        return message, _merge_pieces(message, memoryview(raw))
+    except DecodeError as exc:
+        raise _malformed("ModelInferRequest", str(exc), hint=True) from None
+
+
+def _merge_pieces(message: pb.ModelInferRequest, view: memoryview) -> dict[int, memoryview]:
+    contents: dict[int, memoryview] = {}
+    piece: list[bytes | memoryview] = []
+    size = index = 0
+    for number, wire, start, body, end in _fields(view):
+        field: bytes | memoryview = view[start:end]
+        if number == _INPUTS and wire == 2:
+            if end - body > PIECE:
+                field = _strip_contents(view[body:end], index, contents)
+            index += 1
+        piece.append(field)
+        size += len(field)
+        if size >= PIECE:
+            message.MergeFromString(b"".join(piece))
+            piece, size = [], 0
+    message.MergeFromString(b"".join(piece))
+    return contents
+
+
+def _strip_contents(tensor: memoryview, index: int, contents: dict[int, memoryview]) -> bytes:
+    """The input field without its ``contents`` (kept in ``contents[index]``)."""
+    kept: list[bytes | memoryview] = []
+    for number, wire, start, body, end in _fields(tensor):
+        if number == _CONTENTS and wire == 2:
+            contents[index] = tensor[body:end]  # a later one replaces it, as protobuf merges
+        else:
+            kept.append(tensor[start:end])
+    rest = b"".join(kept)
+    return _key(_INPUTS, len(rest)) + rest
+
+
+_FIXED = {"fp32_contents": 4, "fp64_contents": 8}  # the others are varints
+_DTYPES = {  # each field's own width, so chunks concatenate without changing type
+    "bool_contents": np.bool_,
+    "int_contents": np.int64,
+    "int64_contents": np.int64,
+    "uint_contents": np.uint64,
+    "uint64_contents": np.uint64,
+    "fp32_contents": np.float32,
+    "fp64_contents": np.float64,
+}
+
+
+def decode_contents(view: memoryview, field: str, count: int) -> np.ndarray:
+    """The values of ``field`` (an InferTensorContents field name) in ``view``, flat; stops
+    early once there are more than ``count``."""
+    number = pb.InferTensorContents.DESCRIPTOR.fields_by_name[field].number
+    if number == _BYTES_CONTENTS:
+        array = _uniform_bytes(view, count)
+        return array if array is not None else _bytes_fields(view, count)
+    chunks: list[np.ndarray] = []
+    pending: list[memoryview] = []  # small fields, merged by one protobuf call per PIECE
+    size = total = 0
+    for key, wire, start, body, end in _fields(view):
+        if key != number:
+            continue
+        if wire == 2 and end - body > PIECE:
+            total += _flush(pending, field, chunks)
+            for piece in _packed_pieces(view[body:end], number, _FIXED.get(field, 0)):
+                total += _convert(piece, field, chunks)
+        else:
+            pending.append(view[start:end])
+            size += end - start
+        if size >= PIECE:
+            total += _flush(pending, field, chunks)
+        size = 0 if not pending else size
+        if total > count:
+            break
+    _flush(pending, field, chunks)
+    return np.concatenate(chunks) if chunks else np.empty(0, dtype=_DTYPES[field])
+
+
+def _flush(pending: list[memoryview], field: str, chunks: list[np.ndarray]) -> int:
+    if not pending:
+        return 0
+    count = _convert(b"".join(pending), field, chunks)
+    pending.clear()
+    return count
+
+
+def _convert(piece: bytes, field: str, chunks: list[np.ndarray]) -> int:
+    try:
+        values = getattr(pb.InferTensorContents.FromString(piece), field)
+    except DecodeError as exc:
+        raise _malformed("InferTensorContents", str(exc), hint=True) from None
+    dtype = _DTYPES[field]
+    step = range(0, len(values), CHUNK)
+    chunks.extend(np.asarray(values[i : i + CHUNK], dtype=dtype) for i in step)
+    return len(values)
+
+
+def _packed_pieces(payload: memoryview, number: int, fixed: int) -> Iterator[bytes]:
+    """A packed field of many values as packed fields of at most ``PIECE`` bytes each."""
+    pos, end = 0, len(payload)
+    while pos < end:
+        stop = min(pos + max(PIECE, 10), end)  # a varint takes 10 bytes at most
+        if stop < end and fixed:
+            stop -= (stop - pos) % fixed
+        elif stop < end:  # after the last byte that ends a varint
+            ends = np.flatnonzero(np.frombuffer(payload[pos:stop], dtype=np.uint8) < 0x80)
+            if not ends.size:
+                raise _malformed("InferTensorContents", "varint too long")
+            stop = pos + int(ends[-1]) + 1
+        yield _key(number, stop - pos) + bytes(payload[pos:stop])
+        pos = stop
+
+
+def _uniform_bytes(view: memoryview, count: int) -> np.ndarray | None:
+    """``count`` bytes_contents of one length < 128 (tag, one-byte length, data), or None."""
+    if count == 0 or len(view) % count:
+        return None
+    stride = len(view) // count
+    length = stride - 2
+    if not 0 <= length < 0x80:
+        return None
+    rows = np.frombuffer(view, dtype=np.uint8).reshape(count, stride)
+    for i in range(0, count, CHUNK):
+        head = rows[i : i + CHUNK, :2]
+        if not ((head[:, 0] == _BYTES_CONTENTS << 3 | 2).all() and (head[:, 1] == length).all()):
+            return None
+    if length == 0:
+        return empty_strings(count)
+    out = np.empty(count, dtype=object)
+    for i in range(0, count, CHUNK):
+        stop = min(i + CHUNK, count)
+        first = i * stride + 2
+        out[i:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
+    return out
+
+
+def _bytes_fields(view: memoryview, count: int) -> np.ndarray:
+    """bytes_contents of mixed lengths, one field at a time (chunks of ``CHUNK``)."""
+    parts, items, total = [], [], 0
+    for key, wire, _start, body, end in _fields(view):
+        if key != _BYTES_CONTENTS or wire != 2:
+            continue
+        items.append(bytes(view[body:end]))
+        if len(items) == CHUNK:
+            parts.append(object_array(items, (len(items),)))
+            total += CHUNK
+            items = []
+            if total > count:
+                break
+    parts.append(object_array(items, (len(items),)))
+    return np.concatenate(parts)

@@ -1,0 +1,232 @@
+"""The short-step decoders of large requests give exactly what the one-call decoders give
+(tritium.tensor_codec.bytes_array, frontends.http.json_data, frontends.grpc.wire), with their
+thresholds made tiny so every path is taken; and the shared parameter and value rules."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+
+from tritium import tensor_codec
+from tritium.errors import ErrorKind, ServerError
+from tritium.frontends import parameters
+from tritium.frontends.grpc import codec as grpc_codec
+from tritium.frontends.grpc import wire
+from tritium.frontends.http import codec as http_codec
+from tritium.frontends.http import json_data
+from tritium.frontends.tensors import numeric_array
+from tritium.types import DataType, InferenceRequest
+
+
+def _invalid(call, *phrases: str) -> ServerError:
+    with pytest.raises(ServerError) as info:
+        call()
+    assert info.value.kind is ErrorKind.INVALID_ARG, info.value
+    for phrase in phrases:
+        assert phrase in info.value.message, info.value.message
+    return info.value
+
+
+def _wire(values: list[bytes]) -> bytes:
+    return b"".join(len(v).to_bytes(4, "little") + v for v in values)
+
+
+# ------------------------------------------------------------------------------ BYTES
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[b""] * 10, [b"ab\x00"] * 7, [b"a", b"bc", b"", b"d\x00"] * 5, [b"\xff" * 300, b"x"]],
+)
+def test_bytes_array_in_small_chunks(monkeypatch: pytest.MonkeyPatch, values: list[bytes]) -> None:
+    monkeypatch.setattr(tensor_codec, "CHUNK", 3)
+    array = tensor_codec.bytes_array(_wire(values), "x", len(values))
+    assert array.dtype == object and array.tolist() == values
+
+
+def test_bytes_array_refuses_a_wrong_count_before_building() -> None:
+    _invalid(lambda: tensor_codec.bytes_array(bytes(4 * 1000), "IN", 16), "'IN'", "1000")
+    _invalid(lambda: tensor_codec.bytes_array(_wire([b"a", b"bc"] * 9), "IN", 4), "more than 4")
+    _invalid(lambda: tensor_codec.bytes_array(b"\x05\x00\x00\x00ab", "IN"), "incomplete")
+
+
+# ------------------------------------------------------------------------------ JSON
+
+
+def _decode(body: bytes):
+    try:
+        request, _ = http_codec.decode_request(body, None, "m", 1)
+    except ServerError as exc:
+        assert exc.kind is ErrorKind.INVALID_ARG, exc
+        return "refused"
+    return [(t.name, t.datatype, t.shape, t.data.tolist()) for t in request.inputs]
+
+
+def _random_bodies(count: int) -> list[bytes]:
+    rng = random.Random(7)
+    texts = ["a", "", 'x"y', "b\\", "[],", '\\"', '"data": [1]', "\u00e9"]
+    bodies = []
+    for _ in range(count):
+        n = rng.randint(0, 30)
+        kind = rng.choice(["INT32", "FP32", "BYTES", "BOOL", "INT8", "UINT64"])
+        if kind == "BYTES":
+            values: list = [rng.choice(texts) for _ in range(n)]
+        elif kind == "BOOL":
+            values = [rng.random() < 0.5 for _ in range(n)]
+        elif kind == "FP32":
+            values = [rng.random() * 100 for _ in range(n)]
+        else:
+            values = [rng.randint(-200, 200) for _ in range(n)]
+        data = [values[i : i + 2] for i in range(0, n, 2)] if n % 2 == 0 and n else values
+        doc = {"id": rng.choice(texts), "inputs": [{"name": "I", "datatype": kind, "shape": [n]}]}
+        doc["inputs"][0]["data"] = data
+        text = json.dumps(doc, separators=rng.choice([(",", ":"), (", ", ": ")]))
+        if rng.random() < 0.3:  # damage one character
+            pos = rng.randrange(len(text))
+            text = text[:pos] + rng.choice([",", "]", "[", '"', " ", "\\", "1"]) + text[pos + 1 :]
+        bodies.append(text.encode())
+    return bodies
+
+
+def test_json_large_path_matches_small_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    bodies = _random_bodies(250)
+    expected = [_decode(body) for body in bodies]
+    assert 0 < expected.count("refused") < len(bodies)
+    monkeypatch.setattr(http_codec, "OFFLOAD_BYTES", 0)
+    monkeypatch.setattr(json_data, "SPAN_MIN", 0)
+    for window in (1, 2, 3, 7, 64):
+        monkeypatch.setattr(json_data, "WINDOW", window)
+        for body, want in zip(bodies, expected, strict=True):
+            assert _decode(body) == want, (window, body)
+
+
+def test_json_large_path_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_codec, "OFFLOAD_BYTES", 0)
+    monkeypatch.setattr(json_data, "SPAN_MIN", 0)
+    monkeypatch.setattr(json_data, "WINDOW", 4)
+
+    def body(data: str, shape: int = 3, extra: str = "") -> bytes:
+        doc = '{"inputs":[{"name":"I","datatype":"INT8","shape":[%d],"data":%s}]%s}'
+        return (doc % (shape, data, extra)).encode()
+
+    decode = http_codec.decode_request
+    _invalid(lambda: decode(body("[1,1000,2]"), None, "m", 1), "out of range")
+    _invalid(lambda: decode(body("[1,2.5,2]"), None, "m", 1), "expected integers")
+    _invalid(lambda: decode(body("[1,true,2]"), None, "m", 1), "expected numbers")
+    _invalid(lambda: decode(body("[1,,2]"), None, "m", 1), "'I'")
+    _invalid(lambda: decode(body("[1,2,]"), None, "m", 1), "'I'")
+    _invalid(lambda: decode(body("[1,2,3]", 10**12), None, "m", 1), "elements count")
+    _invalid(lambda: decode(body("[1,2,3]", 2), None, "m", 1), "elements count")
+    extra = ',"parameters":{"data":[1,2,3]}'
+    _invalid(lambda: decode(body("[1,2,3]", 3, extra), None, "m", 1), "'data' outside")
+
+
+# ------------------------------------------------------------------------------ gRPC
+
+
+def _grpc_message(datatype: str, field: str, values: list) -> pb.ModelInferRequest:
+    message = pb.ModelInferRequest(model_name="m", id="r")
+    message.parameters["priority"].uint64_param = 2
+    tensor = message.inputs.add(name="IN", datatype=datatype, shape=[len(values)])
+    getattr(tensor.contents, field).extend(values)
+    message.inputs.add(name="RAW", datatype="INT32", shape=[2])
+    message.outputs.add(name="OUT")
+    return message
+
+
+GRPC_CASES = [
+    ("INT8", "int_contents", [1, -128, 127, 0] * 9),
+    ("UINT64", "uint64_contents", [0, 2**64 - 1, 300] * 9),
+    ("INT64", "int64_contents", [-(2**63), 2**63 - 1] * 9),
+    ("FP32", "fp32_contents", [1.5, -0.25, 3.0] * 9),
+    ("FP64", "fp64_contents", [1e300, -2.5] * 9),
+    ("BOOL", "bool_contents", [True, False, True] * 9),
+    ("BYTES", "bytes_contents", [b"", b"a", b"bcd"] * 9),
+    ("BYTES", "bytes_contents", [b""] * 30),
+    ("BYTES", "bytes_contents", [b"xy"] * 30),
+]
+
+
+@pytest.mark.parametrize(("datatype", "field", "values"), GRPC_CASES)
+def test_grpc_pieces_match_one_parse(
+    monkeypatch: pytest.MonkeyPatch, datatype: str, field: str, values: list
+) -> None:
+    message = _grpc_message(datatype, field, values)
+    message.inputs[1].contents.int_contents.extend([5, 6])
+    raw = message.SerializeToString()
+    want = grpc_codec.decode_request(pb.ModelInferRequest.FromString(raw), -1)
+    monkeypatch.setattr(wire, "PIECE", 5)
+    monkeypatch.setattr(tensor_codec, "CHUNK", 4)
+    monkeypatch.setattr(wire, "CHUNK", 4)
+    parsed, got = grpc_codec.decode_message(raw)
+    assert parsed.id == "r" and got.priority == 2
+    assert [t.name for t in got.inputs] == ["IN", "RAW"]
+    for a, b in zip(got.inputs, want.inputs, strict=True):
+        assert a.datatype is b.datatype and a.shape == b.shape
+        assert a.data.dtype == b.data.dtype and a.data.tolist() == b.data.tolist()
+
+
+def test_grpc_invalid_utf8_and_out_of_range() -> None:
+    raw = pb.ModelInferRequest(model_name="\x01").SerializeToString().replace(b"\x01", b"\xff")
+    _invalid(lambda: grpc_codec.decode_message(raw), "UTF-8")
+    _invalid(lambda: grpc_codec.decode_message(b"\x0a\xff"), "ModelInferRequest")
+    bad = _grpc_message("INT8", "int_contents", [1000]).SerializeToString()
+    _invalid(lambda: grpc_codec.decode_message(bad), "out of range")
+
+
+# ------------------------------------------------------------------ parameters and values
+
+
+def test_reserved_parameters() -> None:
+    request = InferenceRequest("m")
+    for key, value in [
+        ("priority", 3),
+        ("timeout", 10),
+        ("sequence_id", "s"),
+        ("sequence_start", True),
+        ("sequence_end", True),
+    ]:
+        assert parameters.set_reserved(request, key, value)
+    assert (request.priority, request.timeout_us, request.correlation_id) == (3, 10, "s")
+    assert request.flags == parameters.SEQUENCE_START | parameters.SEQUENCE_END
+    parameters.set_reserved(request, "sequence_end", False)
+    assert request.flags == parameters.SEQUENCE_START
+    assert not parameters.set_reserved(request, "custom", 1)
+    for key, value in [("priority", "abc"), ("timeout", True), ("sequence_id", 1.0)]:
+        _invalid(lambda k=key, v=value: parameters.set_reserved(request, k, v), f"'{key}'")
+    _invalid(lambda: parameters.set_reserved(request, "priority", -1), "'priority'")
+    _invalid(lambda: parameters.set_reserved(request, "sequence_id", 2**64), "'sequence_id'")
+
+
+def test_flags_kept_by_http_codec() -> None:
+    doc = {"parameters": {"sequence_id": 5, "sequence_start": True}, "inputs": []}
+    request, _ = http_codec.decode_request(json.dumps(doc).encode(), None, "m", 1)
+    assert request.correlation_id == 5 and request.flags == parameters.SEQUENCE_START
+
+
+@pytest.mark.parametrize(
+    ("datatype", "values", "phrase"),
+    [
+        (DataType.INT8, [1000], "out of range"),
+        (DataType.UINT8, [-1], "out of range"),
+        (DataType.UINT64, [2**64], "out of range"),
+        (DataType.INT32, [1.5], "expected integers"),
+        (DataType.INT32, ["1"], "expected integers"),
+        (DataType.FP32, ["1"], "expected numbers"),
+        (DataType.BOOL, [1], "expected booleans"),
+        (DataType.INT16, np.array([40000]), "out of range"),
+    ],
+)
+def test_numeric_array_refusals(datatype: DataType, values, phrase: str) -> None:
+    _invalid(lambda: numeric_array(values, datatype, "IN"), "'IN'", datatype.wire, phrase)
+
+
+def test_numeric_array_accepts_full_range() -> None:
+    assert numeric_array([0, 2**64 - 1], DataType.UINT64, "x").tolist() == [0, 2**64 - 1]
+    assert numeric_array([-128, 127], DataType.INT8, "x").dtype == np.int8
+    assert numeric_array([1, 2.5], DataType.FP32, "x").tolist() == [1.0, 2.5]
+    assert numeric_array([], DataType.BOOL, "x").dtype == np.bool_
