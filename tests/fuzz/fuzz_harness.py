@@ -82,36 +82,6 @@ class KnownBug:
 
 
 KNOWN_BUGS: list[KnownBug] = [
-    KnownBug(
-        "grpc-parameter-type",
-        ("frontends/grpc/codec.py:_parameters",),
-        (ValueError, TypeError, OverflowError),
-        "issue 10 item 11: wrong-typed priority/timeout parameters answer UNKNOWN, not 400",
-    ),
-    KnownBug(
-        "grpc-contents-overflow",
-        ("frontends/grpc/codec.py:_input",),
-        (OverflowError,),
-        "issue 10 item 11: INT8 value 1000 (typed contents) answers UNKNOWN OverflowError",
-    ),
-    KnownBug(
-        "http-parameter-type",
-        ("frontends/http/codec.py:_request_parameters",),
-        (ValueError, TypeError, OverflowError),
-        "issue 10 item 11: wrong-typed priority/timeout parameters answer 500, not 400",
-    ),
-    KnownBug(
-        "zero-size-huge-shape",
-        (
-            "frontends/tensors.py:tensor_from_buffer",
-            "tensor_codec.py:object_array",
-            "frontends/http/codec.py:_json_tensor",
-            "frontends/grpc/codec.py:_input",
-        ),
-        (ValueError,),
-        "found by fuzzing: an input with no elements whose other dims overflow int64 "
-        "(shape [0, 2**62, 2**62]) raises numpy's 'array is too big' ValueError: 500/UNKNOWN",
-    ),
 ]
 _hits: dict[str, int] = {}
 

@@ -108,6 +108,10 @@ FIXED = {
     "config-unknown-enum-value",
     "config-enum-out-of-range",
     "http-datatype-not-string",
+    "grpc-parameter-type",
+    "http-parameter-type",
+    "grpc-contents-overflow",
+    "zero-size-huge-shape",
 }
 CASES = [
     pytest.param(
