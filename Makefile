@@ -4,8 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 REPO ?= examples/model_repository
 ARGS ?=
+# `make fuzz`: inputs per target, where crashes and the corpus go, which targets (default all).
+FUZZ_RUNS ?= 100000
+FUZZ_DIR ?= build/fuzz
+FUZZ_TARGETS ?=
 
-.PHONY: serve test models bench lint clean
+.PHONY: serve test models bench lint clean fuzz
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +32,16 @@ bench: models
 	$(PY) bench/run.py $(ARGS)
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
+
+# Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
+# FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.
+# `make test` runs the short version (tests/fuzz, deselect with ARGS="-m 'not fuzz'").
+$(VENV)/.fuzz-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[fuzz]'
+	touch $@
+
+fuzz: $(VENV)/.fuzz-installed
+	$(PY) tests/fuzz/run_fuzz.py --runs $(FUZZ_RUNS) --dir $(FUZZ_DIR) $(FUZZ_TARGETS)
 
 lint: $(VENV)/.installed
 	$(PY) -m pip install -q ruff

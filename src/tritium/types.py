@@ -41,8 +41,9 @@ class DataType(enum.Enum):
         self.size = size
 
     @classmethod
-    def from_wire(cls, name: str) -> DataType | None:
-        return _BY_WIRE.get(name)
+    def from_wire(cls, name: object) -> DataType | None:
+        """The datatype a client names; None for anything else (a JSON object included)."""
+        return _BY_WIRE.get(name) if isinstance(name, str) else None
 
     @classmethod
     def from_config(cls, name: str) -> DataType | None:

@@ -64,6 +64,10 @@ def tensor_bytes(tensor: Tensor) -> bytes | memoryview:
     return raw_bytes(tensor.data, tensor.datatype)
 
 
+# numpy refuses an array whose dimensions multiply past this, even with a zero among them.
+MAX_SHAPE_PRODUCT = 1 << 62
+
+
 def parse_shape(value: object, name: str) -> tuple[int, ...]:
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
@@ -71,7 +75,23 @@ def parse_shape(value: object, name: str) -> tuple[int, ...]:
         raise invalid_arg(
             f"unable to parse 'shape' for input '{name}': expected a list of non-negative integers"
         )
-    return tuple(value)
+    return check_shape(tuple(value), name)
+
+
+def check_shape(shape: tuple[int, ...], name: str) -> tuple[int, ...]:
+    """A shape no array can have (negative, or dimensions whose product overflows, a zero
+    among them or not) is INVALID_ARG before anything is allocated."""
+    product = 1
+    for dim in shape:
+        if dim < 0:
+            raise invalid_arg(f"unable to parse 'shape' for input '{name}': negative dimension")
+        product *= dim or 1
+        if product > MAX_SHAPE_PRODUCT:
+            raise invalid_arg(
+                f"unable to parse 'shape' for input '{name}': the dimensions {list(shape)} "
+                "describe more elements than any tensor can hold"
+            )
+    return shape
 
 
 _NO_DATA = np.empty(0, dtype=np.uint8)

@@ -47,6 +47,8 @@ def parse_config_text(text: str, path: Path) -> ModelConfig:
         else:
             message = f"{path}: {message}"
         raise invalid_arg(f"failed to parse model configuration: {message}") from None
+    except ValueError as exc:  # protobuf's parser: an enum number beyond int32, and such
+        raise invalid_arg(f"failed to parse model configuration: {path}: {exc}") from None
     return config
 
 
@@ -59,7 +61,13 @@ def read_config(model_dir: Path, config_name: str = "") -> tuple[ModelConfig, Pa
             path = custom
     if not path.is_file():
         return ModelConfig(), None, ""
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise invalid_arg(
+            f"failed to parse model configuration: {path}: not UTF-8 text ({exc.reason} at "
+            f"byte {exc.start})"
+        ) from None
     return parse_config_text(text, path), path, text
 
 

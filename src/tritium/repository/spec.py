@@ -141,6 +141,12 @@ def _io_specs(entries: Any, kind: str, problem: ConfigProblem) -> dict[str, IOSp
         anchor = f'"{entry.name}"'
         if entry.name in specs:
             raise problem.error(kind, f"duplicate {kind} name '{entry.name}'", anchor)
+        if entry.data_type not in mc.DataType.values():  # text format takes any number
+            raise problem.error(
+                f"{kind}.data_type",
+                f"{kind} '{entry.name}' has an unknown data_type {entry.data_type}",
+                anchor,
+            )
         datatype = DataType.from_config(mc.DataType.Name(entry.data_type))
         if datatype is None:
             raise problem.error(

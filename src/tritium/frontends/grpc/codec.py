@@ -12,7 +12,7 @@ from ...server import parse_version
 from ...tensor_codec import object_array
 from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 from ..parameters import set_reserved
-from ..tensors import numeric_array, shm_tensor, tensor_bytes, tensor_from_buffer
+from ..tensors import check_shape, numeric_array, shm_tensor, tensor_bytes, tensor_from_buffer
 from .wire import decode_contents, parse_request
 
 # Typed `contents` field for each datatype (FP16 and BF16 have none: raw bytes only).
@@ -96,8 +96,7 @@ def _datatype(inp: Any) -> DataType:
     datatype = DataType.from_wire(inp.datatype)
     if datatype is None:
         raise invalid_arg(f"invalid datatype '{inp.datatype}' for input '{inp.name}'")
-    if any(d < 0 for d in inp.shape):
-        raise invalid_arg(f"unable to parse 'shape' for input '{inp.name}': negative dimension")
+    check_shape(tuple(inp.shape), inp.name)
     return datatype
 
 
