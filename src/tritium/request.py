@@ -231,4 +231,3 @@ def _failure_reason(error: Exception | None) -> str:
         if error.kind is ErrorKind.UNAVAILABLE:
             return "REJECTED"
     return "BACKEND"
-

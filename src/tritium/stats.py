@@ -21,6 +21,7 @@ class FinishedRequest(Protocol):
     timing: tuple[int, int, int] | None
     cached: bool
 
+
 # Request-duration histogram buckets (µs), cheap enough to fill on every request; p50/p99
 # can be read from them.
 DURATION_BUCKETS_US = (

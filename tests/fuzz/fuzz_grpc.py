@@ -11,11 +11,13 @@ from tritonclient.grpc import service_pb2 as pb
 
 from tritium.errors import ServerError
 from tritium.frontends.grpc.codec import decode_request
+from tritium.parameters import parse_parameters
 
 
 def check_grpc_message(msg: pb.ModelInferRequest) -> None:
     try:
         request = decode_request(msg, 1)
+        parse_parameters(request.parameters)  # what the core reads of them next
     except ServerError as exc:
         check_rejection(exc)
         return

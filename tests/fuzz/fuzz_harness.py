@@ -81,8 +81,7 @@ class KnownBug:
     issue: str
 
 
-KNOWN_BUGS: list[KnownBug] = [
-]
+KNOWN_BUGS: list[KnownBug] = []
 _hits: dict[str, int] = {}
 
 

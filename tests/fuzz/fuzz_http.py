@@ -16,6 +16,7 @@ from fuzz_harness import FuzzFailure, Target, byte_inputs, check_rejection
 
 from tritium.errors import ServerError
 from tritium.frontends.http.codec import decode_request
+from tritium.parameters import parse_parameters
 from tritium.frontends.http.limits import HttpLimits
 from tritium.frontends.http.messages import HttpRequest, HttpResponse, HttpStreamResponse
 from tritium.frontends.http.protocol import HttpProtocol
@@ -230,6 +231,7 @@ def _split(data: bytes) -> tuple[bytes, int | None]:
 def decode_http(body: bytes, header_length: int | None) -> None:
     try:
         request, _plan = decode_request(body, header_length, "m", 1)
+        parse_parameters(request.parameters)  # what the core reads of them next
     except ServerError as exc:
         check_rejection(exc)
         return

@@ -25,7 +25,9 @@ from tritium.repository.config import (  # noqa: E402
     parse_config_text,
     read_config,
 )
+from tritium.parameters import parse_parameters  # noqa: E402
 from tritium.repository.spec import build_spec, normalize  # noqa: E402
+from tritium.types import ClientRequest  # noqa: E402
 
 pytestmark = pytest.mark.fuzz
 HUGE = 2**62
@@ -59,6 +61,11 @@ def _config(tmp_path: Path) -> None:
     read_config(tmp_path)
 
 
+def _core(request: ClientRequest) -> None:
+    """What the core reads of a decoded request's parameters (one rule for every protocol)."""
+    parse_parameters(request.parameters)
+
+
 def _config_enum(tmp_path: Path) -> None:
     """The load steps after reading (as the manager runs them) on an undefined enum number."""
     text = 'backend: "python"\ninput { name: "I" data_type: 64 dims: 1 }\n'
@@ -70,12 +77,16 @@ def _config_enum(tmp_path: Path) -> None:
 
 REPRODUCERS: dict[str, list[Callable[[Path], object]]] = {
     "grpc-parameter-type": [
-        lambda _: decode_grpc(_grpc(priority=pb.InferParameter(string_param="abc")), 1),
-        lambda _: decode_grpc(_grpc(timeout=pb.InferParameter()), 1),
+        lambda _: _core(decode_grpc(_grpc(priority=pb.InferParameter(string_param="abc")), 1)),
+        lambda _: _core(decode_grpc(_grpc(timeout=pb.InferParameter()), 1)),
     ],
     "http-parameter-type": [
-        lambda _: decode_http(b'{"inputs":[],"parameters":{"priority":"abc"}}', None, "m", 1),
-        lambda _: decode_http(b'{"inputs":[],"parameters":{"timeout":null}}', None, "m", 1),
+        lambda _: _core(
+            decode_http(b'{"inputs":[],"parameters":{"priority":"abc"}}', None, "m", 1)[0]
+        ),
+        lambda _: _core(
+            decode_http(b'{"inputs":[],"parameters":{"timeout":null}}', None, "m", 1)[0]
+        ),
     ],
     "grpc-contents-overflow": [lambda _: decode_grpc(_int8_contents(), 1)],
     "config-not-utf8": [_config],

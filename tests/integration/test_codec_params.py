@@ -107,9 +107,7 @@ def test_wrong_parameter_http(server: ServerProcess, key: str, value: Any, phras
 
 
 @pytest.mark.parametrize(("key", "value", "phrase"), BAD_PARAMETERS)
-def test_wrong_parameter_generate(
-    server: ServerProcess, key: str, value: Any, phrase: str
-) -> None:
+def test_wrong_parameter_generate(server: ServerProcess, key: str, value: Any, phrase: str) -> None:
     status, text = _post(
         server, "/v2/models/identity_int8/generate", {"INPUT0": [1], "parameters": {key: value}}
     )

@@ -108,9 +108,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
     assert find_cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None
 
 
-LIBRARY = [
-    module_name(p) for p in bench_files() if not is_script(ast.parse(p.read_text()))
-]
+LIBRARY = [module_name(p) for p in bench_files() if not is_script(ast.parse(p.read_text()))]
 
 
 @pytest.mark.parametrize("name", LIBRARY)

@@ -13,13 +13,14 @@ from tritonclient.grpc import service_pb2 as pb
 
 from tritium import tensor_codec
 from tritium.errors import ErrorKind, ServerError
-from tritium.frontends import parameters
+
 from tritium.frontends.grpc import codec as grpc_codec
 from tritium.frontends.grpc import wire
 from tritium.frontends.http import codec as http_codec
 from tritium.frontends.http import json_data
 from tritium.frontends.tensors import numeric_array
-from tritium.types import DataType, InferenceRequest
+from tritium.parameters import parse_parameters
+from tritium.types import DataType, RequestFlag
 
 
 def _invalid(call, *phrases: str) -> ServerError:
@@ -163,7 +164,7 @@ def test_grpc_pieces_match_one_parse(
     monkeypatch.setattr(tensor_codec, "CHUNK", 4)
     monkeypatch.setattr(wire, "CHUNK", 4)
     parsed, got = grpc_codec.decode_message(raw)
-    assert parsed.id == "r" and got.priority == 2
+    assert parsed.id == "r" and got.parameters["priority"] == 2
     assert [t.name for t in got.inputs] == ["IN", "RAW"]
     for a, b in zip(got.inputs, want.inputs, strict=True):
         assert a.datatype is b.datatype and a.shape == b.shape
@@ -182,30 +183,33 @@ def test_grpc_invalid_utf8_and_out_of_range() -> None:
 
 
 def test_reserved_parameters() -> None:
-    request = InferenceRequest("m")
-    for key, value in [
-        ("priority", 3),
-        ("timeout", 10),
-        ("sequence_id", "s"),
-        ("sequence_start", True),
-        ("sequence_end", True),
-    ]:
-        assert parameters.set_reserved(request, key, value)
-    assert (request.priority, request.timeout_us, request.correlation_id) == (3, 10, "s")
-    assert request.flags == parameters.SEQUENCE_START | parameters.SEQUENCE_END
-    parameters.set_reserved(request, "sequence_end", False)
-    assert request.flags == parameters.SEQUENCE_START
-    assert not parameters.set_reserved(request, "custom", 1)
+    given = {
+        "priority": 3,
+        "timeout": 10,
+        "sequence_id": "s",
+        "sequence_start": True,
+        "sequence_end": True,
+        "custom": 1,
+    }
+    options, custom = parse_parameters(given)
+    assert (options.priority, options.timeout_us, options.correlation_id) == (3, 10, "s")
+    assert options.flags == RequestFlag.SEQUENCE_START | RequestFlag.SEQUENCE_END
+    assert custom == {"custom": 1}
+    options, _ = parse_parameters({"sequence_start": True, "sequence_end": False})
+    assert options.flags == RequestFlag.SEQUENCE_START
     for key, value in [("priority", "abc"), ("timeout", True), ("sequence_id", 1.0)]:
-        _invalid(lambda k=key, v=value: parameters.set_reserved(request, k, v), f"'{key}'")
-    _invalid(lambda: parameters.set_reserved(request, "priority", -1), "'priority'")
-    _invalid(lambda: parameters.set_reserved(request, "sequence_id", 2**64), "'sequence_id'")
+        _invalid(lambda k=key, v=value: parse_parameters({k: v}), f"'{key}'")
+    _invalid(lambda: parse_parameters({"priority": -1}), "'priority'")
+    _invalid(lambda: parse_parameters({"sequence_id": 2**64}), "'sequence_id'")
+    _invalid(lambda: parse_parameters({"triton_x": 1}), "'triton_x'")
 
 
 def test_flags_kept_by_http_codec() -> None:
+    """The codec passes sequence parameters on; the core reads them as Triton's flags."""
     doc = {"parameters": {"sequence_id": 5, "sequence_start": True}, "inputs": []}
     request, _ = http_codec.decode_request(json.dumps(doc).encode(), None, "m", 1)
-    assert request.correlation_id == 5 and request.flags == parameters.SEQUENCE_START
+    options, _ = parse_parameters(request.parameters)
+    assert options.correlation_id == 5 and options.flags == RequestFlag.SEQUENCE_START
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ from tritium.errors import ErrorKind, ServerError
 from tritium.frontends.http.codec import OutputPlan, decode_request, encode_response
 from tritium.frontends.tensors import parse_shape, tensor_bytes, tensor_from_buffer
 from tritium.tensor_codec import deserialize_bytes, serialize_bytes
+from tritium.parameters import parse_parameters
 from tritium.types import DataType, InferenceResponse, Tensor
 
 BYTES_CASES = [
@@ -293,8 +294,11 @@ def test_decode_parameters() -> None:
     }
     request, plan = decode(doc)
     assert request.id == "r1"
-    assert request.parameters == {"custom": "v", "n": 3}
-    assert request.priority == 2
+    # The codec keeps only what the HTTP front-end reads (binary_data_output); the core
+    # parses the reserved parameters, with the same rules for every protocol.
+    assert request.parameters == {"custom": "v", "n": 3, "priority": 2}
+    options, custom = parse_parameters(request.parameters)
+    assert options.priority == 2 and custom == {"custom": "v", "n": 3}
     assert plan.binary_default is True
     assert plan.binary == {"O": False}
     assert [o.name for o in request.outputs] == ["O", "P"]
@@ -305,7 +309,8 @@ def test_decode_triton_prefixed_parameter_refused() -> None:
         "parameters": {"triton_anything": 1},
         "inputs": [{"name": "A", "datatype": "INT32", "shape": [1], "data": [1]}],
     }
-    invalid(lambda: decode(doc), "triton_")
+    request, _ = decode(doc)
+    invalid(lambda: parse_parameters(request.parameters), "triton_")
 
 
 # --------------------------------------------------------------------------- HTTP encoding

@@ -21,7 +21,6 @@ from ..request import InferenceRequest, ResponseSender
 from ..types import ClientRequest, InferenceResponse, RequestedOutput, Tensor
 
 
-
 class Dispatch(Protocol):
     """How a step's request reaches its composing model: the server's own two steps."""
 

@@ -1,4 +1,4 @@
-"""ModelInferRequest → InferenceRequest and InferenceResponse → ModelInferResponse."""
+"""ModelInferRequest → ClientRequest and InferenceResponse → ModelInferResponse."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from tritonclient.grpc import service_pb2 as pb
 from ...errors import invalid_arg, unsupported
 from ...server import parse_version
 from ...tensor_codec import object_array
-from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..parameters import set_reserved
+from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from ..tensors import check_shape, numeric_array, shm_tensor, tensor_bytes, tensor_from_buffer
 from .wire import decode_contents, parse_request
 
@@ -37,7 +36,7 @@ def parameter_value(param: Any) -> Any:
     return None if which is None else getattr(param, which)
 
 
-def decode_message(raw: bytes) -> tuple[pb.ModelInferRequest, InferenceRequest]:
+def decode_message(raw: bytes) -> tuple[pb.ModelInferRequest, ClientRequest]:
     """A ModelInferRequest's bytes, as grpcio hands them over (see ``wire``), decoded."""
     msg, contents = parse_request(raw)
     return msg, decode_request(msg, parse_version(msg.model_version), contents)
@@ -45,51 +44,46 @@ def decode_message(raw: bytes) -> tuple[pb.ModelInferRequest, InferenceRequest]:
 
 def decode_request(
     msg: pb.ModelInferRequest, version: int, contents: dict[int, memoryview] | None = None
-) -> InferenceRequest:
+) -> ClientRequest:
     model = msg.model_name
-    request = InferenceRequest(model, version, msg.id)
-    if msg.parameters:
-        _parameters(request, msg.parameters)
     raw = msg.raw_input_contents
     used = 0  # raw_input_contents holds one entry per input that is not in shared memory
+    inputs = []
+    uses_shm = False
     for index, inp in enumerate(msg.inputs):
         if "shared_memory_region" in inp.parameters:
             params = {k: parameter_value(v) for k, v in inp.parameters.items()}
-            request.inputs.append(shm_tensor(inp.name, _datatype(inp), tuple(inp.shape), params))
-            request.uses_shm = True
+            inputs.append(shm_tensor(inp.name, _datatype(inp), tuple(inp.shape), params))
+            uses_shm = True
             continue
         if raw and used >= len(raw):
             raise invalid_arg(f"expected more raw_input_contents for model '{model}'")
         kept = contents.get(index) if contents else None
-        request.inputs.append(_input(inp, raw[used] if raw else None, model, kept))
+        inputs.append(_input(inp, raw[used] if raw else None, model, kept))
         used += 1 if raw else 0
     if raw and used != len(raw):
         raise invalid_arg(f"expected {used} raw_input_contents for model '{model}', got {len(raw)}")
+    outputs = []
     for out in msg.outputs:
         params = {k: parameter_value(v) for k, v in out.parameters.items()}
-        if "shared_memory_region" in params:
-            request.uses_shm = True
+        uses_shm = uses_shm or "shared_memory_region" in params
         if "classification" in params:
             raise unsupported("the classification extension is not supported by tritium yet")
-        request.outputs.append(RequestedOutput(out.name, params))
-    return request
+        outputs.append(RequestedOutput(out.name, params))
+    parameters = _parameters(msg.parameters) if msg.parameters else {}
+    return ClientRequest(
+        model, version, msg.id, tuple(inputs), tuple(outputs), parameters, uses_shm
+    )
 
 
-def _parameters(request: InferenceRequest, params: Any) -> None:
-    custom = {}
-    for key, param in params.items():
-        value = parameter_value(param)
-        if key == "headers" or set_reserved(request, key, value):
-            continue
-        elif key.startswith("triton_"):
-            if key != "triton_enable_empty_final_response":
-                raise invalid_arg(
-                    f"parameter keys starting with 'triton_' are reserved for Triton usage and "
-                    f"should not be specified: '{key}'"
-                )
-        else:
-            custom[key] = value
-    request.parameters = custom
+def _parameters(params: Any) -> dict[str, Any]:
+    """The request's parameters for the core, less what only this front-end reads: forwarded
+    ``headers`` and the stream's ``triton_enable_empty_final_response``."""
+    return {
+        key: parameter_value(param)
+        for key, param in params.items()
+        if key not in ("headers", "triton_enable_empty_final_response")
+    }
 
 
 def _datatype(inp: Any) -> DataType:

@@ -24,8 +24,8 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import ErrorKind, ServerError
-from ...server import InferenceServer, parse_version
-from ...types import InferenceRequest, InferenceResponse
+from ...server import InferenceRequest, InferenceServer, ResponseSender, parse_version
+from ...types import ClientRequest, InferenceResponse
 from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
@@ -108,13 +108,13 @@ class StreamSession:
         self._out.put_nowait(_END)
 
     def _start(
-        self, message: pb.ModelInferRequest | None, request: InferenceRequest | ServerError
+        self, message: pb.ModelInferRequest | None, client: ClientRequest | ServerError
     ) -> None:
         self._outstanding += 1
         try:
-            if isinstance(request, ServerError):
-                raise request
-            decoupled = self._server.is_decoupled(request.model_name, request.model_version)
+            if isinstance(client, ServerError):
+                raise client
+            request = self._server.request(client)  # the one model lookup
         except ServerError as exc:
             self._ordered_error(exc, message.id if message is not None else "")
             return
@@ -122,13 +122,14 @@ class StreamSession:
         empty_final = False
         if _EMPTY_FINAL in message.parameters:
             empty_final = bool(parameter_value(message.parameters[_EMPTY_FINAL]))
+        decoupled = request.decoupled
         if decoupled:
             callback = self._decoupled_callback(request, empty_final)
         else:
             callback = self._ordered_callback(request)
         self._active.add(request)
         try:
-            self._server.stream(request, callback)
+            self._server.submit(request, ResponseSender(callback))
         except ServerError as exc:
             self._active.discard(request)
             if decoupled:
@@ -213,7 +214,7 @@ class StreamSession:
         self._active.clear()
 
 
-def _decode(raw: bytes) -> tuple[pb.ModelInferRequest | None, InferenceRequest | ServerError]:
+def _decode(raw: bytes) -> tuple[pb.ModelInferRequest | None, ClientRequest | ServerError]:
     """A stream message, decoded; a refused one gives its error (and the message when it
     parsed, so that the error answer carries its id)."""
     try:

@@ -192,8 +192,8 @@ class HttpApp:
         params = request.params
         name, version = params["model"], params.get("version", "")
         inference = build_request(self.server, name, version, request.body)
-        stream = GenerateStream(inference)
-        self.server.stream(inference, stream)
+        stream = GenerateStream()
+        stream.request = self.server.stream(inference, stream)
         return stream
 
     async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:

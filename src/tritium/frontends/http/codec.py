@@ -10,8 +10,7 @@ import numpy as np
 import orjson
 
 from ...errors import invalid_arg, unsupported
-from ...types import DataType, InferenceRequest, InferenceResponse, RequestedOutput, Tensor
-from ..parameters import set_reserved
+from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from ..tensors import (
     OFFLOAD_BYTES,
     numeric_array,
@@ -39,7 +38,7 @@ def _json_error(exc: Exception) -> Exception:
 
 def decode_request(
     body: bytes, header_length: int | None, model: str, version: int
-) -> tuple[InferenceRequest, OutputPlan]:
+) -> tuple[ClientRequest, OutputPlan]:
     if header_length is None:
         json_part, binary = body, memoryview(b"")
     else:
@@ -49,24 +48,21 @@ def decode_request(
             )
         json_part, binary = body[:header_length], memoryview(body)[header_length:]
     doc, spans = _parse_json(json_part)
-    request = InferenceRequest(model, version)
     plan = OutputPlan()
     rid = doc.get("id")
-    if rid is not None:
-        request.id = str(rid)
     params = doc.get("parameters")
-    if params:
-        _request_parameters(request, params, plan)
-    inputs = doc.get("inputs")
-    if not isinstance(inputs, list):
+    parameters = _request_parameters(params, plan) if params else {}
+    items = doc.get("inputs")
+    if not isinstance(items, list):
         raise invalid_arg("failed to parse the request JSON buffer: 'inputs' must be an array")
     offset = 0
-    for item in inputs:
+    inputs = []
+    uses_shm = False
+    for item in items:
         tensor, used = _input(item, binary, offset, model, spans)
         offset += used
-        if tensor.shm is not None:
-            request.uses_shm = True
-        request.inputs.append(tensor)
+        uses_shm = uses_shm or tensor.shm is not None
+        inputs.append(tensor)
     if spans:  # a large "data" array that is no input's data (a parameter's, say)
         raise invalid_arg("failed to parse the request JSON buffer: 'data' outside an input")
     if offset != len(binary):
@@ -74,9 +70,18 @@ def decode_request(
             f"unexpected additional input data for model '{model}': {len(binary) - offset} "
             "bytes beyond the inputs' binary_data_size"
         )
-    outputs = doc.get("outputs")
-    if outputs:
-        _requested_outputs(request, outputs, plan)
+    wanted = doc.get("outputs")
+    outputs = _requested_outputs(wanted, plan) if wanted else ()
+    uses_shm = uses_shm or any("shared_memory_region" in o.parameters for o in outputs)
+    request = ClientRequest(
+        model,
+        version,
+        "" if rid is None else str(rid),
+        tuple(inputs),
+        outputs,
+        parameters,
+        uses_shm,
+    )
     return request, plan
 
 
@@ -99,21 +104,15 @@ def _parse_json(json_part: bytes) -> tuple[dict[str, Any], dict[str, Span]]:
     return doc, spans
 
 
-def _request_parameters(request: InferenceRequest, params: Any, plan: OutputPlan) -> None:
+def _request_parameters(params: Any, plan: OutputPlan) -> dict[str, Any]:
+    """The request's parameters for the core, less ``binary_data_output`` (how this
+    front-end encodes the answer)."""
     if not isinstance(params, dict):
         raise invalid_arg("failed to parse the request JSON buffer: 'parameters' must be an object")
-    custom = {}
-    for key, value in params.items():
-        if key == "binary_data_output":
-            plan.binary_default = bool(value)
-        elif key.startswith("triton_"):
-            raise invalid_arg(
-                f"parameter keys starting with 'triton_' are reserved for Triton usage and "
-                f"should not be specified: '{key}'"
-            )
-        elif not set_reserved(request, key, value):
-            custom[key] = value
-    request.parameters = custom
+    if "binary_data_output" in params:
+        params = dict(params)
+        plan.binary_default = bool(params.pop("binary_data_output"))
+    return params
 
 
 def _input(
@@ -201,20 +200,20 @@ def _not_string(name: str, value: Any) -> bytes:
     )
 
 
-def _requested_outputs(request: InferenceRequest, outputs: Any, plan: OutputPlan) -> None:
+def _requested_outputs(outputs: Any, plan: OutputPlan) -> tuple[RequestedOutput, ...]:
     if not isinstance(outputs, list):
         raise invalid_arg("failed to parse the request JSON buffer: 'outputs' must be an array")
+    requested = []
     for item in outputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid_arg("failed to parse the request JSON buffer: each output needs a 'name'")
         params = item.get("parameters") or {}
         if "classification" in params:
             raise unsupported("the classification extension is not supported by tritium yet")
-        if "shared_memory_region" in params:
-            request.uses_shm = True
         if "binary_data" in params:
             plan.binary[item["name"]] = bool(params["binary_data"])
-        request.outputs.append(RequestedOutput(item["name"], params))
+        requested.append(RequestedOutput(item["name"], params))
+    return tuple(requested)
 
 
 def _json_data(tensor: Tensor) -> Any:

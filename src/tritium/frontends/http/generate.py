@@ -20,15 +20,11 @@ import orjson
 
 from ...errors import ServerError, invalid_arg
 from ...server import InferenceServer, parse_version
-from ...types import DataType, InferenceRequest, InferenceResponse, Tensor
-from ..parameters import set_reserved
+from ...types import ClientRequest, DataType, InferenceResponse, Tensor
 from ..tensors import numeric_array
 
 
-
-def build_request(
-    server: InferenceServer, name: str, version: str, body: bytes
-) -> InferenceRequest:
+def build_request(server: InferenceServer, name: str, version: str, body: bytes) -> ClientRequest:
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError as exc:
@@ -37,25 +33,18 @@ def build_request(
         raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
     meta = server.model_metadata(name, version)
     inputs = {t["name"]: t for t in meta["inputs"]}
-    request = InferenceRequest(name, parse_version(version))
     params = doc.pop("parameters", None) or {}
     if not isinstance(params, dict):
         raise invalid_arg("'parameters' must be a JSON object")
-    if "id" in doc:
-        request.id = str(doc.pop("id"))
-    custom: dict[str, Any] = {}
+    rid = str(doc.pop("id")) if "id" in doc else ""
+    tensors = []
+    parameters: dict[str, Any] = {}  # parsed by the core, as every protocol's
     for key, value in (*doc.items(), *params.items()):
         if key in inputs:
-            request.inputs.append(_tensor(inputs[key], value))
-        elif key.startswith("triton_"):
-            raise invalid_arg(
-                f"parameter keys starting with 'triton_' are reserved for Triton usage and "
-                f"should not be specified: '{key}'"
-            )
-        elif not set_reserved(request, key, value):
-            custom[key] = value
-    request.parameters = custom
-    return request
+            tensors.append(_tensor(inputs[key], value))
+        else:
+            parameters[key] = value
+    return ClientRequest(name, parse_version(version), rid, tuple(tensors), (), parameters)
 
 
 def _tensor(meta: dict[str, Any], value: Any) -> Tensor:
@@ -115,8 +104,8 @@ def response_json(response: InferenceResponse) -> dict[str, Any]:
 class GenerateStream:
     """Responses of one generate request as they come (from the server's callback)."""
 
-    def __init__(self, request: InferenceRequest) -> None:
-        self.request = request
+    def __init__(self) -> None:
+        self.request: Any = None  # the server's request, once started (to cancel it)
         self._queue: asyncio.Queue[tuple[InferenceResponse | None, bool]] = asyncio.Queue()
 
     def __call__(self, response: InferenceResponse | None, final: bool) -> None:
@@ -131,7 +120,8 @@ class GenerateStream:
                 if final:
                     return
         finally:  # the client went away (or we are done): drop work that has not started
-            self.request.cancel()
+            if self.request is not None:
+                self.request.cancel()
 
 
 async def sse_chunks(stream: GenerateStream) -> AsyncIterator[bytes]:
