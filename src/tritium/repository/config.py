@@ -47,7 +47,9 @@ def parse_config_text(text: str, path: Path) -> ModelConfig:
         else:
             message = f"{path}: {message}"
         raise invalid_arg(f"failed to parse model configuration: {message}") from None
-    except ValueError as exc:  # protobuf's parser: an enum number beyond int32, and such
+    except (ValueError, Warning) as exc:
+        # protobuf's parser raises ValueError for an enum number beyond int32, and warns of an
+        # invalid escape such as '\i' (an error where warnings are errors, as under pytest).
         raise invalid_arg(f"failed to parse model configuration: {path}: {exc}") from None
     return config
 
