@@ -606,6 +606,33 @@ class TritonPythonModel:
 """
 
 
+_REQUEST_OPTIONS_PY = """\
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"OUTPUT0 = [flags(), timeout(), correlation_id() (-1 when a string), the number of
+    parameters]: what the server tells a model of its request's options.\"\"\"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            corr = request.correlation_id()
+            values = [
+                request.flags(),
+                request.timeout(),
+                corr if isinstance(corr, int) else -1,
+                len(json.loads(request.parameters())),
+            ]
+            out = pb_utils.Tensor("OUTPUT0", np.array(values, dtype=np.int32))
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
+
 def _int32_python(source: str, extra: str = "") -> _Spec:
     return lambda name: _python(_unary_config(name, "TYPE_INT32", [-1], extra=extra), source)
 
@@ -634,6 +661,7 @@ _SPECS.update(
             f"instance_group [ {{ count: {SLOW_IDENTITY_INSTANCES}, kind: KIND_CPU }} ]",
         ),
         "text_echo": _text_python(_TEXT_ECHO_PY),
+        "request_options": _int32_python(_REQUEST_OPTIONS_PY),
         "text_stream": _text_python(_TEXT_STREAM_PY, _DECOUPLED),
     }
 )

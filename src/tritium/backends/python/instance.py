@@ -174,6 +174,7 @@ class PythonInstance:
             request.id,
             request.correlation_id,
             request.flags,
+            request.timeout_us,
             [(t.name, ipc.pack_array(t.data, buffers)) for t in request.inputs],
             requested_names(self._spec, request),
             params,

@@ -93,7 +93,7 @@ class Stub:
 
     # -- execution ---------------------------------------------------------------------------
     def _make_request(self, batch_id: int, index: int, wire: tuple, buffers: ipc.Buffers) -> Any:
-        request_id, correlation_id, flags, inputs, outputs, params = wire
+        request_id, correlation_id, flags, timeout_us, inputs, outputs, params = wire
         tensors = [
             pb_utils.Tensor._wrap(name, ipc.unpack_array(t, buffers), _TYPE_CODE[t[0]])
             for name, t in inputs
@@ -128,6 +128,7 @@ class Stub:
             make_sender,
         )
         request._cancelled = is_cancelled
+        request._timeout = timeout_us  # pb_utils: request.timeout(), in microseconds
         return request
 
     @staticmethod
