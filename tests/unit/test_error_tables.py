@@ -18,3 +18,12 @@ def test_every_kind_has_an_http_status_and_a_grpc_code(kind: ErrorKind) -> None:
 
 def test_tables_hold_nothing_else() -> None:
     assert set(STATUS) == set(ErrorKind) == set(CODE)
+
+
+def test_grpc_status_messages_stay_bounded() -> None:
+    """Errors echo client input (names, keys); gRPC clients refuse trailers past ~16 KiB."""
+    from tritium.frontends.grpc.errors import MAX_MESSAGE_CHARS, status_message
+
+    assert status_message("short") == "short"
+    long = status_message("x" * 100_000)
+    assert len(long) <= MAX_MESSAGE_CHARS and long.endswith("(100000 characters)")

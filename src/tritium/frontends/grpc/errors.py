@@ -14,3 +14,13 @@ CODE = {
     ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
     ErrorKind.UNKNOWN: grpc.StatusCode.UNKNOWN,
 }
+
+# A status message longer than this is cut: clients refuse trailers past about 16 KiB.
+MAX_MESSAGE_CHARS = 4096
+
+
+def status_message(message: str) -> str:
+    """``message`` as a gRPC status carries it (names echoed from a request stay bounded)."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 25] + f"... ({len(message)} characters)"

@@ -8,6 +8,7 @@ onto the loop and back (two GIL hand-overs per call)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -23,7 +24,7 @@ from ...server import InferenceServer
 from ..tensors import decode_off_loop
 from .access import AccessInterceptor
 from .codec import decode_message, encode_response
-from .errors import CODE
+from .errors import CODE, status_message
 from .stream import model_stream_infer
 
 log = logging.getLogger("tritium")
@@ -35,8 +36,24 @@ _NOT_YET = (
 )
 
 
-async def _abort(context: grpc.aio.ServicerContext, exc: ServerError) -> Any:
-    await context.abort(CODE[exc.kind], exc.message)
+def _mapped(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any], Awaitable[Any]]:
+    """The one place a unary RPC's error becomes a gRPC status: a ServerError by its kind
+    (``errors.CODE``), anything else INTERNAL (a bug, logged); the server goes on."""
+
+    async def call(request: Any, context: Any) -> Any:
+        try:
+            return await method(request, context)
+        except ServerError as exc:
+            await context.abort(CODE[exc.kind], status_message(exc.message))
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            log.exception("unhandled error in gRPC handler")
+            await context.abort(
+                grpc.StatusCode.INTERNAL, status_message(f"{type(exc).__name__}: {exc}")
+            )
+
+    return call
 
 
 class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -50,20 +67,14 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.ServerReadyResponse(ready=self._server.is_ready())
 
     async def ModelReady(self, request: Any, context: Any) -> pb.ModelReadyResponse:
-        try:
-            ready = await self._server.model_ready(request.name, request.version)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        ready = await self._server.model_ready(request.name, request.version)
         return pb.ModelReadyResponse(ready=ready)
 
     async def ServerMetadata(self, request: Any, context: Any) -> pb.ServerMetadataResponse:
         return pb.ServerMetadataResponse(**self._server.metadata())
 
     async def ModelMetadata(self, request: Any, context: Any) -> pb.ModelMetadataResponse:
-        try:
-            meta = self._server.model_metadata(request.name, request.version)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        meta = self._server.model_metadata(request.name, request.version)
         return pb.ModelMetadataResponse(
             name=meta["name"],
             versions=meta["versions"],
@@ -73,64 +84,40 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelConfig(self, request: Any, context: Any) -> pb.ModelConfigResponse:
-        try:
-            config = self._server.model_config(request.name, request.version)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        config = self._server.model_config(request.name, request.version)
         return pb.ModelConfigResponse(config=config)
 
     async def ModelStatistics(self, request: Any, context: Any) -> pb.ModelStatisticsResponse:
-        try:
-            stats = self._server.statistics(request.name, request.version)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        stats = self._server.statistics(request.name, request.version)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     async def SystemSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        try:
-            regions = self._server.system_shm_status(request.name)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        regions = self._server.system_shm_status(request.name)
         status = pb.SystemSharedMemoryStatusResponse.RegionStatus
         return pb.SystemSharedMemoryStatusResponse(
             regions={r["name"]: status(**r) for r in regions}
         )
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        try:
-            self._server.register_system_shm(
-                request.name, request.key, request.offset, request.byte_size
-            )
-        except ServerError as exc:
-            return await _abort(context, exc)
+        self._server.register_system_shm(
+            request.name, request.key, request.offset, request.byte_size
+        )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        try:
-            self._server.unregister_system_shm(request.name)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        self._server.unregister_system_shm(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: Any) -> Any:
-        try:
-            self._server.cuda_shm_status(request.name)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        self._server.cuda_shm_status(request.name)
         return pb.CudaSharedMemoryStatusResponse()
 
     async def CudaSharedMemoryRegister(self, request: Any, context: Any) -> Any:
-        try:
-            self._server.register_cuda_shm(request.name)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        self._server.register_cuda_shm(request.name)
         return pb.CudaSharedMemoryRegisterResponse()
 
     async def CudaSharedMemoryUnregister(self, request: Any, context: Any) -> Any:
-        try:
-            self._server.unregister_cuda_shm(request.name)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        self._server.unregister_cuda_shm(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
     async def RepositoryModelLoad(self, request: Any, context: Any) -> Any:
@@ -141,12 +128,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         params = {k: _repository_value(v) for k, v in request.parameters.items()}
         files = {k: v for k, v in params.items() if k.startswith("file:")}
         config = params.get("config")
-        try:
-            await self._server.load_model(
-                request.model_name, None if config is None else str(config), files
-            )
-        except ServerError as exc:
-            return await _abort(context, exc)
+        await self._server.load_model(
+            request.model_name, None if config is None else str(config), files
+        )
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, context: Any) -> Any:
@@ -155,13 +139,10 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
                 grpc.StatusCode.UNIMPLEMENTED, "'repository_name' specification is not supported"
             )
         dependents = request.parameters.get("unload_dependents")
-        try:
-            await self._server.unload_model(
-                request.model_name,
-                dependents is not None and _repository_value(dependents) is True,
-            )
-        except ServerError as exc:
-            return await _abort(context, exc)
+        await self._server.unload_model(
+            request.model_name,
+            dependents is not None and _repository_value(dependents) is True,
+        )
         return pb.RepositoryModelUnloadResponse()
 
     async def RepositoryIndex(self, request: Any, context: Any) -> pb.RepositoryIndexResponse:
@@ -176,12 +157,9 @@ class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelInfer(self, request: bytes, context: Any) -> pb.ModelInferResponse:
-        try:
-            _, inference = await decode_off_loop(len(request), decode_message, request)
-            response = await self._server.infer(inference, _DECOUPLED)
-            return encode_response(response)
-        except ServerError as exc:
-            return await _abort(context, exc)
+        _, inference = await decode_off_loop(len(request), decode_message, request)
+        response = await self._server.infer(inference, _DECOUPLED)
+        return encode_response(response)
 
     async def ModelStreamInfer(self, request_iterator: Any, context: Any) -> Any:
         limit = self._server.options.grpc_stream_inflight
@@ -266,8 +244,11 @@ def _inference_handlers(servicer: InferenceService) -> dict[str, grpc.RpcMethodH
         request = getattr(pb, method.input_type.name)
         response = getattr(pb, method.output_type.name)
         make = _MAKERS[method.client_streaming, method.server_streaming]
+        behaviour = getattr(servicer, method.name)
+        if not method.server_streaming:
+            behaviour = _mapped(behaviour)
         handlers[method.name] = make(
-            getattr(servicer, method.name),
+            behaviour,
             request_deserializer=None if method.name in _RAW_REQUESTS else request.FromString,
             response_serializer=response.SerializeToString,
         )

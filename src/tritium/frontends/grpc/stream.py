@@ -29,7 +29,7 @@ from ...types import ClientRequest, InferenceResponse
 from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
-from .errors import CODE
+from .errors import CODE, status_message
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
 _END = object()
@@ -242,7 +242,7 @@ async def model_stream_infer(
         async for message in session.messages():
             yield message
     except ServerError as exc:  # triton_grpc_error mode: the first error ends the stream
-        await context.abort(CODE[exc.kind], exc.message)
+        await context.abort(CODE[exc.kind], status_message(exc.message))
     finally:
         session.close()
         reader.cancel()
