@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
-import os
-import signal
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -395,19 +392,6 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
     return runner(run(options, args.ports_file))
-
-
-def write_ports(path: str, ports: dict[str, int]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        json.dump(ports, handle)
-    os.replace(tmp, path)
-
-
-def install_signal_handlers(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
 
 
 if __name__ == "__main__":

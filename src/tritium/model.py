@@ -10,11 +10,12 @@ from collections.abc import Sequence
 
 from .backends.base import ModelInstance
 from .errors import invalid_arg
-from .repository.spec import IOSpec, ModelSpec
+from .config.spec import IOSpec, ModelSpec
 from .scheduling.base import Scheduler
 from .scheduling.batch_policy import BatchConfig
 from .scheduling.direct import DirectScheduler
 from .scheduling.dynamic import DynamicBatcher
+from .scheduling.ensemble import Dispatch, EnsembleScheduler
 from .stats import ModelStats
 from .request import InferenceRequest
 from .types import Tensor
@@ -45,7 +46,7 @@ class Model:
         spec: ModelSpec,
         version: int,
         instances: list[ModelInstance],
-        scheduler: Scheduler | None = None,  # an ensemble's; otherwise chosen from the config
+        dispatch: Dispatch | None = None,  # how an ensemble's steps reach their models
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -53,7 +54,7 @@ class Model:
         self.version_str = str(version)
         self.instances = instances
         self.stats = ModelStats(self.name, self.version_str)
-        self.scheduler: Scheduler = scheduler or _scheduler(spec, instances, self.version_str)
+        self.scheduler: Scheduler = _scheduler(spec, instances, self.version_str, dispatch)
         self._closing: asyncio.Task[None] | None = None
         for instance in instances:  # instances that restart count it in the statistics
             count = getattr(instance, "count_restarts_in", None)
@@ -200,9 +201,15 @@ def _names(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
-def _scheduler(spec: ModelSpec, instances: list[ModelInstance], version: str) -> Scheduler:
-    """Dynamic batching when the config asks for it on a model that batches; otherwise
-    Triton's default scheduler."""
+def _scheduler(
+    spec: ModelSpec, instances: list[ModelInstance], version: str, dispatch: Dispatch | None
+) -> Scheduler:
+    """The one place a model version's scheduler is chosen: an ensemble's walks its plan;
+    dynamic batching when the config asks for it on a model that batches; otherwise Triton's
+    default scheduler."""
+    if spec.ensemble is not None:
+        assert dispatch is not None, "an ensemble needs the server's dispatch"
+        return EnsembleScheduler(spec.ensemble, dispatch, version)
     config = spec.config
     if config.HasField("dynamic_batching") and spec.max_batch_size > 0:
         ragged = bool(spec.inputs) and all(i.allow_ragged for i in spec.inputs.values())

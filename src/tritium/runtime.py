@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import signal
 import ssl
 from dataclasses import replace
 
 import grpc
 
 from .access import AccessControl, build_access
-from .cli import install_signal_handlers, write_ports
 from .frontends.grpc.service import build_grpc_server
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
@@ -109,3 +111,16 @@ def _host(address: str) -> str:
     if ":" in address and not address.startswith("["):
         return f"[{address}]"
     return address
+
+
+def write_ports(path: str, ports: dict[str, int]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(ports, handle)
+    os.replace(tmp, path)
+
+
+def install_signal_handlers(stop: asyncio.Event) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)

@@ -27,7 +27,7 @@ from .errors import (
 )
 from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
-from .repository.config import ModelConfig
+from .config.model_config import ModelConfig
 from .repository.control import ModelControl
 from .repository.manager import ModelRepositoryManager
 from .repository.names import check_model_name
@@ -63,7 +63,8 @@ class InferenceServer:
         )
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"ensemble": (self,), "python": (restarts,)}),
+            BackendRegistry({"python": (restarts,)}),
+            dispatch=self,  # an ensemble's steps come back through request() and submit()
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,
             unload_timeout=options.exit_timeout_secs,

@@ -12,9 +12,9 @@ from pathlib import Path
 from fuzz_harness import FuzzFailure, Target, byte_inputs, check_rejection
 
 from tritium.errors import ServerError
-from tritium.repository.config import ConfigProblem, read_config
+from tritium.config.model_config import ConfigProblem, read_config
 from tritium.repository.layout import select_versions
-from tritium.repository.spec import build_spec, infer_backend, normalize
+from tritium.config.spec import build_spec, infer_backend, normalize
 from tritium.tensor_codec import deserialize_bytes, object_array, serialize_bytes
 
 

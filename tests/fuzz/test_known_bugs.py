@@ -20,13 +20,13 @@ from tritonclient.grpc import service_pb2 as pb  # noqa: E402
 from tritium.errors import ErrorKind, ServerError  # noqa: E402
 from tritium.frontends.grpc.codec import decode_request as decode_grpc  # noqa: E402
 from tritium.frontends.http.codec import decode_request as decode_http  # noqa: E402
-from tritium.repository.config import (  # noqa: E402
+from tritium.config.model_config import (  # noqa: E402
     ConfigProblem,
     parse_config_text,
     read_config,
 )
 from tritium.parameters import parse_parameters  # noqa: E402
-from tritium.repository.spec import build_spec, normalize  # noqa: E402
+from tritium.config.spec import build_spec, normalize  # noqa: E402
 from tritium.types import ClientRequest  # noqa: E402
 
 pytestmark = pytest.mark.fuzz

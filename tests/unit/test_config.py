@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tritium.errors import ErrorKind, ServerError
-from tritium.repository.config import (
+from tritium.config.model_config import (
     ConfigProblem,
     ModelConfig,
     config_from_json,
@@ -18,7 +18,7 @@ from tritium.repository.config import (
     parse_config_text,
     read_config,
 )
-from tritium.repository.spec import build_spec, infer_backend, normalize
+from tritium.config.spec import build_spec, infer_backend, normalize
 
 PATH = Path("/models/m/config.pbtxt")
 

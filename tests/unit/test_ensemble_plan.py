@@ -17,9 +17,9 @@ from google.protobuf import text_format
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from tritium.errors import ErrorKind, ServerError, not_found, unavailable
-from tritium.repository.config import ConfigProblem
-from tritium.repository.ensemble import EnsemblePlan, build_plan
-from tritium.repository.spec import ModelSpec, build_spec, normalize
+from tritium.config.model_config import ConfigProblem
+from tritium.config.ensemble import EnsemblePlan, build_plan
+from tritium.config.spec import ModelSpec, build_spec, normalize
 
 ENS = "ens"
 Io = tuple[str, str, list[int]]

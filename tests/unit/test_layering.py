@@ -85,3 +85,79 @@ def test_serving_imports_no_ml_runtime() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+# The layers of the whole package, lowest first: a module imports only from layers below its
+# own (or from its own package), so no two packages import each other. See
+# docs/architecture.md, "Layers".
+LAYERS: list[set[str]] = [
+    {"__init__", "errors", "types"},
+    {"tensor_codec", "stats", "parameters", "audit"},
+    {"access"},
+    {"request", "options", "metrics"},
+    {"cache", "shm", "config"},
+    {"backends"},
+    {"scheduling"},
+    {"model"},
+    {"repository"},
+    {"server"},
+    {"frontends"},
+    {"runtime"},
+    {"cli"},
+    {"__main__"},
+]
+LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
+
+
+def _unit(path: Path) -> str:
+    """The package (or top-level module) a source file belongs to."""
+    parts = path.relative_to(SRC).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def _runtime_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    """(level, module, names) of the imports that run: ``if TYPE_CHECKING:`` blocks skipped."""
+    found: list[tuple[int, str, list[str]]] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((0, alias.name, []) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                found.append((child.level, child.module or "", [a.name for a in child.names]))
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def _target_unit(path: Path, level: int, module: str, names: list[str]) -> str:
+    if level == 0:
+        return module.split(".")[1] if module.startswith("tritium.") else ""
+    package = path.relative_to(SRC).parent.parts
+    base = list(package[: len(package) - (level - 1)])
+    parts = base + (module.split(".") if module else [])
+    if not parts:  # ``from . import X``: X from the package's __init__, or module X
+        return names[0] if (SRC / f"{names[0]}.py").exists() else "__init__"
+    return parts[0]
+
+
+ALL_MODULES = sorted(SRC.rglob("*.py"))
+
+
+def test_every_unit_has_a_layer() -> None:
+    assert {_unit(p) for p in ALL_MODULES} <= set(LAYER_OF)
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_only_go_down_the_layers(path: Path) -> None:
+    own = _unit(path)
+    for level, module, names in _runtime_imports(path):
+        target = _target_unit(path, level, module, names)
+        if target and target != own:
+            assert LAYER_OF[target] < LAYER_OF[own], (
+                f"{path.relative_to(SRC)} ({own}, layer {LAYER_OF[own]}) imports {target} "
+                f"(layer {LAYER_OF[target]})"
+            )

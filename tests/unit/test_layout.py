@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tritium.repository.config import ModelConfig
+from tritium.config.model_config import ModelConfig
 from tritium.repository.layout import scan, select_versions, version_dirs
 
 

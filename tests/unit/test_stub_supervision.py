@@ -9,8 +9,8 @@ from tritium.backends.python.backend import execution_timeout
 from tritium.backends.python.supervisor import CrashHistory, RestartPolicy, VersionHealth
 from tritium.cli import build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
-from tritium.repository.config import ConfigProblem, ModelConfig
-from tritium.repository.spec import ModelSpec, build_spec, normalize
+from tritium.config.model_config import ConfigProblem, ModelConfig
+from tritium.config.spec import ModelSpec, build_spec, normalize
 
 
 def test_back_off_doubles_to_its_cap() -> None:

@@ -14,8 +14,8 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 
 from ..errors import internal
-from ..repository.config import ModelConfig
-from ..repository.spec import ModelSpec
+from ..config.model_config import ModelConfig
+from ..config.spec import ModelSpec
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse, Tensor
 

@@ -1,20 +1,17 @@
 """Ensembles (``platform: "ensemble"``): no instances of their own, only a plan over the
-composing models and the scheduler that walks it."""
+composing models (``ModelSpec.ensemble``); ``model.py`` gives such a model the scheduler that
+walks it."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from ..repository.ensemble import build_plan
-from ..repository.spec import ModelSpec
-from ..scheduling.ensemble import Dispatch, EnsembleScheduler
+from ..config.ensemble import build_plan
+from ..config.spec import ModelSpec
 from .base import LoadContext, ModelInstance
 
 
 class EnsembleBackend:
-    def __init__(self, dispatch: Dispatch) -> None:
-        self._dispatch = dispatch
-
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         config = ctx.config
         assert ctx.composing is not None, "the repository manager resolves composing models"
@@ -25,6 +22,3 @@ class EnsembleBackend:
         config.backend = ""
         spec = ctx.finalize(config)
         return dataclasses.replace(spec, ensemble=plan), []
-
-    def scheduler(self, spec: ModelSpec, version: str) -> EnsembleScheduler:
-        return EnsembleScheduler(spec.ensemble, self._dispatch, version)

@@ -15,8 +15,8 @@ import numpy as np
 import onnxruntime as ort
 
 from ..errors import internal, invalid_arg
-from ..repository.config import ModelConfig, mc
-from ..repository.spec import ModelSpec
+from ..config.model_config import ModelConfig, mc
+from ..config.spec import ModelSpec
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse
 from .base import LoadContext, ModelInstance, output_tensor, requested_names, send_error

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
-from .config import ModelConfig, config_from_json
+from ..config.model_config import ModelConfig, config_from_json
 from .layout import ModelLocation
 from .manager import ModelRepositoryManager
 from .names import check_model_name, check_override_key

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import ModelConfig
+from ..config.model_config import ModelConfig
 from .names import is_version_dir
 
 

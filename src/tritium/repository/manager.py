@@ -17,11 +17,12 @@ from typing import Any
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
-from .config import ConfigProblem, ModelConfig, read_config
+from ..scheduling.ensemble import Dispatch
+from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
 from .names import version_from_string
 from .records import ModelRecord, VersionRecord, failure, index_rows, refresh, was_unloaded
-from .spec import ModelSpec, build_spec, infer_backend, normalize
+from ..config.spec import ModelSpec, build_spec, infer_backend, normalize
 
 log = logging.getLogger("tritium")
 
@@ -42,8 +43,10 @@ class ModelRepositoryManager:
         auto_complete: bool = True,
         load_threads: int = 4,
         unload_timeout: float | None = None,
+        dispatch: Dispatch | None = None,
     ) -> None:
         self._repositories = repositories
+        self._dispatch = dispatch  # given to ensembles: how their steps reach their models
         # How long an unload waits for a model's executions before killing its instances.
         self._unload_timeout = unload_timeout
         self._backends = backends
@@ -369,9 +372,7 @@ class ModelRepositoryManager:
             entry.state, entry.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
             log.error("failed to load '%s' version %d: %s", record.name, version, entry.reason)
             return
-        make_scheduler = getattr(backend, "scheduler", None)  # ensembles bring their own
-        scheduler = make_scheduler(spec, str(version)) if make_scheduler else None
-        entry.model = Model(spec, version, instances, scheduler)
+        entry.model = Model(spec, version, instances, self._dispatch)
         entry.state = ModelState.READY
         refresh(record)
         log.info(

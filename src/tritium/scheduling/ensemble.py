@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 from ..backends.base import send_error
 from ..errors import ErrorKind, ServerError, cancelled, invalid_arg
-from ..repository.ensemble import EnsemblePlan, Route, Step
+from ..config.ensemble import EnsemblePlan, Route, Step
 from ..request import InferenceRequest, ResponseSender
 from ..types import ClientRequest, InferenceResponse, RequestedOutput, Tensor
 

@@ -11,8 +11,8 @@ from typing import Any
 from google.protobuf import json_format
 
 from ...errors import internal, invalid_arg
-from ...repository.config import ModelConfig, config_to_json
-from ...repository.spec import ModelSpec
+from ...config.model_config import ModelConfig, config_to_json
+from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from . import ipc
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision

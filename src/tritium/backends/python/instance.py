@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from ...errors import ErrorKind, ServerError, cancelled, internal
-from ...repository.spec import ModelSpec
+from ...config.spec import ModelSpec
 from ...request import InferenceRequest
 from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import ServerError, invalid_arg
 from ..types import DataType
-from .config import mc
+from .model_config import mc
 from .spec import IOSpec, ModelSpec
 
 # (name, version) -> the composing model's spec, or a ServerError saying why it has none.

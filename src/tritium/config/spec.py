@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from ..types import DataType
-from .config import (
+from .model_config import (
     BACKEND_DEFAULTS,
     PLATFORM_TO_BACKEND,
     ConfigProblem,
     ModelConfig,
     config_to_json,
 )
-from .config import mc
+from .model_config import mc
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
 _CPU_DEFAULT_COUNT = {"onnxruntime": 2, "tensorflow": 2}
