@@ -8,9 +8,12 @@ through explicit states::
         │                    │                        │                          │
         └────────────────────┴──── finish(): DONE, CANCELLED or FAILED ◀─────────┘
 
-Each transition is a method here, and these methods are the one place where a request's
-statistics (and, later, trace events) are recorded. Every inference answers through one
-``ResponseSender``: 0..N responses, then the final flag (Triton's response sender).
+Each transition is a method here, and these methods are the one place where a request's own
+statistics (queue and request durations, pending count, success or failure; later, trace
+events) are recorded. What is per execution rather than per request (``ModelStats.executed``:
+execution count, batch sizes, compute times) is recorded by the scheduler that ran it.
+Every inference answers through one ``ResponseSender``: 0..N responses, then the final flag
+(Triton's response sender).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ _BACKENDS = {
 
 class BackendRegistry(Mapping[str, Any]):
     """A read-only mapping name -> backend instance; ``args`` are given to the backend's
-    constructor (the ensemble backend takes the server's dispatch function)."""
+    constructor (the Python backend takes the stub restart policy)."""
 
     def __init__(self, args: Mapping[str, tuple[Any, ...]] | None = None) -> None:
         self._args = dict(args or {})

@@ -17,10 +17,12 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import ErrorKind, ServerError
@@ -30,6 +32,8 @@ from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
 from .errors import CODE, status_message
+
+log = logging.getLogger("tritium")
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
 _END = object()
@@ -243,6 +247,12 @@ async def model_stream_infer(
             yield message
     except ServerError as exc:  # triton_grpc_error mode: the first error ends the stream
         await context.abort(CODE[exc.kind], status_message(exc.message))
+    except (asyncio.CancelledError, grpc.aio.AbortError):
+        raise
+    except Exception as exc:  # a bug (or a broken request iterator): INTERNAL, as unary calls
+        log.exception("unhandled error in ModelStreamInfer")
+        message = status_message(f"{type(exc).__name__}: {exc}")
+        await context.abort(grpc.StatusCode.INTERNAL, message)
     finally:
         session.close()
         reader.cancel()
