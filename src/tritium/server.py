@@ -25,6 +25,7 @@ from .errors import (
     unavailable,
     unsupported,
 )
+from .model import Model
 from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
@@ -35,6 +36,10 @@ from .repository.names import version_from_string as parse_version
 from .parameters import parse_parameters
 from .request import InferenceRequest, ResponseCallback, ResponseSender
 from .types import ClientRequest, InferenceResponse
+
+# The facade front-ends import: the server, and the request/sender types and version parsing
+# they hand to it.
+__all__ = ["EXTENSIONS", "InferenceRequest", "InferenceServer", "ResponseSender", "parse_version"]
 
 log = logging.getLogger("tritium")
 
@@ -211,7 +216,7 @@ class InferenceServer:
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
         return self._model(name, parse_version(version)).spec.config_json
 
-    def _model(self, name: str, version: int) -> Any:
+    def _model(self, name: str, version: int) -> Model:
         """The ready model version a request names. A name that can never be loaded (not one
         safe path component: see repository/names.py) is INVALID_ARG rather than NOT_FOUND;
         checked only on a miss, so served names cost nothing."""

@@ -282,7 +282,8 @@ def _check_key(name: str, key: str) -> str:
 
 
 def _held(request: InferenceRequest, name: str) -> _Region:
-    for region in request.shm_held or ():
+    held: list[_Region] = request.shm_held or []
+    for region in held:
         if region.name == name:
             return region
     raise not_found(f"Unable to find shared memory region: '{name}'")

@@ -22,7 +22,8 @@ CHUNK = 1 << 16
 
 def deserialize_bytes(buf: bytes | bytearray | memoryview, name: str) -> list[bytes]:
     """Split Triton's BYTES format: each element is a u32 LE length, then the bytes."""
-    return bytes_array(buf, name).tolist()
+    items: list[bytes] = bytes_array(buf, name).tolist()
+    return items
 
 
 def bytes_array(
@@ -136,4 +137,4 @@ def raw_bytes(array: np.ndarray, datatype: DataType) -> bytes | memoryview:
         array = array.astype(datatype.dtype)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return memoryview(array.reshape(-1).view(np.uint8)) if array.size else b""
+    return array.reshape(-1).view(np.uint8).data if array.size else b""

@@ -47,6 +47,9 @@ DEFAULT_MAX_BATCH_SIZE = 4
 INLINE_MAX_SECONDS = 100e-6
 INLINE_MAX_BYTES = 64 * 1024
 
+# What the loop hands an instance thread: where to answer, and the batch to run.
+_Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], list[InferenceRequest]]
+
 
 def _session_options(config: ModelConfig) -> ort.SessionOptions:
     params = {k: v.string_value for k, v in config.parameters.items()}
@@ -137,7 +140,7 @@ class OnnxInstance:
         self._version = str(version)
         self._session = session
         self._cost = 1.0  # seconds; unknown until measured, so the first runs use the thread
-        self._work: queue.SimpleQueue[tuple | None] = queue.SimpleQueue()
+        self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"ort-{name}", daemon=True)
         self._thread.start()
 

@@ -171,7 +171,7 @@ def _ensemble_source(config: Any, io: Any) -> _Source:
 
 
 def _config_type_name(value: int) -> str:
-    return mc.DataType.Name(value)
+    return str(mc.DataType.Name(value))
 
 
 def _composing_specs(config: Any, lookup: SpecLookup) -> list[ModelSpec]:

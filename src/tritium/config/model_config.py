@@ -11,10 +11,25 @@ from typing import Any
 
 from google.protobuf import json_format, text_format
 from google.protobuf.descriptor import FieldDescriptor
-from tritonclient.grpc import model_config_pb2 as mc  # noqa: F401 - re-exported
+from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ..errors import ServerError, invalid_arg
+
+# ``mc`` (the generated model_config messages) and ``ModelConfig`` are re-exported: the rest of
+# the package reaches Triton's config schema through this module.
+__all__ = [
+    "BACKEND_DEFAULTS",
+    "PLATFORM_TO_BACKEND",
+    "ConfigProblem",
+    "ModelConfig",
+    "config_from_json",
+    "config_to_json",
+    "line_of",
+    "mc",
+    "parse_config_text",
+    "read_config",
+]
 
 
 # backend → (platform string reported for it, default model file name)

@@ -38,7 +38,7 @@ class ModelControl:
         self._poll_secs = poll_secs
         self._startup = startup
         self._poller: asyncio.Task[None] | None = None
-        self._signatures: dict[str, tuple] = {}
+        self._signatures: dict[str, tuple[object, ...]] = {}
         self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
         self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
 
@@ -128,9 +128,9 @@ class ModelControl:
         return ModelLocation(name, root, scratch=holder)
 
     # -- poll mode -----------------------------------------------------------------------------
-    def _snapshot(self) -> dict[str, tuple]:
+    def _snapshot(self) -> dict[str, tuple[object, ...]]:
         """Per model directory: every file's path, size and mtime."""
-        signatures = {}
+        signatures: dict[str, tuple[object, ...]] = {}
         for name, location in self.manager.scan().items():
             if location.path is None:
                 signatures[name] = ("ambiguous",)

@@ -279,7 +279,7 @@ class ModelRepositoryManager:
         if cycle:
             raise invalid_arg("circular dependency between ensembles: " + " -> ".join(cycle))
         locations = None
-        waits = []
+        waits: list[asyncio.Future[Any]] = []
         for name in sorted(names):
             if name in self._loading:
                 waits.append(asyncio.shield(self._loading[name]))

@@ -88,7 +88,7 @@ class _Entry:
         self.shape = shape
 
 
-def _shape_key(request: Any) -> tuple:
+def _shape_key(request: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
     """Non-batch shapes of the inputs: requests batch together only when these match."""
     return tuple((t.name, tuple(t.shape[1:])) for t in request.inputs)
 

@@ -52,6 +52,7 @@ class DirectScheduler:
             return False
         request.executing(time.perf_counter_ns())
         inline.run_now(request)
+        assert request.stats is not None  # set when it was queued
         request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
         return True
 
@@ -59,6 +60,7 @@ class DirectScheduler:
     def _executed(group: list[InferenceRequest]) -> None:
         """Statistics: each request of a group was one execution of its own."""
         for request in group:
+            assert request.stats is not None  # set when it was queued
             request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
 
     def _start(self, instance: ModelInstance, request: InferenceRequest) -> None:

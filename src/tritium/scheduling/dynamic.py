@@ -83,6 +83,7 @@ class DynamicBatcher:
     async def _run(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
         if await guarded(instance.execute(batch), batch, self._version):
             size = sum(r.batch_size for r in batch)
+            assert batch[0].stats is not None  # set when it was queued
             batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)
         self._batches_in_flight -= 1
         self._idle.append(instance)

@@ -302,6 +302,7 @@ class _Run:
             return
         timing: Any = tuple(self.timing)
         request.timing = timing
+        assert request.stats is not None  # set when it was queued
         request.stats.executed(request.batch_size, timing)
         assert request.sender is not None
         if owner.plan.decoupled:

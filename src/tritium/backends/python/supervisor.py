@@ -42,7 +42,7 @@ class CrashHistory:
         count = len(times)
         if count > policy.max_restarts:
             return None
-        return min(policy.first_delay_s * 2 ** (count - 1), policy.max_delay_s)
+        return min(policy.first_delay_s * 2.0 ** (count - 1), policy.max_delay_s)
 
     def recent(self) -> int:
         """Crashes counted in the window at the last ``crashed`` call."""

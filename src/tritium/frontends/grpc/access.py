@@ -168,7 +168,7 @@ def _is_async(handler: Any) -> bool:
     return inspect.iscoroutinefunction(behavior) or inspect.isasyncgenfunction(behavior)
 
 
-class AccessInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AccessInterceptor(grpc.aio.ServerInterceptor):
     """Wraps every handler so the check runs with the request and the peer at hand."""
 
     def __init__(self, access: AccessControl) -> None:

@@ -56,7 +56,9 @@ def _mapped(method: Callable[[Any, Any], Awaitable[Any]]) -> Callable[[Any, Any]
     return call
 
 
-class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):
+# tritonclient's generated servicer is untyped (Any); it is kept as the base for the UNIMPLEMENTED
+# answer it gives any RPC a newer service definition adds.
+class InferenceService(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[misc]
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
 
@@ -234,7 +236,7 @@ _MAKERS = {
 }
 
 
-def _inference_handlers(servicer: InferenceService) -> dict[str, grpc.RpcMethodHandler]:
+def _inference_handlers(servicer: InferenceService) -> dict[str, grpc.RpcMethodHandler[Any, Any]]:
     """The generated service's handlers, except that ModelInfer and ModelStreamInfer get their
     request bytes undecoded: ``wire`` parses them, so a message protobuf refuses is answered
     INVALID_ARGUMENT with a clear message (grpcio answers UNKNOWN "Unexpected <class

@@ -21,7 +21,7 @@ from ...errors import ServerError
 from .messages import HttpRequest, HttpResponse, HttpStreamResponse, orjson_error
 
 Result = HttpResponse | Awaitable[HttpResponse | HttpStreamResponse]
-Route = Callable[[HttpRequest], Any]
+Route = Callable[[HttpRequest], Result]
 
 _STATUS = {
     RefusalKind.RESTRICTED: 403,
@@ -155,7 +155,11 @@ class HttpGuard:
         return self._finish(request, api, verdict, result)
 
     async def _finish(
-        self, request: HttpRequest, api: HttpApi, verdict: Verdict, result: Awaitable[Any]
+        self,
+        request: HttpRequest,
+        api: HttpApi,
+        verdict: Verdict,
+        result: Awaitable[HttpResponse | HttpStreamResponse],
     ) -> HttpResponse | HttpStreamResponse:
         handed_over = False
         try:
@@ -165,7 +169,7 @@ class HttpGuard:
                 handed_over = True
             else:
                 self._outcome(request, api, verdict, response)
-            return response  # type: ignore[no-any-return]
+            return response
         except BaseException as exc:
             if api.control:
                 self._record(request, api, verdict, "error", _exception_text(exc))

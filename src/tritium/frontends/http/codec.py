@@ -104,7 +104,7 @@ def _parse_json(json_part: bytes) -> tuple[dict[str, Any], dict[str, Span]]:
     return doc, spans
 
 
-def _request_parameters(params: Any, plan: OutputPlan) -> dict[str, Any]:
+def _request_parameters(params: object, plan: OutputPlan) -> dict[str, Any]:
     """The request's parameters for the core, less ``binary_data_output`` (how this
     front-end encodes the answer)."""
     if not isinstance(params, dict):
