@@ -168,7 +168,7 @@ class PythonInstance:
                 kept.append(batch)
         return kept
 
-    def _wire(self, request: InferenceRequest, buffers: ipc.Buffers) -> tuple:
+    def _wire(self, request: InferenceRequest, buffers: ipc.Buffers) -> ipc.RequestWire:
         params = orjson.dumps(request.parameters).decode() if request.parameters else "{}"
         return (
             request.id,
@@ -188,7 +188,7 @@ class PythonInstance:
         return cancel
 
     def _make_response(
-        self, request: InferenceRequest, payload: tuple | None, buffers: ipc.Buffers
+        self, request: InferenceRequest, payload: ipc.ResponseWire | None, buffers: ipc.Buffers
     ) -> InferenceResponse:
         response = InferenceResponse(request.model_name, self._version, request.id)
         if payload is None:
@@ -204,6 +204,7 @@ class PythonInstance:
             )
             response.error = ServerError(kind, message)
             return response
+        assert tensors is not None  # no error message: the stub sent the outputs
         wanted = set(requested_names(self._spec, request))
         try:
             response.outputs = [
@@ -217,7 +218,7 @@ class PythonInstance:
             response.parameters = json.loads(extra)
         return response
 
-    def _batch_done(self, body: tuple, buffers: ipc.Buffers) -> None:
+    def _batch_done(self, body: ipc.ExecDone, buffers: ipc.Buffers) -> None:
         """``execute`` returned. Its requests are answered now, except a decoupled model's,
         whose responses may keep coming from the model's threads until each one's final flag;
         the batch stays routable until then."""
@@ -252,7 +253,11 @@ class PythonInstance:
             future.set_result(None)
 
     def _answer_each(
-        self, requests: list[InferenceRequest], wired: list, buffers: ipc.Buffers, infer_ns: int
+        self,
+        requests: list[InferenceRequest],
+        wired: list[ipc.ResponseWire | None],
+        buffers: ipc.Buffers,
+        infer_ns: int,
     ) -> None:
         for request, payload in zip(requests, wired, strict=True):
             began = time.perf_counter_ns()
@@ -270,7 +275,9 @@ class PythonInstance:
                 finished[i] = True
                 answer(request)
 
-    def _response(self, body: tuple, buffers: ipc.Buffers) -> None:
+    def _response(
+        self, body: tuple[int, int, ipc.ResponseWire | None, bool], buffers: ipc.Buffers
+    ) -> None:
         batch_id, index, payload, final = body
         entry = self._batches.get(batch_id)
         if entry is None or entry[2][index]:

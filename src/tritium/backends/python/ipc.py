@@ -27,9 +27,17 @@ AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
 
 Buffers = list[Any]
+# The payloads' shapes (marshal keeps tuples). A tensor: (datatype, shape, buffer index).
+PackedArray = tuple[str, tuple[int, ...], int]
+# A request for ``execute``: id, correlation id, flags, timeout (us), inputs, outputs, parameters.
+RequestWire = tuple[str, int | str, int, int, list[tuple[str, PackedArray]], list[str], str]
+# One response: (outputs, None, parameters JSON or None), or (None, error message, error code).
+ResponseWire = tuple[list[tuple[str, PackedArray]] | None, str | None, Any]
+# EXEC_DONE entry of one ``execute``: batch id, error message or None, responses or None.
+ExecDone = tuple[int, str | None, list[ResponseWire | None] | None]
 
 
-def pack_array(array: Any, buffers: Buffers) -> tuple[str, tuple[int, ...], int]:
+def pack_array(array: Any, buffers: Buffers) -> PackedArray:
     """Describe ``array`` in the payload and queue its bytes as an out-of-band buffer."""
     array = np.asarray(array)
     datatype = DataType.from_numpy(array.dtype)
@@ -39,7 +47,7 @@ def pack_array(array: Any, buffers: Buffers) -> tuple[str, tuple[int, ...], int]
     return (datatype.wire, tuple(array.shape), len(buffers) - 1)
 
 
-def unpack_array(packed: tuple[str, tuple[int, ...], int], buffers: Buffers) -> np.ndarray:
+def unpack_array(packed: PackedArray, buffers: Buffers) -> np.ndarray:
     wire, shape, index = packed
     datatype = DataType.from_wire(wire)
     assert datatype is not None

@@ -23,19 +23,24 @@ Private hooks for the stub (not part of Triton's API):
   in-process only; they are not exported to the server's metrics endpoint yet).
 """
 
+from __future__ import annotations
+
 import json
 import struct
 import sys
 import threading
 import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 try:  # numpy has no native bfloat16
     import ml_dtypes as _ml_dtypes
 
-    _BF16 = np.dtype(_ml_dtypes.bfloat16)
+    _BF16: np.dtype[Any] | None = np.dtype(_ml_dtypes.bfloat16)
 except Exception:  # pragma: no cover - depends on the environment
     _BF16 = None
 
@@ -53,7 +58,7 @@ TYPE_INT8, TYPE_INT16, TYPE_INT32, TYPE_INT64 = 6, 7, 8, 9
 TYPE_FP16, TYPE_FP32, TYPE_FP64, TYPE_STRING, TYPE_BF16 = 10, 11, 12, 13, 14
 TYPE_BYTES = TYPE_STRING
 
-_CODE_TO_NUMPY = {
+_CODE_TO_NUMPY: dict[int, type[np.generic]] = {
     TYPE_BOOL: np.bool_,
     TYPE_UINT8: np.uint8,
     TYPE_UINT16: np.uint16,
@@ -70,7 +75,7 @@ _CODE_TO_NUMPY = {
 }
 _NUMPY_TO_CODE = {np.dtype(t): c for c, t in _CODE_TO_NUMPY.items()}
 
-TRITON_STRING_TO_NUMPY = {
+TRITON_STRING_TO_NUMPY: dict[str, type[Any]] = {
     "TYPE_BOOL": bool,
     "TYPE_UINT8": np.uint8,
     "TYPE_UINT16": np.uint16,
@@ -89,21 +94,13 @@ if _BF16 is not None:
     TRITON_STRING_TO_NUMPY["TYPE_BF16"] = _BF16.type
 
 
-def _getter(attr, doc=None):
-    def get(self):
-        return getattr(self, attr)
-
-    get.__doc__ = doc
-    return get
-
-
 # ------------------------------------------------------------------------------ errors
 
 
 class TritonModelException(Exception):
     """Raised wherever Triton's python backend raises ``TritonModelException``."""
 
-    def message(self):
+    def message(self) -> str:
         return str(self)
 
 
@@ -113,40 +110,43 @@ class TritonError:
     UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG = 0, 1, 2, 3
     UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = 4, 5, 6, 7
 
-    def __init__(self, message, code=INTERNAL):
+    def __init__(self, message: str, code: int = INTERNAL) -> None:
         if not isinstance(message, str):
             raise TypeError("TritonError message must be a str")
         if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 7:
             raise TypeError("TritonError code must be one of the TritonError codes")
         self._message, self._code = message, int(code)
 
-    message = _getter("_message")
-    code = _getter("_code")
-
-    def __str__(self):
+    def message(self) -> str:
         return self._message
 
-    def __repr__(self):
+    def code(self) -> int:
+        return self._code
+
+    def __str__(self) -> str:
+        return self._message
+
+    def __repr__(self) -> str:
         return f"TritonError({self._message!r}, code={self._code})"
 
 
 # ------------------------------------------------------------------------------ dtypes
 
 
-def _require_bf16():
+def _require_bf16() -> type[Any]:
     if _BF16 is None:
         raise TritonModelException("TYPE_BF16 requires the 'ml_dtypes' package.")
     return _BF16.type
 
 
-def triton_to_numpy_type(data_type):
+def triton_to_numpy_type(data_type: int) -> type[Any] | None:
     """TRITONSERVER_DataType code -> numpy type (None when unknown, as Triton)."""
     if data_type == TYPE_BF16:
         return _require_bf16()
     return _CODE_TO_NUMPY.get(data_type)
 
 
-def numpy_to_triton_type(data_type):
+def numpy_to_triton_type(data_type: Any) -> int | None:
     """numpy type or dtype -> TRITONSERVER_DataType code (None when unsupported)."""
     try:
         dt = np.dtype(data_type)
@@ -159,13 +159,13 @@ def numpy_to_triton_type(data_type):
     return _NUMPY_TO_CODE.get(dt)
 
 
-def triton_string_to_numpy(triton_type_string):
+def triton_string_to_numpy(triton_type_string: str) -> type[Any]:
     if triton_type_string == "TYPE_BF16":
         return _require_bf16()
     return TRITON_STRING_TO_NUMPY[triton_type_string]
 
 
-def serialize_byte_tensor(input_tensor):
+def serialize_byte_tensor(input_tensor: npt.NDArray[Any]) -> bytes | None:
     """Flatten an object/bytes_ array (C order) into elements each prefixed with
     its 4-byte little-endian length. Returns ``bytes`` as Triton does (``b""``
     for an empty tensor, None for other dtypes); non-bytes objects are stored
@@ -182,10 +182,11 @@ def serialize_byte_tensor(input_tensor):
     return b"".join(parts)
 
 
-def deserialize_bytes_tensor(encoded_tensor):
+def deserialize_bytes_tensor(encoded_tensor: Any) -> npt.NDArray[np.object_]:
     """Inverse of ``serialize_byte_tensor``: a 1-D ``np.object_`` array of bytes."""
     buf = memoryview(encoded_tensor).cast("B")
-    items, offset, total = [], 0, len(buf)
+    items: list[bytes] = []
+    offset, total = 0, len(buf)
     while offset < total:
         if offset + 4 > total:
             raise TritonModelException("Malformed BYTES tensor: truncated element length.")
@@ -203,7 +204,7 @@ def deserialize_bytes_tensor(encoded_tensor):
 # ------------------------------------------------------------------------------ Tensor
 
 
-def _check_tensor_name(name):
+def _check_tensor_name(name: object) -> None:
     if not isinstance(name, str):
         raise TypeError("Tensor name must be a str")
     if name == "":
@@ -217,7 +218,11 @@ class Tensor:
     are rejected as in Triton. BF16 tensors hold ``ml_dtypes.bfloat16`` arrays
     (Triton cannot show BF16 through numpy; tritium can when ml_dtypes exists)."""
 
-    def __init__(self, name, numpy_array):
+    _name: str
+    _array: npt.NDArray[Any]
+    _dtype: int
+
+    def __init__(self, name: str, numpy_array: Any) -> None:
         _check_tensor_name(name)
         if not isinstance(numpy_array, np.ndarray):
             numpy_array = np.asarray(numpy_array)
@@ -229,31 +234,37 @@ class Tensor:
         self._name, self._array, self._dtype = name, numpy_array, dtype
 
     @classmethod
-    def _wrap(cls, name, array, triton_dtype):
+    def _wrap(cls, name: str, array: npt.NDArray[Any], triton_dtype: int) -> Tensor:
         """Stub hook: wrap a contiguous array received from the server, unchecked."""
         self = cls.__new__(cls)
         self._name, self._array, self._dtype = name, array, triton_dtype
         return self
 
     @classmethod
-    def _create(cls, name, array, triton_dtype):
+    def _create(cls, name: str, array: Any, triton_dtype: int) -> Tensor:
         """Stub hook: a tensor with an explicit Triton dtype code."""
         _check_tensor_name(name)
         self = cls.__new__(cls)
         self._name, self._array, self._dtype = name, np.ascontiguousarray(array), triton_dtype
         return self
 
-    _as_array = _getter("_array", "Stub hook: the stored array, whatever the dtype.")
-    name = _getter("_name")
-    triton_dtype = _getter("_dtype")
+    def _as_array(self) -> npt.NDArray[Any]:
+        """Stub hook: the stored array, whatever the dtype."""
+        return self._array
 
-    def shape(self):
+    def name(self) -> str:
+        return self._name
+
+    def triton_dtype(self) -> int:
+        return self._dtype
+
+    def shape(self) -> list[int]:
         return [int(d) for d in self._array.shape]
 
-    def is_cpu(self):
+    def is_cpu(self) -> bool:
         return True
 
-    def as_numpy(self):
+    def as_numpy(self) -> npt.NDArray[Any]:
         if self._dtype == TYPE_BF16 and (_BF16 is None or self._array.dtype != _BF16):
             raise TritonModelException(
                 "Tensor dtype is BF16 and cannot be converted to NumPy. "
@@ -261,10 +272,10 @@ class Tensor:
             )
         return self._array
 
-    def to_dlpack(self):
+    def to_dlpack(self) -> Any:
         return self.__dlpack__()
 
-    def __dlpack__(self, stream=None, **kwargs):
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         if self._dtype == TYPE_STRING:
             raise TritonModelException("DLPack does not have support for string tensors.")
         if self._dtype == TYPE_BF16:
@@ -275,11 +286,11 @@ class Tensor:
         array = self._array if self._array.flags.writeable else self._array.copy()
         return array.__dlpack__(stream=stream, **kwargs)
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)  # (kDLCPU, device 0)
 
     @staticmethod
-    def from_dlpack(name, tensor):
+    def from_dlpack(name: str, tensor: Any) -> Tensor:
         """Tensor from a DLPack capsule or an object with ``__dlpack__``/``__dlpack_device__``."""
         _check_tensor_name(name)
         if type(tensor).__name__ == "PyCapsule":
@@ -305,27 +316,27 @@ class Tensor:
             raise TritonModelException(f"Failed to convert the DLPack tensor: {e}") from None
         return Tensor(name, array)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Tensor({self._name!r}, triton_dtype={self._dtype}, shape={self.shape()})"
 
 
 class _Capsule:
     """Lets ``np.from_dlpack`` consume a bare (legacy, CPU) DLPack capsule."""
 
-    def __init__(self, capsule):
+    def __init__(self, capsule: Any) -> None:
         self._capsule = capsule
 
-    def __dlpack__(self, stream=None, **kwargs):
+    def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         return self._capsule
 
-    def __dlpack_device__(self):
+    def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)
 
 
 # ------------------------------------------------------------------------------ responses
 
 
-def _parameters_to_json(parameters):
+def _parameters_to_json(parameters: object) -> str:
     """Triton's PyParametersToJSON: None or a dict of str -> bool/int/str."""
     if parameters is None:
         parameters = {}
@@ -347,7 +358,12 @@ class InferenceResponse:
     """``InferenceResponse(output_tensors=[], error=None, parameters=None)``;
     ``parameters()`` returns the parameters as a JSON string."""
 
-    def __init__(self, output_tensors=None, error=None, parameters=None):
+    def __init__(
+        self,
+        output_tensors: Sequence[Tensor] | None = None,
+        error: TritonError | None = None,
+        parameters: dict[str, bool | int | str] | None = None,
+    ) -> None:
         if output_tensors is None:
             output_tensors = []
         if not isinstance(output_tensors, (list, tuple)) or not all(
@@ -359,14 +375,17 @@ class InferenceResponse:
         self._parameters = _parameters_to_json(parameters)
         self._output_tensors, self._error = list(output_tensors), error
 
-    def output_tensors(self):
+    def output_tensors(self) -> list[Tensor]:
         return list(self._output_tensors)
 
-    def has_error(self):
+    def has_error(self) -> bool:
         return self._error is not None
 
-    error = _getter("_error")
-    parameters = _getter("_parameters")
+    def error(self) -> TritonError | None:
+        return self._error
+
+    def parameters(self) -> str:
+        return self._parameters
 
 
 class InferenceResponseSender:
@@ -375,12 +394,17 @@ class InferenceResponseSender:
     ``decoupled=False`` applies Triton's one-response rules for models that
     are not decoupled."""
 
-    def __init__(self, send_callable=None, is_cancelled_callable=None, decoupled=True):
+    def __init__(
+        self,
+        send_callable: Callable[[InferenceResponse | None, int], None] | None = None,
+        is_cancelled_callable: Callable[[], object] | None = None,
+        decoupled: bool = True,
+    ) -> None:
         self._send, self._is_cancelled = send_callable, is_cancelled_callable
         self._decoupled, self._closed, self._sent = decoupled, False, 0
         self._lock = threading.Lock()  # decoupled models often send from their own threads
 
-    def send(self, response=None, flags=0):
+    def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         if response is not None and not isinstance(response, InferenceResponse):
             raise TypeError("response must be a pb_utils.InferenceResponse or None")
         final = flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -415,27 +439,30 @@ class InferenceResponseSender:
             self._sent += 1
         self._send(response, flags)
 
-    def is_cancelled(self):
+    def is_cancelled(self) -> bool:
         return bool(self._is_cancelled()) if self._is_cancelled is not None else False
 
-    _is_closed = _getter("_closed")
-    _responses_sent = _getter("_sent")
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    def _responses_sent(self) -> int:
+        return self._sent
 
 
 # ------------------------------------------------------------------------------ requests
 
 
 class PreferredMemory:
-    def __init__(self, preferred_memory_type, preferred_device_id=0):
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
         self.preferred_memory_type = preferred_memory_type
         self.preferred_device_id = preferred_device_id
 
 
 class InferenceTrace:
-    def __init__(self, context=None):
+    def __init__(self, context: str | None = None) -> None:
         self._context = context
 
-    def get_context(self):
+    def get_context(self) -> str | None:
         return self._context or None
 
 
@@ -447,41 +474,47 @@ class InferenceRequest:
     bool/int/str values), or, as a tritium extension for the stub, a JSON
     object string kept as-is (server-side parameters may hold doubles)."""
 
+    _sender: InferenceResponseSender | None
+    _cancelled: Callable[[], object] | None
+    _sender_factory: Callable[[], InferenceResponseSender] | None
+    _parameters: str
+
     def __init__(
         self,
-        request_id="",
-        correlation_id=0,
-        inputs=None,
-        requested_output_names=None,
-        model_name=None,
-        model_version=-1,
-        flags=0,
-        timeout=0,
-        preferred_memory=None,
-        trace=None,
-        parameters=None,
-    ):
-        for arg, value in (
-            ("inputs", inputs),
-            ("requested_output_names", requested_output_names),
-            ("model_name", model_name),
-        ):
-            if value is None:
-                raise TypeError(f"InferenceRequest() missing required argument: '{arg}'")
+        request_id: str = "",
+        correlation_id: int | str = 0,
+        inputs: Sequence[Tensor] | None = None,
+        requested_output_names: Sequence[str] | None = None,
+        model_name: str | None = None,
+        model_version: int = -1,
+        flags: int = 0,
+        timeout: int = 0,
+        preferred_memory: PreferredMemory | None = None,
+        trace: InferenceTrace | None = None,
+        parameters: dict[str, bool | int | str] | str | bytes | None = None,
+    ) -> None:
+        if inputs is None or requested_output_names is None or model_name is None:
+            required = (
+                ("inputs", inputs),
+                ("requested_output_names", requested_output_names),
+                ("model_name", model_name),
+            )
+            arg = next(name for name, value in required if value is None)
+            raise TypeError(f"InferenceRequest() missing required argument: '{arg}'")
         if not isinstance(request_id, str) or not isinstance(model_name, str):
             raise TypeError("request_id and model_name must be str")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
-        for arg, value in (
+        for arg, number in (
             ("model_version", model_version),
             ("flags", flags),
             ("timeout", timeout),
         ):
-            if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(number, bool) or not isinstance(number, int):
                 raise TypeError(f"{arg} must be an int")
         where = f"for request with id '{request_id}' and model name '{model_name}'"
-        inputs = list(inputs)
-        for tensor in inputs:
+        tensors = list(inputs)
+        for tensor in tensors:
             if tensor is None:
                 raise TritonModelException(f"Input tensor {where} should not be empty.")
             if not isinstance(tensor, Tensor):
@@ -501,7 +534,7 @@ class InferenceRequest:
             self._parameters = parameters or "{}"
         else:
             self._parameters = _parameters_to_json(parameters)
-        self._request_id, self._correlation_id, self._inputs = request_id, correlation_id, inputs
+        self._request_id, self._correlation_id, self._inputs = request_id, correlation_id, tensors
         self._requested_output_names = list(dict.fromkeys(requested_output_names))
         self._model_name, self._model_version = model_name, model_version
         self._flags, self._timeout = flags, timeout
@@ -514,16 +547,16 @@ class InferenceRequest:
     @classmethod
     def _from_server(
         cls,
-        request_id,
-        correlation_id,
-        flags,
-        inputs,
-        requested_output_names,
-        parameters,
-        model_name,
-        model_version,
-        sender_factory,
-    ):
+        request_id: str,
+        correlation_id: int | str,
+        flags: int,
+        inputs: list[Tensor],
+        requested_output_names: list[str],
+        parameters: str,
+        model_name: str,
+        model_version: int,
+        sender_factory: Callable[[], InferenceResponseSender],
+    ) -> InferenceRequest:
         """Stub hook: a request decoded from the server, already validated there, so none of
         the constructor's checks run; the response sender is made on first use."""
         self = cls.__new__(cls)
@@ -536,12 +569,17 @@ class InferenceRequest:
         self._sender, self._cancelled, self._sender_factory = None, None, sender_factory
         return self
 
-    def get_response_sender(self):
+    def get_response_sender(self) -> InferenceResponseSender:
         if self._sender is None:
+            assert self._sender_factory is not None  # a request has a sender or its factory
             self._sender = self._sender_factory()
         return self._sender
 
-    def _attach(self, sender, is_cancelled=None):
+    def _attach(
+        self,
+        sender: InferenceResponseSender | Callable[[InferenceResponse | None, int], None],
+        is_cancelled: Callable[[], object] | None = None,
+    ) -> None:
         """Stub hook. ``sender`` is an ``InferenceResponseSender`` (a bare
         ``send(response, flags)`` callable is wrapped into one); ``is_cancelled``
         is a zero-argument callable backing ``is_cancelled()``."""
@@ -549,74 +587,93 @@ class InferenceRequest:
             sender = InferenceResponseSender(sender, is_cancelled)
         self._sender, self._cancelled = sender, is_cancelled
 
-    _release_flags = _getter("_release", "Stub hook: flags from set_release_flags().")
-    request_id = _getter("_request_id")
-    correlation_id = _getter("_correlation_id")
-    flags = _getter("_flags")
-    timeout = _getter("_timeout")
-    parameters = _getter("_parameters", "Request parameters as a JSON string.")
-    trace = _getter("_trace")
-    model_name = _getter("_model_name")
-    model_version = _getter("_model_version")
+    def _release_flags(self) -> int:
+        """Stub hook: flags from set_release_flags()."""
+        return self._release
 
-    def inputs(self):
+    def request_id(self) -> str:
+        return self._request_id
+
+    def correlation_id(self) -> int | str:
+        return self._correlation_id
+
+    def flags(self) -> int:
+        return self._flags
+
+    def timeout(self) -> int:
+        return self._timeout
+
+    def parameters(self) -> str:
+        """Request parameters as a JSON string."""
+        return self._parameters
+
+    def trace(self) -> InferenceTrace:
+        return self._trace
+
+    def model_name(self) -> str:
+        return self._model_name
+
+    def model_version(self) -> int:
+        return self._model_version
+
+    def inputs(self) -> list[Tensor]:
         return list(self._inputs)
 
-    def requested_output_names(self):
+    def requested_output_names(self) -> set[str]:
         return set(self._requested_output_names)  # Triton returns a (pybind std::set) set
 
-    def set_flags(self, flags):
+    def set_flags(self, flags: int) -> None:
         self._flags = flags
 
-    def is_cancelled(self):
+    def is_cancelled(self) -> bool:
         if self._cancelled is not None:
             return bool(self._cancelled())
-        return self._sender.is_cancelled()
+        return self.get_response_sender().is_cancelled()
 
-    def set_release_flags(self, flags):
+    def set_release_flags(self, flags: int) -> None:
         if isinstance(flags, bool) or not isinstance(flags, int):
             raise TypeError("flags must be an int")
         self._release = flags
 
-    def exec(self, decoupled=False):
+    def exec(self, decoupled: bool = False) -> InferenceResponse:
         raise TritonModelException("BLS is not supported by tritium yet")
 
-    def async_exec(self, decoupled=False):
+    def async_exec(self, decoupled: bool = False) -> Awaitable[InferenceResponse]:
         raise TritonModelException("BLS is not supported by tritium yet")
 
 
-def load_model(model_name, config="", files=None):
+def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
     raise TritonModelException("load_model is not supported by tritium yet")
 
 
-def unload_model(model_name, unload_dependents=False):
+def unload_model(model_name: str, unload_dependents: bool = False) -> None:
     raise TritonModelException("unload_model is not supported by tritium yet")
 
 
-def is_model_ready(model_name, model_version=""):
+def is_model_ready(model_name: str, model_version: str = "") -> bool:
     raise TritonModelException("is_model_ready is not supported by tritium yet")
 
 
 # ------------------------------------------------------------------------------ lookups
 
 
-def get_input_tensor_by_name(inference_request, name):
+def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
     return next((t for t in inference_request.inputs() if t.name() == name), None)
 
 
-def get_output_tensor_by_name(inference_response, name):
+def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:
     return next((t for t in inference_response.output_tensors() if t.name() == name), None)
 
 
-def get_input_config_by_name(model_config, name):
+def get_input_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((p for p in model_config.get("input", []) if p.get("name") == name), None)
 
 
-def get_output_config_by_name(model_config, name):
+def get_output_config_by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     return next((p for p in model_config.get("output", []) if p.get("name") == name), None)
 
 
-def using_decoupled_model_transaction_policy(model_config):
+def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bool:
     return bool(model_config.get("model_transaction_policy", {}).get("decoupled", False))
 
 
@@ -628,7 +685,8 @@ class ModelConfig:
     Triton) or a dict (copied), using protobuf field names. Unset message
     fields (e.g. ``model_transaction_policy``) should be absent, as in Triton."""
 
-    def __init__(self, model_config):
+    def __init__(self, model_config: str | bytes | dict[str, Any]) -> None:
+        config: dict[str, Any]
         if isinstance(model_config, (str, bytes)):
             config = json.loads(model_config)
         else:
@@ -637,9 +695,10 @@ class ModelConfig:
             config.setdefault(key, default)
         self._model_config = config
 
-    as_dict = _getter("_model_config")
+    def as_dict(self) -> dict[str, Any]:
+        return self._model_config
 
-    def set_max_batch_size(self, max_batch_size):
+    def set_max_batch_size(self, max_batch_size: int) -> None:
         cfg = self._model_config
         if cfg["max_batch_size"] > max_batch_size:
             raise ValueError(
@@ -649,7 +708,7 @@ class ModelConfig:
             )
         cfg["max_batch_size"] = max_batch_size
 
-    def set_dynamic_batching(self):
+    def set_dynamic_batching(self) -> None:
         cfg = self._model_config
         for found in ("sequence_batching", "ensemble_scheduling"):
             if found in cfg:
@@ -660,7 +719,7 @@ class ModelConfig:
                 )
         cfg.setdefault("dynamic_batching", {})
 
-    def _add_tensor(self, kind, tensor, valid):
+    def _add_tensor(self, kind: str, tensor: dict[str, Any], valid: list[str]) -> None:
         cfg = self._model_config
         model = cfg["name"]
         where = f"in auto-complete-config function for model '{model}'"
@@ -704,15 +763,15 @@ class ModelConfig:
             return
         cfg[kind].append(tensor)
 
-    def add_input(self, input):  # noqa: A002 - Triton's parameter name
+    def add_input(self, input: dict[str, Any]) -> None:  # noqa: A002 - Triton's parameter name
         """Add (or complete) an input: keys 'name', 'data_type', 'dims', 'optional'."""
         self._add_tensor("input", input, ["name", "data_type", "dims", "optional"])
 
-    def add_output(self, output):
+    def add_output(self, output: dict[str, Any]) -> None:
         """Add (or complete) an output: keys 'name', 'data_type', 'dims'."""
         self._add_tensor("output", output, ["name", "data_type", "dims"])
 
-    def set_model_transaction_policy(self, transaction_policy_dict):
+    def set_model_transaction_policy(self, transaction_policy_dict: dict[str, Any]) -> None:
         cfg = self._model_config
         if any(prop != "decoupled" for prop in transaction_policy_dict):
             raise ValueError(
@@ -740,14 +799,14 @@ class LogLevel(IntEnum):
     VERBOSE = 3
 
 
-def _default_log_sink(level_name, message):
+def _default_log_sink(level_name: str, message: str) -> None:
     print(f"{level_name}: {message}", file=sys.stderr, flush=True)
 
 
-_log_sink = _default_log_sink
+_log_sink: Callable[[str, str], None] = _default_log_sink
 
 
-def _set_log_sink(sink):
+def _set_log_sink(sink: Callable[[str, str], None] | None) -> None:
     """Stub hook: route Logger output to ``sink(level_name, message)``; None resets."""
     global _log_sink
     _log_sink = sink if sink is not None else _default_log_sink
@@ -765,23 +824,23 @@ class Logger:
     )
 
     @staticmethod
-    def log(message, level=LogLevel.INFO):
+    def log(message: object, level: int = LogLevel.INFO) -> None:
         _log_sink(LogLevel(level).name, str(message))
 
     @staticmethod
-    def log_info(message):
+    def log_info(message: object) -> None:
         Logger.log(message, LogLevel.INFO)
 
     @staticmethod
-    def log_warn(message):
+    def log_warn(message: object) -> None:
         Logger.log(message, LogLevel.WARNING)
 
     @staticmethod
-    def log_error(message):
+    def log_error(message: object) -> None:
         Logger.log(message, LogLevel.ERROR)
 
     @staticmethod
-    def log_verbose(message):
+    def log_verbose(message: object) -> None:
         Logger.log(message, LogLevel.VERBOSE)
 
 
@@ -789,20 +848,21 @@ class Logger:
 # In-process only for now: values live in _FAMILIES and are not exported to the
 # server's metrics endpoint yet.
 
-_FAMILIES = {}  # name -> {"kind", "description", "metrics": {labels_json: state dict}}
+# name -> {"kind", "description", "metrics": {labels_json: state dict}}
+_FAMILIES: dict[str, dict[str, Any]] = {}
 _KIND_NAMES = ("COUNTER", "GAUGE", "HISTOGRAM")
 
 
-def _metric_families():
+def _metric_families() -> dict[str, dict[str, Any]]:
     """Stub hook: the in-process metric registry."""
     return _FAMILIES
 
 
 class _Metric:
-    def __init__(self, state, kind):
+    def __init__(self, state: dict[str, Any], kind: int) -> None:
         self._state, self._kind, self._cleared = state, kind, False
 
-    def _check(self, action, allowed):
+    def _check(self, action: str, allowed: tuple[int, ...]) -> None:
         if self._cleared:
             raise TritonModelException(
                 f"Failed to {action} metric value: Invalid metric operation as the "
@@ -815,7 +875,7 @@ class _Metric:
                 f"{_KIND_NAMES[self._kind]} does not support {action}"
             )
 
-    def increment(self, value):
+    def increment(self, value: float) -> None:
         self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
         if self._kind == MetricFamily.COUNTER and value < 0:
             raise TritonModelException(
@@ -824,11 +884,11 @@ class _Metric:
             )
         self._state["value"] += float(value)
 
-    def set(self, value):
+    def set(self, value: float) -> None:
         self._check("set", (MetricFamily.GAUGE,))
         self._state["value"] = float(value)
 
-    def observe(self, value):
+    def observe(self, value: float) -> None:
         self._check("observe", (MetricFamily.HISTOGRAM,))
         state = self._state
         state["count"] += 1
@@ -837,9 +897,10 @@ class _Metric:
             if value <= bound:
                 state["bucket_counts"][i] += 1
 
-    def value(self):
+    def value(self) -> float:
         self._check("get", (MetricFamily.COUNTER, MetricFamily.GAUGE))
-        return self._state["value"]
+        value: float = self._state["value"]
+        return value
 
 
 class MetricFamily:
@@ -848,7 +909,7 @@ class MetricFamily:
 
     COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
 
-    def __init__(self, name, description, kind):
+    def __init__(self, name: str, description: str, kind: int) -> None:
         if not isinstance(name, str) or not isinstance(description, str):
             raise TypeError("name and description must be str")
         if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
@@ -861,9 +922,12 @@ class MetricFamily:
                 f"Error when creating MetricFamily: metric family '{name}' already exists "
                 "with a different kind"
             )
-        self._kind, self._family, self._created = kind, family, weakref.WeakSet()
+        self._kind, self._family = kind, family
+        self._created: weakref.WeakSet[_Metric] = weakref.WeakSet()
 
-    def Metric(self, labels=None, buckets=None):  # noqa: N802 - Triton's name
+    def Metric(  # noqa: N802 - Triton's name
+        self, labels: dict[str, str] | None = None, buckets: Sequence[float] | None = None
+    ) -> _Metric:
         """Metric with these labels (the same labels give the same metric);
         histograms need strictly increasing ``buckets``."""
         if labels is not None and not isinstance(labels, dict):
@@ -871,13 +935,14 @@ class MetricFamily:
         labels = labels or {}
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
             raise TritonModelException("Error when creating Metric: labels must map str to str")
+        bounds: list[float] = []
         if self._kind == self.HISTOGRAM:
             if buckets is None:
                 raise TritonModelException(
                     "Error when creating Metric: Missing required buckets for histogram metrics."
                 )
-            buckets = [float(b) for b in buckets]
-            if any(b >= a for b, a in zip(buckets, buckets[1:], strict=False)):
+            bounds = [float(b) for b in buckets]
+            if any(b >= a for b, a in zip(bounds, bounds[1:], strict=False)):
                 raise TritonModelException(
                     "Error when creating Metric: histogram buckets "
                     "must be in strictly increasing order."
@@ -886,12 +951,12 @@ class MetricFamily:
             json.dumps(labels, sort_keys=True), {"labels": dict(labels), "value": 0.0}
         )
         if self._kind == self.HISTOGRAM and "buckets" not in state:
-            state.update(buckets=buckets, bucket_counts=[0] * len(buckets), count=0, sum=0.0)
+            state.update(buckets=bounds, bucket_counts=[0] * len(bounds), count=0, sum=0.0)
         metric = _Metric(state, self._kind)
         self._created.add(metric)
         return metric
 
-    def __del__(self):
+    def __del__(self) -> None:
         # As in Triton, metrics made by a deleted family can no longer be used.
         for metric in list(getattr(self, "_created", ())):
             metric._cleared = True

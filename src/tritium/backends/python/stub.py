@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,9 @@ class Stub:
         return self._loop.run_until_complete(awaitable)
 
     # -- execution ---------------------------------------------------------------------------
-    def _make_request(self, batch_id: int, index: int, wire: tuple, buffers: ipc.Buffers) -> Any:
+    def _make_request(
+        self, batch_id: int, index: int, wire: ipc.RequestWire, buffers: ipc.Buffers
+    ) -> pb_utils.InferenceRequest:
         request_id, correlation_id, flags, timeout_us, inputs, outputs, params = wire
         tensors = [
             pb_utils.Tensor._wrap(name, ipc.unpack_array(t, buffers), _TYPE_CODE[t[0]])
@@ -113,7 +116,7 @@ class Stub:
         def is_cancelled() -> bool:
             return key in self._cancelled
 
-        def make_sender() -> Any:
+        def make_sender() -> pb_utils.InferenceResponseSender:
             return pb_utils.InferenceResponseSender(send, is_cancelled, decoupled=decoupled)
 
         request = pb_utils.InferenceRequest._from_server(
@@ -132,7 +135,8 @@ class Stub:
         return request
 
     @staticmethod
-    def _wire_response(response: Any, buffers: ipc.Buffers) -> tuple:
+    def _wire_response(response: Any, buffers: ipc.Buffers) -> ipc.ResponseWire:
+        """``response`` is what the model returned or sent (untyped model code)."""
         if response.has_error():
             return (None, response.error().message(), response.error().code())
         tensors = [
@@ -142,8 +146,8 @@ class Stub:
         return (tensors, None, params if params and params != "{}" else None)
 
     def execute(
-        self, batch_id: int, wires: list[tuple], buffers: ipc.Buffers, out: ipc.Buffers
-    ) -> tuple:
+        self, batch_id: int, wires: list[ipc.RequestWire], buffers: ipc.Buffers, out: ipc.Buffers
+    ) -> ipc.ExecDone:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
         try:
@@ -170,7 +174,9 @@ class Stub:
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
         return (batch_id, None, wired)
 
-    def execute_all(self, executions: list[tuple], buffers: ipc.Buffers) -> None:
+    def execute_all(
+        self, executions: list[tuple[int, list[ipc.RequestWire]]], buffers: ipc.Buffers
+    ) -> None:
         """Several executions sent together (requests that queued up for this instance):
         each is its own ``execute`` call, in order; one frame carries every answer."""
         out: ipc.Buffers = []
@@ -197,7 +203,7 @@ class Stub:
     def serve(self) -> bool:
         """Answer the server's frames; returns True after FINALIZE, False when the server
         closed the socket (it is gone, or gave up on this stub)."""
-        handlers = {
+        handlers: dict[int, Callable[[Any], Any]] = {
             ipc.AUTOCOMPLETE: self.autocomplete,
             ipc.INIT: self.init,
             ipc.IS_READY: lambda _body: self.is_ready(),
@@ -215,7 +221,7 @@ class Stub:
                 self._cancelled.add(tuple(body))
                 continue
             try:
-                reply: tuple = (True, handlers[kind](body))
+                reply: tuple[bool, Any] = (True, handlers[kind](body))
             except Exception as exc:
                 detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
                 reply = (False, detail)
