@@ -43,9 +43,10 @@ $(VENV)/.fuzz-installed: $(VENV)/.installed
 fuzz: $(VENV)/.fuzz-installed
 	$(PY) tests/fuzz/run_fuzz.py --runs $(FUZZ_RUNS) --dir $(FUZZ_DIR) $(FUZZ_TARGETS)
 
+# ruff on everything, mypy --strict on src/tritium (configured in pyproject.toml).
 lint: $(VENV)/.installed
-	$(PY) -m pip install -q ruff
 	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/mypy
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
