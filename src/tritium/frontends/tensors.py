@@ -124,6 +124,9 @@ def numeric_array(values: Any, datatype: DataType, name: str) -> np.ndarray:
     target = datatype.dtype
     if len(values) == 0:
         return np.empty(0, dtype=target)
+    small = _small_integers(values, datatype, name)
+    if small is not None:
+        return small
     if not isinstance(values, np.ndarray) and target.kind in "iu":
         try:  # int64 or uint64 when every value is an integer within 64 bits: checked below
             array = np.asarray(values)
@@ -150,6 +153,30 @@ def numeric_array(values: Any, datatype: DataType, name: str) -> np.ndarray:
     if target.kind in "iu" and array.size:
         _check_range(array.min(), array.max(), datatype, name)
     return array.astype(target, copy=False)
+
+
+# Integer datatypes' ranges, and the list length up to which plain Python checks them faster
+# than numpy's reductions.
+_INT_BOUNDS: dict[DataType, tuple[int, int]] = {
+    t: (int(np.iinfo(t.dtype).min), int(np.iinfo(t.dtype).max))
+    for t in DataType
+    if t.dtype.kind in "iu" and t is not DataType.BF16
+}
+_SMALL = 256
+
+
+def _small_integers(values: Any, datatype: DataType, name: str) -> np.ndarray | None:
+    """The common small request (a short list of ints for an integer type), checked in plain
+    Python; None for anything else."""
+    bounds = _INT_BOUNDS.get(datatype)
+    if bounds is None or type(values) is not list or len(values) > _SMALL:
+        return None
+    if not all(type(v) is int for v in values):
+        return None
+    low, high = min(values), max(values)
+    if low < bounds[0] or high > bounds[1]:
+        _check_range(low, high, datatype, name)
+    return np.array(values, dtype=datatype.dtype)
 
 
 def _check_range(low: Any, high: Any, datatype: DataType, name: str) -> None:
