@@ -173,6 +173,35 @@ def test_bad_pipelined_request_does_not_drop_the_good_one_before_it(
     assert b'"OUTPUT0"' in reply and b"malformed HTTP request" in reply
 
 
+def test_idle_connections_cannot_lock_new_clients_out(
+    example_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Out of descriptors, the listener closes the connections idle longest: with a
+    keep-alive timeout of 10 minutes, a new client is still served while ~2x the free
+    descriptors are held by idle sockets (issue 10 item 4: 1,000 idle sockets locked every
+    client out)."""
+    repo = tmp_path_factory.mktemp("shed") / "repo"
+    repo.mkdir()
+    shutil.copytree(example_repo / "simple", repo / "simple")
+    proc = ServerProcess([repo], "--http-keepalive-timeout-secs", "600", "--allow-grpc=false")
+    idle: list[socket.socket] = []
+    try:
+        pid = proc.proc.pid
+        in_use = len(os.listdir(f"/proc/{pid}/fd"))
+        old = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 40, old[1]))
+        idle = [_connect(proc) for _ in range(80)]
+        time.sleep(0.5)
+        with _connect(proc) as sock:  # 30 s socket timeout, far below the keep-alive
+            sock.sendall(b"GET /v2/health/live HTTP/1.1\r\nConnection: close\r\n\r\n")
+            assert _statuses(_read_all(sock)) == [200]
+        assert "closed" in proc.log_text() and "idle HTTP connections" in proc.log_text()
+    finally:
+        for sock in idle:
+            sock.close()
+        proc.stop()
+
+
 def test_serves_again_after_running_out_of_file_descriptors(limited: ServerProcess) -> None:
     """With the server's descriptors all taken by idle connections, a new client waits in
     the backlog and is served once the idle ones time out; the listener never stops."""

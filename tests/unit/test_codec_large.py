@@ -234,3 +234,17 @@ def test_numeric_array_accepts_full_range() -> None:
     assert numeric_array([-128, 127], DataType.INT8, "x").dtype == np.int8
     assert numeric_array([1, 2.5], DataType.FP32, "x").tolist() == [1.0, 2.5]
     assert numeric_array([], DataType.BOOL, "x").dtype == np.bool_
+
+
+def test_large_json_padded_with_whitespace_decodes() -> None:
+    """Whitespace is valid JSON anywhere: a body padded past the large-body threshold with
+    spaces is decoded (orjson skips them), not refused as an oversized document skeleton."""
+    doc = {"inputs": [{"name": "A", "datatype": "INT32", "shape": [2], "data": [1, 2]}]}
+    body = json.dumps(doc).encode() + b" \n" * (2 << 20)
+    request, _ = http_codec.decode_request(body, None, "m", 1)
+    assert request.inputs[0].data.tolist() == [1, 2]
+    crowded = {**doc, "id": "x" * (2 << 20)}  # a skeleton that really is large: refused
+    _invalid(
+        lambda: http_codec.decode_request(json.dumps(crowded).encode(), None, "m", 1),
+        "besides the inputs",
+    )

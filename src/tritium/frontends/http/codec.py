@@ -19,7 +19,14 @@ from ..tensors import (
     tensor_bytes,
     tensor_from_buffer,
 )
-from .json_data import SKELETON_MAX, Span, flatten, span_values, split_document
+from .json_data import (
+    SKELETON_MAX,
+    Span,
+    flatten,
+    skeleton_size,
+    span_values,
+    split_document,
+)
 
 _NUMPY_JSON = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
 
@@ -90,9 +97,10 @@ def _parse_json(json_part: bytes) -> tuple[dict[str, Any], dict[str, Span]]:
     spans: dict[str, Span] = {}
     if len(json_part) > OFFLOAD_BYTES:
         json_part, spans = split_document(bytes(json_part))
-        if len(json_part) > SKELETON_MAX:
+        size = skeleton_size(json_part)
+        if size > SKELETON_MAX:
             raise invalid_arg(
-                f"failed to parse the request JSON buffer: {len(json_part)} bytes of JSON besides "
+                f"failed to parse the request JSON buffer: {size} bytes of JSON besides "
                 f"the inputs' 'data' arrays; at most {SKELETON_MAX} are accepted"
             )
     try:

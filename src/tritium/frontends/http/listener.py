@@ -3,13 +3,16 @@ accept loop of our own so that running out of file descriptors never stops the s
 
 When ``accept()`` fails with EMFILE/ENFILE (or ENOBUFS/ENOMEM) the listener stops accepting
 for a moment and tries again, as asyncio's own server does; waiting clients stay in the
-kernel's backlog and are served once connections close (idle ones time out). uvloop's server
+kernel's backlog. Out of descriptors, it also closes the connections that have been idle
+longest (between requests, or never sent one), so that clients holding sockets open cannot
+lock everyone else out until their keep-alive timeout. uvloop's server
 instead drops them (libuv's reserve-fd trick) and, should that trick fail, closes the
 listening socket for good without a word."""
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import socket
 import ssl
@@ -22,6 +25,8 @@ from .protocol import HttpProtocol, render_internal
 log = logging.getLogger("tritium")
 
 RETRY_SECS = 0.1  # how long accepting pauses when the process is out of descriptors
+SHED_FRACTION = 8  # out of descriptors: close 1/8 of the idle connections (at least 16)
+_SHED_MIN = 16
 _BATCH = 64  # connections accepted per wake-up, so one listener cannot starve the loop
 
 
@@ -53,6 +58,8 @@ class HttpListener:
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
         self.accept_failures = 0  # times accept() failed (EMFILE and the like)
+        self.connections: set[HttpProtocol] = set()  # live ones (each removes itself)
+        self.shed = 0  # idle connections closed to free descriptors
 
     def start(self) -> None:
         self._retry = None
@@ -78,7 +85,9 @@ class HttpListener:
             task.cancel()
 
     def _protocol(self) -> HttpProtocol:
-        return HttpProtocol(self._app, self._limits, self._render)
+        protocol = HttpProtocol(self._app, self._limits, self._render)
+        protocol.registry = self.connections
+        return protocol
 
     def _accept(self, sock: socket.socket) -> None:
         for _ in range(_BATCH):
@@ -101,8 +110,23 @@ class HttpListener:
                 self.accept_failures,
             )
         self._stop_reading()
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            self._shed_idle()
         if self._retry is None:
             self._retry = self._loop.call_later(RETRY_SECS, self.start)
+
+    def _shed_idle(self) -> None:
+        """Close the connections idle longest, so the clients waiting to connect get their
+        descriptors (each closes on the loop's next turn, before accepting resumes)."""
+        idle = [(d, p) for p in self.connections if (d := p.idle_deadline()) is not None]
+        if not idle:
+            return
+        idle.sort(key=lambda pair: pair[0])
+        count = min(len(idle), max(_SHED_MIN, len(idle) // SHED_FRACTION))
+        for _, protocol in idle[:count]:
+            protocol.shed()
+        self.shed += count
+        log.warning("out of file descriptors: closed %d idle HTTP connections", count)
 
     def _connect(self, conn: socket.socket) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

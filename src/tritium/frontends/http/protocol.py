@@ -61,6 +61,7 @@ class HttpProtocol(asyncio.Protocol):
         "_queue",
         "_deadline",
         "_timer",
+        "registry",
         "__weakref__",
     )
 
@@ -92,6 +93,23 @@ class HttpProtocol(asyncio.Protocol):
         self._queue: deque[RequestCycle] = deque()
         self._deadline = 0.0  # when the current read phase times out (0: it does not)
         self._timer: asyncio.TimerHandle | None = None
+        # The listener's live connections, so it can shed idle ones when out of descriptors.
+        self.registry: set[HttpProtocol] | None = None
+
+    def idle_deadline(self) -> float | None:
+        """When this connection's keep-alive wait ends, while it sits idle between requests
+        (nothing being read, nothing to answer); None while it is busy or closed."""
+        if self._transport is None or self._state != _IDLE:
+            return None
+        if self._active is not None or self._queue:
+            return None
+        return self._deadline
+
+    def shed(self) -> None:
+        """Close this idle connection now to give its descriptor to a new client."""
+        self._failed = True
+        if self._transport is not None:
+            self._transport.close()
 
     # transport callbacks -------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -99,10 +117,15 @@ class HttpProtocol(asyncio.Protocol):
         self.flow = FlowControl(transport)  # type: ignore[arg-type]
         self._peer = format_peer(transport.get_extra_info("peername"))
         self._arm(self._limits.keepalive_timeout)
+        if self.registry is not None:
+            self.registry.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         """Release everything the connection held, and the parser's reference back to it, so
         its memory is freed now rather than by the cyclic garbage collector."""
+        if self.registry is not None:
+            self.registry.discard(self)
+            self.registry = None
         self._transport = None
         self._parser = None
         self._failed = True
