@@ -229,14 +229,14 @@ def _rest(request: HttpRequest) -> list[str]:
     return rest.split("/") if rest else []
 
 
-def _parse_json(body: bytes) -> Any:
+def _parse_json(body: bytes | bytearray) -> Any:
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise invalid_arg(f"failed to parse the request JSON buffer: {exc}") from None
 
 
-def _control_parameters(body: bytes) -> dict[str, Any]:
+def _control_parameters(body: bytes | bytearray) -> dict[str, Any]:
     """The ``parameters`` object of a load/unload request (an empty body has none)."""
     params: Any = {}
     if body.strip():

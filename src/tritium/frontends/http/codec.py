@@ -44,7 +44,7 @@ def _json_error(exc: Exception) -> Exception:
 
 
 def decode_request(
-    body: bytes, header_length: int | None, model: str, version: int
+    body: bytes | bytearray, header_length: int | None, model: str, version: int
 ) -> tuple[ClientRequest, OutputPlan]:
     if header_length is None:
         json_part, binary = body, memoryview(b"")
@@ -92,7 +92,7 @@ def decode_request(
     return request, plan
 
 
-def _parse_json(json_part: bytes) -> tuple[dict[str, Any], dict[str, Span]]:
+def _parse_json(json_part: bytes | bytearray) -> tuple[dict[str, Any], dict[str, Span]]:
     """The JSON object; a large one without its inputs' ``data`` arrays (see json_data)."""
     spans: dict[str, Span] = {}
     if len(json_part) > OFFLOAD_BYTES:

@@ -24,7 +24,9 @@ from ...types import ClientRequest, DataType, InferenceResponse, Tensor
 from ..tensors import numeric_array
 
 
-def build_request(server: InferenceServer, name: str, version: str, body: bytes) -> ClientRequest:
+def build_request(
+    server: InferenceServer, name: str, version: str, body: bytes | bytearray
+) -> ClientRequest:
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError as exc:

@@ -38,7 +38,7 @@ class HttpRequest:
     method: str
     path: str  # the request target as sent, query string included
     headers: dict[bytes, bytes]  # names lower-cased; a repeated header keeps its last value
-    body: bytes
+    body: bytes | bytearray  # a large body is gathered into a bytearray as it arrives
     peer: str = ""  # the client's address, "host:port" ("" when unknown)
     params: dict[str, str] = field(default_factory=dict)  # captured by the route's pattern
 

@@ -26,6 +26,7 @@ from .messages import ErrorRenderer, Handler, HttpRequest, HttpResponse, error_r
 log = logging.getLogger("tritium")
 
 _IDLE, _HEAD, _BODY = 0, 1, 2  # what the parser is reading
+_GATHER_AFTER = 16  # body pieces kept as they are; past that, gathered as they arrive
 
 
 def render_internal(exc: BaseException) -> HttpResponse:
@@ -84,7 +85,7 @@ class HttpProtocol(asyncio.Protocol):
         self._head_size = 0
         self._header_lines = 0
         self._max_head = limits.max_header_bytes
-        self._body: list[bytes] = []
+        self._body: list[bytes | bytearray] = []
         self._size = 0
         self._inflater: Inflater | None = None
         self._rejected: BodyRejected | None = None  # why the body being read is refused
@@ -233,12 +234,27 @@ class HttpProtocol(asyncio.Protocol):
         if self._size > self._limits.max_body:
             self._reject(too_large(self._size, self._limits.max_body))
         elif self._inflater is None:
-            self._body.append(body)
+            self._gather(body)
         else:
             try:
-                self._body += self._inflater.feed(body)
+                for piece in self._inflater.feed(body):
+                    self._gather(piece)
             except BodyRejected as exc:
                 self._reject(exc)
+
+    def _gather(self, piece: bytes) -> None:
+        """Keep a piece of the body. A body of many pieces is gathered into one bytearray as
+        it arrives, so no single join of tens of MiB (with its page faults) stalls the loop
+        when the message completes."""
+        parts = self._body
+        if len(parts) == 1 and type(parts[0]) is bytearray:
+            parts[0] += piece
+        elif len(parts) >= _GATHER_AFTER:
+            gathered = bytearray().join(parts)
+            gathered += piece
+            parts[:] = [gathered]
+        else:
+            parts.append(piece)
 
     def on_message_complete(self) -> None:
         if self._failed:
@@ -264,7 +280,8 @@ class HttpProtocol(asyncio.Protocol):
             except BodyRejected as exc:
                 rejected = exc
         if rejected is None:
-            body = b"".join(self._body)
+            parts = self._body
+            body = parts[0] if len(parts) == 1 else b"".join(parts)
             method = self._parser.get_method().decode()
             url = self._url.decode("latin-1")
             request = HttpRequest(method, url, self._headers, body, self._peer)
