@@ -68,10 +68,18 @@ def _uniform(view: memoryview, name: str, expected: int | None) -> np.ndarray | 
     _elements_count(name, count, expected)
     if length == 0:
         return empty_strings(count)
+    return strided_items(view, count, 4, stride, length)
+
+
+def strided_items(
+    view: memoryview, count: int, offset: int, stride: int, length: int
+) -> np.ndarray:
+    """``count`` byte strings of ``length`` bytes at ``offset + i * stride`` in ``view``, as an
+    object array built ``CHUNK`` elements at a time (short steps off the event loop)."""
     out = np.empty(count, dtype=object)
     for start in range(0, count, CHUNK):
         stop = min(start + CHUNK, count)
-        first = start * stride + 4
+        first = start * stride + offset
         out[start:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
     return out
 

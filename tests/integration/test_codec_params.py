@@ -14,6 +14,8 @@ from clients import assert_simple_works, client
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
+from tritium.frontends.grpc.codec import set_parameters
+
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 
@@ -60,17 +62,6 @@ def _identity_doc(datatype: str, data: list[Any], **parameters: Any) -> dict[str
     return doc
 
 
-def _set(param: Any, value: Any) -> None:
-    if isinstance(value, bool):
-        param.bool_param = value
-    elif isinstance(value, int):
-        param.int64_param = value
-    elif isinstance(value, float):
-        param.double_param = value
-    else:
-        param.string_param = str(value)
-
-
 def _grpc_infer(server: ServerProcess, message: bytes) -> grpc.RpcError | pb.ModelInferResponse:
     with grpc.insecure_channel(server.grpc_url) as channel:
         call = channel.unary_unary(
@@ -88,8 +79,7 @@ def _int8_request(values: list[int], **parameters: Any) -> pb.ModelInferRequest:
     request = pb.ModelInferRequest(model_name="identity_int8")
     tensor = request.inputs.add(name="INPUT0", datatype="INT8", shape=[len(values)])
     tensor.contents.int_contents.extend(values)
-    for key, value in parameters.items():
-        _set(request.parameters[key], value)
+    set_parameters(request.parameters, parameters)
     return request
 
 

@@ -18,7 +18,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg
-from ...tensor_codec import CHUNK, empty_strings, object_array
+from ...tensor_codec import CHUNK, empty_strings, object_array, strided_items
 
 PIECE = 1 << 20  # bytes merged by one protobuf call
 _INPUTS = 5  # ModelInferRequest.inputs
@@ -213,12 +213,7 @@ def _uniform_bytes(view: memoryview, count: int) -> np.ndarray | None:
             return None
     if length == 0:
         return empty_strings(count)
-    out = np.empty(count, dtype=object)
-    for i in range(0, count, CHUNK):
-        stop = min(i + CHUNK, count)
-        first = i * stride + 2
-        out[i:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
-    return out
+    return strided_items(view, count, 2, stride, length)  # past each field's 2-byte head
 
 
 def _bytes_fields(view: memoryview, count: int) -> np.ndarray:
