@@ -192,13 +192,13 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
             )
         if handler.stream_stream is not None:
             return grpc.stream_stream_rpc_method_handler(
-                self._stream(handler.stream_stream, action, group),
+                self._streamed(handler.stream_stream, action, group, False),
                 handler.request_deserializer,
                 handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._unary_stream(handler.unary_stream, action, group),
+                self._streamed(handler.unary_stream, action, group, True),
                 handler.request_deserializer,
                 handler.response_serializer,
             )
@@ -219,26 +219,20 @@ class AccessInterceptor(grpc.aio.ServerInterceptor):
 
         return behavior
 
-    def _stream(self, inner: Any, action: str, group: ApiGroup | None) -> Any:
-        async def behavior(requests: Any, context: Any) -> AsyncIterator[Any]:
-            call = _Call(self, action, group, context)
-            await call.admit(None)
-            try:
-                async for message in inner(requests, context):
-                    yield message
-            finally:
-                call.finish(None, None)
+    def _streamed(
+        self, inner: Any, action: str, group: ApiGroup | None, unary_request: bool
+    ) -> Any:
+        """A server-streaming RPC's behaviour, admitted first and finished when its stream
+        ends; ``unary_request``: the request is one message (Watch), else an iterator."""
 
-        return behavior
-
-    def _unary_stream(self, inner: Any, action: str, group: ApiGroup | None) -> Any:
         async def behavior(request: Any, context: Any) -> AsyncIterator[Any]:
             call = _Call(self, action, group, context)
-            await call.admit(request)
+            first = request if unary_request else None
+            await call.admit(first)
             try:
                 async for message in inner(request, context):
                     yield message
             finally:
-                call.finish(request, None)
+                call.finish(first, None)
 
         return behavior
