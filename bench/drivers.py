@@ -15,7 +15,32 @@ def triton_dtype(array: np.ndarray) -> str:
     return np_to_triton_dtype(array.dtype)
 
 
-class HttpDriver:
+class _Driver:
+    """What both unary drivers share: ``mod`` is tritonclient's http.aio or grpc.aio module,
+    ``binary_kwargs`` the keyword arguments its tensors take (HTTP: binary_data)."""
+
+    mod: Any
+    binary_kwargs: dict[str, Any] = {}
+
+    def client(self, url: str) -> Any:
+        return self.mod.InferenceServerClient(url)
+
+    def prepare(self, in0: np.ndarray, in1: np.ndarray) -> tuple[list, list]:
+        return self.prepare_tensors({"INPUT0": in0, "INPUT1": in1}, ("OUTPUT0", "OUTPUT1"))
+
+    def prepare_tensors(
+        self, arrays: dict[str, np.ndarray], output_names: tuple[str, ...]
+    ) -> tuple[list, list]:
+        inputs = []
+        for name, array in arrays.items():
+            tensor = self.mod.InferInput(name, list(array.shape), triton_dtype(array))
+            tensor.set_data_from_numpy(array, **self.binary_kwargs)
+            inputs.append(tensor)
+        outputs = [self.mod.InferRequestedOutput(n, **self.binary_kwargs) for n in output_names]
+        return inputs, outputs
+
+
+class HttpDriver(_Driver):
     """``accept_encoding=None`` keeps aiohttp's default ``Accept-Encoding: gzip, deflate, br``
     (tritonclient's aio session sends it on every request, so the server may compress the
     response); the foundation scenarios send ``identity`` as perf_analyzer and the sync
@@ -27,53 +52,20 @@ class HttpDriver:
         import tritonclient.http.aio as httpclient
 
         self.mod, self.binary = httpclient, binary
+        self.binary_kwargs = {"binary_data": binary}
         self.headers = {"Accept-Encoding": accept_encoding} if accept_encoding else None
-
-    def client(self, url: str) -> Any:
-        return self.mod.InferenceServerClient(url)
-
-    def prepare(self, in0: np.ndarray, in1: np.ndarray) -> tuple[list, list]:
-        return self.prepare_tensors({"INPUT0": in0, "INPUT1": in1}, ("OUTPUT0", "OUTPUT1"))
-
-    def prepare_tensors(
-        self, arrays: dict[str, np.ndarray], output_names: tuple[str, ...]
-    ) -> tuple[list, list]:
-        inputs = []
-        for name, array in arrays.items():
-            tensor = self.mod.InferInput(name, list(array.shape), triton_dtype(array))
-            tensor.set_data_from_numpy(array, binary_data=self.binary)
-            inputs.append(tensor)
-        outputs = [self.mod.InferRequestedOutput(n, binary_data=self.binary) for n in output_names]
-        return inputs, outputs
 
     async def infer(self, client: Any, model: str, inputs: list, outputs: list) -> Any:
         return await client.infer(model, inputs, outputs=outputs, headers=self.headers)
 
 
-class GrpcDriver:
+class GrpcDriver(_Driver):
     url_key = "grpc"
 
     def __init__(self) -> None:
         import tritonclient.grpc.aio as grpcclient
 
         self.mod = grpcclient
-
-    def client(self, url: str) -> Any:
-        return self.mod.InferenceServerClient(url)
-
-    def prepare(self, in0: np.ndarray, in1: np.ndarray) -> tuple[list, list]:
-        return self.prepare_tensors({"INPUT0": in0, "INPUT1": in1}, ("OUTPUT0", "OUTPUT1"))
-
-    def prepare_tensors(
-        self, arrays: dict[str, np.ndarray], output_names: tuple[str, ...]
-    ) -> tuple[list, list]:
-        inputs = []
-        for name, array in arrays.items():
-            tensor = self.mod.InferInput(name, list(array.shape), triton_dtype(array))
-            tensor.set_data_from_numpy(array)
-            inputs.append(tensor)
-        outputs = [self.mod.InferRequestedOutput(n) for n in output_names]
-        return inputs, outputs
 
     async def infer(self, client: Any, model: str, inputs: list, outputs: list) -> Any:
         return await client.infer(model, inputs, outputs=outputs)

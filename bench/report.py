@@ -10,6 +10,8 @@ import json
 import os
 import platform
 import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,74 +37,89 @@ def failed_line(row: dict[str, Any]) -> str:
     return f"| {row['model']} | {row['protocol']} | {row['concurrency']} | FAILED: {problem} |"
 
 
-def scenario_line(row: dict[str, Any]) -> str:
+@dataclass(frozen=True)
+class Column:
+    """A table column: its header, and its cell from a row, by key (``"a.b"`` reaches into a
+    nested dict) or by function, floats shown with ``digits`` decimals."""
+
+    header: str
+    value: str | Callable[[dict[str, Any]], Any]
+    digits: int = 0
+    left: bool = False  # aligned left (names) rather than right (numbers)
+
+
+def _value(row: dict[str, Any], value: str | Callable[[dict[str, Any]], Any]) -> Any:
+    if callable(value):
+        return value(row)
+    head, _, rest = value.partition(".")
+    return (row.get(head) or {}).get(rest) if rest else row.get(head)
+
+
+def row_line(columns: list[Column], row: dict[str, Any]) -> str:
+    """One scenario's row (a failed scenario says why instead)."""
     if "infer_per_s" not in row:
         return failed_line(row)
-    cells = [
-        row["model"],
-        row["protocol"],
-        row["concurrency"],
-        _fmt(row["infer_per_s"], 0),
-        _fmt(row["p50_ms"], 3),
-        _fmt(row["p99_ms"], 3),
-        _fmt(row["server_cpu_us"], 0),
-        _fmt(row["stub_cpu_us"], 0),
-        _fmt(row["client_cpu_us"], 0),
-        _fmt(row.get("throughput_ratio"), 3),
-        _fmt(row.get("cpu_ratio"), 1),
-    ]
-    return table_row(row, cells)
+    return table_row(row, [_fmt(_value(row, c.value), c.digits) for c in columns])
+
+
+def rows_table(columns: list[Column], rows: list[dict[str, Any]], intro: str = "") -> list[str]:
+    """A markdown table of ``rows`` (nothing when there are none), after ``intro``."""
+    if not rows:
+        return []
+    head = "| " + " | ".join(c.header for c in columns) + " |"
+    align = "|" + "".join("---|" if c.left else "--:|" for c in columns)
+    return ["", *([intro, ""] if intro else []), head, align, *[row_line(columns, r) for r in rows]]
+
+
+MODEL, PROTOCOL = Column("model", "model", left=True), Column("protocol", "protocol", left=True)
+CONC = Column("conc", "concurrency")
+REGULAR = [
+    MODEL,
+    PROTOCOL,
+    CONC,
+    Column("infer/s", "infer_per_s"),
+    Column("p50 ms", "p50_ms", 3),
+    Column("p99 ms", "p99_ms", 3),
+    Column("server CPU µs/inf", "server_cpu_us"),
+    Column("stub CPU µs/inf", "stub_cpu_us"),
+    Column("client CPU µs/inf", "client_cpu_us"),
+    Column("thr ÷ base", "throughput_ratio", 3),
+    Column("CPU × base", "cpu_ratio", 1),
+]
+DECOUPLED = [
+    MODEL,
+    PROTOCOL,
+    CONC,
+    Column("N", "responses"),
+    Column("requests/s", "infer_per_s", 1),
+    Column("responses/s", "responses_per_s"),
+    Column("first p50 ms", "first_p50_ms", 3),
+    Column("first p99 ms", "first_p99_ms", 3),
+    Column("final p50 ms", "p50_ms", 2),
+    Column("final p99 ms", "p99_ms", 2),
+    Column("server CPU µs/resp", "server_cpu_us_per_response", 1),
+    Column("stub CPU µs/resp", "stub_cpu_us_per_response", 1),
+    Column("client CPU µs/resp", "client_cpu_us_per_response", 1),
+]
+
+
+def scenario_line(row: dict[str, Any]) -> str:
+    return row_line(REGULAR, row)
 
 
 def regular_table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    return [
-        "",
-        "| model | protocol | conc | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
-        "stub CPU µs/inf | client CPU µs/inf | thr ÷ base | CPU × base |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-        *[scenario_line(row) for row in rows],
-    ]
-
-
-def decoupled_line(row: dict[str, Any]) -> str:
-    if "infer_per_s" not in row:
-        return failed_line(row)
-    cells = [
-        row["model"],
-        row["protocol"],
-        row["concurrency"],
-        row["responses"],
-        _fmt(row["infer_per_s"], 1),
-        _fmt(row["responses_per_s"], 0),
-        _fmt(row["first_p50_ms"], 3),
-        _fmt(row["first_p99_ms"], 3),
-        _fmt(row["p50_ms"], 2),
-        _fmt(row["p99_ms"], 2),
-        _fmt(row["server_cpu_us_per_response"], 1),
-        _fmt(row["stub_cpu_us_per_response"], 1),
-        _fmt(row["client_cpu_us_per_response"], 1),
-    ]
-    return table_row(row, cells)
+    return rows_table(REGULAR, rows)
 
 
 def decoupled_table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    return [
-        "",
+    return rows_table(
+        DECOUPLED,
+        rows,
         "Decoupled model, N responses per request on one ModelStreamInfer stream, `conc` "
         "requests in flight (the next is sent when one's empty final response arrives); "
         "first = send → first response, final = send → final response; CPU in µs per "
         "response.",
-        "",
-        "| model | protocol | conc | N | requests/s | responses/s | first p50 ms | "
-        "first p99 ms | final p50 ms | final p99 ms | server CPU µs/resp | "
-        "stub CPU µs/resp | client CPU µs/resp |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-        *[decoupled_line(row) for row in rows],
-    ]
+    )
 
 
 def ceiling_table(baselines: dict[str, Any]) -> list[str]:

@@ -13,7 +13,7 @@ import numpy as np
 from bench.baselines import closed_loop, load_config, onnx_session
 from bench.common import Contract, Issue, Rows, Scenario
 from bench.drivers import UNARY_PROTOCOLS
-from bench.report import _fmt, failed_line, table_row
+from bench.report import CONC, MODEL, PROTOCOL, Column, rows_table
 
 
 def batching_scenarios() -> list[Scenario]:
@@ -130,36 +130,24 @@ def baseline_onnx_ceiling(model_dir: Path, seconds: float) -> dict[str, Any]:
     }
 
 
-def batching_line(row: dict[str, Any]) -> str:
-    if "infer_per_s" not in row:
-        return failed_line(row)
-    cells = [
-        row["model"],
-        row["protocol"],
-        row["concurrency"],
-        _fmt(row["infer_per_s"], 0),
-        _fmt(row["p50_ms"], 3),
-        _fmt(row["p99_ms"], 3),
-        _fmt(row["server_cpu_us"], 0),
-        _fmt(row["client_cpu_us"], 0),
-        _fmt(row["server_cpu_util"], 2),
-        _fmt(row.get("avg_batch"), 2),
-        _fmt(row.get("throughput_ratio"), 3),
-        _fmt(row.get("cpu_ratio"), 2),
-    ]
-    return table_row(row, cells)
+BATCHING_COLUMNS = [
+    MODEL,
+    PROTOCOL,
+    CONC,
+    Column("infer/s", "infer_per_s"),
+    Column("p50 ms", "p50_ms", 3),
+    Column("p99 ms", "p99_ms", 3),
+    Column("server CPU µs/inf", "server_cpu_us"),
+    Column("client CPU µs/inf", "client_cpu_us"),
+    Column("server cores", "server_cpu_util", 2),
+    Column("avg batch", "avg_batch", 2),
+    Column("thr ÷ ceiling", "throughput_ratio", 3),
+    Column("CPU × ceiling", "cpu_ratio", 2),
+]
 
 
 def batching_table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    return [
-        "",
-        "| model | protocol | conc | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
-        "client CPU µs/inf | server cores | avg batch | thr ÷ ceiling | CPU × ceiling |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-        *[batching_line(row) for row in rows],
-    ]
+    return rows_table(BATCHING_COLUMNS, rows)
 
 
 BATCHING_GOAL = 0.8  # issue 4: with batching, >= 80% of the ceiling at concurrency 32

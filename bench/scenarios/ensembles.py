@@ -23,7 +23,7 @@ import numpy as np
 
 from bench.baselines import closed_loop, load_python_model, onnx_session
 from bench.common import CHAINS, ENSEMBLE, STEPS, Contract, Issue, Scenario, Step
-from bench.report import _fmt, failed_line, table_row
+from bench.report import CONC, Column, rows_table
 
 BATCHING_STEP = "classifier"  # the step with dynamic batching: its avg batch is reported
 
@@ -266,40 +266,25 @@ def step_batch(row: dict[str, Any]) -> float | None:
     return (row.get("composing_stats") or {}).get(BATCHING_STEP, {}).get("avg_batch")
 
 
-def line(row: dict[str, Any]) -> str:
-    if "infer_per_s" not in row:
-        return failed_line(row)
-    vs = row.get("vs_chained") or {}
-    cells = [
-        row["protocol"],
-        row["concurrency"],
-        mode(row),
-        _fmt(row["infer_per_s"], 0),
-        _fmt(row["p50_ms"], 2),
-        _fmt(row["p99_ms"], 2),
-        _fmt(row["server_cpu_us"], 0),
-        _fmt(row["stub_cpu_us"], 0),
-        _fmt(row["client_cpu_us"], 0),
-        _fmt(step_batch(row), 2),
-        _fmt(row.get("cpu_ratio"), 2),
-        _fmt(vs.get("infer_per_s"), 2),
-        _fmt(vs.get("p50_ms"), 2),
-    ]
-    return table_row(row, cells)
+COLUMNS = [
+    Column("protocol", "protocol", left=True),
+    CONC,
+    Column("mode", mode, left=True),
+    Column("infer/s", "infer_per_s"),
+    Column("p50 ms", "p50_ms", 2),
+    Column("p99 ms", "p99_ms", 2),
+    Column("server CPU µs/inf", "server_cpu_us"),
+    Column("stub CPU µs/inf", "stub_cpu_us"),
+    Column("client CPU µs/inf", "client_cpu_us"),
+    Column("classifier avg batch", step_batch, 2),
+    Column("CPU × base", "cpu_ratio", 2),
+    Column("thr ens ÷ chained", "vs_chained.infer_per_s", 2),
+    Column("p50 ens ÷ chained", "vs_chained.p50_ms", 2),
+]
 
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    return [
-        "",
-        "| protocol | conc | mode | infer/s | p50 ms | p99 ms | server CPU µs/inf | "
-        "stub CPU µs/inf | client CPU µs/inf | classifier avg batch | CPU × base | "
-        "thr ens ÷ chained | p50 ens ÷ chained |",
-        "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-        *[line(row) for row in rows],
-        *verdict(rows),
-    ]
+    return rows_table(COLUMNS, rows) + verdict(rows) if rows else []
 
 
 def verdict(rows: list[dict[str, Any]]) -> list[str]:

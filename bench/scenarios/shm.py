@@ -19,7 +19,7 @@ from bench.baselines import closed_loop, onnx_session
 from bench.common import Contract, Issue, Rows, Scenario, Settings, Window
 from bench.drivers import ShmDriver
 from bench.engine import run_window
-from bench.report import _fmt, failed_line, table_row
+from bench.report import CONC, MODEL, PROTOCOL, Column, rows_table
 from bench.server import Server
 
 # Issue 6: a 16 MiB FP32 tensor through the bench's own ``identity_fp32`` (ONNX Identity).
@@ -255,39 +255,26 @@ def add_shm_ratios(rows: list[dict[str, Any]]) -> None:
             row["vs_shm"] = {k: row[k] / ref[k] if ref[k] else None for k in SHM_RATIO_KEYS}
 
 
-def shm_line(row: dict[str, Any]) -> str:
-    if "infer_per_s" not in row:
-        return failed_line(row)
-    vs = row.get("vs_shm") or {}
-    cells = [
-        row["model"],
-        row["protocol"],
-        row["concurrency"],
-        _fmt(row["infer_per_s"], 1),
-        _fmt(row["p50_ms"], 2),
-        _fmt(row["p99_ms"], 2),
-        _fmt(row["mb_per_s"], 0),
-        _fmt(row["server_cpu_us"], 0),
-        _fmt(row["client_cpu_us"], 0),
-        _fmt(row["server_cpu_util"], 2),
-        _fmt(vs.get("infer_per_s"), 2),
-        _fmt(vs.get("p50_ms"), 2),
-        _fmt(vs.get("p99_ms"), 2),
-        _fmt(vs.get("server_cpu_us"), 2),
-    ]
-    return table_row(row, cells)
+SHM_COLUMNS = [
+    MODEL,
+    PROTOCOL,
+    CONC,
+    Column("infer/s", "infer_per_s", 1),
+    Column("p50 ms", "p50_ms", 2),
+    Column("p99 ms", "p99_ms", 2),
+    Column("MB/s", "mb_per_s"),
+    Column("server CPU µs/inf", "server_cpu_us"),
+    Column("client CPU µs/inf", "client_cpu_us"),
+    Column("server cores", "server_cpu_util", 2),
+    Column("thr ÷ shm", "vs_shm.infer_per_s", 2),
+    Column("p50 ÷ shm", "vs_shm.p50_ms", 2),
+    Column("p99 ÷ shm", "vs_shm.p99_ms", 2),
+    Column("CPU ÷ shm", "vs_shm.server_cpu_us", 2),
+]
 
 
 def shm_table(rows: list[dict[str, Any]]) -> list[str]:
-    if not rows:
-        return []
-    return [
-        "",
-        "| model | protocol | conc | infer/s | p50 ms | p99 ms | MB/s | server CPU µs/inf | "
-        "client CPU µs/inf | server cores | thr ÷ shm | p50 ÷ shm | p99 ÷ shm | CPU ÷ shm |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
-        *[shm_line(row) for row in rows],
-    ]
+    return rows_table(SHM_COLUMNS, rows)
 
 
 def shm_verdict(rows: list[dict[str, Any]]) -> list[str]:
