@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--grpc-address", default="0.0.0.0")
     serve.add_argument("--grpc-port", type=int, default=8001)
     _grpc_flags(serve)
+    _grpc_transport_flags(serve)
     _stub_restart_flags(serve)
     _http_limit_flags(serve)
     _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
@@ -151,6 +153,75 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
         help="tritium: requests in flight per ModelStreamInfer stream; more "
         "are not read until responses are written (back-pressure)",
     )
+
+
+_COMPRESSION_LEVELS = ("none", "low", "medium", "high")
+
+
+def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
+    """The gRPC transport (issue 12): TLS, compression, connection age, forwarded headers."""
+    defaults = ServerOptions()
+    serve.add_argument(
+        "--grpc-transport",
+        choices=("h2", "grpcio"),
+        default=defaults.grpc_transport,
+        help="tritium: the gRPC server, tritium's own HTTP/2 transport or grpcio's (benchmarks)",
+    )
+    _flag(serve, "--grpc-use-ssl", False, "serve gRPC over TLS")
+    _flag(serve, "--grpc-use-ssl-mutual", False, "TLS with client certificates (implies SSL)")
+    serve.add_argument("--grpc-server-cert", default="", help="PEM certificate chain file")
+    serve.add_argument("--grpc-server-key", default="", help="PEM private key file")
+    serve.add_argument("--grpc-root-cert", default="", help="PEM CA bundle for client certs")
+    serve.add_argument(
+        "--grpc-infer-response-compression-level",
+        choices=_COMPRESSION_LEVELS,
+        default=defaults.grpc_infer_response_compression_level,
+        help="compress inference responses for clients that accept gzip/deflate",
+    )
+    _flag(serve, "--reuse-grpc-port", False, "SO_REUSEPORT on the gRPC socket")
+    serve.add_argument(
+        "--grpc-header-forward-pattern",
+        default="",
+        help="regex: request metadata whose name matches becomes an inference parameter",
+    )
+    serve.add_argument(
+        "--grpc-max-connection-age",
+        type=_non_negative_int,
+        default=defaults.grpc_max_connection_age_ms,
+        help="ms a connection lives before GOAWAY (0: no limit)",
+    )
+    serve.add_argument(
+        "--grpc-max-connection-age-grace",
+        type=_non_negative_int,
+        default=defaults.grpc_max_connection_age_grace_ms,
+        help="ms in-flight calls get after the age's GOAWAY (0: no limit)",
+    )
+
+
+def _grpc_transport_options(args: argparse.Namespace) -> dict[str, Any]:
+    ssl = bool(args.grpc_use_ssl or args.grpc_use_ssl_mutual)
+    if ssl and not (args.grpc_server_cert and args.grpc_server_key):
+        raise SystemExit("error: --grpc-use-ssl needs --grpc-server-cert and --grpc-server-key")
+    if args.grpc_use_ssl_mutual and not args.grpc_root_cert:
+        raise SystemExit("error: --grpc-use-ssl-mutual needs --grpc-root-cert")
+    if args.grpc_header_forward_pattern:
+        try:
+            re.compile(args.grpc_header_forward_pattern)
+        except re.error as exc:
+            raise SystemExit(f"error: --grpc-header-forward-pattern: {exc}") from None
+    return {
+        "grpc_transport": args.grpc_transport,
+        "grpc_use_ssl": ssl,
+        "grpc_use_ssl_mutual": bool(args.grpc_use_ssl_mutual),
+        "grpc_server_cert": args.grpc_server_cert,
+        "grpc_server_key": args.grpc_server_key,
+        "grpc_root_cert": args.grpc_root_cert,
+        "grpc_infer_response_compression_level": args.grpc_infer_response_compression_level,
+        "reuse_grpc_port": bool(args.reuse_grpc_port),
+        "grpc_header_forward_pattern": args.grpc_header_forward_pattern,
+        "grpc_max_connection_age_ms": args.grpc_max_connection_age,
+        "grpc_max_connection_age_grace_ms": args.grpc_max_connection_age_grace,
+    }
 
 
 def _stub_restart_flags(serve: argparse.ArgumentParser) -> None:
@@ -343,6 +414,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_instance_max_restarts=args.model_instance_max_restarts,
         model_instance_restart_window_secs=args.model_instance_restart_window_secs,
         **_http_limit_options(args),
+        **_grpc_transport_options(args),
         **_access_options(args),  # type: ignore[arg-type]
     )
 

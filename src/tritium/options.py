@@ -66,3 +66,17 @@ class ServerOptions:
     auth_token_file: str = ""
     audit_log: str = ""
     max_inflight_per_client: int = 0  # 0: unbounded
+    # gRPC transport (issue 12): tritium's own HTTP/2 server on the event loop ("h2"), or
+    # grpcio's grpc.aio server ("grpcio", kept only for the side-by-side benchmark).
+    grpc_transport: str = "grpcio"
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
+    grpc_infer_response_compression_level: str = "none"  # none | low | medium | high
+    reuse_grpc_port: bool = False
+    grpc_header_forward_pattern: str = ""  # regex; matching metadata become parameters
+    grpc_max_connection_age_ms: int = 0  # 0: connections live for ever
+    grpc_max_connection_age_grace_ms: int = 0  # 0: no bound on the drain after GOAWAY
+    grpc_max_send_message_size: int = (1 << 31) - 1  # Triton's MAX_GRPC_MESSAGE_SIZE
