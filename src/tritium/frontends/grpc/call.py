@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 _PREFIX = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
 HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
+_ONE_FRAME = 16384 - _PREFIX  # an answer that fits one DATA frame of the default size
 
 
 class ServerCall:
@@ -192,10 +193,9 @@ class ServerCall:
             self._give_back()
             await self._waiter
 
-    def send(self, payload: bytes) -> None:
-        """One response message (serialised protobuf), compressed when the call says so."""
-        if self.done:
-            return
+    def frame(self, payload: bytes) -> tuple[bytes, bytes]:
+        """A response message (serialised protobuf) as (5-byte prefix, body), compressed
+        when the call says so; RpcError when it is over the send bound."""
         compressed = self.response_encoding
         if compressed is not None:
             payload = compress(payload, compressed[0], compressed[1])
@@ -205,8 +205,24 @@ class ServerCall:
                 StatusCode.RESOURCE_EXHAUSTED,
                 f"Sent message larger than max ({size} vs. {self._conn.max_send})",
             )
-        head = (b"\x01" if compressed is not None else b"\x00") + size.to_bytes(4, "big")
-        self._conn.send_message(self, head, payload)
+        flag = b"\x01" if compressed is not None else b"\x00"
+        return flag + size.to_bytes(4, "big"), payload
+
+    def send(self, payload: bytes) -> None:
+        """One response message of a streaming call."""
+        if not self.done:
+            head, body = self.frame(payload)
+            self._conn.send_message(self, head, body)
+
+    def answer(self, payload: bytes) -> None:
+        """The one response of a unary call and its OK status."""
+        if self.done:
+            return
+        head, body = self.frame(payload)
+        if len(body) < _ONE_FRAME and self._conn.answer(self, head + body):
+            return
+        self._conn.send_message(self, head, body)
+        self.finish()
 
     async def drain(self) -> None:
         """Waits while more than ``HIGH_WATER`` bytes wait for the peer's window."""

@@ -31,9 +31,11 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
+from h2.stream import StreamInputs
 from hyperframe.frame import GoAwayFrame
 
 from .call import ServerCall
+from .hpack_fast import CachingDecoder, LiteralEncoder
 from .metadata import encode_grpc_message
 from .status import RpcError, StatusCode
 
@@ -45,9 +47,13 @@ log = logging.getLogger("tritium")
 MAX_HEADER_LIST = 16 * 1024  # bytes of decoded request headers (grpc's default hard limit)
 STREAM_WINDOW = 1 << 20  # each stream's receive window
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window
+# Inbound header validation is the dispatcher's (it reads :method, :path and content-type;
+# everything else is opaque metadata): h2's per-character checks cost ~10 µs a call.
 _H2_CONFIG = h2.config.H2Configuration(
     client_side=False,
     header_encoding=None,
+    validate_inbound_headers=False,
+    normalize_inbound_headers=False,
     validate_outbound_headers=False,
     normalize_outbound_headers=False,
 )
@@ -56,6 +62,9 @@ _RESPONSE_HEADERS = [
     (b"content-type", b"application/grpc"),
     (b"grpc-accept-encoding", b"identity,deflate,gzip"),  # no spaces: grpc-js splits on ','
 ]
+_OK_TRAILERS = LiteralEncoder().encode([(b"grpc-status", b"0")])
+_OK_TRAILERS_FRAME_HEAD = len(_OK_TRAILERS).to_bytes(3, "big") + b"\x01\x05"  # END_STREAM|HEADERS
+_HEADER_BLOCKS: dict[str, bytes] = {}  # response header blocks by grpc-encoding ("": none)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 _NO_CALLS_PING_INTERVAL = 7200.0  # seconds: grpc core's allowance when no call is active
 
@@ -71,6 +80,8 @@ class GrpcConnection(asyncio.Protocol):
         self.calls: dict[int, ServerCall] = {}
         self._blocked: dict[int, ServerCall] = {}  # calls with bytes waiting for a window
         self._paused = False  # the socket's write buffer is full
+        self._corked = False  # inside data_received: writes wait for its end
+        self._flush_soon = False  # a write is scheduled for this loop iteration
         self._draining = False
         self._last_stream = 0
         self._closed = False
@@ -100,10 +111,11 @@ class GrpcConnection(asyncio.Protocol):
                 SettingCodes.ENABLE_PUSH: 0,
             },
         )
-        self._h2.decoder.max_header_list_size = MAX_HEADER_LIST
+        self._h2.decoder = CachingDecoder(MAX_HEADER_LIST)
+        self._h2.encoder = LiteralEncoder()
         self._h2.initiate_connection()
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
-        self._flush()
+        self._write_now()
         loop = asyncio.get_running_loop()
         if options.grpc_keepalive_time_ms > 0:
             self._keepalive = loop.call_later(
@@ -119,13 +131,17 @@ class GrpcConnection(asyncio.Protocol):
         except h2.exceptions.ProtocolError as exc:
             self._protocol_error(exc)
             return
-        for event in events:
-            if type(event) in _DATA_EVENTS:
-                self._reset_ping_strikes()
-            handler = _EVENTS.get(type(event))
-            if handler is not None:
-                handler(self, event)
-        self._flush()
+        self._corked = True  # what the events make is written once, below
+        try:
+            for event in events:
+                if type(event) in _DATA_EVENTS:
+                    self._reset_ping_strikes()
+                handler = _EVENTS.get(type(event))
+                if handler is not None:
+                    handler(self, event)
+        finally:
+            self._corked = False
+        self._write_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -276,6 +292,70 @@ class GrpcConnection(asyncio.Protocol):
         self._reset_ping_strikes()
         self._flush()
 
+    def answer(self, call: ServerCall, data: bytes) -> bool:
+        """A whole successful unary answer (headers, one DATA frame, ``grpc-status: 0``) as
+        one piece of frames built here, when it fits the windows and one frame; False
+        leaves it to the general path. h2's own calls cost ~30 µs for the three frames; the
+        stream's state and windows are advanced exactly as ``send_headers``/``send_data``
+        would (tests/unit/test_grpc_answer.py checks it against an h2 client)."""
+        h2conn = self._h2
+        size = len(data)
+        stream = h2conn.streams.get(call.stream_id)
+        if (
+            stream is None
+            or not call.half_closed
+            or call.headers_sent
+            or call.pending
+            or self._paused
+            or self._closed
+            or size > h2conn.max_outbound_frame_size
+            or size > h2conn.local_flow_control_window(call.stream_id)
+        ):
+            return False
+        machine = stream.state_machine
+        machine.process_input(StreamInputs.SEND_HEADERS)
+        machine.process_input(StreamInputs.SEND_DATA)
+        machine.process_input(StreamInputs.SEND_HEADERS)
+        machine.process_input(StreamInputs.SEND_END_STREAM)
+        stream.outbound_flow_control_window -= size
+        h2conn.outbound_flow_control_window -= size
+        sid = call.stream_id.to_bytes(4, "big")
+        headers = self._answer_headers(call)
+        h2conn._data_to_send += b"".join(
+            (
+                len(headers).to_bytes(3, "big") + b"\x01\x04" + sid + headers,
+                size.to_bytes(3, "big") + b"\x00\x00" + sid + data,
+                _OK_TRAILERS_FRAME_HEAD + sid + _OK_TRAILERS,
+            )
+        )
+        call.headers_sent = True
+        call.done = True
+        self._ended(call)
+        return True
+
+    def _answer_headers(self, call: ServerCall) -> bytes:
+        encoding = call.response_encoding
+        key = encoding[0] if encoding is not None else ""
+        block = _HEADER_BLOCKS.get(key)
+        if block is None:
+            headers = _RESPONSE_HEADERS
+            if encoding is not None:
+                headers = [*headers, (b"grpc-encoding", encoding[0].encode())]
+            block = _HEADER_BLOCKS[key] = LiteralEncoder().encode(headers)
+        return block
+
+    def _ended(self, call: ServerCall) -> None:
+        """The answer is out: forget the call."""
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        self._reset_ping_strikes()
+        self.calls.pop(call.stream_id, None)
+        self._blocked.pop(call.stream_id, None)
+        self._pings_sent = 0
+        self._flush()
+        self._maybe_close()
+
     def _send_data(self, call: ServerCall, data: bytes) -> None:
         """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""
         if call.pending or self._paused:
@@ -325,7 +405,7 @@ class GrpcConnection(asyncio.Protocol):
                 pending[0] = rest
                 break
             pending.popleft()
-            self._flush()  # let the socket apply its own back-pressure (pause_writing)
+            self._write_now()  # let the socket apply its own back-pressure (pause_writing)
         if not pending:
             self._blocked.pop(call.stream_id, None)
             if call.trailers is not None:
@@ -337,9 +417,6 @@ class GrpcConnection(asyncio.Protocol):
             call.done = True
             return
         call.done = True
-        if call.timer is not None:
-            call.timer.cancel()
-            call.timer = None
         trailers = [("grpc-status", str(int(code)))]
         if message:
             trailers.append(("grpc-message", encode_grpc_message(message)))
@@ -363,11 +440,21 @@ class GrpcConnection(asyncio.Protocol):
                 self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
         except h2.exceptions.StreamClosedError:
             pass
-        self.calls.pop(sid, None)
-        self._blocked.pop(sid, None)
-        self._maybe_close()
+        self._ended(call)
 
     def _flush(self) -> None:
+        """Frames h2 has made go out once per loop iteration: everything one event or one
+        batch of answers produced leaves in one write (one system call)."""
+        if self._corked or self._flush_soon:
+            return
+        self._flush_soon = True
+        asyncio.get_running_loop().call_soon(self._write_soon)
+
+    def _write_soon(self) -> None:
+        self._flush_soon = False
+        self._write_now()
+
+    def _write_now(self) -> None:
         data = self._h2.data_to_send()
         if data and self._transport is not None and not self._closed:
             self._transport.write(data)
@@ -403,7 +490,7 @@ class GrpcConnection(asyncio.Protocol):
         if self._closed or self._draining:
             return
         self._draining = True
-        self._flush()
+        self._write_now()  # what h2 holds goes before the GOAWAY
         frame = GoAwayFrame(0)
         frame.last_stream_id = self._last_stream
         frame.error_code = ErrorCodes.NO_ERROR
@@ -427,7 +514,7 @@ class GrpcConnection(asyncio.Protocol):
             self._h2.close_connection(code, additional_data=debug or None)
         except h2.exceptions.ProtocolError:
             pass
-        self._flush()
+        self._write_now()
         self._closed = True
         if self._transport is not None:
             self._transport.close()

@@ -159,11 +159,9 @@ class Dispatcher:
             return
         _release(guard, request, None)
         try:
-            call.send(payload)
+            call.answer(payload)
         except RpcError as exc:  # a response over the send bound
             call.finish(exc.code, exc.message)
-            return
-        call.finish()
 
     async def _server_stream(self, call: ServerCall, rpc: Method, raw: bytes) -> None:
         guard: CallGuard | None = call.guard

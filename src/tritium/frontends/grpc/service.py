@@ -205,11 +205,9 @@ class _UnaryAnswer:
             call.finish(*status_of(response.error))
             return
         try:
-            call.send(encode_response(response).SerializeToString())
+            call.answer(encode_response(response).SerializeToString())
         except Exception as exc:
             call.finish(*status_of(exc))
-            return
-        call.finish()
 
 
 class HealthService:

@@ -1,0 +1,133 @@
+"""The transport's one-piece unary answer (``GrpcConnection.answer``) builds its frames by
+hand and advances h2's stream state and windows itself: an independent h2 client must read
+exactly a normal answer, and h2's accounting must stay what its own calls would make it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+
+from tritium.frontends.grpc.call import ServerCall
+from tritium.frontends.grpc.connection import GrpcConnection
+from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
+from tritium.options import ServerOptions
+
+PATH = "/test.Service/Echo"
+HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", PATH),
+    (":authority", "localhost"),
+    ("te", "trailers"),
+    ("content-type", "application/grpc"),
+]
+
+
+class _Transport:
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.out.append(bytes(data))
+
+    def get_extra_info(self, key: str) -> Any:
+        return ("127.0.0.1", 1) if key == "peername" else None
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+
+def _echo(raw: bytes, call: ServerCall) -> bool:
+    call.answer(raw * int(call.metadata.get("x-repeat", "1")))
+    return True
+
+
+async def _unused(request: Any, call: ServerCall) -> Any:
+    raise AssertionError("the fast path answers")
+
+
+class _Listener:
+    def __init__(self) -> None:
+        self.options = ServerOptions()
+        self.max_receive = 1 << 24
+        self.max_send = 1 << 24
+        self.max_streams = 100
+        method = Method(Kind.UNARY, _unused, lambda b: b, fast=_echo)
+        self.dispatch = Dispatcher({PATH: method}, self.options, None)
+        self.connections: set[GrpcConnection] = set()
+
+    def connection_closed(self) -> None:
+        pass
+
+
+def _exchange(calls: int, payload: bytes, repeat: int) -> list[dict[str, Any]]:
+    async def run() -> list[dict[str, Any]]:
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        transport = _Transport()
+        server = GrpcConnection(_Listener())  # type: ignore[arg-type]
+        server.connection_made(transport)
+        server.data_received(client.data_to_send())
+        answers: dict[int, dict[str, Any]] = {}
+        message = b"\0" + len(payload).to_bytes(4, "big") + payload
+        for _ in range(calls):
+            sid = client.get_next_available_stream_id()
+            client.send_headers(sid, [*HEADERS, ("x-repeat", str(repeat))])
+            client.send_data(sid, message, end_stream=True)
+            answers[sid] = {"data": b"", "headers": None, "trailers": None, "ended": False}
+            server.data_received(client.data_to_send())
+            for _step in range(50):  # until the answer is out (large ones wait for windows)
+                await asyncio.sleep(0)
+                for event in client.receive_data(b"".join(transport.out)):
+                    _record(client, answers, event)
+                transport.out.clear()
+                pending = client.data_to_send()
+                if pending:
+                    server.data_received(pending)
+                if answers[sid]["ended"]:
+                    break
+            assert not server.calls, "the answered call is forgotten"
+        return list(answers.values())
+
+    return asyncio.run(run())
+
+
+def _record(client: Any, answers: dict[int, dict[str, Any]], event: Any) -> None:
+    if isinstance(event, h2.events.ResponseReceived):
+        answers[event.stream_id]["headers"] = dict(event.headers)
+    elif isinstance(event, h2.events.DataReceived):
+        answers[event.stream_id]["data"] += event.data
+        client.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+    elif isinstance(event, h2.events.TrailersReceived):
+        answers[event.stream_id]["trailers"] = dict(event.headers)
+    elif isinstance(event, h2.events.StreamEnded):
+        answers[event.stream_id]["ended"] = True
+
+
+def _check(answer: dict[str, Any], body: bytes) -> None:
+    assert answer["ended"]
+    assert answer["headers"][b":status"] == b"200"
+    assert answer["headers"][b"content-type"] == b"application/grpc"
+    assert answer["trailers"] == {b"grpc-status": b"0"}
+    assert answer["data"] == b"\0" + len(body).to_bytes(4, "big") + body
+
+
+def test_small_answers_read_as_normal_ones_and_close_their_streams() -> None:
+    # more calls than the connection's stream bound: h2 must see every stream closed
+    answers = _exchange(150, b"hello", 1)
+    assert len(answers) == 150
+    for answer in answers:
+        _check(answer, b"hello")
+
+
+def test_an_answer_over_one_frame_takes_the_general_path() -> None:
+    payload = bytes(range(256)) * 4
+    for answer in _exchange(3, payload, 100):  # 100 KiB: several frames and window updates
+        _check(answer, payload * 100)
