@@ -26,6 +26,8 @@ NODE_DIR = Path(__file__).resolve().parent / "interop" / "node"
 CLIENT = NODE_DIR / "client.js"
 SERVICE = "/inference.GRPCInferenceService/"
 GZIP, DEFLATE = 2, 1  # grpc-js's grpc.default_compression_algorithm values
+# gRPC status codes (as grpc-js reports them)
+OK, CANCELLED, DEADLINE_EXCEEDED, UNIMPLEMENTED, UNAVAILABLE = 0, 1, 4, 12, 14
 RUN_TIMEOUT = 60.0  # seconds a whole run may take (the script gives up ~10 s earlier)
 
 
@@ -125,6 +127,17 @@ def run_node(
     if done.returncode != 0:
         raise RuntimeError(f"client.js exited with {done.returncode}:\n{done.stderr}")
     return _parse(done.stdout, len(calls), done.stderr)
+
+
+def assert_ok(run: NodeRun, index: int = 0) -> None:
+    call = run.calls[index]
+    assert call.status == OK, f"call {index}: {call.status} {call.details!r}\n{run.stderr}"
+
+
+def window_gates(count: int, window: int) -> list[int]:
+    """Gates for a stream that keeps ``window`` requests in flight: request i is written once
+    i - window + 1 responses arrived."""
+    return [max(0, i - window + 1) for i in range(count)]
 
 
 def _parse(stdout: str, count: int, stderr: str) -> NodeRun:

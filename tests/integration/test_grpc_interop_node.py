@@ -2,75 +2,51 @@
 
 tritonclient and grpcio's stubs share grpcio's C core; grpc-js is a separate HTTP/2 (Node's
 nghttp2) and gRPC stack, so these tests catch a server that only works with the client it was
-written against. The messages are still tritonclient's generated protobuf classes: this file
-serialises requests and decodes responses, tests/interop/node/client.js moves the bytes
-(see tests/node_grpc.py). Covered: unary calls, bidirectional streams with requests written
-while responses arrive (non-decoupled and decoupled models, several streams on one connection),
-unknown methods, deadlines, cancellation, request and response compression, TLS and mutual TLS.
+written against. The messages are still tritonclient's generated protobuf classes
+(tests/grpc_messages.py); tests/interop/node/client.js moves the bytes (tests/node_grpc.py).
+Here, on the shared server: unary calls, unknown methods, bidirectional streams with requests
+written while responses arrive (non-decoupled and decoupled models, several streams on one
+connection), deadlines, cancellation and request compression. TLS and response compression,
+which need servers of their own, are in test_grpc_interop_node_tls.py.
 
 Needs ``node`` (skipped without it) and ``make interop-deps`` (a failure without it).
 """
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import grpc
 import numpy as np
 import pytest
-from certs import Certs, have_openssl, make_certs
 from grpc_health.v1 import health_pb2
+from grpc_messages import (
+    assert_simple_answer,
+    output,
+    repeat_request,
+    simple_request,
+    slow_request,
+    square_request,
+    stream_responses,
+)
 from node_grpc import (
+    CANCELLED,
+    DEADLINE_EXCEEDED,
     DEFLATE,
     GZIP,
     SERVICE,
+    UNIMPLEMENTED,
     NodeCall,
     NodeRun,
+    assert_ok,
     check_installed,
     node_missing,
     run_node,
+    window_gates,
 )
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
-from tritium.options import ServerOptions
-
-try:  # the transport under test, once tests/grpc_transport.py exists (issue 12)
-    from grpc_transport import TRANSPORT_ARGS  # type: ignore[import-not-found]
-except ImportError:
-    TRANSPORT_ARGS: tuple[str, ...] = ()  # type: ignore[no-redef]
-
 pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
 
-OK = grpc.StatusCode.OK.value[0]
-CANCELLED = grpc.StatusCode.CANCELLED.value[0]
-DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
-UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
-UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 INFER, STREAM = "ModelInfer", "ModelStreamInfer"
-
-
-def _transport() -> str:
-    """The gRPC transport the servers here run: from TRANSPORT_ARGS, else the CLI default."""
-    args = list(TRANSPORT_ARGS)
-    for i, arg in enumerate(args):
-        if arg.startswith("--grpc-transport="):
-            return arg.split("=", 1)[1]
-        if arg == "--grpc-transport" and i + 1 < len(args):
-            return args[i + 1]
-    return ServerOptions().grpc_transport
-
-
-# grpcio's server accepts the TLS and response-compression flags but does not apply them; they
-# are the h2 transport's (issue 12 item 4). strict: once they work these markers must go.
-needs_h2 = pytest.mark.xfail(
-    _transport() == "grpcio",
-    reason="grpcio transport: --grpc-use-ssl / response compression are the h2 transport's",
-    strict=True,
-)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,79 +55,6 @@ def _grpc_js_installed() -> None:
         check_installed()
     except RuntimeError as exc:
         pytest.fail(str(exc))
-
-
-# --- requests and responses (tritonclient's generated classes) ---
-
-
-def _tensor(request: Any, name: str, array: np.ndarray, datatype: str) -> None:
-    tensor = request.inputs.add()
-    tensor.name, tensor.datatype = name, datatype
-    tensor.shape.extend(array.shape)
-    request.raw_input_contents.append(array.tobytes())
-
-
-def simple_request(seed: int, request_id: str = "") -> pb.ModelInferRequest:
-    """``simple`` with INPUT0 = seed + [0..15] and INPUT1 = 3."""
-    request = pb.ModelInferRequest(model_name="simple", id=request_id)
-    _tensor(request, "INPUT0", _simple_a(seed), "INT32")
-    _tensor(request, "INPUT1", np.full((1, 16), 3, np.int32), "INT32")
-    return request
-
-
-def _simple_a(seed: int) -> np.ndarray:
-    return (np.arange(16, dtype=np.int32) + seed).reshape(1, 16)
-
-
-def square_request(n: int, request_id: str) -> pb.ModelInferRequest:
-    request = pb.ModelInferRequest(model_name="square_int32", id=request_id)
-    _tensor(request, "IN", np.array([n], np.int32), "INT32")
-    return request
-
-
-def repeat_request(count: int, delay_ms: int) -> pb.ModelInferRequest:
-    request = pb.ModelInferRequest(model_name="repeat_int32", id="repeat")
-    _tensor(request, "IN", np.arange(count, dtype=np.int32), "INT32")
-    _tensor(request, "DELAY", np.full(count, delay_ms, np.uint32), "UINT32")
-    _tensor(request, "WAIT", np.array([0], np.uint32), "UINT32")
-    return request
-
-
-def slow_request() -> pb.ModelInferRequest:
-    request = pb.ModelInferRequest(model_name="slow", id="slow")
-    _tensor(request, "INPUT0", np.ones(4, np.float32), "FP32")
-    return request
-
-
-def output(response: pb.ModelInferResponse, name: str, dtype: type) -> np.ndarray:
-    index = [o.name for o in response.outputs].index(name)
-    return np.frombuffer(response.raw_output_contents[index], dtype=dtype)
-
-
-def assert_simple_answer(response: pb.ModelInferResponse, seed: int) -> None:
-    a = _simple_a(seed).reshape(-1)
-    np.testing.assert_array_equal(output(response, "OUTPUT0", np.int32), a + 3)
-    np.testing.assert_array_equal(output(response, "OUTPUT1", np.int32), a - 3)
-
-
-def stream_responses(raw: list[bytes]) -> list[pb.ModelInferResponse]:
-    """Decode ModelStreamInferResponse messages; an in-stream error fails the test."""
-    out = []
-    for message in raw:
-        streamed = pb.ModelStreamInferResponse.FromString(message)
-        assert streamed.error_message == "", streamed.error_message
-        out.append(streamed.infer_response)
-    return out
-
-
-def assert_ok(run: NodeRun, index: int = 0) -> None:
-    call = run.calls[index]
-    assert call.status == OK, f"call {index}: {call.status} {call.details!r}\n{run.stderr}"
-
-
-def window_gates(count: int, window: int) -> list[int]:
-    """Request i is written once i - window + 1 responses arrived: ``window`` in flight."""
-    return [max(0, i - window + 1) for i in range(count)]
 
 
 # --- unary ---
@@ -336,8 +239,9 @@ def test_request_compression(server: ServerProcess, algorithm: int, name: str) -
     assert_ok(run, 0)
     assert_simple_answer(pb.ModelInferResponse.FromString(run.calls[0].responses[0]), 11)
     assert_ok(run, 1)
-    for i, response in enumerate(stream_responses(run.calls[1].responses)):
-        assert response.id == f"z{i}"
+    responses = stream_responses(run.calls[1].responses)
+    assert [r.id for r in responses] == [f"z{i}" for i in range(8)]
+    for i, response in enumerate(responses):
         assert_simple_answer(response, i)
     assert sorted((w["path"], w["grpc_encoding"]) for w in run.wire) == [
         (SERVICE + INFER, name),
@@ -347,111 +251,3 @@ def test_request_compression(server: ServerProcess, algorithm: int, name: str) -
     for wire in run.wire:
         advertised = [token.strip() for token in (wire["accept_encoding"] or "").split(",")]
         assert name in advertised, wire
-
-
-# --- servers of their own: TLS, response compression ---
-
-
-@pytest.fixture(scope="module")
-def simple_repo(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    repo = tmp_path_factory.mktemp("interop") / "repo"
-    repo.mkdir()
-    shutil.copytree(example_repo / "simple", repo / "simple")
-    return repo
-
-
-def _server(repo: Path, *args: str) -> ServerProcess:
-    return ServerProcess([repo], *TRANSPORT_ARGS, *args, wait_ready=False)
-
-
-@pytest.fixture(scope="module")
-def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
-    if not have_openssl():
-        pytest.skip("openssl is not installed: cannot make test certificates")
-    return make_certs(tmp_path_factory.mktemp("certs"))
-
-
-@pytest.fixture(scope="module")
-def tls_server(simple_repo: Path, certs: Certs) -> Iterator[ServerProcess]:
-    proc = _server(
-        simple_repo, "--grpc-use-ssl",
-        "--grpc-server-cert", str(certs.server_cert), "--grpc-server-key", str(certs.server_key),
-    )  # fmt: skip
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture(scope="module")
-def mtls_server(simple_repo: Path, certs: Certs) -> Iterator[ServerProcess]:
-    proc = _server(
-        simple_repo, "--grpc-use-ssl-mutual",
-        "--grpc-server-cert", str(certs.server_cert), "--grpc-server-key", str(certs.server_key),
-        "--grpc-root-cert", str(certs.ca),
-    )  # fmt: skip
-    yield proc
-    proc.stop()
-
-
-def _simple_over(proc: ServerProcess, tls: dict[str, str] | None) -> NodeRun:
-    calls = [
-        NodeCall.unary(INFER, simple_request(3)),
-        NodeCall.bidi(STREAM, [simple_request(i, f"t{i}") for i in range(4)]),
-    ]
-    return run_node(proc.grpc_url, calls, tls=tls, serial=True)
-
-
-def _assert_simple_run(run: NodeRun) -> None:
-    assert_ok(run, 0)
-    assert_simple_answer(pb.ModelInferResponse.FromString(run.calls[0].responses[0]), 3)
-    assert_ok(run, 1)
-    for i, response in enumerate(stream_responses(run.calls[1].responses)):
-        assert_simple_answer(response, i)
-
-
-@needs_h2
-def test_tls_with_the_ca(tls_server: ServerProcess, certs: Certs) -> None:
-    _assert_simple_run(_simple_over(tls_server, {"root_cert": str(certs.ca)}))
-
-
-def test_tls_untrusted_server_is_refused(tls_server: ServerProcess, certs: Certs) -> None:
-    """The client trusts only the stranger CA: the handshake fails, no call goes through."""
-    run = _simple_over(tls_server, {"root_cert": str(certs.other_ca)})
-    assert [c.status for c in run.calls] == [UNAVAILABLE, UNAVAILABLE]
-
-
-@needs_h2
-def test_mutual_tls_with_the_client_cert(mtls_server: ServerProcess, certs: Certs) -> None:
-    tls = {
-        "root_cert": str(certs.ca),
-        "client_cert": str(certs.client_cert),
-        "client_key": str(certs.client_key),
-    }
-    _assert_simple_run(_simple_over(mtls_server, tls))
-
-
-@pytest.mark.parametrize("who", ["no certificate", "stranger's certificate"])
-def test_mutual_tls_refuses_other_clients(
-    mtls_server: ServerProcess, certs: Certs, who: str
-) -> None:
-    tls = {"root_cert": str(certs.ca)}
-    if who != "no certificate":
-        tls |= {"client_cert": str(certs.other_cert), "client_key": str(certs.other_key)}
-    run = _simple_over(mtls_server, tls)
-    assert [c.status for c in run.calls] == [UNAVAILABLE, UNAVAILABLE], run.calls
-    assert all(c.responses == [] for c in run.calls)
-
-
-@pytest.fixture(scope="module")
-def compressing_server(simple_repo: Path) -> Iterator[ServerProcess]:
-    proc = _server(simple_repo, "--grpc-infer-response-compression-level", "high")
-    yield proc
-    proc.stop()
-
-
-@needs_h2
-def test_response_compression(compressing_server: ServerProcess) -> None:
-    """``--grpc-infer-response-compression-level high``: grpc-js accepts gzip and deflate, so
-    the server compresses inference responses and grpc-js inflates them."""
-    run = _simple_over(compressing_server, None)
-    _assert_simple_run(run)
-    assert [w["response_encoding"] in ("gzip", "deflate") for w in run.wire] == [True, True]
