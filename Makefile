@@ -8,8 +8,10 @@ ARGS ?=
 FUZZ_RUNS ?= 100000
 FUZZ_DIR ?= build/fuzz
 FUZZ_TARGETS ?=
+# The Node.js client of the gRPC interop tests (tests/interop/node: @grpc/grpc-js).
+NODE_INTEROP := tests/interop/node
 
-.PHONY: serve test models bench lint clean fuzz
+.PHONY: serve test models bench lint clean fuzz interop-deps
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,8 +27,27 @@ models: $(VENV)/.installed
 serve: models
 	$(PY) -m tritium serve --model-repository $(REPO) $(ARGS)
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed interop-deps
 	$(PY) -m pytest $(ARGS)
+
+# @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
+# reinstalled only when package.json or the lock changes. Without node this says so and the
+# tests skip; with node but no npm it fails (the tests would otherwise fail without grpc-js).
+interop-deps:
+	@if command -v node >/dev/null 2>&1; then \
+		$(MAKE) -s --no-print-directory $(NODE_INTEROP)/node_modules/.installed; \
+	else \
+		echo "interop-deps: node not found; the @grpc/grpc-js interop tests will skip"; \
+	fi
+
+$(NODE_INTEROP)/node_modules/.installed: $(NODE_INTEROP)/package.json \
+		$(wildcard $(NODE_INTEROP)/package-lock.json)
+	if [ -f $(NODE_INTEROP)/package-lock.json ]; then \
+		npm ci --prefix $(NODE_INTEROP) --no-audit --no-fund --ignore-scripts; \
+	else \
+		npm install --prefix $(NODE_INTEROP) --no-audit --no-fund --ignore-scripts; \
+	fi
+	touch $@
 
 bench: models
 	$(PY) bench/run.py $(ARGS)
@@ -49,5 +70,5 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info $(NODE_INTEROP)/node_modules
 	find $(REPO) -name '*.onnx' -delete

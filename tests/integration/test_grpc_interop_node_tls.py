@@ -1,0 +1,171 @@
+"""TLS, mutual TLS and response compression with @grpc/grpc-js on Node.js, against servers
+started for them (see test_grpc_interop_node.py for the rest of the interop tests)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from certs import Certs, have_openssl, make_certs
+from grpc_messages import assert_simple_answer, simple_request, stream_responses
+from node_grpc import (
+    OK,
+    UNAVAILABLE,
+    NodeCall,
+    NodeRun,
+    assert_ok,
+    check_installed,
+    node_missing,
+    run_node,
+)
+from server_process import ServerProcess
+from tritonclient.grpc import service_pb2 as pb
+
+from tritium.options import ServerOptions
+
+try:  # the transport under test, once tests/grpc_transport.py exists (issue 12)
+    from grpc_transport import TRANSPORT_ARGS  # type: ignore[import-not-found]
+except ImportError:
+    TRANSPORT_ARGS: tuple[str, ...] = ()  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
+
+INFER, STREAM = "ModelInfer", "ModelStreamInfer"
+
+
+def _transport() -> str:
+    """The gRPC transport the servers here run: from TRANSPORT_ARGS, else the CLI default."""
+    args = list(TRANSPORT_ARGS)
+    for i, arg in enumerate(args):
+        if arg.startswith("--grpc-transport="):
+            return arg.split("=", 1)[1]
+        if arg == "--grpc-transport" and i + 1 < len(args):
+            return args[i + 1]
+    return ServerOptions().grpc_transport
+
+
+# grpcio's server accepts the TLS and response-compression flags but does not apply them; they
+# are the h2 transport's (issue 12 item 4). strict: once they work these markers must go.
+needs_h2 = pytest.mark.xfail(
+    _transport() == "grpcio",
+    reason="grpcio transport: --grpc-use-ssl / response compression are the h2 transport's",
+    strict=True,
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _grpc_js_installed() -> None:
+    try:
+        check_installed()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+
+
+@pytest.fixture(scope="module")
+def simple_repo(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("interop") / "repo"
+    repo.mkdir()
+    shutil.copytree(example_repo / "simple", repo / "simple")
+    return repo
+
+
+def _server(repo: Path, *args: str) -> ServerProcess:
+    return ServerProcess([repo], *TRANSPORT_ARGS, *args, wait_ready=False)
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
+    if not have_openssl():
+        pytest.skip("openssl is not installed: cannot make test certificates")
+    return make_certs(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def tls_server(simple_repo: Path, certs: Certs) -> Iterator[ServerProcess]:
+    proc = _server(
+        simple_repo, "--grpc-use-ssl",
+        "--grpc-server-cert", str(certs.server_cert), "--grpc-server-key", str(certs.server_key),
+    )  # fmt: skip
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def mtls_server(simple_repo: Path, certs: Certs) -> Iterator[ServerProcess]:
+    proc = _server(
+        simple_repo, "--grpc-use-ssl-mutual",
+        "--grpc-server-cert", str(certs.server_cert), "--grpc-server-key", str(certs.server_key),
+        "--grpc-root-cert", str(certs.ca),
+    )  # fmt: skip
+    yield proc
+    proc.stop()
+
+
+def _simple_over(proc: ServerProcess, tls: dict[str, str] | None) -> NodeRun:
+    calls = [
+        NodeCall.unary(INFER, simple_request(3)),
+        NodeCall.bidi(STREAM, [simple_request(i, f"t{i}") for i in range(4)]),
+    ]
+    return run_node(proc.grpc_url, calls, tls=tls, serial=True)
+
+
+def _assert_simple_run(run: NodeRun) -> None:
+    assert_ok(run, 0)
+    assert_simple_answer(pb.ModelInferResponse.FromString(run.calls[0].responses[0]), 3)
+    assert_ok(run, 1)
+    responses = stream_responses(run.calls[1].responses)
+    assert [r.id for r in responses] == [f"t{i}" for i in range(4)]
+    for i, response in enumerate(responses):
+        assert_simple_answer(response, i)
+
+
+@needs_h2
+def test_tls_with_the_ca(tls_server: ServerProcess, certs: Certs) -> None:
+    _assert_simple_run(_simple_over(tls_server, {"root_cert": str(certs.ca)}))
+
+
+def test_tls_untrusted_server_is_refused(tls_server: ServerProcess, certs: Certs) -> None:
+    """The client trusts only the stranger CA: the handshake fails, no call goes through."""
+    run = _simple_over(tls_server, {"root_cert": str(certs.other_ca)})
+    assert [c.status for c in run.calls] == [UNAVAILABLE, UNAVAILABLE]
+
+
+@needs_h2
+def test_mutual_tls_with_the_client_cert(mtls_server: ServerProcess, certs: Certs) -> None:
+    tls = {
+        "root_cert": str(certs.ca),
+        "client_cert": str(certs.client_cert),
+        "client_key": str(certs.client_key),
+    }
+    _assert_simple_run(_simple_over(mtls_server, tls))
+
+
+@pytest.mark.parametrize("who", ["no certificate", "stranger's certificate"])
+def test_mutual_tls_refuses_other_clients(
+    mtls_server: ServerProcess, certs: Certs, who: str
+) -> None:
+    tls = {"root_cert": str(certs.ca)}
+    if who != "no certificate":
+        tls |= {"client_cert": str(certs.other_cert), "client_key": str(certs.other_key)}
+    run = _simple_over(mtls_server, tls)
+    # refused in the handshake (UNAVAILABLE) or, under TLS 1.3 where the client may finish
+    # first, when the server's alert ends the connection: either way no call succeeds
+    assert all(c.status != OK and c.responses == [] for c in run.calls), run.calls
+
+
+@pytest.fixture(scope="module")
+def compressing_server(simple_repo: Path) -> Iterator[ServerProcess]:
+    proc = _server(simple_repo, "--grpc-infer-response-compression-level", "high")
+    yield proc
+    proc.stop()
+
+
+@needs_h2
+def test_response_compression(compressing_server: ServerProcess) -> None:
+    """``--grpc-infer-response-compression-level high``: grpc-js accepts gzip and deflate, so
+    the server compresses inference responses and grpc-js inflates them."""
+    run = _simple_over(compressing_server, None)
+    _assert_simple_run(run)
+    assert [w["response_encoding"] in ("gzip", "deflate") for w in run.wire] == [True, True]
