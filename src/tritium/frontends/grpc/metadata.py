@@ -149,10 +149,10 @@ def encode_grpc_message(text: str, max_bytes: int | None = None) -> str:
     ``max_bytes`` (optional) cuts the encoded value at that length without splitting an escape:
     clients refuse trailers past their max header list size (grpc's default is 8 KiB), which
     would hide the error behind a protocol failure."""
-    raw = text.encode("utf-8", "surrogatepass")
-    if all(byte in _PLAIN for byte in raw):
-        encoded = text
+    if text.isascii() and text.isprintable() and "%" not in text:
+        encoded = text  # the common case: nothing to escape
     else:
+        raw = text.encode("utf-8", "surrogatepass")
         encoded = "".join(chr(b) if b in _PLAIN else f"%{b:02X}" for b in raw)
     if max_bytes is not None and len(encoded) > max_bytes:
         cut = max(max_bytes, 0)
