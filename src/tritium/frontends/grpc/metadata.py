@@ -227,15 +227,20 @@ def compress_message(data: bytes | memoryview, algorithm: str, level: int) -> by
 
 
 class InflateError(ValueError):
-    """A compressed message that is not a whole, valid gzip/deflate stream (grpc: INTERNAL)."""
+    """A compressed message that is not a whole, valid gzip/deflate stream (grpc: INTERNAL);
+    ``too_large`` tells the subclass MessageTooLarge apart (grpc: RESOURCE_EXHAUSTED)."""
+
+    too_large = False
 
 
 class MessageTooLarge(InflateError):
     """Inflating would pass the max receive size (grpc: RESOURCE_EXHAUSTED, "Received message
     larger than max (N vs. MAX)"); ``size`` is how far inflation got, at most max + 1."""
 
+    too_large = True
+
     def __init__(self, size: int, limit: int) -> None:
-        super().__init__(f"decompressed message larger than max ({size} vs. {limit})")
+        super().__init__(f"Received message larger than max ({size} vs. {limit})")
         self.size = size
         self.limit = limit
 
@@ -269,3 +274,8 @@ class Inflater:
         if inflater.unused_data:
             raise InflateError(f"data after the end of the {self.algorithm} stream")
         return out
+
+
+def inflate(data: bytes | memoryview, algorithm: str, limit: int) -> bytes:
+    """One message inflated under ``limit`` bytes: ``Inflater(algorithm, limit).inflate``."""
+    return Inflater(algorithm, limit).inflate(data)
