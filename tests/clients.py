@@ -49,3 +49,40 @@ def assert_simple_works(c: Any, protocol: str) -> None:
     result = c.infer("simple", inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def simple_grpc_infer_client(c: Any, compression: str | None = None) -> None:
+    """What Triton's ``simple_grpc_infer_client.py`` does with a ``tritonclient.grpc`` client:
+    ``simple`` with OUTPUT0/OUTPUT1 requested (and a ``test`` header), the model's statistics,
+    then ``simple`` with no outputs named; each sum and difference checked."""
+    inputs, a, b = add_sub_inputs("grpc")
+    outputs = [grpcclient.InferRequestedOutput(n) for n in ("OUTPUT0", "OUTPUT1")]
+    result = c.infer(
+        "simple",
+        inputs,
+        outputs=outputs,
+        client_timeout=30,
+        headers={"test": "1"},
+        compression_algorithm=compression,
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+    assert len(c.get_inference_statistics(model_name="simple").model_stats) == 1
+    result = c.infer("simple", inputs, client_timeout=30, compression_algorithm=compression)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+async def simple_grpc_infer_aio(c: Any, compression: str | None = None) -> None:
+    """The same with a ``tritonclient.grpc.aio`` client."""
+    inputs, a, b = add_sub_inputs("grpc")
+    assert await c.is_server_live()
+    result = await c.infer(
+        "simple",
+        inputs,
+        client_timeout=30,
+        headers={"test": "1"},
+        compression_algorithm=compression,
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)

@@ -62,6 +62,9 @@ text_echo            python; ``text_input`` STRING [1] -> ``text_output`` STRING
 text_stream          python, decoupled; ``text_input`` STRING [1] -> one response per
                      whitespace-separated word, ``text_output`` = that word, then a
                      flag-only final. For HTTP ``generate_stream``.
+parameters_echo      python; INPUT0 INT32 [-1] -> OUTPUT0 STRING [1] = the request's
+                     ``parameters()`` JSON text as the model sees it (custom parameters and
+                     forwarded headers).
 
 Stub supervision (restarts, execution timeout, shutdown of a stuck model):
 
@@ -633,6 +636,31 @@ class TritonPythonModel:
 """
 
 
+_PARAMETERS_ECHO_PY = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    \"\"\"OUTPUT0 = [the request's parameters() JSON text].\"\"\"
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            text = request.parameters().encode("utf-8")
+            out = pb_utils.Tensor("OUTPUT0", np.array([text], dtype=object))
+            responses.append(pb_utils.InferenceResponse([out]))
+        return responses
+"""
+
+
+def _parameters_echo(name: str) -> dict[str, _Content]:
+    config = _config(
+        name, "python", 0, [("INPUT0", "TYPE_INT32", [-1])], [("OUTPUT0", "TYPE_STRING", [1])]
+    )
+    return _python(config, _PARAMETERS_ECHO_PY)
+
+
 def _int32_python(source: str, extra: str = "") -> _Spec:
     return lambda name: _python(_unary_config(name, "TYPE_INT32", [-1], extra=extra), source)
 
@@ -662,6 +690,7 @@ _SPECS.update(
         ),
         "text_echo": _text_python(_TEXT_ECHO_PY),
         "request_options": _int32_python(_REQUEST_OPTIONS_PY),
+        "parameters_echo": _parameters_echo,
         "text_stream": _text_python(_TEXT_STREAM_PY, _DECOUPLED),
     }
 )

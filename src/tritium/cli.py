@@ -13,6 +13,7 @@ from typing import Any
 
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
+from .frontends.grpc.metadata import compile_forward_pattern
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
 
 log = logging.getLogger("tritium")
@@ -206,7 +207,7 @@ def _grpc_transport_options(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit("error: --grpc-use-ssl-mutual needs --grpc-root-cert")
     if args.grpc_header_forward_pattern:
         try:
-            re.compile(args.grpc_header_forward_pattern)
+            compile_forward_pattern(args.grpc_header_forward_pattern)
         except re.error as exc:
             raise SystemExit(f"error: --grpc-header-forward-pattern: {exc}") from None
     return {

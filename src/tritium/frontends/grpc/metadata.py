@@ -1,109 +1,281 @@
-"""Pure helpers of the gRPC wire: deadlines, status-message encoding, message compression
-and forwarded metadata (gRPC's PROTOCOL-HTTP2 spec and Triton's flags)."""
+"""gRPC metadata and message-compression rules, as pure functions the HTTP/2 transport calls.
+
+Each follows the gRPC HTTP/2 protocol (PROTOCOL-HTTP2.md) or, where the protocol leaves a
+choice, what grpc core does under Triton, so that clients see what Triton's server shows them:
+
+- ``forwarded_parameters``: Triton's ``--grpc-header-forward-pattern``.
+- ``parse_timeout``: the ``grpc-timeout`` header.
+- ``encode_grpc_message``/``decode_grpc_message``: the percent-encoded ``grpc-message``.
+- ``response_compression``: Triton's ``--grpc-infer-response-compression-level``.
+- ``compress``/``compress_message``/``Inflater``: gzip and deflate message bodies, inflation
+  bounded by the max receive size."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 import zlib
+from urllib.parse import unquote_to_bytes
 
-_TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
-# The spec's grpc-message alphabet: printable ASCII except '%' stays as it is.
-_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("%")}
-# Triton's --grpc-infer-response-compression-level → zlib level (grpc core's low/medium/high).
-_LEVELS = {"low": 1, "medium": 6, "high": 9}
-ENCODINGS = ("gzip", "deflate")
+# ----------------------------------------------------------------------------------------
+# --grpc-header-forward-pattern
+# ----------------------------------------------------------------------------------------
+
+# Metadata grpc core consumes itself and never shows the application (its metadata batch's
+# known keys, less the few PublishToAppEncoder hands on: user-agent, host, lb-token,
+# traceparent, grpc-previous-rpc-attempts, grpc-retry-pushback-ms). Pseudo-headers (":path")
+# are left out by their colon.
+TRANSPORT_METADATA = frozenset(
+    {
+        "content-type",
+        "te",
+        "grpc-encoding",
+        "grpc-internal-encoding-request",
+        "grpc-accept-encoding",
+        "grpc-status",
+        "grpc-message",
+        "grpc-timeout",
+        "endpoint-load-metrics-bin",
+        "grpc-server-stats-bin",
+        "grpc-trace-bin",
+        "grpc-tags-bin",
+        "grpclb_client_stats",
+        "lb-cost-bin",
+        "x-envoy-peer-metadata",
+    }
+)
+# The parameters tritium's core reads as request options (tritium.parameters.RESERVED; a front
+# end may not import it, a unit test keeps the two equal), and Triton's other reserved names.
+RESERVED_PARAMETERS = frozenset(
+    {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
+)
+_CASE_SENSITIVE = "(?-i)"
 
 
-def parse_timeout(value: str) -> float | None:
-    """``grpc-timeout`` in seconds: 1–8 ASCII digits then a unit; None when malformed (the
-    caller answers INTERNAL, as grpc does for a header it cannot parse)."""
-    if not 2 <= len(value) <= 9 or not value[:-1].isascii() or not value[:-1].isdigit():
+def compile_forward_pattern(text: str) -> re.Pattern[str] | None:
+    """Triton's pattern as a compiled regex; None for the empty pattern (forward nothing).
+
+    Triton matches with RE2 case-insensitively by default, "according to the HTTP protocol",
+    and documents a leading ``(?-i)`` to make it case-sensitive; Python's ``re`` refuses a bare
+    ``(?-i)``, so that prefix is read here. ASCII matching keeps ``\\w`` and friends as RE2 has
+    them. Raises ``re.error`` on a bad pattern (the CLI reports it). The pattern is the
+    operator's, but it runs on client-chosen names (bounded by the max header list size): a
+    pattern with nested quantifiers can backtrack, which RE2 never does, so keep it simple."""
+    if not text:
         return None
-    unit = _TIMEOUT_UNITS.get(value[-1])
-    return None if unit is None else int(value[:-1]) * unit
-
-
-def encode_grpc_message(text: str) -> str:
-    """Percent-encodes the UTF-8 bytes of ``text`` outside the spec's plain alphabet."""
-    data = text.encode("utf-8", "replace")
-    if all(byte in _PLAIN for byte in data):
-        return text
-    return "".join(chr(b) if b in _PLAIN else f"%{b:02X}" for b in data)
-
-
-def decode_grpc_message(value: str) -> str:
-    """The inverse of ``encode_grpc_message``; a malformed escape stays as it is."""
-    out = bytearray()
-    i = 0
-    raw = value.encode("latin-1", "replace")
-    while i < len(raw):
-        if raw[i] == 0x25 and i + 2 < len(raw) + 0 and _is_hex(raw[i + 1 : i + 3]):
-            out.append(int(raw[i + 1 : i + 3], 16))
-            i += 3
-        else:
-            out.append(raw[i])
-            i += 1
-    return out.decode("utf-8", "replace")
-
-
-def _is_hex(pair: bytes) -> bool:
-    return len(pair) == 2 and all(c in b"0123456789abcdefABCDEF" for c in pair)
-
-
-def response_compression(level: str, accept_encoding: str | None) -> tuple[str, int] | None:
-    """The (algorithm, zlib level) an inference response is sent with: none unless the level
-    is set and the client accepts gzip or deflate (gzip first, as grpc core prefers)."""
-    zlevel = _LEVELS.get(level)
-    if zlevel is None or not accept_encoding:
-        return None
-    accepted = {item.strip() for item in accept_encoding.split(",")}
-    for algorithm in ENCODINGS:
-        if algorithm in accepted:
-            return algorithm, zlevel
-    return None
-
-
-def compress(data: bytes, algorithm: str, level: int) -> bytes:
-    """gzip (RFC 1952) or deflate (zlib stream, RFC 1950, as grpc's "deflate")."""
-    wbits = 31 if algorithm == "gzip" else 15
-    packer = zlib.compressobj(level, zlib.DEFLATED, wbits)
-    return packer.compress(data) + packer.flush()
-
-
-class InflateError(Exception):
-    """A compressed message that is corrupt (``too_large`` False) or inflates past the bound."""
-
-    def __init__(self, message: str, too_large: bool) -> None:
-        super().__init__(message)
-        self.too_large = too_large
-
-
-def inflate(data: bytes | memoryview, algorithm: str, limit: int) -> bytes:
-    """The message inflated, never allocating more than ``limit`` + 1 bytes of output."""
-    wbits = 31 if algorithm == "gzip" else 15
-    unpacker = zlib.decompressobj(wbits)
-    try:
-        out = unpacker.decompress(data, limit + 1)
-    except zlib.error as exc:
-        raise InflateError(f"failed to decompress the message: {exc}", False) from None
-    if len(out) > limit:
-        raise InflateError(
-            f"Received message larger than max after decompression ({limit} bytes)", True
-        )
-    if not unpacker.eof:
-        raise InflateError("failed to decompress the message: truncated stream", False)
-    return out
+    if text.startswith(_CASE_SENSITIVE):
+        return re.compile(text[len(_CASE_SENSITIVE) :], re.ASCII)
+    return re.compile(text, re.IGNORECASE | re.ASCII)
 
 
 def forwarded_parameters(
     pattern: re.Pattern[str] | None, headers: list[tuple[str, str]]
 ) -> dict[str, str]:
-    """Triton's ``--grpc-header-forward-pattern``: metadata whose (lower-case) name matches
-    the regex becomes a string parameter of the request; pseudo-headers never do."""
+    """The request metadata Triton turns into string parameters: every header whose name the
+    pattern finds anywhere in (RE2 ``PartialMatch``, i.e. ``search``), except pseudo-headers
+    and the metadata grpc core keeps for itself (``TRANSPORT_METADATA``).
+
+    Further, a name that is a reserved parameter (``sequence_id``, ``priority``, ``timeout``,
+    ``sequence_start``, ``sequence_end``), ``headers``, or starts with ``triton_`` is not
+    forwarded: in Triton a forwarded header only ever reaches the model, while tritium's core
+    reads those names from the parameters, so a proxy's header would change scheduling or fail
+    the request. A ``-bin`` header is base64-decoded as grpc does for the application and
+    forwarded only if the bytes are UTF-8 (a parameter is a string). A name sent twice gives
+    its values joined by ``", "`` (HTTP's field combination). Names keep their case (HTTP/2
+    sends them lowercase). The caller merges the result over the request's own parameters
+    (Triton appends them after, so a model reading its parameters sees the header's value)."""
     if pattern is None:
         return {}
-    return {
-        name: value
-        for name, value in headers
-        if not name.startswith(":") and pattern.fullmatch(name) is not None
-    }
+    result: dict[str, str] = {}
+    for name, value in headers:
+        if name.startswith(":") or name in TRANSPORT_METADATA or _reserved(name):
+            continue
+        if pattern.search(name) is None:
+            continue
+        text = _binary_text(value) if name.endswith("-bin") else value
+        if text is None:
+            continue
+        result[name] = f"{result[name]}, {text}" if name in result else text
+    return result
+
+
+def _reserved(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in RESERVED_PARAMETERS or lowered == "headers" or lowered.startswith("triton_")
+
+
+def _binary_text(value: str) -> str | None:
+    """A ``-bin`` value: base64, padded or not (the protocol allows both), to UTF-8 text."""
+    try:
+        raw = base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+        return raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+
+
+# ----------------------------------------------------------------------------------------
+# grpc-timeout
+# ----------------------------------------------------------------------------------------
+
+_TIMEOUT = re.compile(r"([0-9]{1,8})([HMSmun])")
+_UNIT_SECONDS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+
+
+def parse_timeout(value: str) -> float | None:
+    """Seconds from a ``grpc-timeout`` value: 1 to 8 ASCII digits and one unit of H, M, S, m,
+    u, n (hours … nanoseconds), nothing else around them; None when it is not that.
+
+    None means a malformed header, not "no deadline": the caller answers the call with status
+    INTERNAL ("malformed grpc-timeout …"), as grpc-go and current grpc core do, and does not
+    run it. "0S" is a valid, already expired deadline (DEADLINE_EXCEEDED)."""
+    match = _TIMEOUT.fullmatch(value)
+    if match is None:
+        return None
+    return int(match[1]) * _UNIT_SECONDS[match[2]]
+
+
+# ----------------------------------------------------------------------------------------
+# grpc-message
+# ----------------------------------------------------------------------------------------
+
+_PLAIN = frozenset(range(0x20, 0x7F)) - {ord("%")}
+
+
+def encode_grpc_message(text: str, max_bytes: int | None = None) -> str:
+    """``grpc-message``: the UTF-8 bytes of ``text``, each byte outside 0x20–0x7E and ``%``
+    itself written as ``%XX`` (the gRPC HTTP/2 spec).
+
+    ``max_bytes`` (optional) cuts the encoded value at that length without splitting an escape:
+    clients refuse trailers past their max header list size (grpc's default is 8 KiB), which
+    would hide the error behind a protocol failure."""
+    if text.isascii() and text.isprintable() and "%" not in text:
+        encoded = text  # the common case: nothing to escape
+    else:
+        raw = text.encode("utf-8", "surrogatepass")
+        encoded = "".join(chr(b) if b in _PLAIN else f"%{b:02X}" for b in raw)
+    if max_bytes is not None and len(encoded) > max_bytes:
+        cut = max(max_bytes, 0)
+        while cut > 0 and "%" in encoded[max(cut - 2, 0) : cut]:
+            cut -= 1  # the cut fell inside an escape: back off to its start
+        encoded = encoded[:cut]
+    return encoded
+
+
+def decode_grpc_message(value: str) -> str:
+    """The text of a ``grpc-message``. As the spec asks, a malformed escape is kept as it is
+    rather than failing or dropping the message, and bytes that are not UTF-8 become U+FFFD."""
+    return unquote_to_bytes(value).decode("utf-8", "replace")
+
+
+# ----------------------------------------------------------------------------------------
+# Compression: --grpc-infer-response-compression-level, grpc-encoding, grpc-accept-encoding
+# ----------------------------------------------------------------------------------------
+
+ENCODINGS = ("identity", "deflate", "gzip")  # what tritium reads and writes
+ACCEPT_ENCODING = ",".join(ENCODINGS)  # our grpc-accept-encoding header value
+LEVELS = ("none", "low", "medium", "high")
+_WBITS = {"deflate": zlib.MAX_WBITS, "gzip": zlib.MAX_WBITS | 16}  # zlib and gzip wrappers
+
+
+def accepted_encodings(accept_encoding: str | None) -> frozenset[str]:
+    """The names in a ``grpc-accept-encoding`` value (comma-separated, spaces ignored);
+    ``identity`` is always accepted. An absent header accepts only identity (grpc core)."""
+    if not accept_encoding:
+        return frozenset({"identity"})
+    names = (item.strip().lower() for item in accept_encoding.split(","))
+    return frozenset({"identity", *(name for name in names if name)})
+
+
+def response_compression(level: str, accept_encoding: str | None) -> tuple[str, int] | None:
+    """(algorithm, zlib level) for an inference response, or None to send it uncompressed.
+
+    grpc core (``CompressionAlgorithmForLevel``) ranks the peer's accepted algorithms among
+    gzip then deflate and takes the first for ``low``, the middle one for ``medium`` and the
+    last for ``high``; with none accepted it does not compress. The level only picks the
+    algorithm: grpc deflates at zlib's default level whatever it is, and so do we."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown compression level {level!r}, expected one of {LEVELS}")
+    if level == "none":
+        return None
+    accepted = accepted_encodings(accept_encoding)
+    ranked = [name for name in ("gzip", "deflate") if name in accepted]
+    if not ranked:
+        return None
+    index = {"low": 0, "medium": len(ranked) // 2, "high": len(ranked) - 1}[level]
+    return ranked[index], zlib.Z_DEFAULT_COMPRESSION
+
+
+def _wbits(algorithm: str) -> int:
+    try:
+        return _WBITS[algorithm]
+    except KeyError:
+        raise ValueError(f"unsupported compression algorithm {algorithm!r}") from None
+
+
+def compress(data: bytes | memoryview, algorithm: str, level: int) -> bytes:
+    """``data`` as one gzip or deflate (zlib-wrapped, as HTTP and grpc mean it) stream."""
+    compressor = zlib.compressobj(level, zlib.DEFLATED, _wbits(algorithm))
+    return compressor.compress(data) + compressor.flush()
+
+
+def compress_message(data: bytes | memoryview, algorithm: str, level: int) -> bytes | None:
+    """The compressed message, or None when it is not smaller: grpc then sends the message
+    as it is, with the compressed flag 0, under the same ``grpc-encoding``."""
+    packed = compress(data, algorithm, level)
+    return packed if len(packed) < len(data) else None
+
+
+class InflateError(ValueError):
+    """A compressed message that is not a whole, valid gzip/deflate stream (grpc: INTERNAL);
+    ``too_large`` tells the subclass MessageTooLarge apart (grpc: RESOURCE_EXHAUSTED)."""
+
+    too_large = False
+
+
+class MessageTooLarge(InflateError):
+    """Inflating would pass the max receive size (grpc: RESOURCE_EXHAUSTED, "Received message
+    larger than max (N vs. MAX)"); ``size`` is how far inflation got, at most max + 1."""
+
+    too_large = True
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"Received message larger than max ({size} vs. {limit})")
+        self.size = size
+        self.limit = limit
+
+
+class Inflater:
+    """Inflates the compressed messages of one call (``grpc-encoding`` gzip or deflate), each
+    bounded by ``max_size`` bytes: zlib stops at ``max_size + 1`` bytes of output, so a small
+    "zip bomb" costs at most that much memory and time before it is refused."""
+
+    __slots__ = ("_limit", "_wbits", "algorithm")
+
+    def __init__(self, algorithm: str, max_size: int) -> None:
+        if max_size < 0:
+            raise ValueError("max_size must be >= 0")
+        self._wbits = _wbits(algorithm)
+        self._limit = max_size
+        self.algorithm = algorithm
+
+    def inflate(self, data: bytes | memoryview) -> bytes:
+        """One message's bytes. Raises MessageTooLarge past the bound, InflateError when the
+        stream is corrupt, truncated, or followed by anything (grpc core refuses all three)."""
+        inflater = zlib.decompressobj(self._wbits)
+        try:
+            out = inflater.decompress(data, self._limit + 1)
+        except zlib.error as exc:
+            raise InflateError(f"invalid {self.algorithm} data: {exc}") from None
+        if len(out) > self._limit:
+            raise MessageTooLarge(len(out), self._limit)
+        if not inflater.eof:
+            raise InflateError(f"truncated {self.algorithm} data")
+        if inflater.unused_data:
+            raise InflateError(f"data after the end of the {self.algorithm} stream")
+        return out
+
+
+def inflate(data: bytes | memoryview, algorithm: str, limit: int) -> bytes:
+    """One message inflated under ``limit`` bytes: ``Inflater(algorithm, limit).inflate``."""
+    return Inflater(algorithm, limit).inflate(data)

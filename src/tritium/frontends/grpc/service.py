@@ -11,7 +11,6 @@ in short steps off the event loop.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -27,7 +26,7 @@ from .call import ServerCall
 from .codec import decode_message, encode_response
 from .dispatch import Kind, Method, status_of
 from .guard import HEALTH_SERVICE, SERVICE
-from .metadata import forwarded_parameters
+from .metadata import compile_forward_pattern, forwarded_parameters
 from .status import RpcError, StatusCode
 from .stream import stream_infer
 
@@ -59,7 +58,7 @@ class InferenceService:
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
         pattern = server.options.grpc_header_forward_pattern
-        self._forward = re.compile(pattern) if pattern else None
+        self._forward = compile_forward_pattern(pattern)  # Triton's reading: see metadata
 
     def forwarded(self, call: ServerCall) -> dict[str, str] | None:
         if self._forward is None:
