@@ -116,11 +116,6 @@ def test_matching_headers_become_parameters_for_the_aio_client(server: ServerPro
     _assert_forwarded(_parameters(asyncio.run(main())), expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="transport bug: h2's inbound header validation ends the connection (GOAWAY "
-    "PROTOCOL_ERROR) on a value with surrounding whitespace; remove this mark with the fix",
-)
 def test_header_values_with_surrounding_spaces_are_served(server: ServerProcess) -> None:
     """Triton's own qa (L0_parameters) forwards 'This is a "quoted" string with a backslash\\ '
     (a trailing space): grpc core takes such values, so the call is served, not the connection

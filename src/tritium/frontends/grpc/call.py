@@ -18,7 +18,7 @@ import asyncio
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from .metadata import InflateError, compress, inflate
+from .metadata import InflateError, compress_message, inflate
 from .status import RpcError, StatusCode
 
 if TYPE_CHECKING:
@@ -196,9 +196,12 @@ class ServerCall:
     def frame(self, payload: bytes) -> tuple[bytes, bytes]:
         """A response message (serialised protobuf) as (5-byte prefix, body), compressed
         when the call says so; RpcError when it is over the send bound."""
-        compressed = self.response_encoding
+        encoding = self.response_encoding
+        compressed = None
+        if encoding is not None:  # sent as it is when compression would not make it smaller
+            compressed = compress_message(payload, encoding[0], encoding[1])
         if compressed is not None:
-            payload = compress(payload, compressed[0], compressed[1])
+            payload = compressed
         size = len(payload)
         if size > self._conn.max_send:
             raise RpcError(

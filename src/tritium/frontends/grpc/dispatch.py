@@ -203,7 +203,8 @@ class Dispatcher:
 
 
 def _read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes, dict[str, str]]:
-    """(:method, :path, the other headers by name); h2 has checked them already."""
+    """(:method, :path, the other headers by name, a repeated one comma-joined as HTTP
+    reads it). Names and values stay opaque text: nothing is built from them."""
     path = verb = b""
     metadata: dict[str, str] = {}
     for name, value in headers:
@@ -213,7 +214,9 @@ def _read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes, dic
             elif name == b":method":
                 verb = value
             continue
-        metadata[name.decode("latin-1")] = value.decode("latin-1")
+        key = name.decode("latin-1")
+        text = value.decode("latin-1")
+        metadata[key] = f"{metadata[key]}, {text}" if key in metadata else text
     return verb, path, metadata
 
 
