@@ -22,11 +22,12 @@ from bench.catalog import (
     DEFAULT_ISSUES,
     ISSUES,
     PAYLOAD_BYTES,
+    TARGETS,
     drive,
     precompute_references,
     run_baselines,
 )
-from bench.common import RESULTS_DIR, Scenario, Settings
+from bench.common import RESULTS_DIR, Scenario, Settings, Window
 from bench.drivers import PROTOCOLS, UNARY_PROTOCOLS
 from bench.engine import summarize
 from bench.report import machine_info, markdown, scenario_line, write_report
@@ -94,6 +95,7 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     chosen: dict[str, list[Scenario]] = {}
     for issue, scenarios in lists.items():
         unary = [s for s in scenarios if s.protocol in UNARY_PROTOCOLS and not s.responses]
+        unary = [s for s in unary if not (s.target and TARGETS[s.target].grpc_only)]
         variants = (
             replace(s, protocol=p)
             for p in extra
@@ -115,6 +117,56 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     return chosen
 
 
+def start_server(
+    target: str, repo: Path, work: Path, server_args: tuple[str, ...], models: list[str]
+) -> Any:
+    """The run's tritium server (target ""), or a server of its own (TARGETS) in
+    ``work/<target>``; returned ready with ``models``."""
+    if not target:
+        server = Server(repo, work, server_args)
+    else:
+        (work / target).mkdir(exist_ok=True)
+        server = TARGETS[target].start(repo, work / target, server_args, models)
+    try:
+        server.wait_ready(models)
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
+def run_on(
+    server: Any, scenarios: list[Scenario], settings: Settings, baselines: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Runs ``scenarios`` against ``server``, one row each; stops at the first scenario after
+    which the server is not healthy."""
+    rows = []
+    for sc in scenarios:
+        print(f"scenario {sc.name} ...", flush=True)
+        window = asyncio.run(drive(sc, server, settings))
+        row = summarize(sc, window, PAYLOAD_BYTES.get(sc.model))
+        add_ratios(row, baselines.get(sc.model))
+        rows.append(row)
+        print("  " + scenario_line(row), flush=True)
+        if not server.healthy():
+            print(
+                f"server not healthy after {sc.name}; stopping. Log tail:\n{server.log_tail()}",
+                file=sys.stderr,
+            )
+            break
+    return rows
+
+
+def not_started(scenarios: list[Scenario], problem: str) -> list[dict[str, Any]]:
+    """Failed rows for the scenarios of a server that did not start."""
+    rows = []
+    for sc in scenarios:
+        window = Window()
+        window.errors.append(problem)
+        rows.append(summarize(sc, window))
+    return rows
+
+
 def run_scenarios(
     repo: Path,
     work: Path,
@@ -123,29 +175,34 @@ def run_scenarios(
     info: dict[str, Any],
     server_args: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    server, rows = Server(repo, work, server_args), []
-    try:
-        server.wait_ready(sorted({m for s in scenarios for m in s.models}))
-        info["server_idle"] = idle_cpu(server, 0.5 if settings.quick else 2.0)
-        for sc in scenarios:
-            print(f"scenario {sc.name} ...", flush=True)
-            window = asyncio.run(drive(sc, server, settings))
-            row = summarize(sc, window, PAYLOAD_BYTES.get(sc.model))
-            add_ratios(row, info["baselines"].get(sc.model))
-            rows.append(row)
-            print("  " + scenario_line(row), flush=True)
-            if not server.healthy():
-                info["server_log_tail"] = server.log_tail()
-                print(
-                    f"server not healthy after {sc.name}; stopping. Log tail:\n"
-                    f"{info['server_log_tail']}",
-                    file=sys.stderr,
-                )
-                break
-    finally:
-        server.stop()
-        if any(r["errors"] or r["wrong"] for r in rows):
-            info.setdefault("server_log_tail", server.log_tail())
+    """Every scenario, grouped by server (``Scenario.target``): each server is started for
+    its scenarios and stopped after them. The run's own server's idle CPU and log tail go to
+    ``info``, another's to ``info["targets"][name]``."""
+    groups: dict[str, list[Scenario]] = {}
+    for sc in scenarios:
+        groups.setdefault(sc.target, []).append(sc)
+    rows: list[dict[str, Any]] = []
+    for target, group in groups.items():
+        record = info
+        if target:
+            record = info.setdefault("targets", {}).setdefault(target, {})
+            record["what"] = TARGETS[target].what
+        models = sorted({m for s in group for m in s.models})
+        try:
+            server = start_server(target, repo, work, server_args, models)
+        except (RuntimeError, OSError) as exc:
+            print(f"server {target or 'tritium'} did not start: {exc}", file=sys.stderr)
+            rows += not_started(group, f"server {target or 'tritium'} did not start: {exc}")
+            continue
+        try:
+            record["server_idle"] = idle_cpu(server, 0.5 if settings.quick else 2.0)
+            group_rows = run_on(server, group, settings, info["baselines"])
+            healthy = server.healthy()
+        finally:
+            server.stop()
+        rows += group_rows
+        if not healthy or any(r["errors"] or r["wrong"] for r in group_rows):
+            record["server_log_tail"] = server.log_tail()
     return rows
 
 
