@@ -1,14 +1,13 @@
 """tritium benchmark: closed-loop load over HTTP/gRPC against the real server.
 
 The command line of bench/run.py (see bench/README.md): choose the scenarios, build the
-repository, measure the baselines, run every scenario against one server, write one report
-per scenario list.
+repository, measure the baselines, run every scenario (bench/runner.py: the run's tritium
+server, and the servers of their own some lists name), write one report per scenario list.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
@@ -16,23 +15,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.baselines import add_ratios
 from bench.catalog import (
     BINARY_ONLY_MODELS,
     DEFAULT_ISSUES,
     ISSUES,
-    PAYLOAD_BYTES,
     TARGETS,
-    drive,
     precompute_references,
     run_baselines,
 )
-from bench.common import RESULTS_DIR, Scenario, Settings, Window
+from bench.common import RESULTS_DIR, Scenario, Settings
 from bench.drivers import PROTOCOLS, UNARY_PROTOCOLS
-from bench.engine import summarize
-from bench.report import machine_info, markdown, scenario_line, write_report
+from bench.report import machine_info, markdown, write_report
+from bench.runner import run_scenarios
 from bench.scenarios.shm import SHM_PROTOCOLS
-from bench.server import Server, build_repository, idle_cpu
+from bench.server import build_repository
 
 
 def _csv(values: list[str] | None) -> list[str] | None:
@@ -47,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--issue",
         nargs="+",
         default=list(DEFAULT_ISSUES),
-        help=f"scenario lists among {', '.join(ISSUES)} (default: all, one server, one "
-        "report per list)",
+        help=f"scenario lists among {', '.join(ISSUES)} (default: {' '.join(DEFAULT_ISSUES)}; "
+        "one report per list)",
     )
     p.add_argument("--quick", action="store_true", help="short windows, a smoke test")
     p.add_argument("--seconds", type=float, help="measuring window per scenario (default 5)")
@@ -117,99 +113,25 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     return chosen
 
 
-def start_server(
-    target: str, repo: Path, work: Path, server_args: tuple[str, ...], models: list[str]
-) -> Any:
-    """The run's tritium server (target ""), or a server of its own (TARGETS) in
-    ``work/<target>``; returned ready with ``models``."""
-    if not target:
-        server = Server(repo, work, server_args)
-    else:
-        (work / target).mkdir(exist_ok=True)
-        server = TARGETS[target].start(repo, work / target, server_args, models)
-    try:
-        server.wait_ready(models)
-    except BaseException:
-        server.stop()
-        raise
-    return server
+RUN_SERVER_KEYS = ("server_idle", "server_log_tail")
 
 
-def run_on(
-    server: Any, scenarios: list[Scenario], settings: Settings, baselines: dict[str, Any]
-) -> list[dict[str, Any]]:
-    """Runs ``scenarios`` against ``server``, one row each; stops at the first scenario after
-    which the server is not healthy."""
-    rows = []
-    for sc in scenarios:
-        print(f"scenario {sc.name} ...", flush=True)
-        window = asyncio.run(drive(sc, server, settings))
-        row = summarize(sc, window, PAYLOAD_BYTES.get(sc.model))
-        add_ratios(row, baselines.get(sc.model))
-        rows.append(row)
-        print("  " + scenario_line(row), flush=True)
-        if not server.healthy():
-            print(
-                f"server not healthy after {sc.name}; stopping. Log tail:\n{server.log_tail()}",
-                file=sys.stderr,
-            )
-            break
-    return rows
-
-
-def not_started(scenarios: list[Scenario], problem: str) -> list[dict[str, Any]]:
-    """Failed rows for the scenarios of a server that did not start."""
-    rows = []
-    for sc in scenarios:
-        window = Window()
-        window.errors.append(problem)
-        rows.append(summarize(sc, window))
-    return rows
-
-
-def run_scenarios(
-    repo: Path,
-    work: Path,
-    scenarios: list[Scenario],
-    settings: Settings,
-    info: dict[str, Any],
-    server_args: tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
-    """Every scenario, grouped by server (``Scenario.target``): each server is started for
-    its scenarios and stopped after them. The run's own server's idle CPU and log tail go to
-    ``info``, another's to ``info["targets"][name]``."""
-    groups: dict[str, list[Scenario]] = {}
-    for sc in scenarios:
-        groups.setdefault(sc.target, []).append(sc)
-    rows: list[dict[str, Any]] = []
-    for target, group in groups.items():
-        record = info
-        if target:
-            record = info.setdefault("targets", {}).setdefault(target, {})
-            record["what"] = TARGETS[target].what
-        models = sorted({m for s in group for m in s.models})
-        try:
-            server = start_server(target, repo, work, server_args, models)
-        except (RuntimeError, OSError) as exc:
-            print(f"server {target or 'tritium'} did not start: {exc}", file=sys.stderr)
-            rows += not_started(group, f"server {target or 'tritium'} did not start: {exc}")
-            continue
-        try:
-            record["server_idle"] = idle_cpu(server, 0.5 if settings.quick else 2.0)
-            group_rows = run_on(server, group, settings, info["baselines"])
-            healthy = server.healthy()
-        finally:
-            server.stop()
-        rows += group_rows
-        if not healthy or any(r["errors"] or r["wrong"] for r in group_rows):
-            record["server_log_tail"] = server.log_tail()
-    return rows
+def used_info(info: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a list's report keeps of the run's ``info``: the baselines of its models, and of
+    the servers (the run's own, ``targets``) those its rows ran on."""
+    models, targets = {row["model"] for row in rows}, {row["target"] for row in rows}
+    used = {k: v for k, v in info.items() if k != "targets" and k not in RUN_SERVER_KEYS}
+    used["baselines"] = {m: b for m, b in info["baselines"].items() if m in models}
+    if "" in targets:
+        used.update((k, info[k]) for k in RUN_SERVER_KEYS if k in info)
+    own = {t: r for t, r in info.get("targets", {}).items() if t in targets}
+    return {**used, **({"targets": own} if own else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings, chosen = make_settings(args), select(args)
-    # One server, each scenario measured once even when several lists hold it.
+    # Each scenario measured once even when several lists hold it (bench/runner.py).
     scenarios = list(dict.fromkeys(s for issue in chosen.values() for s in issue))
     server_args = tuple(a for issue in chosen for a in ISSUES[issue].server_args)
     load_before = os.getloadavg()[0]
@@ -227,13 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         row_ratios = ISSUES[issue].row_ratios
         if row_ratios is not None:
             row_ratios(issue_rows)
-        models = {row["model"] for row in issue_rows}
         report = {
             "issue": issue,
             "settings": asdict(settings),
             "machine": machine,
-            **info,
-            "baselines": {m: b for m, b in info["baselines"].items() if m in models},
+            **used_info(info, issue_rows),
             "scenarios": issue_rows,
         }
         path = write_report(report, ISSUES[issue], args.output_dir)

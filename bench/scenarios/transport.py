@@ -314,7 +314,8 @@ NOTE = (
 ISSUE = Issue(
     "grpc",
     transport_scenarios,
-    ratios="ratios between the transports' rows (see below), no baseline.",
+    ratios="ratios between the transports' rows (see below); the baselines at the end are "
+    "not used in them.",
     note=NOTE,
     table=table,
     row_ratios=compare,
