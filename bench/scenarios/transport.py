@@ -296,8 +296,9 @@ def table(rows: Rows) -> list[str]:
 
 
 NOTE = (
-    "Each server is its own process, started for its rows and stopped after them, in this "
-    "order: `h2` = tritium `--grpc-transport=h2`, `grpcio` = tritium `--grpc-transport=grpcio` "
+    "Each server is its own process, started for its first row and stopped after its last; "
+    "the rows alternate between them (the others idle meanwhile). `h2` = tritium "
+    "`--grpc-transport=h2`, `grpcio` = tritium `--grpc-transport=grpcio` "
     "(both with only the rows' models loaded, `--model-control-mode=explicit`), `floor` = the "
     "bare grpc.aio server of bench/grpc_floor.py on uvloop (add/sub of the `simple` inputs "
     "for any model name, no repository, validation or scheduling; ModelStreamInfer answers "
