@@ -10,18 +10,38 @@ from pathlib import Path
 from typing import Any
 
 from bench.baselines import baseline_onnx, baseline_python
-from bench.common import CHAINS, ENSEMBLE, SIMPLE_CONTRACT, Contract, Scenario, Settings, Window
+from bench.common import (
+    CHAINS,
+    ENSEMBLE,
+    SIMPLE_CONTRACT,
+    Contract,
+    Scenario,
+    Settings,
+    Target,
+    Window,
+)
 from bench.drivers import PROTOCOLS, GrpcStreamDriver, ShmDriver
 from bench.engine import run_window
-from bench.scenarios import batching, ensembles, foundation, shm, streaming
+from bench.scenarios import batching, ensembles, foundation, shm, streaming, transport
 from bench.server import Server
 
 ISSUES = {
     issue.name: issue
-    for issue in (foundation.ISSUE, streaming.ISSUE, batching.ISSUE, shm.ISSUE, ensembles.ISSUE)
+    for issue in (
+        foundation.ISSUE,
+        streaming.ISSUE,
+        batching.ISSUE,
+        shm.ISSUE,
+        ensembles.ISSUE,
+        transport.ISSUE,
+    )
 }
 # batching is not in the default list yet (the dynamic batcher is being written); shm neither.
-DEFAULT_ISSUES = ("foundation", "streaming", "ensembles")
+DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc")
+# The servers of their own that scenarios name (Scenario.target), from every list.
+TARGETS: dict[str, Target] = {
+    name: target for issue in ISSUES.values() for name, target in issue.targets.items()
+}
 # Models whose inputs JSON cannot carry (JPEG bytes are not UTF-8; tritonclient refuses them):
 # --protocols http-json adds no variant of their scenarios.
 BINARY_ONLY_MODELS = (ENSEMBLE,)
@@ -41,7 +61,7 @@ BASELINES: dict[str, Callable[[Path, float], dict[str, Any]]] = {
     ENSEMBLE: ensembles.baseline,
 }
 # Models whose baseline is another's (the same model.onnx and session options): measured once.
-BASELINE_SAME_AS = {"mlp_nobatch": "mlp"}
+BASELINE_SAME_AS = {"mlp_nobatch": "mlp", **transport.BASELINE_SAME_AS}
 
 
 def contract_of(model: str) -> Contract:

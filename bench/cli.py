@@ -1,14 +1,13 @@
 """tritium benchmark: closed-loop load over HTTP/gRPC against the real server.
 
 The command line of bench/run.py (see bench/README.md): choose the scenarios, build the
-repository, measure the baselines, run every scenario against one server, write one report
-per scenario list.
+repository, measure the baselines, run every scenario (bench/runner.py: the run's tritium
+server, and the servers of their own some lists name), write one report per scenario list.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 import tempfile
@@ -16,22 +15,20 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from bench.baselines import add_ratios
 from bench.catalog import (
     BINARY_ONLY_MODELS,
     DEFAULT_ISSUES,
     ISSUES,
-    PAYLOAD_BYTES,
-    drive,
+    TARGETS,
     precompute_references,
     run_baselines,
 )
 from bench.common import RESULTS_DIR, Scenario, Settings
 from bench.drivers import PROTOCOLS, UNARY_PROTOCOLS
-from bench.engine import summarize
-from bench.report import machine_info, markdown, scenario_line, write_report
+from bench.report import machine_info, markdown, write_report
+from bench.runner import run_scenarios
 from bench.scenarios.shm import SHM_PROTOCOLS
-from bench.server import Server, build_repository, idle_cpu
+from bench.server import build_repository
 
 
 def _csv(values: list[str] | None) -> list[str] | None:
@@ -46,8 +43,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--issue",
         nargs="+",
         default=list(DEFAULT_ISSUES),
-        help=f"scenario lists among {', '.join(ISSUES)} (default: all, one server, one "
-        "report per list)",
+        help=f"scenario lists among {', '.join(ISSUES)} (default: {' '.join(DEFAULT_ISSUES)}; "
+        "one report per list)",
     )
     p.add_argument("--quick", action="store_true", help="short windows, a smoke test")
     p.add_argument("--seconds", type=float, help="measuring window per scenario (default 5)")
@@ -94,6 +91,7 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     chosen: dict[str, list[Scenario]] = {}
     for issue, scenarios in lists.items():
         unary = [s for s in scenarios if s.protocol in UNARY_PROTOCOLS and not s.responses]
+        unary = [s for s in unary if not (s.target and TARGETS[s.target].grpc_only)]
         variants = (
             replace(s, protocol=p)
             for p in extra
@@ -115,44 +113,25 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     return chosen
 
 
-def run_scenarios(
-    repo: Path,
-    work: Path,
-    scenarios: list[Scenario],
-    settings: Settings,
-    info: dict[str, Any],
-    server_args: tuple[str, ...] = (),
-) -> list[dict[str, Any]]:
-    server, rows = Server(repo, work, server_args), []
-    try:
-        server.wait_ready(sorted({m for s in scenarios for m in s.models}))
-        info["server_idle"] = idle_cpu(server, 0.5 if settings.quick else 2.0)
-        for sc in scenarios:
-            print(f"scenario {sc.name} ...", flush=True)
-            window = asyncio.run(drive(sc, server, settings))
-            row = summarize(sc, window, PAYLOAD_BYTES.get(sc.model))
-            add_ratios(row, info["baselines"].get(sc.model))
-            rows.append(row)
-            print("  " + scenario_line(row), flush=True)
-            if not server.healthy():
-                info["server_log_tail"] = server.log_tail()
-                print(
-                    f"server not healthy after {sc.name}; stopping. Log tail:\n"
-                    f"{info['server_log_tail']}",
-                    file=sys.stderr,
-                )
-                break
-    finally:
-        server.stop()
-        if any(r["errors"] or r["wrong"] for r in rows):
-            info.setdefault("server_log_tail", server.log_tail())
-    return rows
+RUN_SERVER_KEYS = ("server_idle", "server_log_tail")
+
+
+def used_info(info: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a list's report keeps of the run's ``info``: the baselines of its models, and of
+    the servers (the run's own, ``targets``) those its rows ran on."""
+    models, targets = {row["model"] for row in rows}, {row["target"] for row in rows}
+    used = {k: v for k, v in info.items() if k != "targets" and k not in RUN_SERVER_KEYS}
+    used["baselines"] = {m: b for m, b in info["baselines"].items() if m in models}
+    if "" in targets:
+        used.update((k, info[k]) for k in RUN_SERVER_KEYS if k in info)
+    own = {t: r for t, r in info.get("targets", {}).items() if t in targets}
+    return {**used, **({"targets": own} if own else {})}
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     settings, chosen = make_settings(args), select(args)
-    # One server, each scenario measured once even when several lists hold it.
+    # Each scenario measured once even when several lists hold it (bench/runner.py).
     scenarios = list(dict.fromkeys(s for issue in chosen.values() for s in issue))
     server_args = tuple(a for issue in chosen for a in ISSUES[issue].server_args)
     load_before = os.getloadavg()[0]
@@ -170,13 +149,11 @@ def main(argv: list[str] | None = None) -> int:
         row_ratios = ISSUES[issue].row_ratios
         if row_ratios is not None:
             row_ratios(issue_rows)
-        models = {row["model"] for row in issue_rows}
         report = {
             "issue": issue,
             "settings": asdict(settings),
             "machine": machine,
-            **info,
-            "baselines": {m: b for m, b in info["baselines"].items() if m in models},
+            **used_info(info, issue_rows),
             "scenarios": issue_rows,
         }
         path = write_report(report, ISSUES[issue], args.output_dir)

@@ -70,17 +70,34 @@ class Scenario:
     responses: int = 0  # decoupled square_int32: N, the responses asked for per request
     # ensembles: the client calls the ensemble's composing models one after another instead
     chained: bool = False
+    # the server that answers: "" the run's tritium server, else a name of an Issue's
+    # ``targets`` (its own server, e.g. another gRPC transport or the bare grpc.aio floor)
+    target: str = ""
 
     @property
     def name(self) -> str:
         suffix = f"/n{self.responses}" if self.responses else ""
         suffix += "/chained" if self.chained else ""
+        suffix += f"@{self.target}" if self.target else ""
         return f"{self.model}/{self.protocol}/c{self.concurrency}{suffix}"
 
     @property
     def models(self) -> tuple[str, ...]:
         """The model and, for an ensemble, its composing models (waited for, statistics)."""
         return (self.model, *composing(self.model))
+
+
+@dataclass(frozen=True)
+class Target:
+    """A server of its own for the scenarios naming it (``Scenario.target``), started when its
+    first scenario runs and stopped after its last: ``start(repository, workdir, server_args,
+    models)`` returns it started (its ``pid``, ``url(key)``, ``wait_ready(models)``,
+    ``healthy()``, ``log_tail()``, ``stop()`` and ``statistics``, as ``server.Server``).
+    ``grpc_only``: it serves no HTTP (no HTTP variant of its scenarios)."""
+
+    start: Callable[[Path, Path, tuple[str, ...], list[str]], Any]
+    what: str
+    grpc_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,8 @@ class Issue:
     server_args: tuple[str, ...] = ()  # flags the one server of a run then gets
     # models the list adds to the bench's copy of the example repository
     repository_extra: Callable[[Path], None] | None = None
+    # servers of its own its scenarios name (Scenario.target), besides the run's server
+    targets: dict[str, Target] = field(default_factory=dict)
 
 
 @dataclass

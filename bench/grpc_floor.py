@@ -3,7 +3,9 @@
 Starts a bare grpcio server whose ``ModelInfer`` only computes add/sub on the two INT32 [1,16]
 inputs (no model repository, no validation, no scheduling) and drives it with the same kind
 of load as bench/run.py: tritonclient's asyncio gRPC client, closed loop. Two servers:
-grpc.aio on uvloop (what tritium uses) and grpcio's synchronous thread-pool server.
+grpc.aio on uvloop (what tritium uses) and grpcio's synchronous thread-pool server. Both also
+answer ``ModelStreamInfer`` the same way, one request after the other per stream (the ``grpc``
+list of bench/run.py measures the grpc.aio one as its floor, ``start_server``).
 
     .venv/bin/python bench/grpc_floor.py [--seconds 5]
 """
@@ -16,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+from typing import IO
 
 import numpy as np
 import tritonclient.grpc.aio as grpcaio
@@ -30,10 +33,16 @@ from tritonclient.grpc import service_pb2 as pb, service_pb2_grpc as pbg
 def answer(req):
     a = np.frombuffer(req.raw_input_contents[0], np.int32)
     b = np.frombuffer(req.raw_input_contents[1], np.int32)
-    r = pb.ModelInferResponse(model_name=req.model_name, model_version="1")
+    r = pb.ModelInferResponse(model_name=req.model_name, model_version="1", id=req.id)
     r.outputs.add(name="OUTPUT0", datatype="INT32", shape=[1, 16])
     r.outputs.add(name="OUTPUT1", datatype="INT32", shape=[1, 16])
     r.raw_output_contents.extend([(a + b).tobytes(), (a - b).tobytes()])
+    return r
+
+
+def stream_answer(req):
+    r = pb.ModelStreamInferResponse(infer_response=answer(req))
+    r.infer_response.parameters["triton_final_response"].bool_param = True  # as Triton
     return r
 
 
@@ -41,10 +50,18 @@ class Aio(pbg.GRPCInferenceServiceServicer):
     async def ModelInfer(self, req, ctx):
         return answer(req)
 
+    async def ModelStreamInfer(self, requests, ctx):
+        async for req in requests:
+            yield stream_answer(req)
+
 
 class Sync(pbg.GRPCInferenceServiceServicer):
     def ModelInfer(self, req, ctx):
         return answer(req)
+
+    def ModelStreamInfer(self, requests, ctx):
+        for req in requests:
+            yield stream_answer(req)
 
 
 async def serve_aio(port):
@@ -102,11 +119,34 @@ async def _load(url: str, concurrency: int, seconds: float) -> list[float]:
     return latencies
 
 
-def measure(mode: str, seconds: float) -> None:
+def start_server(
+    mode: str, log: IO[bytes] | None = None, timeout: float = 30.0
+) -> tuple[subprocess.Popen, int]:
+    """The floor server (``mode``: ``aio`` or ``sync``) in a child process on 127.0.0.1 and
+    its port, once its channel connects (its output to ``log``, else inherited)."""
+    import grpc
+
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-c", _SERVER, mode, str(port)])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SERVER, mode, str(port)], stdout=log, stderr=log
+    )
+    deadline = time.monotonic() + timeout
+    while True:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            try:
+                grpc.channel_ready_future(channel).result(timeout=0.5)
+                return proc, port
+            except grpc.FutureTimeoutError:
+                pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"grpc-{mode} floor server did not start (exit {proc.returncode})")
+
+
+def measure(mode: str, seconds: float) -> None:
+    proc, port = start_server(mode)
     try:
-        time.sleep(1.5)
         asyncio.run(_load(f"127.0.0.1:{port}", 4, 0.5))  # warm-up
         for concurrency in (1, 16):
             cpu = _cpu_seconds(proc.pid)

@@ -34,7 +34,10 @@ def table_row(row: dict[str, Any], cells: list[Any]) -> str:
 
 def failed_line(row: dict[str, Any]) -> str:
     problem = (row["errors"] or row["wrong"] or ["no completions"])[0]
-    return f"| {row['model']} | {row['protocol']} | {row['concurrency']} | FAILED: {problem} |"
+    server = f" | {row['target']}" if row.get("target") else ""
+    return (
+        f"| {row['model']} | {row['protocol']} | {row['concurrency']}{server} | FAILED: {problem} |"
+    )
 
 
 @dataclass(frozen=True)

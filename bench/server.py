@@ -30,6 +30,8 @@ class Server(ServerProcess):
     log tail is read after ``stop`` for the report). The constructor returns once the ports
     are bound; ``wait_ready`` then waits for the server and the scenarios' models."""
 
+    statistics = True  # answers the statistics extension (a bare gRPC floor does not)
+
     def __init__(self, repository: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
         super().__init__(
             [repository],
@@ -83,6 +85,8 @@ def model_stats(server: Server, model: str) -> dict[str, int] | None:
 
 
 def models_stats(server: Server, models: tuple[str, ...]) -> dict[str, dict[str, int] | None]:
+    if not server.statistics:
+        return dict.fromkeys(models)
     return {model: model_stats(server, model) for model in models}
 
 
