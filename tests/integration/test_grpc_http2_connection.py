@@ -265,18 +265,20 @@ def test_max_connection_age_goaway_lets_call_finish(repos: list[Path]) -> None:
 
 
 def test_sigterm_goaway_lets_call_finish(repos: list[Path]) -> None:
-    """SIGTERM with a call in flight: GOAWAY arrives, and the call completes."""
+    """SIGTERM with a call in flight (the server has read its frames: a PING sent after them
+    is acknowledged): GOAWAY NO_ERROR covering the call arrives, and the call completes."""
     proc = start_server(repos, ["slow"])
     try:
         with H2Client(proc.grpc_url) as client:
             sid = _slow_call(client)
-            assert client.wait_for(lambda: len(client.frames) > 0)  # the server has the call
-            client.quiet(0.1)
+            client.ping(b"barrier!")  # acked once the server has read the call's frames
+            assert client.wait_for(lambda: b"barrier!" in client.ping_acks)
             proc.proc.send_signal(signal.SIGTERM)
             _assert_slow_answered(client, sid)
             assert client.wait_for(lambda: bool(client.goaways) or client.closed)
             assert client.goaways, "closed without GOAWAY"
             assert client.goaways[0].error_code == NO_ERROR
+            assert client.goaways[-1].last_stream_id >= sid
         assert proc.proc.wait(30) == 0
     finally:
         proc.stop()
