@@ -301,12 +301,22 @@ def test_bad_preface_closes_only_that_connection(h2server: ServerProcess) -> Non
 def _malformed(kind: str, max_frame: int) -> bytes:
     if kind == "data_on_stream_0":
         return raw_frame(DATA, 0, 0, b"x" * 10)
-    # a HEADERS frame one byte over the server's SETTINGS_MAX_FRAME_SIZE
-    return raw_frame(HEADERS, 0x4, 1, b"\x00" * (max_frame + 1))
+    if kind == "oversized_frame":  # a HEADERS frame one byte over SETTINGS_MAX_FRAME_SIZE
+        return raw_frame(HEADERS, 0x4, 1, b"\x00" * (max_frame + 1))
+    # A header declaring the largest frame HTTP/2 can express (16 MiB - 1), then 1 KiB of it:
+    # the declared length alone is the error; waiting for 16 MiB per connection before
+    # refusing it would let each hostile connection pin that much memory.
+    header = raw_frame(HEADERS, 0x4, 1, b"")
+    return ((1 << 24) - 1).to_bytes(3, "big") + header[3:] + bytes(1024)
 
 
 @pytest.mark.parametrize(
-    ("kind", "code"), [("data_on_stream_0", PROTOCOL_ERROR), ("oversized_frame", FRAME_SIZE_ERROR)]
+    ("kind", "code"),
+    [
+        ("data_on_stream_0", PROTOCOL_ERROR),
+        ("oversized_frame", FRAME_SIZE_ERROR),
+        ("oversized_frame_header", FRAME_SIZE_ERROR),
+    ],
 )
 def test_malformed_frame_goaway(h2server: ServerProcess, kind: str, code: int) -> None:
     """A malformed frame ends its connection with GOAWAY and the right error code; another
