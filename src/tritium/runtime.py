@@ -10,10 +10,11 @@ import signal
 import ssl
 from dataclasses import replace
 
-import grpc
+from typing import Any
 
 from .access import AccessControl, build_access
-from .frontends.grpc.service import build_grpc_server
+from .frontends.grpc.listener import GrpcListener
+from .frontends.grpc.tls import server_ssl_context
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
 from .frontends.http.limits import HttpLimits
@@ -31,6 +32,11 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         log.error("error: failed to start the front-ends: HTTPS: %s", exc)
         return 1
     try:
+        grpc_tls = server_ssl_context(options)
+    except OSError as exc:
+        log.error("error: failed to start the front-ends: gRPC TLS: %s", exc)
+        return 1
+    try:
         access = build_access(options)
     except (OSError, ValueError) as exc:
         log.error("error: access control: %s", exc)
@@ -45,7 +51,7 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         access.close()
         return 1
     try:
-        listeners, grpc_server, ports = await _bind(server, options, tls, access)
+        listeners, grpc_server, ports = await _bind(server, options, (tls, grpc_tls), access)
     except OSError as exc:
         log.error("error: failed to start the front-ends: %s", exc)
         await server.stop()
@@ -55,10 +61,14 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         write_ports(ports_file, ports)
     await stop.wait()
     log.info("shutting down: waiting for in-flight requests")
+    if isinstance(grpc_server, GrpcListener):
+        grpc_server.drain()  # GOAWAY: clients stop sending, calls in flight complete
     await server.stop()
     for listener in listeners:
         listener.close()
-    if grpc_server is not None:
+    if isinstance(grpc_server, GrpcListener):
+        await grpc_server.close(grace=1.0)
+    elif grpc_server is not None:
         await grpc_server.stop(grace=1.0)
     access.close()
     log.info("server stopped")
@@ -68,10 +78,11 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
 async def _bind(
     server: InferenceServer,
     options: ServerOptions,
-    tls: ssl.SSLContext | None,
+    tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None],
     access: AccessControl,
-) -> tuple[list[HttpListener], grpc.aio.Server | None, dict[str, int]]:
-    """Listen on every enabled front-end; the bound ports by name."""
+) -> tuple[list[HttpListener], Any, dict[str, int]]:
+    """Listen on every enabled front-end (``tls``: HTTP's and gRPC's); the bound ports."""
+    http_tls, grpc_tls = tls
     ports: dict[str, int] = {}
     listeners: list[HttpListener] = []
     if options.allow_http:
@@ -79,11 +90,11 @@ async def _bind(
             HttpApp(server, access),
             (options.http_address, options.http_port),
             HttpLimits.from_options(options),
-            tls,
+            http_tls,
         )
         listeners.append(listener)
         ports["http"] = listener.sockets[0].getsockname()[1]
-        scheme = "HTTPS" if tls is not None else "HTTP"
+        scheme = "HTTPS" if http_tls is not None else "HTTP"
         log.info("Started %sService at %s:%d", scheme, options.http_address, ports["http"])
     if options.allow_metrics:
         address = options.metrics_address or (
@@ -94,17 +105,32 @@ async def _bind(
         listeners.append(listener)
         ports["metrics"] = listener.sockets[0].getsockname()[1]
         log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
-    grpc_server = None
+    grpc_server: Any = None
     if options.allow_grpc:
-        grpc_server = build_grpc_server(server, access)
-        address = f"{_host(options.grpc_address)}:{options.grpc_port}"
-        try:
-            ports["grpc"] = grpc_server.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise OSError(f"failed to bind gRPC to {address}: {exc}") from None
-        await grpc_server.start()
+        grpc_server, ports["grpc"] = await _bind_grpc(server, options, access, grpc_tls)
         log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
     return listeners, grpc_server, ports
+
+
+async def _bind_grpc(
+    server: InferenceServer,
+    options: ServerOptions,
+    access: AccessControl,
+    tls: ssl.SSLContext | None,
+) -> tuple[Any, int]:
+    if options.grpc_transport == "grpcio":
+        from .frontends.grpc.grpcio_server import build_grpc_server  # legacy, benchmarks only
+
+        legacy = build_grpc_server(server, access)
+        address = f"{_host(options.grpc_address)}:{options.grpc_port}"
+        try:
+            port = legacy.add_insecure_port(address)
+        except RuntimeError as exc:
+            raise OSError(f"failed to bind gRPC to {address}: {exc}") from None
+        await legacy.start()
+        return legacy, port
+    listener = GrpcListener(server, access)
+    return listener, await listener.listen(options.grpc_address, options.grpc_port, tls)
 
 
 def _host(address: str) -> str:

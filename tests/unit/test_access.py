@@ -32,7 +32,7 @@ from tritium.access import (
 )
 from tritium.audit import AuditEvent, AuditLog
 from tritium.cli import build_parser, options_from_args
-from tritium.frontends.grpc.access import rpc_group
+from tritium.frontends.grpc.guard import rpc_group
 from tritium.frontends.http.access import http_api
 
 TOKENS = """\

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tritium.cli import build_parser, options_from_args
-from tritium.frontends.grpc.service import channel_options
 
 
 def _options(*flags: str):  # type: ignore[no-untyped-def]
@@ -17,18 +16,19 @@ def test_defaults_are_tritons() -> None:
     assert (options.http_port, options.grpc_port, options.metrics_port) == (8000, 8001, 8002)
     assert options.exit_on_error and options.strict_readiness and options.auto_complete_config
     assert options.http_max_input_size == 64 * 1024 * 1024
-    grpc = dict(channel_options(options))
-    assert grpc["grpc.keepalive_time_ms"] == 7_200_000
-    assert grpc["grpc.keepalive_timeout_ms"] == 20_000
-    assert grpc["grpc.keepalive_permit_without_calls"] == 0
-    assert grpc["grpc.http2.max_pings_without_data"] == 2
-    assert grpc["grpc.http2.min_ping_interval_without_data_ms"] == 300_000
-    assert grpc["grpc.http2.max_ping_strikes"] == 2
-    assert grpc["grpc.max_receive_message_length"] == 64 * 1024 * 1024  # --http-max-input-size
-    assert "grpc.max_concurrent_streams" not in grpc
+    assert options.grpc_keepalive_time_ms == 7_200_000
+    assert options.grpc_keepalive_timeout_ms == 20_000
+    assert not options.grpc_keepalive_permit_without_calls
+    assert options.grpc_http2_max_pings_without_data == 2
+    assert options.grpc_http2_min_recv_ping_interval_without_data_ms == 300_000
+    assert options.grpc_http2_max_ping_strikes == 2
+    assert options.grpc_max_concurrent_streams == 0  # tritium's bound per connection
+    assert options.grpc_transport == "h2" and not options.grpc_use_ssl
+    assert options.grpc_infer_response_compression_level == "none"
+    assert options.grpc_max_connection_age_ms == 0 and not options.reuse_grpc_port
 
 
-def test_grpc_flags_reach_the_channel_options() -> None:
+def test_grpc_flags_reach_the_options() -> None:
     options = _options(
         "--grpc-keepalive-time",
         "1000",
@@ -46,14 +46,13 @@ def test_grpc_flags_reach_the_channel_options() -> None:
         "--grpc-stream-inflight-limit",
         "8",
     )
-    grpc = dict(channel_options(options))
-    assert grpc["grpc.keepalive_time_ms"] == 1000
-    assert grpc["grpc.keepalive_timeout_ms"] == 500
-    assert grpc["grpc.keepalive_permit_without_calls"] == 1
-    assert grpc["grpc.http2.max_pings_without_data"] == 0
-    assert grpc["grpc.http2.min_ping_interval_without_data_ms"] == 10
-    assert grpc["grpc.http2.max_ping_strikes"] == 5
-    assert grpc["grpc.max_concurrent_streams"] == 64
+    assert options.grpc_keepalive_time_ms == 1000
+    assert options.grpc_keepalive_timeout_ms == 500
+    assert options.grpc_keepalive_permit_without_calls
+    assert options.grpc_http2_max_pings_without_data == 0
+    assert options.grpc_http2_min_recv_ping_interval_without_data_ms == 10
+    assert options.grpc_http2_max_ping_strikes == 5
+    assert options.grpc_max_concurrent_streams == 64
     assert options.grpc_stream_inflight == 8
 
 

@@ -7,13 +7,17 @@ import pytest
 
 from tritium.errors import ErrorKind
 from tritium.frontends.grpc.errors import CODE
+from tritium.frontends.grpc.status import StatusCode
 from tritium.frontends.http.errors import STATUS
 
 
 @pytest.mark.parametrize("kind", list(ErrorKind), ids=lambda k: k.name)
 def test_every_kind_has_an_http_status_and_a_grpc_code(kind: ErrorKind) -> None:
     assert 400 <= STATUS[kind] < 600
-    assert isinstance(CODE[kind], grpc.StatusCode) and CODE[kind] is not grpc.StatusCode.OK
+    code = CODE[kind]
+    assert isinstance(code, StatusCode) and code is not StatusCode.OK
+    # tritium's own codes carry grpc's numbers and names (what clients decode)
+    assert grpc.StatusCode[code.name].value[0] == int(code)
 
 
 def test_tables_hold_nothing_else() -> None:
@@ -27,3 +31,8 @@ def test_grpc_status_messages_stay_bounded() -> None:
     assert status_message("short") == "short"
     long = status_message("x" * 100_000)
     assert len(long) <= MAX_MESSAGE_CHARS and long.endswith("(100000 characters)")
+
+
+def test_status_codes_are_grpcs() -> None:
+    for code in StatusCode:
+        assert grpc.StatusCode[code.name].value[0] == int(code)

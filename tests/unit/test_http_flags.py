@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tritium.cli import build_parser, options_from_args
-from tritium.frontends.grpc.service import channel_options
 from tritium.frontends.http.limits import HttpLimits
 from tritium.options import ServerOptions
 
@@ -34,7 +33,7 @@ def test_flags_reach_the_limits_and_the_grpc_bound() -> None:
     )
     assert HttpLimits.from_options(options) == HttpLimits(5000, 1000, 200, 7, 2, 1.5, 2.5, 3.5)
     assert (options.http_ssl_cert, options.http_ssl_key) == ("c.pem", "k.pem")
-    assert dict(channel_options(options))["grpc.max_receive_message_length"] == 5000
+    assert options.http_max_input_size == 5000  # gRPC's receive bound too (GrpcListener)
 
 
 @pytest.mark.parametrize(

@@ -36,14 +36,20 @@ def parameter_value(param: Any) -> Any:
     return None if which is None else getattr(param, which)
 
 
-def decode_message(raw: bytes) -> tuple[pb.ModelInferRequest, ClientRequest]:
-    """A ModelInferRequest's bytes, as grpcio hands them over (see ``wire``), decoded."""
+def decode_message(
+    raw: bytes, forwarded: dict[str, str] | None = None
+) -> tuple[pb.ModelInferRequest, ClientRequest]:
+    """A ModelInferRequest's bytes, undecoded by the transport (see ``wire``), decoded;
+    ``forwarded``: metadata ``--grpc-header-forward-pattern`` turns into parameters."""
     msg, contents = parse_request(raw)
-    return msg, decode_request(msg, parse_version(msg.model_version), contents)
+    return msg, decode_request(msg, parse_version(msg.model_version), contents, forwarded)
 
 
 def decode_request(
-    msg: pb.ModelInferRequest, version: int, contents: dict[int, memoryview] | None = None
+    msg: pb.ModelInferRequest,
+    version: int,
+    contents: dict[int, memoryview] | None = None,
+    forwarded: dict[str, str] | None = None,
 ) -> ClientRequest:
     model = msg.model_name
     raw = msg.raw_input_contents
@@ -71,6 +77,8 @@ def decode_request(
             raise unsupported("the classification extension is not supported by tritium yet")
         outputs.append(RequestedOutput(out.name, params))
     parameters = _parameters(msg.parameters) if msg.parameters else {}
+    if forwarded:
+        parameters = {**forwarded, **parameters}  # the request's own parameters win
     return ClientRequest(
         model, version, msg.id, tuple(inputs), tuple(outputs), parameters, uses_shm
     )

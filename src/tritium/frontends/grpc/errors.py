@@ -1,18 +1,17 @@
-"""ErrorKind → gRPC status code (Triton's table)."""
-
-import grpc
+"""ErrorKind → gRPC status code (Triton's table), and the bound on a status message."""
 
 from ...errors import ErrorKind
+from .status import StatusCode
 
 CODE = {
-    ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
-    ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
-    ErrorKind.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
-    ErrorKind.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
-    ErrorKind.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
-    ErrorKind.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
-    ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
-    ErrorKind.UNKNOWN: grpc.StatusCode.UNKNOWN,
+    ErrorKind.INTERNAL: StatusCode.INTERNAL,
+    ErrorKind.NOT_FOUND: StatusCode.NOT_FOUND,
+    ErrorKind.UNAVAILABLE: StatusCode.UNAVAILABLE,
+    ErrorKind.UNSUPPORTED: StatusCode.UNIMPLEMENTED,
+    ErrorKind.INVALID_ARG: StatusCode.INVALID_ARGUMENT,
+    ErrorKind.ALREADY_EXISTS: StatusCode.ALREADY_EXISTS,
+    ErrorKind.CANCELLED: StatusCode.CANCELLED,
+    ErrorKind.UNKNOWN: StatusCode.UNKNOWN,
 }
 
 # A status message longer than this is cut: clients refuse trailers past about 16 KiB.

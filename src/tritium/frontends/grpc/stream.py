@@ -31,7 +31,9 @@ from ...types import ClientRequest, InferenceResponse
 from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
+from .call import ServerCall
 from .errors import CODE, status_message
+from .status import RpcError
 
 log = logging.getLogger("tritium")
 
@@ -83,8 +85,15 @@ def _kind(error: Exception) -> ErrorKind:
 
 
 class StreamSession:
-    def __init__(self, server: InferenceServer, limit: int, grpc_errors: bool) -> None:
+    def __init__(
+        self,
+        server: InferenceServer,
+        limit: int,
+        grpc_errors: bool,
+        forwarded: dict[str, str] | None = None,
+    ) -> None:
         self._server = server
+        self._forwarded = forwarded
         self._grpc_errors = grpc_errors
         self._slots = asyncio.Semaphore(limit)
         self._out: asyncio.Queue[Any] = asyncio.Queue()
@@ -104,7 +113,7 @@ class StreamSession:
                 await self._slots.acquire()
                 if self._closed:
                     return
-                message, request = await decode_off_loop(len(raw), _decode, raw)
+                message, request = await decode_off_loop(len(raw), _decode, raw, self._forwarded)
                 self._start(message, request)
         except Exception as exc:  # the writer ends the stream with it
             self._out.put_nowait(exc)
@@ -218,7 +227,9 @@ class StreamSession:
         self._active.clear()
 
 
-def _decode(raw: bytes) -> tuple[pb.ModelInferRequest | None, ClientRequest | ServerError]:
+def _decode(
+    raw: bytes, forwarded: dict[str, str] | None = None
+) -> tuple[pb.ModelInferRequest | None, ClientRequest | ServerError]:
     """A stream message, decoded; a refused one gives its error (and the message when it
     parsed, so that the error answer carries its id)."""
     try:
@@ -226,7 +237,8 @@ def _decode(raw: bytes) -> tuple[pb.ModelInferRequest | None, ClientRequest | Se
     except ServerError as exc:
         return None, exc
     try:
-        return message, decode_request(message, parse_version(message.model_version), contents)
+        version = parse_version(message.model_version)
+        return message, decode_request(message, version, contents, forwarded)
     except ServerError as exc:
         return message, exc
 
@@ -246,13 +258,38 @@ async def model_stream_infer(
         async for message in session.messages():
             yield message
     except ServerError as exc:  # triton_grpc_error mode: the first error ends the stream
-        await context.abort(CODE[exc.kind], status_message(exc.message))
+        await context.abort(grpc.StatusCode[CODE[exc.kind].name], status_message(exc.message))
     except (asyncio.CancelledError, grpc.aio.AbortError):
         raise
     except Exception as exc:  # a bug (or a broken request iterator): INTERNAL, as unary calls
         log.exception("unhandled error in ModelStreamInfer")
         message = status_message(f"{type(exc).__name__}: {exc}")
         await context.abort(grpc.StatusCode.INTERNAL, message)
+    finally:
+        session.close()
+        reader.cancel()
+
+
+async def _requests(call: ServerCall) -> AsyncIterator[bytes]:
+    while (message := await call.read()) is not None:
+        yield message
+
+
+async def stream_infer(
+    server: InferenceServer, call: ServerCall, limit: int, forwarded: dict[str, str] | None
+) -> None:
+    """ModelStreamInfer on tritium's transport: responses are written as the session makes
+    them, each waiting for the client's window (``drain``) so a client that stops reading
+    stops the stream from being read."""
+    grpc_errors = call.metadata.get("triton_grpc_error", "").lower() == "true"
+    session = StreamSession(server, limit, grpc_errors, forwarded)
+    reader = asyncio.ensure_future(session.read(_requests(call)))
+    try:
+        async for message in session.messages():
+            call.send(message.SerializeToString())
+            await call.drain()
+    except ServerError as exc:  # triton_grpc_error mode: the first error ends the stream
+        raise RpcError(CODE[exc.kind], status_message(exc.message)) from None
     finally:
         session.close()
         reader.cancel()

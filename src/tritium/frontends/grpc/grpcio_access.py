@@ -1,4 +1,6 @@
-"""Access control for gRPC: a ``grpc.aio.ServerInterceptor`` that maps each RPC to its
+"""LEGACY (removed with grpcio_server.py): access control for grpcio's server.
+
+A ``grpc.aio.ServerInterceptor`` that maps each RPC to its
 Triton protocol group, asks the policy, and audits control actions and refusals.
 
 Refusals: Triton's restricted protocol → UNAVAILABLE "This protocol is restricted, expecting

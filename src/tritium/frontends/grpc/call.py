@@ -1,0 +1,251 @@
+"""One gRPC call (one HTTP/2 stream) as a handler sees it: its metadata, the messages the
+client sent, and the way to answer.
+
+Reading: DATA is cut into length-prefixed messages here (any split across frames, several
+per frame). A message's declared length is checked against the bound before anything is
+buffered; a compressed one is inflated under the same bound. Received bytes are given back
+to the client's flow-control window when the handler takes the message (``read``), so a
+handler that stops reading stops the client from sending: memory stays bounded by the window.
+
+Writing: ``send`` frames a message and hands it to the connection, which writes what the
+peer's window allows and keeps the rest; ``drain`` waits until what is kept falls under a
+bound, so a client that stops reading stops a streaming handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from .metadata import InflateError, compress, inflate
+from .status import RpcError, StatusCode
+
+if TYPE_CHECKING:
+    from .connection import GrpcConnection
+
+_PREFIX = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
+HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
+
+
+class ServerCall:
+    __slots__ = (
+        "_conn",
+        "stream_id",
+        "method",
+        "metadata",
+        "encoding",
+        "response_encoding",
+        "_buffer",
+        "_need",
+        "_compressed",
+        "_inbox",
+        "_unacked",
+        "_waiter",
+        "half_closed",
+        "done",
+        "headers_sent",
+        "pending",
+        "pending_bytes",
+        "trailers",
+        "task",
+        "on_cancel",
+        "timer",
+        "_drained",
+        "rpc",
+        "guard",
+    )
+
+    def __init__(
+        self,
+        conn: GrpcConnection,
+        stream_id: int,
+        method: str,
+        metadata: dict[str, str],
+        encoding: str | None,
+    ) -> None:
+        self._conn = conn
+        self.stream_id = stream_id
+        self.method = method
+        self.metadata = metadata  # custom metadata and grpc-* headers, lower-case names
+        self.encoding = encoding  # the request messages' grpc-encoding (None: identity)
+        self.response_encoding: tuple[str, int] | None = None  # (algorithm, zlib level)
+        self._buffer = bytearray()
+        self._need = -1  # the length of the message being received; -1: a prefix is due
+        self._compressed = False
+        self._inbox: deque[bytes] = deque()
+        self._unacked = 0  # received bytes not yet given back to the client's window
+        self._waiter: asyncio.Future[None] | None = None
+        self.half_closed = False  # the client sent END_STREAM
+        self.done = False  # the answer's end (trailers or reset) is decided
+        self.headers_sent = False
+        # framed response bytes the peer's window does not allow yet, in order
+        self.pending: deque[memoryview] = deque()
+        self.pending_bytes = 0
+        self.trailers: list[tuple[str, str]] | None = None  # sent once pending is written
+        self.task: asyncio.Task[Any] | None = None
+        self.on_cancel: Any = None  # called once when the call is cancelled
+        self.timer: asyncio.TimerHandle | None = None  # the deadline
+        self._drained: asyncio.Future[None] | None = None
+        self.rpc: Any = None  # the dispatcher's Method
+        self.guard: Any = None  # the access guard, when access control is on
+
+    @property
+    def peer(self) -> str:
+        return self._conn.peer
+
+    # -- receiving (called by the connection) ------------------------------------------------
+    def feed(self, data: bytes, flow: int) -> None:
+        """DATA of this stream: complete messages go to the inbox (raises RpcError for a
+        message over the bound or one that cannot be inflated)."""
+        self._unacked += flow
+        buffer = self._buffer
+        buffer += data
+        while True:
+            if self._need < 0:  # a prefix is due
+                if len(buffer) < _PREFIX:
+                    break
+                self._need = self._prefix(buffer)
+            if len(buffer) < _PREFIX + self._need:
+                break
+            end = _PREFIX + self._need
+            with memoryview(buffer) as view:
+                message = view[_PREFIX:end].tobytes()
+            del buffer[:end]
+            self._need = -1
+            self._inbox.append(self._inflate(message) if self._compressed else message)
+        if not self._inbox or self._waiter is not None:
+            self._give_back()  # the handler keeps up: nothing waits in the inbox
+        self._wake()
+
+    def _prefix(self, buffer: bytearray) -> int:
+        """The next message's length from its prefix, checked against the bound."""
+        flag = buffer[0]
+        if flag > 1:
+            raise RpcError(StatusCode.INTERNAL, "invalid message compression flag")
+        self._compressed = flag == 1
+        size = int.from_bytes(buffer[1:5], "big")
+        limit = self._conn.max_receive
+        if size > limit:
+            raise RpcError(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({size} vs. {limit})",
+            )
+        return size
+
+    def _inflate(self, message: bytes) -> bytes:
+        if self.encoding is None or self.encoding == "identity":
+            raise RpcError(
+                StatusCode.INTERNAL, "compressed message received without grpc-encoding"
+            )
+        try:
+            return inflate(message, self.encoding, self._conn.max_receive)
+        except InflateError as exc:
+            code = StatusCode.RESOURCE_EXHAUSTED if exc.too_large else StatusCode.INTERNAL
+            raise RpcError(code, str(exc)) from None
+
+    def end_of_input(self) -> None:
+        self.half_closed = True
+        self._wake()
+
+    def _give_back(self) -> None:
+        if self._unacked:
+            self._conn.acknowledge(self.stream_id, self._unacked)
+            self._unacked = 0
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    @property
+    def incomplete(self) -> bool:
+        """Bytes of a message that did not all arrive."""
+        return len(self._buffer) > 0
+
+    def take(self) -> bytes | None:
+        """The next message if one is here (no waiting)."""
+        if not self._inbox:
+            return None
+        message = self._inbox.popleft()
+        self._give_back()
+        return message
+
+    @property
+    def messages_waiting(self) -> int:
+        return len(self._inbox)
+
+    # -- the handler's side ------------------------------------------------------------------
+    async def read(self) -> bytes | None:
+        """The next request message; None when the client half-closed and all were read."""
+        while True:
+            message = self.take()
+            if message is not None:
+                return message
+            if self.half_closed or self.done:
+                if self.incomplete and not self.done:
+                    raise RpcError(StatusCode.INTERNAL, "truncated message at end of stream")
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            self._give_back()
+            await self._waiter
+
+    def send(self, payload: bytes) -> None:
+        """One response message (serialised protobuf), compressed when the call says so."""
+        if self.done:
+            return
+        compressed = self.response_encoding
+        if compressed is not None:
+            payload = compress(payload, compressed[0], compressed[1])
+        size = len(payload)
+        if size > self._conn.max_send:
+            raise RpcError(
+                StatusCode.RESOURCE_EXHAUSTED,
+                f"Sent message larger than max ({size} vs. {self._conn.max_send})",
+            )
+        head = (b"\x01" if compressed is not None else b"\x00") + size.to_bytes(4, "big")
+        self._conn.send_message(self, head, payload)
+
+    async def drain(self) -> None:
+        """Waits while more than ``HIGH_WATER`` bytes wait for the peer's window."""
+        while self.pending_bytes > HIGH_WATER and not self.done:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    def writable(self) -> None:
+        """Called by the connection when pending bytes went out."""
+        drained = self._drained
+        if drained is not None and self.pending_bytes <= HIGH_WATER:
+            self._drained = None
+            if not drained.done():
+                drained.set_result(None)
+
+    def keep(self, view: memoryview) -> None:
+        """Response bytes to send when the peer's window opens."""
+        self.pending.append(view)
+        self.pending_bytes += len(view)
+
+    def finish(self, code: StatusCode = StatusCode.OK, message: str = "") -> None:
+        """Ends the call with its status (trailers; Trailers-Only before any message)."""
+        if not self.done:
+            self._conn.finish_call(self, code, message)
+
+    # -- ending ------------------------------------------------------------------------------
+    def cancelled(self) -> None:
+        """The client reset the stream, the deadline passed, or the connection went away:
+        wake every waiter and cancel the work (once)."""
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self._wake()
+        drained = self._drained
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+        callback, self.on_cancel = self.on_cancel, None
+        if callback is not None:
+            callback()
+        if self.task is not None and not self.task.done():
+            self.task.cancel()

@@ -1,0 +1,457 @@
+"""One client connection of the gRPC server: HTTP/2 (the ``h2`` state machine) on the event
+loop, calls dispatched to the service's handlers.
+
+- Flow control both ways: received bytes are given back when a handler takes its message
+  (``call``); responses are written as far as the peer's windows allow and the rest waits for
+  its WINDOW_UPDATE, and the socket's own back-pressure (``pause_writing``) holds everything.
+- SETTINGS: ``--grpc-max-concurrent-streams`` and a header-list bound (an HPACK bomb ends
+  the connection with ENHANCE_YOUR_CALM instead of being buffered).
+- Pings: grpc core's abuse policy (``--grpc-http2-min-recv-ping-interval-without-data``,
+  ``--grpc-keepalive-permit-without-calls``, ``--grpc-http2-max-ping-strikes``: GOAWAY
+  ENHANCE_YOUR_CALM "too_many_pings"), and keepalive pings of our own
+  (``--grpc-keepalive-time`` / ``-timeout``, at most ``--grpc-http2-max-pings-without-data``
+  between data frames).
+- Draining: GOAWAY (``--grpc-max-connection-age``, server shutdown) lets in-flight calls end,
+  refuses new streams, and closes once they are done or the grace is over.
+- A protocol error ends this connection with its HTTP/2 error code; nothing else is touched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+from h2.errors import ErrorCodes
+from h2.settings import SettingCodes
+from hyperframe.frame import GoAwayFrame
+
+from .call import ServerCall
+from .metadata import encode_grpc_message
+from .status import RpcError, StatusCode
+
+if TYPE_CHECKING:
+    from .listener import GrpcListener
+
+log = logging.getLogger("tritium")
+
+MAX_HEADER_LIST = 16 * 1024  # bytes of decoded request headers (grpc's default hard limit)
+STREAM_WINDOW = 1 << 20  # each stream's receive window
+CONNECTION_WINDOW = 16 << 20  # the connection's receive window
+_H2_CONFIG = h2.config.H2Configuration(
+    client_side=False,
+    header_encoding=None,
+    validate_outbound_headers=False,
+    normalize_outbound_headers=False,
+)
+_RESPONSE_HEADERS = [
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", b"identity,deflate,gzip"),  # no spaces: grpc-js splits on ','
+]
+_JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
+_NO_CALLS_PING_INTERVAL = 7200.0  # seconds: grpc core's allowance when no call is active
+
+
+class GrpcConnection(asyncio.Protocol):
+    def __init__(self, listener: GrpcListener) -> None:
+        self._listener = listener
+        self.max_receive = listener.max_receive
+        self.max_send = listener.max_send
+        self._h2 = h2.connection.H2Connection(config=_H2_CONFIG)
+        self._transport: asyncio.Transport | None = None
+        self.peer = ""
+        self.calls: dict[int, ServerCall] = {}
+        self._blocked: dict[int, ServerCall] = {}  # calls with bytes waiting for a window
+        self._paused = False  # the socket's write buffer is full
+        self._draining = False
+        self._last_stream = 0
+        self._closed = False
+        self._ping_strikes = 0
+        self._last_ping = 0.0
+        self._pings_sent = 0
+        self._keepalive: asyncio.TimerHandle | None = None
+        self._ping_timeout: asyncio.TimerHandle | None = None
+        self._age: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: Any) -> None:
+        self._transport = transport
+        address = transport.get_extra_info("peername")
+        if isinstance(address, tuple):
+            host = address[0]
+            self.peer = f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
+        options = self._listener.options
+        # Our SETTINGS as initial values: what the first SETTINGS frame says is what h2
+        # enforces from the start (values set afterwards would wait for the peer's ACK).
+        self._h2.local_settings = h2.settings.Settings(
+            client=False,
+            initial_values={
+                SettingCodes.MAX_CONCURRENT_STREAMS: self._listener.max_streams,
+                SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
+                SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
+                SettingCodes.ENABLE_PUSH: 0,
+            },
+        )
+        self._h2.decoder.max_header_list_size = MAX_HEADER_LIST
+        self._h2.initiate_connection()
+        self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
+        self._flush()
+        loop = asyncio.get_running_loop()
+        if options.grpc_keepalive_time_ms > 0:
+            self._keepalive = loop.call_later(
+                options.grpc_keepalive_time_ms / 1000, self._send_keepalive
+            )
+        if options.grpc_max_connection_age_ms > 0:
+            self._age = loop.call_later(options.grpc_max_connection_age_ms / 1000, self._aged)
+        self._listener.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self._h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            self._protocol_error(exc)
+            return
+        for event in events:
+            if type(event) in _DATA_EVENTS:
+                self._reset_ping_strikes()
+            handler = _EVENTS.get(type(event))
+            if handler is not None:
+                handler(self, event)
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        for timer in (self._keepalive, self._ping_timeout, self._age):
+            if timer is not None:
+                timer.cancel()
+        calls = list(self.calls.values())
+        self.calls.clear()
+        self._blocked.clear()
+        for call in calls:
+            call.cancelled()
+        self._listener.connections.discard(self)
+        self._listener.connection_closed()
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        self._write_blocked()
+        self._flush()
+
+    # -- events ------------------------------------------------------------------------------
+    def _request(self, event: h2.events.RequestReceived) -> None:
+        sid = event.stream_id
+        if self._draining and sid > self._last_stream:
+            self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            return
+        self._last_stream = max(self._last_stream, sid)
+        ended = event.stream_ended is not None  # h2 sends a StreamEnded event of its own
+        self._listener.dispatch.start(self, sid, event.headers or [], ended)
+
+    def open_call(
+        self, sid: int, method: str, metadata: dict[str, str], encoding: str | None
+    ) -> ServerCall:
+        call = ServerCall(self, sid, method, metadata, encoding)
+        self.calls[sid] = call
+        return call
+
+    def refuse(self, sid: int, status: int, ended: bool) -> None:
+        """An HTTP answer without gRPC (wrong method or content-type)."""
+        headers = [(b":status", str(status).encode()), (b"content-type", b"text/plain")]
+        self._h2.send_headers(sid, headers, end_stream=True)
+        if not ended:
+            self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+
+    def _data(self, event: h2.events.DataReceived) -> None:
+        sid = event.stream_id
+        flow = event.flow_controlled_length or 0
+        call = self.calls.get(sid)
+        if call is None or call.done:
+            if flow:  # an answered or unknown stream: drop the bytes, keep the window open
+                self.acknowledge(sid, flow)
+            return
+        try:
+            call.feed(event.data or b"", flow)
+        except RpcError as exc:
+            self.finish_call(call, exc.code, exc.message)
+            call.cancelled()
+            return
+        if event.stream_ended:
+            self._ended_input(call)
+
+    def _stream_ended(self, event: h2.events.StreamEnded) -> None:
+        call = self.calls.get(event.stream_id)
+        if call is not None and not call.half_closed:
+            self._ended_input(call)
+
+    def _ended_input(self, call: ServerCall) -> None:
+        call.end_of_input()
+        if not call.done:
+            self._listener.dispatch.input_ended(call)
+
+    def _reset(self, event: h2.events.StreamReset) -> None:
+        call = self.calls.pop(event.stream_id, None)
+        self._blocked.pop(event.stream_id, None)
+        if call is not None:
+            call.cancelled()
+            self._maybe_close()
+
+    def _window(self, event: h2.events.WindowUpdated) -> None:
+        self._write_blocked(event.stream_id)
+
+    def _settings(self, event: h2.events.RemoteSettingsChanged) -> None:
+        self._write_blocked()
+
+    def _ping(self, event: h2.events.PingReceived) -> None:
+        """grpc core's ping policy: pings sooner than allowed are strikes; too many end the
+        connection (h2 has already queued the ACK)."""
+        now = time.monotonic()
+        options = self._listener.options
+        if self.calls or options.grpc_keepalive_permit_without_calls:
+            interval = options.grpc_http2_min_recv_ping_interval_without_data_ms / 1000
+        else:
+            interval = _NO_CALLS_PING_INTERVAL
+        if self._last_ping and now - self._last_ping < interval:
+            self._ping_strikes += 1
+            limit = options.grpc_http2_max_ping_strikes
+            if limit > 0 and self._ping_strikes > limit:
+                self._close(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
+                return
+        self._last_ping = now
+
+    def _reset_ping_strikes(self) -> None:
+        """Pings that come with data (headers or DATA either way) are never strikes: gRPC
+        clients ping to measure bandwidth as our answers arrive (grpc core does the same)."""
+        self._last_ping = 0.0
+        self._ping_strikes = 0
+
+    def _ping_ack(self, event: h2.events.PingAckReceived) -> None:
+        if self._ping_timeout is not None:
+            self._ping_timeout.cancel()
+            self._ping_timeout = None
+
+    def _goaway(self, event: h2.events.ConnectionTerminated) -> None:
+        """The client is going away: finish what is in flight, then close."""
+        self._draining = True
+        self._last_stream = max(self._last_stream, event.last_stream_id or 0)
+        self._maybe_close()
+
+    # -- writing -----------------------------------------------------------------------------
+    def acknowledge(self, sid: int, size: int) -> None:
+        """Gives ``size`` received bytes back to the connection's and the stream's windows
+        (h2 skips the stream's when it is closed)."""
+        if not self._closed:
+            self._h2.acknowledge_received_data(size, sid)
+            self._flush()
+
+    def _headers(self, call: ServerCall) -> None:
+        call.headers_sent = True
+        headers = _RESPONSE_HEADERS
+        if call.response_encoding is not None:
+            headers = [*headers, (b"grpc-encoding", call.response_encoding[0].encode())]
+        self._h2.send_headers(call.stream_id, headers)
+
+    def send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
+        """Writes one framed message: ``head`` is its 5-byte prefix."""
+        if self._closed or call.done:
+            return
+        if not call.headers_sent:
+            self._headers(call)
+        if len(payload) < _JOIN_BELOW:
+            self._send_data(call, head + payload)
+        else:  # no copy of a large message: the prefix goes as a frame of its own
+            self._send_data(call, head)
+            self._send_data(call, payload)
+        self._pings_sent = 0
+        self._reset_ping_strikes()
+        self._flush()
+
+    def _send_data(self, call: ServerCall, data: bytes) -> None:
+        """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""
+        if call.pending or self._paused:
+            call.keep(memoryview(data))
+            self._blocked[call.stream_id] = call
+            return
+        rest = self._push(call.stream_id, memoryview(data))
+        if rest is not None:
+            call.keep(rest)
+            self._blocked[call.stream_id] = call
+
+    def _push(self, sid: int, view: memoryview) -> memoryview | None:
+        """DATA frames from ``view`` while the windows allow; the unsent rest, if any."""
+        h2conn = self._h2
+        sent, size = 0, len(view)
+        while sent < size:
+            window = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
+            if window <= 0:
+                return view[sent:]
+            h2conn.send_data(sid, view[sent : sent + window].tobytes())
+            sent += window
+        return None
+
+    def _write_blocked(self, sid: int = 0) -> None:
+        if not self._blocked:
+            return
+        if sid:
+            calls = [self._blocked[sid]] if sid in self._blocked else []
+        else:
+            calls = list(self._blocked.values())
+        for call in calls:
+            if self._paused:
+                break
+            try:
+                self._write_pending(call)
+            except h2.exceptions.StreamClosedError:
+                self._blocked.pop(call.stream_id, None)
+        self._flush()
+
+    def _write_pending(self, call: ServerCall) -> None:
+        pending = call.pending
+        while pending and not self._paused:
+            head = pending[0]
+            rest = self._push(call.stream_id, head)
+            call.pending_bytes -= len(head) - (0 if rest is None else len(rest))
+            if rest is not None:
+                pending[0] = rest
+                break
+            pending.popleft()
+            self._flush()  # let the socket apply its own back-pressure (pause_writing)
+        if not pending:
+            self._blocked.pop(call.stream_id, None)
+            if call.trailers is not None:
+                self._send_trailers(call, call.trailers)
+        call.writable()
+
+    def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
+        if call.done or self._closed:
+            call.done = True
+            return
+        call.done = True
+        if call.timer is not None:
+            call.timer.cancel()
+            call.timer = None
+        trailers = [("grpc-status", str(int(code)))]
+        if message:
+            trailers.append(("grpc-message", encode_grpc_message(message)))
+        if call.pending:
+            call.trailers = trailers  # after the bytes the window holds back
+        else:
+            self._send_trailers(call, trailers)
+        self._flush()
+
+    def _send_trailers(self, call: ServerCall, trailers: list[tuple[str, str]]) -> None:
+        sid = call.stream_id
+        self._reset_ping_strikes()
+        encoded = [(k.encode(), v.encode()) for k, v in trailers]
+        try:
+            if call.headers_sent:
+                self._h2.send_headers(sid, encoded, end_stream=True)
+            else:  # Trailers-Only
+                self._h2.send_headers(sid, [*_RESPONSE_HEADERS, *encoded], end_stream=True)
+                call.headers_sent = True
+            if not call.half_closed:  # the client may still be sending: tell it to stop
+                self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+        except h2.exceptions.StreamClosedError:
+            pass
+        self.calls.pop(sid, None)
+        self._blocked.pop(sid, None)
+        self._maybe_close()
+
+    def _flush(self) -> None:
+        data = self._h2.data_to_send()
+        if data and self._transport is not None and not self._closed:
+            self._transport.write(data)
+
+    # -- pings, age, draining ----------------------------------------------------------------
+    def _send_keepalive(self) -> None:
+        options = self._listener.options
+        limit = options.grpc_http2_max_pings_without_data
+        if not self._closed and (limit <= 0 or self._pings_sent < limit or self.calls):
+            self._h2.ping(b"tritium\x00")
+            self._pings_sent += 1
+            self._flush()
+            loop = asyncio.get_running_loop()
+            self._ping_timeout = loop.call_later(
+                options.grpc_keepalive_timeout_ms / 1000, self._keepalive_expired
+            )
+        self._keepalive = asyncio.get_running_loop().call_later(
+            options.grpc_keepalive_time_ms / 1000, self._send_keepalive
+        )
+
+    def _keepalive_expired(self) -> None:
+        log.info("gRPC connection %s: keepalive ping not acknowledged, closing", self.peer)
+        self.abort()
+
+    def _aged(self) -> None:
+        grace = self._listener.options.grpc_max_connection_age_grace_ms
+        self.drain(grace / 1000 if grace > 0 else None)
+
+    def drain(self, grace: float | None) -> None:
+        """GOAWAY(NO_ERROR): no new streams; close when the calls are done or after ``grace``
+        seconds. The frame is written by hand: h2 allows nothing after its own GOAWAY, and
+        the calls in flight must still be answered."""
+        if self._closed or self._draining:
+            return
+        self._draining = True
+        self._flush()
+        frame = GoAwayFrame(0)
+        frame.last_stream_id = self._last_stream
+        frame.error_code = ErrorCodes.NO_ERROR
+        assert self._transport is not None
+        self._transport.write(frame.serialize())
+        if grace is not None:
+            asyncio.get_running_loop().call_later(grace, self.abort)
+        self._maybe_close()
+
+    def _maybe_close(self) -> None:
+        if self._draining and not self.calls and not self._closed:
+            self._close(ErrorCodes.NO_ERROR)
+
+    def _close(self, code: int, debug: bytes = b"") -> None:
+        if self._closed:
+            return
+        for call in list(self.calls.values()):
+            call.cancelled()
+        self.calls.clear()
+        try:
+            self._h2.close_connection(code, additional_data=debug or None)
+        except h2.exceptions.ProtocolError:
+            pass
+        self._flush()
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        """Ends the connection now (grace over, keepalive lost)."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._close(ErrorCodes.NO_ERROR)
+
+    def _protocol_error(self, exc: h2.exceptions.ProtocolError) -> None:
+        code = getattr(exc, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
+        log.debug("gRPC connection %s: HTTP/2 protocol error: %s", self.peer, exc)
+        self._close(code)
+
+
+_DATA_EVENTS = frozenset({h2.events.RequestReceived, h2.events.DataReceived})
+_EVENTS: dict[type, Callable[[GrpcConnection, Any], None]] = {
+    h2.events.RequestReceived: GrpcConnection._request,
+    h2.events.DataReceived: GrpcConnection._data,
+    h2.events.StreamEnded: GrpcConnection._stream_ended,
+    h2.events.StreamReset: GrpcConnection._reset,
+    h2.events.WindowUpdated: GrpcConnection._window,
+    h2.events.RemoteSettingsChanged: GrpcConnection._settings,
+    h2.events.PingReceived: GrpcConnection._ping,
+    h2.events.PingAckReceived: GrpcConnection._ping_ack,
+    h2.events.ConnectionTerminated: GrpcConnection._goaway,
+}

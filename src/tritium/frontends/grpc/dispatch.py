@@ -1,0 +1,231 @@
+"""From an HTTP/2 request to a handler's answer: the method table, the request headers as
+gRPC reads them, deadlines, access control, and the one place an exception becomes a status.
+
+Handlers come in three shapes (``Kind``): unary ``async (request, call) -> response``,
+server streaming ``(request, call) -> async iterator`` (Health.Watch), and bidirectional
+``async (call) -> None`` that reads and writes through the call (ModelStreamInfer). A unary
+call may also have a ``fast`` path: a plain function that answers through callbacks without
+a task of its own, returning False when it cannot (the task path then runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.message import DecodeError
+
+from ...errors import ServerError
+from ...options import ServerOptions
+from .call import ServerCall
+from .errors import CODE, status_message
+from .guard import CallGuard, RpcGuard
+from .metadata import ENCODINGS, parse_timeout, response_compression
+from .status import RpcError, StatusCode
+
+if TYPE_CHECKING:
+    from .connection import GrpcConnection
+
+log = logging.getLogger("tritium")
+
+_ACCEPTED_ENCODINGS = ("identity", *ENCODINGS)
+
+
+class Kind(enum.Enum):
+    UNARY = 1
+    SERVER_STREAM = 2
+    BIDI = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    kind: Kind
+    handler: Callable[..., Any]
+    parse: Callable[[bytes], Any]  # the request message from its bytes (identity: raw)
+    infer: bool = False  # responses follow --grpc-infer-response-compression-level
+    fast: Callable[[bytes, ServerCall], bool] | None = None
+
+
+def _serialize(message: Any) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def status_of(exc: BaseException) -> tuple[StatusCode, str]:
+    """An exception as the status its call ends with; anything unexpected is a bug: logged,
+    answered INTERNAL, and the server goes on."""
+    if isinstance(exc, RpcError):
+        return exc.code, status_message(exc.message)
+    if isinstance(exc, ServerError):
+        return CODE[exc.kind], status_message(exc.message)
+    if isinstance(exc, DecodeError):
+        return StatusCode.INVALID_ARGUMENT, f"unable to parse the request message: {exc}"
+    log.error("unhandled error in a gRPC handler", exc_info=exc)
+    return StatusCode.INTERNAL, status_message(f"{type(exc).__name__}: {exc}")
+
+
+class Dispatcher:
+    def __init__(
+        self, methods: dict[str, Method], options: ServerOptions, guard: RpcGuard | None
+    ) -> None:
+        self._methods = methods
+        self._guard = guard
+        self._compression = options.grpc_infer_response_compression_level
+
+    # -- a new stream ------------------------------------------------------------------------
+    def start(
+        self, conn: GrpcConnection, sid: int, headers: list[tuple[bytes, bytes]], ended: bool
+    ) -> None:
+        verb, path, metadata = _read_headers(headers)
+        content_type = metadata.get("content-type", "")
+        if verb != b"POST":
+            conn.refuse(sid, 405, ended)
+            return
+        if not content_type.startswith("application/grpc"):
+            conn.refuse(sid, 415, ended)  # what the gRPC spec asks for a non-gRPC body
+            return
+        method = path.decode("latin-1")
+        encoding = metadata.get("grpc-encoding")
+        call = conn.open_call(sid, method, metadata, encoding)
+        rpc = self._methods.get(method)
+        if rpc is None:
+            call.finish(StatusCode.UNIMPLEMENTED, f"Method not found: {method}")
+            return
+        if encoding is not None and encoding not in _ACCEPTED_ENCODINGS:
+            call.finish(
+                StatusCode.UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not supported"
+            )
+            return
+        if not self._deadline(call, metadata.get("grpc-timeout")):
+            return
+        if rpc.infer and self._compression != "none":
+            accept = metadata.get("grpc-accept-encoding")
+            call.response_encoding = response_compression(self._compression, accept)
+        call.rpc = rpc
+        if self._guard is not None:
+            call.guard = self._guard.call(method, conn.peer)
+        if rpc.kind is Kind.BIDI:
+            call.task = asyncio.get_running_loop().create_task(self._bidi(call, rpc))
+        # a unary call runs at its END_STREAM (``input_ended``)
+
+    @staticmethod
+    def _deadline(call: ServerCall, timeout: str | None) -> bool:
+        if timeout is None:
+            return True
+        seconds = parse_timeout(timeout)
+        if seconds is None:
+            call.finish(StatusCode.INTERNAL, f"Invalid grpc-timeout value '{timeout[:32]}'")
+            return False
+        call.timer = asyncio.get_running_loop().call_later(seconds, _expire, call)
+        return True
+
+    def input_ended(self, call: ServerCall) -> None:
+        """A unary or server-streaming call has its one request message: run it."""
+        rpc: Method | None = call.rpc
+        if rpc is None or rpc.kind is Kind.BIDI:
+            return
+        raw = call.take()
+        if raw is None or call.messages_waiting or call.incomplete:
+            why = "missing request message" if raw is None else "too many request messages"
+            call.finish(StatusCode.INTERNAL, why)
+            return
+        if rpc.fast is not None and call.guard is None and rpc.fast(raw, call):
+            return
+        loop = asyncio.get_running_loop()
+        if rpc.kind is Kind.UNARY:
+            call.task = loop.create_task(self._unary(call, rpc, raw))
+        else:
+            call.task = loop.create_task(self._server_stream(call, rpc, raw))
+
+    # -- running handlers --------------------------------------------------------------------
+    async def _unary(self, call: ServerCall, rpc: Method, raw: bytes) -> None:
+        guard: CallGuard | None = call.guard
+        request = None
+        try:
+            request = rpc.parse(raw)
+            if guard is not None:
+                guard.admit(call.metadata, request)
+            payload = _serialize(await rpc.handler(request, call))
+        except asyncio.CancelledError:
+            _release(guard, request, "cancelled")
+            raise
+        except Exception as exc:
+            code, message = status_of(exc)
+            _release(guard, request, message)
+            call.finish(code, message)
+            return
+        _release(guard, request, None)
+        try:
+            call.send(payload)
+        except RpcError as exc:  # a response over the send bound
+            call.finish(exc.code, exc.message)
+            return
+        call.finish()
+
+    async def _server_stream(self, call: ServerCall, rpc: Method, raw: bytes) -> None:
+        guard: CallGuard | None = call.guard
+        request = None
+        try:
+            request = rpc.parse(raw)
+            if guard is not None:
+                guard.admit(call.metadata, request)
+            async for message in rpc.handler(request, call):
+                call.send(_serialize(message))
+                await call.drain()
+        except asyncio.CancelledError:
+            _release(guard, request, None)
+            raise
+        except Exception as exc:
+            code, message = status_of(exc)
+            _release(guard, request, None)
+            call.finish(code, message)
+            return
+        _release(guard, request, None)
+        call.finish()
+
+    async def _bidi(self, call: ServerCall, rpc: Method) -> None:
+        guard: CallGuard | None = call.guard
+        try:
+            if guard is not None:
+                guard.admit(call.metadata, None)
+            await rpc.handler(call)
+        except asyncio.CancelledError:
+            _release(guard, None, None)
+            raise
+        except Exception as exc:
+            code, message = status_of(exc)
+            _release(guard, None, None)
+            call.finish(code, message)
+            return
+        _release(guard, None, None)
+        call.finish()
+
+
+def _read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes, dict[str, str]]:
+    """(:method, :path, the other headers by name); h2 has checked them already."""
+    path = verb = b""
+    metadata: dict[str, str] = {}
+    for name, value in headers:
+        if name[:1] == b":":
+            if name == b":path":
+                path = value
+            elif name == b":method":
+                verb = value
+            continue
+        metadata[name.decode("latin-1")] = value.decode("latin-1")
+    return verb, path, metadata
+
+
+def _release(guard: CallGuard | None, request: Any, error: str | None) -> None:
+    if guard is not None:
+        guard.finish(request, error)
+
+
+def _expire(call: ServerCall) -> None:
+    """The deadline passed: DEADLINE_EXCEEDED, and the work inside the server is cancelled."""
+    call.timer = None
+    call.finish(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    call.cancelled()
