@@ -138,6 +138,7 @@ class H2Client:
         self.remote_settings: dict[int, int] = {}
         self.frames: list[tuple[int, int, int]] = []  # (type, flags, stream) of every frame
         self.closed = False
+        self.close_reason = ""  # how the connection ended: "eof" or the socket error
         self.raw = bytearray()  # every byte received, for a server that does not speak HTTP/2
         self._pending = bytearray()
         if preface:
@@ -153,8 +154,8 @@ class H2Client:
     def send_raw(self, data: bytes) -> None:
         try:
             self.sock.sendall(data)
-        except OSError:
-            self.closed = True
+        except OSError as exc:
+            self.closed, self.close_reason = True, f"send: {exc!r}"
 
     def start_call(
         self,
@@ -163,8 +164,10 @@ class H2Client:
         content_type: str = "application/grpc",
         method: str = "POST",
         end_stream: bool = False,
+        flush: bool = True,
     ) -> int:
-        """Open a stream with gRPC's request headers (plus ``metadata``); its id."""
+        """Open a stream with gRPC's request headers (plus ``metadata``); its id. ``flush``
+        False keeps the HEADERS frame back, to go out in one write with the DATA after it."""
         sid = self.conn.get_next_available_stream_id()
         headers = [
             (":method", method),
@@ -177,7 +180,8 @@ class H2Client:
         ]
         self.streams[sid] = StreamResult()
         self.conn.send_headers(sid, headers, end_stream=end_stream)
-        self.flush()
+        if flush:
+            self.flush()
         return sid
 
     def send_data(
@@ -274,10 +278,11 @@ class H2Client:
             data = self.sock.recv(1 << 16)
         except (TimeoutError, BlockingIOError):
             return
-        except OSError:
-            data = b""
+        except OSError as exc:
+            self.closed, self.close_reason = True, f"recv: {exc!r}"
+            return
         if not data:
-            self.closed = True
+            self.closed, self.close_reason = True, "eof"
             return
         self.raw += data
         self._pending += data

@@ -223,22 +223,31 @@ def test_unknown_method_is_unimplemented(client: H2Client, path: str) -> None:
     assert_simple_works(client)
 
 
-def test_wrong_content_type_is_415(client: H2Client) -> None:
-    """gRPC over HTTP/2: a content-type that is not application/grpc* is answered HTTP 415."""
-    sid = client.start_call(INFER, content_type="text/plain")
+@pytest.mark.parametrize("one_write", [False, True])
+def test_wrong_content_type_is_415(client: H2Client, one_write: bool) -> None:
+    """gRPC over HTTP/2: a content-type that is not application/grpc* is answered HTTP 415,
+    whether the body arrives after the headers or in the same write (one read for the
+    server: its stream is already half-closed when it answers)."""
+    sid = client.start_call(INFER, content_type="text/plain", flush=not one_write)
     client.send_data(sid, grpc_message(simple_request()), end_stream=True)
     result = client.streams[sid]
-    assert client.wait_for(lambda: result.done)
+    assert client.wait_for(lambda: result.done), (client.close_reason, client.goaways)
     assert result.headers is not None and result.headers[":status"] == "415", result.headers
     assert_simple_works(client)
 
 
-def test_get_is_not_served(client: H2Client) -> None:
-    """GET is not a gRPC call: refused with HTTP 405, or the stream reset (grpc core's
-    RST_STREAM); never a gRPC answer. The connection goes on."""
-    sid = client.start_call(INFER, method="GET", end_stream=True)
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+def test_other_http_methods_are_not_served(client: H2Client, method: str) -> None:
+    """GET (headers only) or PUT (a gRPC body in the same write) is not a gRPC call: refused
+    with HTTP 405, or the stream reset (grpc core's RST_STREAM); never a gRPC answer. The
+    connection goes on."""
+    sid = client.start_call(INFER, method=method, end_stream=method == "GET", flush=False)
+    if method == "GET":
+        client.flush()
+    else:
+        client.send_data(sid, grpc_message(simple_request()), end_stream=True)
     result = client.streams[sid]
-    assert client.wait_for(lambda: result.done)
+    assert client.wait_for(lambda: result.done), (client.close_reason, client.goaways)
     assert not result.data and result.status is None, result
     if result.headers is not None:
         assert result.headers[":status"] == "405", result.headers

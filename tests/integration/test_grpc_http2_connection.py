@@ -112,10 +112,11 @@ def test_response_stops_at_the_client_window(h2server: ServerProcess) -> None:
         np.testing.assert_array_equal(fp32_output(response), values)
 
 
-def _flood(client: H2Client, sid: int, message: bytes, cap: int) -> int:
+def _flood(client: H2Client, sid: int, message: bytes, cap: int, last_apart: bool) -> int:
     """Send copies of ``message`` back to back on ``sid`` while the server grants window,
     never acknowledging its answers; stop once the window stays shut for 2 s (or at ``cap``
-    bytes). The bytes sent."""
+    bytes). ``last_apart``: each message's last byte goes in a DATA frame of its own. The
+    bytes sent."""
     sent = 0
     while sent < cap:
         window = client.conn.local_flow_control_window(sid)
@@ -123,8 +124,11 @@ def _flood(client: H2Client, sid: int, message: bytes, cap: int) -> int:
             if not client.wait_for(lambda: client.conn.local_flow_control_window(sid) > 0, 2):
                 break
             continue
+        left = len(message) - sent % len(message)  # of the current message
+        size = min(window, client.conn.max_outbound_frame_size, left)
+        if last_apart and left > 1:
+            size = min(size, left - 1)
         offset = sent % len(message)
-        size = min(window, client.conn.max_outbound_frame_size, len(message) - offset)
         client.conn.send_data(sid, message[offset : offset + size])
         client.flush()
         sent += size
@@ -132,16 +136,23 @@ def _flood(client: H2Client, sid: int, message: bytes, cap: int) -> int:
     return sent
 
 
-def test_flooding_client_that_does_not_read_gets_back_pressure(h2server: ServerProcess) -> None:
-    """A ModelStreamInfer client floods 64 KiB requests and never acknowledges the answers:
+@pytest.mark.parametrize("last_apart", [False, True])
+def test_flooding_client_that_does_not_read_gets_back_pressure(
+    h2server: ServerProcess, last_apart: bool
+) -> None:
+    """A ModelStreamInfer client floods 4 KiB requests and never acknowledges the answers:
     once its window is full the server stops reading, so the client's send window reaches 0
-    well before 64 MiB; then it reads everything and gets every answer."""
-    cap = 64 << 20
-    message = grpc_message(fp32_request("identity_fp32", np.ones(1 << 14, np.float32)))
+    well before 16 MiB (grpc core's server stops near 6 MiB); then the client reads
+    everything and gets every answer. Small messages against a large window catch a server
+    that gives back more window than the messages it took. With each message's last byte in
+    a frame of its own, the window held back must still be every byte not handled, not only
+    the frames that completed a message."""
+    cap = 16 << 20
+    message = grpc_message(fp32_request("identity_fp32", np.ones(1 << 10, np.float32)))
     with H2Client(h2server.grpc_url, auto_ack=False) as client:
         assert settled(client)
         sid = client.start_call(STREAM)
-        sent = _flood(client, sid, message, cap)
+        sent = _flood(client, sid, message, cap, last_apart)
         assert sent < cap, f"the server read {sent} bytes without back-pressure"
         assert client.conn.local_flow_control_window(sid) == 0
         result = client.streams[sid]
