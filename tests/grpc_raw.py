@@ -1,0 +1,89 @@
+"""Shared pieces of the raw-socket gRPC tests (tests/integration/test_grpc_http2*.py): the
+servers they start, and tritonclient's protobuf messages built and checked by hand."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from server_process import ServerProcess
+
+try:  # the transport under test, when the suite selects one (issue 12)
+    from grpc_transport import TRANSPORT_ARGS  # type: ignore[import-not-found]
+except ImportError:  # else the server's default, or TRITIUM_TEST_GRPC_TRANSPORT=grpcio|h2
+    _TRANSPORT = os.environ.get("TRITIUM_TEST_GRPC_TRANSPORT", "")
+    TRANSPORT_ARGS: tuple[str, ...] = (f"--grpc-transport={_TRANSPORT}",) if _TRANSPORT else ()
+
+SERVICE = "/inference.GRPCInferenceService/"
+INFER = SERVICE + "ModelInfer"
+STREAM = SERVICE + "ModelStreamInfer"
+MAX_INPUT = 4 << 20  # the servers' --http-max-input-size: the largest message they accept
+GZIP = [("grpc-encoding", "gzip")]
+# GRPC status codes asserted on the wire.
+OK, CANCELLED, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 4, 5
+RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 8, 12, 13
+# HTTP/2 error codes (RFC 9113 §7).
+NO_ERROR, PROTOCOL_ERROR, FRAME_SIZE_ERROR, ENHANCE_YOUR_CALM = 0, 1, 6, 11
+
+
+def start_server(repos: list[Path], models: list[str], *flags: str) -> ServerProcess:
+    """A server loading only ``models`` (explicit mode: quick to start), with ``flags``."""
+    loads = [f"--load-model={name}" for name in models]
+    return ServerProcess(
+        repos,
+        "--model-control-mode=explicit",
+        *loads,
+        f"--http-max-input-size={MAX_INPUT}",
+        *flags,
+        *TRANSPORT_ARGS,
+    )
+
+
+def simple_request(seed: int = 0, model: str = "simple", rid: str = "") -> bytes:
+    """ModelInferRequest for ``simple`` (INT32 [1, 16] add/sub): INPUT0 = seed + 0..15,
+    INPUT1 = 3."""
+    message = pb.ModelInferRequest(model_name=model, id=rid)
+    for name in ("INPUT0", "INPUT1"):
+        message.inputs.add(name=name, datatype="INT32", shape=[1, 16])
+    a = np.arange(16, dtype=np.int32) + seed
+    message.raw_input_contents.extend([a.tobytes(), np.full(16, 3, np.int32).tobytes()])
+    return message.SerializeToString()
+
+
+def check_simple(payload: bytes, seed: int = 0) -> pb.ModelInferResponse:
+    """The answer to ``simple_request(seed)``: OUTPUT0 = sum, OUTPUT1 = difference."""
+    response = pb.ModelInferResponse.FromString(payload)
+    outputs = {
+        out.name: np.frombuffer(raw, np.int32)
+        for out, raw in zip(response.outputs, response.raw_output_contents, strict=True)
+    }
+    a = np.arange(16, dtype=np.int32) + seed
+    np.testing.assert_array_equal(outputs["OUTPUT0"], a + 3)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], a - 3)
+    return response
+
+
+def fp32_request(model: str, values: np.ndarray, rid: str = "") -> bytes:
+    """ModelInferRequest for an FP32 [-1] test model (identity_fp32, slow)."""
+    message = pb.ModelInferRequest(model_name=model, id=rid)
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[len(values)])
+    message.raw_input_contents.append(values.astype(np.float32).tobytes())
+    return message.SerializeToString()
+
+
+def fp32_output(response: pb.ModelInferResponse) -> np.ndarray:
+    assert [out.name for out in response.outputs] == ["OUTPUT0"]
+    return np.frombuffer(response.raw_output_contents[0], np.float32)
+
+
+def stream_responses(payloads: list[bytes]) -> list[pb.ModelInferResponse]:
+    """ModelStreamInferResponse payloads -> their infer_responses; none may carry an error."""
+    responses = []
+    for payload in payloads:
+        message = pb.ModelStreamInferResponse.FromString(payload)
+        assert message.error_message == "", message.error_message
+        responses.append(message.infer_response)
+    return responses
