@@ -105,6 +105,20 @@ def test_grpc_health_check_serving(server: ServerProcess) -> None:
     assert reply.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def test_grpc_health_watch_streams_the_status(server: ServerProcess) -> None:
+    """Watch (Kubernetes' gRPC probes, grpc_health_probe -watch): the current status at once,
+    then a message per change while the call stays open; cancelling it leaves the server
+    serving."""
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        watch = stub.Watch(health_pb2.HealthCheckRequest(service=""), timeout=30)
+        first = next(watch)
+        assert first.status == health_pb2.HealthCheckResponse.SERVING
+        watch.cancel()
+        reply = stub.Check(health_pb2.HealthCheckRequest(service=""), timeout=10)
+    assert reply.status == health_pb2.HealthCheckResponse.SERVING
+
+
 # ----------------------------------------------------------------------------------
 # Model metadata and readiness
 # ----------------------------------------------------------------------------------

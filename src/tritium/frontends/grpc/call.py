@@ -41,7 +41,9 @@ class ServerCall:
         "_need",
         "_compressed",
         "_inbox",
-        "_unacked",
+        "_received",
+        "_acked",
+        "_padding",
         "_waiter",
         "half_closed",
         "done",
@@ -74,8 +76,10 @@ class ServerCall:
         self._buffer = bytearray()
         self._need = -1  # the length of the message being received; -1: a prefix is due
         self._compressed = False
-        self._inbox: deque[bytes] = deque()
-        self._unacked = 0  # received bytes not yet given back to the client's window
+        self._inbox: deque[tuple[bytes, int]] = deque()  # (message, stream offset of its end)
+        self._received = 0  # DATA bytes received (stream offset)
+        self._acked = 0  # of those, given back to the client's window
+        self._padding = 0  # padding received, not yet given back
         self._waiter: asyncio.Future[None] | None = None
         self.half_closed = False  # the client sent END_STREAM
         self.done = False  # the answer's end (trailers or reset) is decided
@@ -98,10 +102,17 @@ class ServerCall:
     # -- receiving (called by the connection) ------------------------------------------------
     def feed(self, data: bytes, flow: int) -> None:
         """DATA of this stream: complete messages go to the inbox (raises RpcError for a
-        message over the bound or one that cannot be inflated)."""
-        self._unacked += flow
+        message over the bound or one that cannot be inflated).
+
+        Window accounting by stream offset: the bytes of a message in the inbox are given
+        back when the handler takes it; the bytes of the message still arriving, only while
+        the inbox is empty (a message larger than the window must be able to complete);
+        padding at once."""
+        self._padding += flow - len(data)
         buffer = self._buffer
         buffer += data
+        self._received += len(data)
+        start = self._received - len(buffer)  # stream offset of the buffer's first byte
         while True:
             if self._need < 0:  # a prefix is due
                 if len(buffer) < _PREFIX:
@@ -113,10 +124,14 @@ class ServerCall:
             with memoryview(buffer) as view:
                 message = view[_PREFIX:end].tobytes()
             del buffer[:end]
+            start += end
             self._need = -1
-            self._inbox.append(self._inflate(message) if self._compressed else message)
+            body = self._inflate(message) if self._compressed else message
+            self._inbox.append((body, start))
         if not self._inbox or self._waiter is not None:
-            self._give_back()  # the handler keeps up: nothing waits in the inbox
+            self._give_back(self._received)  # the handler keeps up: nothing waits
+        elif self._padding:
+            self._give_back(self._acked)
         self._wake()
 
     def _prefix(self, buffer: bytearray) -> int:
@@ -149,10 +164,13 @@ class ServerCall:
         self.half_closed = True
         self._wake()
 
-    def _give_back(self) -> None:
-        if self._unacked:
-            self._conn.acknowledge(self.stream_id, self._unacked)
-            self._unacked = 0
+    def _give_back(self, upto: int) -> None:
+        """Gives back the received bytes up to stream offset ``upto``, and any padding."""
+        size = max(0, upto - self._acked) + self._padding
+        if size:
+            self._acked = max(self._acked, upto)
+            self._padding = 0
+            self._conn.acknowledge(self.stream_id, size)
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -170,8 +188,8 @@ class ServerCall:
         """The next message if one is here (no waiting)."""
         if not self._inbox:
             return None
-        message = self._inbox.popleft()
-        self._give_back()
+        message, end = self._inbox.popleft()
+        self._give_back(end if self._inbox else self._received)
         return message
 
     @property
@@ -190,7 +208,7 @@ class ServerCall:
                     raise RpcError(StatusCode.INTERNAL, "truncated message at end of stream")
                 return None
             self._waiter = asyncio.get_running_loop().create_future()
-            self._give_back()
+            self._give_back(self._received)
             await self._waiter
 
     def frame(self, payload: bytes) -> tuple[bytes, bytes]:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tritium")
 
+MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE we accept (HTTP/2's default)
 MAX_HEADER_LIST = 16 * 1024  # bytes of decoded request headers (grpc's default hard limit)
 STREAM_WINDOW = 1 << 20  # each stream's receive window
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window
@@ -67,6 +68,47 @@ _OK_TRAILERS_FRAME_HEAD = len(_OK_TRAILERS).to_bytes(3, "big") + b"\x01\x05"  # 
 _HEADER_BLOCKS: dict[str, bytes] = {}  # response header blocks by grpc-encoding ("": none)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 _NO_CALLS_PING_INTERVAL = 7200.0  # seconds: grpc core's allowance when no call is active
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface
+
+
+class FrameSizeGuard:
+    """Follows the frame boundaries of the bytes a client sends and stops a frame whose
+    header declares more than the frame size we accept, before h2 would buffer its whole
+    declared body (up to 16 MiB a connection). Also checks the connection preface."""
+
+    __slots__ = ("_limit", "_preface", "_skip", "_head")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._preface = 0  # preface bytes checked so far
+        self._skip = 0  # body bytes of the current frame still to come
+        self._head = b""
+
+    def check(self, data: bytes) -> int | None:
+        """None, or the HTTP/2 error code that ends the connection."""
+        pos, size = 0, len(data)
+        if self._preface < len(_PREFACE):
+            pos = min(len(_PREFACE) - self._preface, size)
+            if data[:pos] != _PREFACE[self._preface : self._preface + pos]:
+                return ErrorCodes.PROTOCOL_ERROR
+            self._preface += pos
+        while pos < size:
+            if self._skip:
+                step = min(self._skip, size - pos)
+                self._skip -= step
+                pos += step
+                continue
+            need = 9 - len(self._head)
+            self._head += data[pos : pos + need]
+            pos += need
+            if len(self._head) < 9:
+                return None
+            length = int.from_bytes(self._head[:3], "big")
+            if length > self._limit:
+                return ErrorCodes.FRAME_SIZE_ERROR
+            self._skip = length
+            self._head = b""
+        return None
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -91,6 +133,7 @@ class GrpcConnection(asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
+        self._frames = FrameSizeGuard(MAX_FRAME)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -109,6 +152,7 @@ class GrpcConnection(asyncio.Protocol):
                 SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
                 SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
                 SettingCodes.ENABLE_PUSH: 0,
+                SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
             },
         )
         self._h2.decoder = CachingDecoder(MAX_HEADER_LIST)
@@ -126,6 +170,10 @@ class GrpcConnection(asyncio.Protocol):
         self._listener.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        refused = self._frames.check(data)
+        if refused is not None:  # a bad preface, or a frame refused from its header alone
+            self._close(refused)
+            return
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -139,8 +187,12 @@ class GrpcConnection(asyncio.Protocol):
                 handler = _EVENTS.get(type(event))
                 if handler is not None:
                     handler(self, event)
-        finally:
+        except Exception:  # a bug: this connection ends, the server goes on
+            log.exception("gRPC connection %s: unexpected error", self.peer)
             self._corked = False
+            self._close(ErrorCodes.INTERNAL_ERROR)
+            return
+        self._corked = False
         self._write_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -171,8 +223,7 @@ class GrpcConnection(asyncio.Protocol):
             self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             return
         self._last_stream = max(self._last_stream, sid)
-        ended = event.stream_ended is not None  # h2 sends a StreamEnded event of its own
-        self._listener.dispatch.start(self, sid, event.headers or [], ended)
+        self._listener.dispatch.start(self, sid, event.headers or [])  # END_STREAM: its event
 
     def open_call(
         self, sid: int, method: str, metadata: dict[str, str], encoding: str | None
@@ -181,12 +232,18 @@ class GrpcConnection(asyncio.Protocol):
         self.calls[sid] = call
         return call
 
-    def refuse(self, sid: int, status: int, ended: bool) -> None:
-        """An HTTP answer without gRPC (wrong method or content-type)."""
+    def refuse(self, sid: int, status: int) -> None:
+        """An HTTP answer without gRPC (wrong method or content-type); a client still
+        sending is told to stop (h2 may already have closed a stream whose DATA came in the
+        same read)."""
         headers = [(b":status", str(status).encode()), (b"content-type", b"text/plain")]
-        self._h2.send_headers(sid, headers, end_stream=True)
-        if not ended:
-            self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+        try:
+            self._h2.send_headers(sid, headers, end_stream=True)
+            stream = self._h2.streams.get(sid)
+            if stream is not None and not stream.closed:
+                self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+        except h2.exceptions.StreamClosedError:
+            pass
 
     def _data(self, event: h2.events.DataReceived) -> None:
         sid = event.stream_id

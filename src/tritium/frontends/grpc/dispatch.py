@@ -76,16 +76,14 @@ class Dispatcher:
         self._compression = options.grpc_infer_response_compression_level
 
     # -- a new stream ------------------------------------------------------------------------
-    def start(
-        self, conn: GrpcConnection, sid: int, headers: list[tuple[bytes, bytes]], ended: bool
-    ) -> None:
+    def start(self, conn: GrpcConnection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
         verb, path, metadata = _read_headers(headers)
         content_type = metadata.get("content-type", "")
         if verb != b"POST":
-            conn.refuse(sid, 405, ended)
+            conn.refuse(sid, 405)
             return
         if not content_type.startswith("application/grpc"):
-            conn.refuse(sid, 415, ended)  # what the gRPC spec asks for a non-gRPC body
+            conn.refuse(sid, 415)  # what the gRPC spec asks for a non-gRPC body
             return
         method = path.decode("latin-1")
         encoding = metadata.get("grpc-encoding")
