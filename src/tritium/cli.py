@@ -162,12 +162,6 @@ _COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
     """The gRPC transport (issue 12): TLS, compression, connection age, forwarded headers."""
     defaults = ServerOptions()
-    serve.add_argument(
-        "--grpc-transport",
-        choices=("h2", "grpcio"),
-        default=defaults.grpc_transport,
-        help="tritium: the gRPC server, tritium's own HTTP/2 transport or grpcio's (benchmarks)",
-    )
     _flag(serve, "--grpc-use-ssl", False, "serve gRPC over TLS")
     _flag(serve, "--grpc-use-ssl-mutual", False, "TLS with client certificates (implies SSL)")
     serve.add_argument("--grpc-server-cert", default="", help="PEM certificate chain file")
@@ -211,7 +205,6 @@ def _grpc_transport_options(args: argparse.Namespace) -> dict[str, Any]:
         except re.error as exc:
             raise SystemExit(f"error: --grpc-header-forward-pattern: {exc}") from None
     return {
-        "grpc_transport": args.grpc_transport,
         "grpc_use_ssl": ssl,
         "grpc_use_ssl_mutual": bool(args.grpc_use_ssl_mutual),
         "grpc_server_cert": args.grpc_server_cert,

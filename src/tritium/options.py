@@ -66,9 +66,8 @@ class ServerOptions:
     auth_token_file: str = ""
     audit_log: str = ""
     max_inflight_per_client: int = 0  # 0: unbounded
-    # gRPC transport (issue 12): tritium's own HTTP/2 server on the event loop ("h2"), or
-    # grpcio's grpc.aio server ("grpcio", kept only for the side-by-side benchmark).
-    grpc_transport: str = "h2"
+    # gRPC transport (issue 12): tritium's own HTTP/2 server on the event loop
+    # (frontends/grpc): TLS, response compression, forwarded headers, connection age.
     grpc_use_ssl: bool = False
     grpc_use_ssl_mutual: bool = False
     grpc_server_cert: str = ""

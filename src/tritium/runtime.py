@@ -10,8 +10,6 @@ import signal
 import ssl
 from dataclasses import replace
 
-from typing import Any
-
 from .access import AccessControl, build_access
 from .frontends.grpc.listener import GrpcListener
 from .frontends.grpc.tls import server_ssl_context
@@ -61,15 +59,13 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         write_ports(ports_file, ports)
     await stop.wait()
     log.info("shutting down: waiting for in-flight requests")
-    if isinstance(grpc_server, GrpcListener):
+    if grpc_server is not None:
         grpc_server.drain()  # GOAWAY: clients stop sending, calls in flight complete
     await server.stop()
     for listener in listeners:
         listener.close()
-    if isinstance(grpc_server, GrpcListener):
+    if grpc_server is not None:
         await grpc_server.close(grace=1.0)
-    elif grpc_server is not None:
-        await grpc_server.stop(grace=1.0)
     access.close()
     log.info("server stopped")
     return 0
@@ -80,7 +76,7 @@ async def _bind(
     options: ServerOptions,
     tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None],
     access: AccessControl,
-) -> tuple[list[HttpListener], Any, dict[str, int]]:
+) -> tuple[list[HttpListener], GrpcListener | None, dict[str, int]]:
     """Listen on every enabled front-end (``tls``: HTTP's and gRPC's); the bound ports."""
     http_tls, grpc_tls = tls
     ports: dict[str, int] = {}
@@ -105,7 +101,7 @@ async def _bind(
         listeners.append(listener)
         ports["metrics"] = listener.sockets[0].getsockname()[1]
         log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
-    grpc_server: Any = None
+    grpc_server: GrpcListener | None = None
     if options.allow_grpc:
         grpc_server, ports["grpc"] = await _bind_grpc(server, options, access, grpc_tls)
         log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
@@ -117,26 +113,10 @@ async def _bind_grpc(
     options: ServerOptions,
     access: AccessControl,
     tls: ssl.SSLContext | None,
-) -> tuple[Any, int]:
-    if options.grpc_transport == "grpcio":
-        from .frontends.grpc.grpcio_server import build_grpc_server  # legacy, benchmarks only
-
-        legacy = build_grpc_server(server, access)
-        address = f"{_host(options.grpc_address)}:{options.grpc_port}"
-        try:
-            port = legacy.add_insecure_port(address)
-        except RuntimeError as exc:
-            raise OSError(f"failed to bind gRPC to {address}: {exc}") from None
-        await legacy.start()
-        return legacy, port
+) -> tuple[GrpcListener, int]:
+    """tritium's own HTTP/2 + gRPC server on this event loop; the listener and its port."""
     listener = GrpcListener(server, access)
     return listener, await listener.listen(options.grpc_address, options.grpc_port, tls)
-
-
-def _host(address: str) -> str:
-    if ":" in address and not address.startswith("["):
-        return f"[{address}]"
-    return address
 
 
 def write_ports(path: str, ports: dict[str, int]) -> None:

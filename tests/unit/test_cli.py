@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tritium.cli import build_parser, options_from_args
 
 
@@ -23,9 +25,16 @@ def test_defaults_are_tritons() -> None:
     assert options.grpc_http2_min_recv_ping_interval_without_data_ms == 300_000
     assert options.grpc_http2_max_ping_strikes == 2
     assert options.grpc_max_concurrent_streams == 0  # tritium's bound per connection
-    assert options.grpc_transport == "h2" and not options.grpc_use_ssl
+    assert not options.grpc_use_ssl
     assert options.grpc_infer_response_compression_level == "none"
     assert options.grpc_max_connection_age_ms == 0 and not options.reuse_grpc_port
+
+
+def test_the_grpc_transport_is_no_longer_selectable(capsys: pytest.CaptureFixture[str]) -> None:
+    """grpcio's server is gone (issue 12): the flag that chose it is refused, not ignored."""
+    with pytest.raises(SystemExit):
+        _options("--grpc-transport", "grpcio")
+    assert "--grpc-transport" in capsys.readouterr().err
 
 
 def test_grpc_flags_reach_the_options() -> None:

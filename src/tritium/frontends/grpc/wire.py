@@ -1,12 +1,13 @@
 """ModelInferRequest bytes → message, in short steps.
 
-grpcio hands ModelInfer and ModelStreamInfer their request bytes undecoded, so that a message
-protobuf refuses (a string field that is not UTF-8) is answered INVALID_ARGUMENT with a clear
-message, and so that a large message is parsed without one long protobuf call holding the
-GIL: 48 MiB of empty strings in ``bytes_contents`` take upb about a second. A large message is
-cut at its top-level field boundaries into pieces merged one at a time (protobuf's merge of
-concatenated pieces is the parse of the whole); the typed ``contents`` of a large input are
-kept aside as bytes and decoded by ``decode_contents`` chunk by chunk.
+The transport hands ModelInfer and ModelStreamInfer their request bytes undecoded (see
+``service``), so that a message protobuf refuses (a string field that is not UTF-8) is answered
+INVALID_ARGUMENT with a clear message, and so that a large message is parsed without one long
+protobuf call holding the GIL: 48 MiB of empty strings in ``bytes_contents`` take upb about
+a second. A large message is cut at its top-level field boundaries into pieces merged one at a
+time (protobuf's merge of concatenated pieces is the parse of the whole); the typed
+``contents`` of a large input are kept aside as bytes and decoded by ``decode_contents`` chunk
+by chunk.
 """
 
 from __future__ import annotations
