@@ -3,19 +3,12 @@ servers they start, and tritonclient's protobuf messages built and checked by ha
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from server_process import ServerProcess
-
-try:  # the transport under test, when the suite selects one (issue 12)
-    from grpc_transport import TRANSPORT_ARGS  # type: ignore[import-not-found]
-except ImportError:  # else the server's default, or TRITIUM_TEST_GRPC_TRANSPORT=grpcio|h2
-    _TRANSPORT = os.environ.get("TRITIUM_TEST_GRPC_TRANSPORT", "")
-    TRANSPORT_ARGS: tuple[str, ...] = (f"--grpc-transport={_TRANSPORT}",) if _TRANSPORT else ()
 
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
@@ -38,7 +31,6 @@ def start_server(repos: list[Path], models: list[str], *flags: str) -> ServerPro
         *loads,
         f"--http-max-input-size={MAX_INPUT}",
         *flags,
-        *TRANSPORT_ARGS,
     )
 
 

@@ -23,36 +23,9 @@ from node_grpc import (
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
-from tritium.options import ServerOptions
-
-try:  # the transport under test, once tests/grpc_transport.py exists (issue 12)
-    from grpc_transport import TRANSPORT_ARGS  # type: ignore[import-not-found]
-except ImportError:
-    TRANSPORT_ARGS: tuple[str, ...] = ()  # type: ignore[no-redef]
-
 pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
 
 INFER, STREAM = "ModelInfer", "ModelStreamInfer"
-
-
-def _transport() -> str:
-    """The gRPC transport the servers here run: from TRANSPORT_ARGS, else the CLI default."""
-    args = list(TRANSPORT_ARGS)
-    for i, arg in enumerate(args):
-        if arg.startswith("--grpc-transport="):
-            return arg.split("=", 1)[1]
-        if arg == "--grpc-transport" and i + 1 < len(args):
-            return args[i + 1]
-    return ServerOptions().grpc_transport
-
-
-# grpcio's server accepts the TLS and response-compression flags but does not apply them; they
-# are the h2 transport's (issue 12 item 4). strict: once they work these markers must go.
-needs_h2 = pytest.mark.xfail(
-    _transport() == "grpcio",
-    reason="grpcio transport: --grpc-use-ssl / response compression are the h2 transport's",
-    strict=True,
-)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,7 +45,7 @@ def simple_repo(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 def _server(repo: Path, *args: str) -> ServerProcess:
-    return ServerProcess([repo], *TRANSPORT_ARGS, *args, wait_ready=False)
+    return ServerProcess([repo], *args, wait_ready=False)
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +94,6 @@ def _assert_simple_run(run: NodeRun) -> None:
         assert_simple_answer(response, i)
 
 
-@needs_h2
 def test_tls_with_the_ca(tls_server: ServerProcess, certs: Certs) -> None:
     _assert_simple_run(_simple_over(tls_server, {"root_cert": str(certs.ca)}))
 
@@ -132,7 +104,6 @@ def test_tls_untrusted_server_is_refused(tls_server: ServerProcess, certs: Certs
     assert [c.status for c in run.calls] == [UNAVAILABLE, UNAVAILABLE]
 
 
-@needs_h2
 def test_mutual_tls_with_the_client_cert(mtls_server: ServerProcess, certs: Certs) -> None:
     tls = {
         "root_cert": str(certs.ca),
@@ -162,7 +133,6 @@ def compressing_server(simple_repo: Path) -> Iterator[ServerProcess]:
     proc.stop()
 
 
-@needs_h2
 def test_response_compression(compressing_server: ServerProcess) -> None:
     """``--grpc-infer-response-compression-level high``: grpc-js accepts gzip and deflate, so
     the server compresses inference responses and grpc-js inflates them."""

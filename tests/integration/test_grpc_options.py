@@ -29,11 +29,6 @@ from models import build_test_repository
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
-try:
-    from grpc_transport import TRANSPORT_ARGS  # the lead's switch, once it exists
-except ImportError:
-    TRANSPORT_ARGS = ("--grpc-transport", "h2")
-
 # Forward my_header*, and try to forward what must never be: grpc's own metadata, te,
 # content-type, and a header named like a reserved parameter. user-agent is forwarded, as grpc
 # core hands it to Triton's handlers.
@@ -54,7 +49,6 @@ def options_repo(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -
 def server(options_repo: Path) -> Iterator[ServerProcess]:
     proc = ServerProcess(
         [options_repo],
-        *TRANSPORT_ARGS,
         *("--grpc-header-forward-pattern", FORWARD_PATTERN),
         "--grpc-infer-response-compression-level=high",
         "--reuse-grpc-port",
@@ -341,7 +335,7 @@ def test_reuse_grpc_port_lets_a_second_socket_bind_it(server: ServerProcess) -> 
 def test_two_servers_share_the_grpc_port(server: ServerProcess, options_repo: Path) -> None:
     port = str(server.ports["grpc"])
     second = ServerProcess(
-        [options_repo], *TRANSPORT_ARGS, "--reuse-grpc-port", "--grpc-port", port
+        [options_repo], "--reuse-grpc-port", "--grpc-port", port
     )
     try:
         assert second.ports["grpc"] == server.ports["grpc"]

@@ -23,11 +23,6 @@ from clients import add_sub_inputs, simple_grpc_infer_aio, simple_grpc_infer_cli
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
-try:
-    from grpc_transport import TRANSPORT_ARGS  # the lead's switch, once it exists
-except ImportError:
-    TRANSPORT_ARGS = ("--grpc-transport", "h2")
-
 pytestmark = pytest.mark.skipif(not have_openssl(), reason="openssl makes the certificates")
 
 
@@ -46,7 +41,6 @@ def simple_repo(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 def _tls_args(certs: Certs, *extra: str) -> list[str]:
     return [
-        *TRANSPORT_ARGS,
         "--grpc-use-ssl",
         *("--grpc-server-cert", str(certs.server_cert)),
         *("--grpc-server-key", str(certs.server_key)),
@@ -271,7 +265,6 @@ def test_bad_certificate_files_refuse_to_start(
     else:
         key = str(certs.client_key)
     args = [
-        *TRANSPORT_ARGS,
         *("--grpc-use-ssl-mutual", "--grpc-root-cert", root),
         *("--grpc-server-cert", cert, "--grpc-server-key", key),
     ]
