@@ -1,9 +1,11 @@
 """The ``grpc`` bench list (issue 12, bench/scenarios/transport.py): its matrix, the ratios
-between transports, the PASS/FAIL lines of the issue's targets, its repository variants, and
-the runner starting each server for its first scenario and stopping it after its last."""
+between servers, the PASS/FAIL lines of the issue's targets (HTTP against the recorded
+foundation result), its repository variants, and the runner starting each server for its
+first scenario and stopping it after its last."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ from bench import runner  # noqa: E402
 from bench.cli import used_info  # noqa: E402
 from bench.common import Scenario, Settings, Target  # noqa: E402
 from bench.scenarios import transport  # noqa: E402
-from bench.scenarios.transport import FLOOR, GRPCIO, H2  # noqa: E402
+from bench.scenarios.transport import FLOOR, H2  # noqa: E402
 
 
 def row(model: str, protocol: str, conc: int, target: str, **values: Any) -> dict[str, Any]:
@@ -35,77 +37,112 @@ def row(model: str, protocol: str, conc: int, target: str, **values: Any) -> dic
     }
 
 
-def test_matrix_covers_every_transport_and_mode() -> None:
+def test_matrix_covers_every_server_and_mode() -> None:
     scenarios = transport.transport_scenarios()
     names = [s.name for s in scenarios]
     assert len(names) == len(set(names))
     models = {"simple", "simple_dynbatch", "add_sub_python", "add_sub_python_dynbatch"}
     for model in models:
         for protocol, conc in transport.GRPC_MODES:
-            for target in (H2, GRPCIO):
-                assert Scenario(model, protocol, conc, target=target) in scenarios
+            assert Scenario(model, protocol, conc, target=H2) in scenarios
         for protocol, conc in transport.HTTP_MODES:
             assert Scenario(model, protocol, conc, target=H2) in scenarios
     floor = [s for s in scenarios if s.target == FLOOR]
     assert {s.model for s in floor} == {"simple"}  # it answers the simple contract only
     assert {(s.protocol, s.concurrency) for s in floor} == set(transport.GRPC_MODES)
     large = [s for s in scenarios if s.model == transport.IDENTITY_MODEL]
-    assert {(s.protocol, s.target) for s in large} == {("grpc", H2), ("grpc", GRPCIO), ("http", H2)}
-    assert all(s.target for s in scenarios)  # never the run's own server
+    assert {(s.protocol, s.target) for s in large} == {("grpc", H2), ("http", H2)}
+    assert {s.target for s in scenarios} == {H2, FLOOR}  # never the run's own server
 
 
-def test_h2_rows_are_compared_with_floor_grpcio_and_http() -> None:
+def test_h2_rows_are_compared_with_floor_and_http() -> None:
     rows = [
         row("add_sub_python", "grpc", 16, H2, infer_per_s=3000.0, server_cpu_us=150.0),
-        row("add_sub_python", "grpc", 16, GRPCIO, infer_per_s=1500.0, server_cpu_us=300.0),
-        row("simple", "grpc", 16, FLOOR, infer_per_s=2000.0),
+        row("simple", "grpc", 16, FLOOR, infer_per_s=2000.0, server_cpu_us=300.0),
         row("add_sub_python", "http", 16, H2, infer_per_s=6000.0),
         row("add_sub_python", "grpc-stream", 16, H2),  # only HTTP at c16 to compare with
         {"model": "simple", "protocol": "grpc", "concurrency": 1, "target": H2, "errors": ["x"]},
     ]
     transport.compare(rows)
     vs = rows[0]["vs"]
+    assert set(vs) == {"floor", "http"}
     assert vs["floor"]["infer_per_s"] == pytest.approx(1.5)
-    assert vs["grpcio"]["infer_per_s"] == pytest.approx(2.0)
-    assert vs["grpcio"]["server_cpu_us"] == pytest.approx(0.5)
+    assert vs["floor"]["server_cpu_us"] == pytest.approx(0.5)
     assert vs["http"]["infer_per_s"] == pytest.approx(0.5)
-    assert set(rows[4]["vs"]) == {"http"}
-    assert all("vs" not in r for r in rows[1:4] + rows[5:])  # only measured h2 gRPC rows
+    assert set(rows[3]["vs"]) == {"http"}
+    assert all("vs" not in r for r in rows[1:3] + rows[4:])  # only measured h2 gRPC rows
 
 
-def goal_rows(h2_c16: float, floor_c16: float, streams: float, p50_c1: float) -> list[dict]:
+def goal_rows(
+    h2_c16: float, floor_c16: float, streams: float, p50_c1: float, http_c16: float = 7000.0
+) -> list[dict]:
     return [
         row("simple", "grpc", 16, H2, infer_per_s=h2_c16, server_cpu_us=140.0),
-        row("simple", "grpc", 16, GRPCIO, infer_per_s=3000.0, server_cpu_us=350.0),
         row("simple", "grpc", 16, FLOOR, infer_per_s=floor_c16),
         row("simple", "grpc", 1, H2, p50_ms=p50_c1),
         row("simple", "grpc-streams", 16, H2, infer_per_s=streams),
-        row("simple", "http", 16, H2, infer_per_s=7000.0),
+        row("simple", "http", 16, H2, infer_per_s=http_c16),
     ]
 
 
-def test_goal_lines_say_pass_and_fail() -> None:
-    lines = transport.goal_lines(goal_rows(7600.0, 4000.0, 9000.0, 0.44))
-    goals = [line for line in lines if line.startswith("- ")]
-    assert len(goals) == len(transport.GOALS)
-    floor, cpu, p50, streams, http = goals
-    assert "1.90× → **PASS** (grpcio 0.75×)" in floor
-    assert "140 µs → **PASS** (grpcio 350 µs)" in cpu
+def foundation(path: Path, infer_per_s: float) -> Path:
+    """A foundation result as bench/run.py writes it: binary HTTP ``simple`` c16 at
+    ``infer_per_s``, among rows the HTTP target must not read."""
+    scenarios = [
+        row("simple", "http", 1, "", infer_per_s=1.0),
+        row("simple", "http-json", 16, "", infer_per_s=2.0),
+        row("add_sub_python", "http", 16, "", infer_per_s=3.0),
+        row("simple", "http", 16, "", infer_per_s=infer_per_s),
+    ]
+    path.write_text(json.dumps({"issue": "foundation", "scenarios": scenarios}))
+    return path
+
+
+def goals(rows: list[dict]) -> list[str]:
+    lines = [line for line in transport.goal_lines(rows) if line.startswith("- ")]
+    assert len(lines) == len(transport.GOALS)
+    return lines
+
+
+def test_goal_lines_say_pass_and_fail(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(transport, "FOUNDATION", foundation(tmp_path / "f.json", 7000.0))
+    floor, cpu, p50, streams, http = goals(goal_rows(7600.0, 4000.0, 9000.0, 0.44, 6650.0))
+    assert "1.90× → **PASS**" in floor
+    assert "140 µs → **PASS**" in cpu
     assert "0.440 ms → **PASS**" in p50
     assert "9,000/s → **FAIL**" in streams
-    assert "1.09× → **PASS**" in http
-    lines = transport.goal_lines(goal_rows(7000.0, 4000.0, 12000.0, 0.5))
-    assert "1.75× → **FAIL**" in lines[3] and "0.500 ms → **FAIL**" in lines[5]
+    assert "0.95× → **PASS**" in http and "foundation.json" in http
+    floor, _, p50, streams, http = goals(goal_rows(7000.0, 4000.0, 12000.0, 0.5, 6000.0))
+    assert "1.75× → **FAIL**" in floor and "0.500 ms → **FAIL**" in p50
+    assert "12,000/s → **PASS**" in streams
+    assert "0.86× → **FAIL**" in http  # HTTP slower than recorded, beyond the noise
 
 
-def test_goal_lines_without_a_row_and_on_a_busy_machine() -> None:
+def test_http_target_is_na_without_a_recorded_foundation_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transport, "FOUNDATION", tmp_path / "absent.json")
+    http = goals(goal_rows(7600.0, 4000.0, 12000.0, 0.4))[-1]
+    assert "n/a" in http and "none recorded" in http
+    no_row = tmp_path / "f.json"
+    no_row.write_text(json.dumps({"scenarios": [row("simple", "grpc", 16, "")]}))
+    assert transport.recorded_http(no_row) is None
+    (tmp_path / "bad.json").write_text("{")
+    assert transport.recorded_http(tmp_path / "bad.json") is None
+    assert transport.recorded_http(foundation(tmp_path / "g.json", 5000.0)) == 5000.0
+
+
+def test_goal_lines_without_a_row_and_on_a_busy_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(transport, "FOUNDATION", foundation(tmp_path / "f.json", 7000.0))
     rows = goal_rows(7600.0, 4000.0, 12000.0, 0.4)
-    rows[2] = {**rows[2], "errors": ["boom"]}
-    del rows[2]["infer_per_s"]  # the floor row failed
+    rows[1] = {**rows[1], "errors": ["boom"]}
+    del rows[1]["infer_per_s"]  # the floor row failed
     rows[0]["other_cpu_util"] = 0.5
     lines = transport.goal_lines(rows)
     assert "n/a" in lines[3] and "PASS" not in lines[3] and "FAIL" not in lines[3]
-    assert any("1 of 5 rows" in line and "0.50" in line for line in lines)
+    assert any("1 of 4 rows" in line and "0.50" in line for line in lines)
 
 
 def test_table_splits_the_16_mib_rows() -> None:
