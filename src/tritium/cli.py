@@ -145,7 +145,7 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
         "--grpc-max-concurrent-streams",
         type=int,
         default=0,
-        help="HTTP/2 streams per connection (0: grpc's default)",
+        help="HTTP/2 streams per connection (0: 1024, tritium's default)",
     )
     serve.add_argument(
         "--grpc-stream-inflight-limit",

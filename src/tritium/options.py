@@ -27,7 +27,7 @@ class ServerOptions:
     grpc_http2_max_pings_without_data: int = 2
     grpc_http2_min_recv_ping_interval_without_data_ms: int = 300_000
     grpc_http2_max_ping_strikes: int = 2
-    grpc_max_concurrent_streams: int = 0  # 0: grpc's own default
+    grpc_max_concurrent_streams: int = 0  # 0: 1024 a connection (listener.py)
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     allow_metrics: bool = True
