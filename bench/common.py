@@ -71,7 +71,7 @@ class Scenario:
     # ensembles: the client calls the ensemble's composing models one after another instead
     chained: bool = False
     # the server that answers: "" the run's tritium server, else a name of an Issue's
-    # ``targets`` (its own server, e.g. another gRPC transport or the bare grpc.aio floor)
+    # ``targets`` (its own server, e.g. the grpc list's tritium or the bare grpc.aio floor)
     target: str = ""
 
     @property
