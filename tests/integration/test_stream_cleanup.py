@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import h2.config
 import h2.connection
@@ -16,6 +15,8 @@ import numpy as np
 import pytest
 from h2.errors import ErrorCodes
 from tritonclient.grpc import service_pb2 as pb
+
+from grpc_memory import MemoryTransport
 
 from tritium.frontends.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.listener import GrpcListener
@@ -29,23 +30,6 @@ HEADERS = [
     (":authority", "localhost"),
     ("content-type", "application/grpc"),
 ]
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.out.append(bytes(data))
-
-    def get_extra_info(self, key: str) -> Any:
-        return ("127.0.0.1", 1) if key == "peername" else None
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 def _message(i: int) -> bytes:
@@ -62,7 +46,7 @@ class _Client:
     def __init__(self, listener: GrpcListener) -> None:
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.h2.initiate_connection()
-        self.transport = _Transport()
+        self.transport = MemoryTransport()
         self.server = GrpcConnection(listener)
         self.server.connection_made(self.transport)
         self.answers: dict[int, int] = {}  # stream → messages received
