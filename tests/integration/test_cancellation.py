@@ -96,6 +96,35 @@ def test_dropped_stream_cancels_the_running_request(
     client.close()
 
 
+def test_a_passed_deadline_cancels_the_running_request(
+    probe_server: ServerProcess, tmp_path: Path
+) -> None:
+    """grpc-timeout on a stream: when it passes the call ends DEADLINE_EXCEEDED and the
+    request running inside the server is cancelled (the model sees it). The server's own
+    deadline, without a client enforcing it, is tested on a raw socket in
+    test_grpc_http2.py."""
+    marker = tmp_path / "marker"
+    client = grpcclient.InferenceServerClient(probe_server.grpc_url)
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(lambda result, error: responses.put((result, error)), stream_timeout=1.5)
+    inp = grpcclient.InferInput("IN", [1], "INT32")
+    inp.set_data_from_numpy(np.array([7], dtype=np.int32))
+    client.async_stream_infer(
+        "cancel_probe", [inp], request_id="d1", parameters={"marker": str(marker)}
+    )
+    result, error = responses.get(timeout=30)
+    assert error is None and result.as_numpy("OUT").tolist() == [1]
+    result, error = responses.get(timeout=30)  # the deadline ends the stream
+    assert result is None and "DEADLINE_EXCEEDED" in str(error.status())
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and not marker.exists():
+        time.sleep(0.05)
+    assert marker.exists(), "the model never saw its request cancelled"
+    client.stop_stream()
+    assert client.is_server_live()
+    client.close()
+
+
 def test_a_cancelled_unary_request_is_still_accounted(server: ServerProcess, protocol: str) -> None:
     """A unary call given up while its model runs: the model's answer, which nobody waits
     for any more, still closes the request (it is counted in the statistics, and nothing

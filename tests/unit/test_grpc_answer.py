@@ -11,6 +11,8 @@ import h2.config
 import h2.connection
 import h2.events
 
+from grpc_memory import MemoryTransport
+
 from tritium.frontends.grpc.call import ServerCall
 from tritium.frontends.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
@@ -25,23 +27,6 @@ HEADERS = [
     ("te", "trailers"),
     ("content-type", "application/grpc"),
 ]
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        self.out.append(bytes(data))
-
-    def get_extra_info(self, key: str) -> Any:
-        return ("127.0.0.1", 1) if key == "peername" else None
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
 
 
 def _echo(raw: bytes, call: ServerCall) -> bool:
@@ -71,7 +56,7 @@ def _exchange(calls: int, payload: bytes, repeat: int) -> list[dict[str, Any]]:
     async def run() -> list[dict[str, Any]]:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()
-        transport = _Transport()
+        transport = MemoryTransport()
         server = GrpcConnection(_Listener())  # type: ignore[arg-type]
         server.connection_made(transport)
         server.data_received(client.data_to_send())

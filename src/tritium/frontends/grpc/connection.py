@@ -35,8 +35,10 @@ from h2.stream import StreamInputs
 from hyperframe.frame import GoAwayFrame
 
 from .call import ServerCall
+from .frames import RESPONSE_HEADERS, FrameSizeGuard, unary_answer
 from .hpack_fast import CachingDecoder, LiteralEncoder
 from .metadata import encode_grpc_message
+from .pings import PingPolicy
 from .status import RpcError, StatusCode
 
 if TYPE_CHECKING:
@@ -58,57 +60,7 @@ _H2_CONFIG = h2.config.H2Configuration(
     validate_outbound_headers=False,
     normalize_outbound_headers=False,
 )
-_RESPONSE_HEADERS = [
-    (b":status", b"200"),
-    (b"content-type", b"application/grpc"),
-    (b"grpc-accept-encoding", b"identity,deflate,gzip"),  # no spaces: grpc-js splits on ','
-]
-_OK_TRAILERS = LiteralEncoder().encode([(b"grpc-status", b"0")])
-_OK_TRAILERS_FRAME_HEAD = len(_OK_TRAILERS).to_bytes(3, "big") + b"\x01\x05"  # END_STREAM|HEADERS
-_HEADER_BLOCKS: dict[str, bytes] = {}  # response header blocks by grpc-encoding ("": none)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
-_NO_CALLS_PING_INTERVAL = 7200.0  # seconds: grpc core's allowance when no call is active
-_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface
-
-
-class FrameSizeGuard:
-    """Follows the frame boundaries of the bytes a client sends and stops a frame whose
-    header declares more than the frame size we accept, before h2 would buffer its whole
-    declared body (up to 16 MiB a connection). Also checks the connection preface."""
-
-    __slots__ = ("_limit", "_preface", "_skip", "_head")
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._preface = 0  # preface bytes checked so far
-        self._skip = 0  # body bytes of the current frame still to come
-        self._head = b""
-
-    def check(self, data: bytes) -> int | None:
-        """None, or the HTTP/2 error code that ends the connection."""
-        pos, size = 0, len(data)
-        if self._preface < len(_PREFACE):
-            pos = min(len(_PREFACE) - self._preface, size)
-            if data[:pos] != _PREFACE[self._preface : self._preface + pos]:
-                return ErrorCodes.PROTOCOL_ERROR
-            self._preface += pos
-        while pos < size:
-            if self._skip:
-                step = min(self._skip, size - pos)
-                self._skip -= step
-                pos += step
-                continue
-            need = 9 - len(self._head)
-            self._head += data[pos : pos + need]
-            pos += need
-            if len(self._head) < 9:
-                return None
-            length = int.from_bytes(self._head[:3], "big")
-            if length > self._limit:
-                return ErrorCodes.FRAME_SIZE_ERROR
-            self._skip = length
-            self._head = b""
-        return None
 
 
 class GrpcConnection(asyncio.Protocol):
@@ -127,9 +79,7 @@ class GrpcConnection(asyncio.Protocol):
         self._draining = False
         self._last_stream = 0
         self._closed = False
-        self._ping_strikes = 0
-        self._last_ping = 0.0
-        self._pings_sent = 0
+        self._pings = PingPolicy(listener.options)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
@@ -183,7 +133,7 @@ class GrpcConnection(asyncio.Protocol):
         try:
             for event in events:
                 if type(event) in _DATA_EVENTS:
-                    self._reset_ping_strikes()
+                    self._pings.data()
                 handler = _EVENTS.get(type(event))
                 if handler is not None:
                     handler(self, event)
@@ -286,27 +236,9 @@ class GrpcConnection(asyncio.Protocol):
         self._write_blocked()
 
     def _ping(self, event: h2.events.PingReceived) -> None:
-        """grpc core's ping policy: pings sooner than allowed are strikes; too many end the
-        connection (h2 has already queued the ACK)."""
-        now = time.monotonic()
-        options = self._listener.options
-        if self.calls or options.grpc_keepalive_permit_without_calls:
-            interval = options.grpc_http2_min_recv_ping_interval_without_data_ms / 1000
-        else:
-            interval = _NO_CALLS_PING_INTERVAL
-        if self._last_ping and now - self._last_ping < interval:
-            self._ping_strikes += 1
-            limit = options.grpc_http2_max_ping_strikes
-            if limit > 0 and self._ping_strikes > limit:
-                self._close(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
-                return
-        self._last_ping = now
-
-    def _reset_ping_strikes(self) -> None:
-        """Pings that come with data (headers or DATA either way) are never strikes: gRPC
-        clients ping to measure bandwidth as our answers arrive (grpc core does the same)."""
-        self._last_ping = 0.0
-        self._ping_strikes = 0
+        """h2 has queued the ACK; too many pings without data end the connection."""
+        if self._pings.received(time.monotonic(), bool(self.calls)):
+            self._close(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
 
     def _ping_ack(self, event: h2.events.PingAckReceived) -> None:
         if self._ping_timeout is not None:
@@ -329,7 +261,7 @@ class GrpcConnection(asyncio.Protocol):
 
     def _headers(self, call: ServerCall) -> None:
         call.headers_sent = True
-        headers = _RESPONSE_HEADERS
+        headers = RESPONSE_HEADERS
         if call.response_encoding is not None:
             headers = [*headers, (b"grpc-encoding", call.response_encoding[0].encode())]
         self._h2.send_headers(call.stream_id, headers)
@@ -345,8 +277,7 @@ class GrpcConnection(asyncio.Protocol):
         else:  # no copy of a large message: the prefix goes as a frame of its own
             self._send_data(call, head)
             self._send_data(call, payload)
-        self._pings_sent = 0
-        self._reset_ping_strikes()
+        self._pings.sent_data()
         self._flush()
 
     def answer(self, call: ServerCall, data: bytes) -> bool:
@@ -376,40 +307,23 @@ class GrpcConnection(asyncio.Protocol):
         machine.process_input(StreamInputs.SEND_END_STREAM)
         stream.outbound_flow_control_window -= size
         h2conn.outbound_flow_control_window -= size
-        sid = call.stream_id.to_bytes(4, "big")
-        headers = self._answer_headers(call)
-        h2conn._data_to_send += b"".join(
-            (
-                len(headers).to_bytes(3, "big") + b"\x01\x04" + sid + headers,
-                size.to_bytes(3, "big") + b"\x00\x00" + sid + data,
-                _OK_TRAILERS_FRAME_HEAD + sid + _OK_TRAILERS,
-            )
+        encoding = call.response_encoding
+        h2conn._data_to_send += unary_answer(
+            call.stream_id, encoding[0] if encoding is not None else None, data
         )
         call.headers_sent = True
         call.done = True
         self._ended(call)
         return True
 
-    def _answer_headers(self, call: ServerCall) -> bytes:
-        encoding = call.response_encoding
-        key = encoding[0] if encoding is not None else ""
-        block = _HEADER_BLOCKS.get(key)
-        if block is None:
-            headers = _RESPONSE_HEADERS
-            if encoding is not None:
-                headers = [*headers, (b"grpc-encoding", encoding[0].encode())]
-            block = _HEADER_BLOCKS[key] = LiteralEncoder().encode(headers)
-        return block
-
     def _ended(self, call: ServerCall) -> None:
         """The answer is out: forget the call."""
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None
-        self._reset_ping_strikes()
+        self._pings.sent_data()
         self.calls.pop(call.stream_id, None)
         self._blocked.pop(call.stream_id, None)
-        self._pings_sent = 0
         self._flush()
         self._maybe_close()
 
@@ -485,13 +399,13 @@ class GrpcConnection(asyncio.Protocol):
 
     def _send_trailers(self, call: ServerCall, trailers: list[tuple[str, str]]) -> None:
         sid = call.stream_id
-        self._reset_ping_strikes()
+        self._pings.sent_data()
         encoded = [(k.encode(), v.encode()) for k, v in trailers]
         try:
             if call.headers_sent:
                 self._h2.send_headers(sid, encoded, end_stream=True)
             else:  # Trailers-Only
-                self._h2.send_headers(sid, [*_RESPONSE_HEADERS, *encoded], end_stream=True)
+                self._h2.send_headers(sid, [*RESPONSE_HEADERS, *encoded], end_stream=True)
                 call.headers_sent = True
             if not call.half_closed:  # the client may still be sending: tell it to stop
                 self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
@@ -519,10 +433,9 @@ class GrpcConnection(asyncio.Protocol):
     # -- pings, age, draining ----------------------------------------------------------------
     def _send_keepalive(self) -> None:
         options = self._listener.options
-        limit = options.grpc_http2_max_pings_without_data
-        if not self._closed and (limit <= 0 or self._pings_sent < limit or self.calls):
+        if not self._closed and self._pings.may_send_keepalive(bool(self.calls)):
             self._h2.ping(b"tritium\x00")
-            self._pings_sent += 1
+            self._pings.sent_without_data += 1
             self._flush()
             loop = asyncio.get_running_loop()
             self._ping_timeout = loop.call_later(

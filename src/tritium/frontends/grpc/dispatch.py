@@ -106,7 +106,7 @@ class Dispatcher:
         if self._guard is not None:
             call.guard = self._guard.call(method, conn.peer)
         if rpc.kind is Kind.BIDI:
-            call.task = asyncio.get_running_loop().create_task(self._bidi(call, rpc))
+            call.task = asyncio.get_running_loop().create_task(self._run(call, rpc, None))
         # a unary call runs at its END_STREAM (``input_ended``)
 
     @staticmethod
@@ -132,21 +132,21 @@ class Dispatcher:
             return
         if rpc.fast is not None and call.guard is None and rpc.fast(raw, call):
             return
-        loop = asyncio.get_running_loop()
-        if rpc.kind is Kind.UNARY:
-            call.task = loop.create_task(self._unary(call, rpc, raw))
-        else:
-            call.task = loop.create_task(self._server_stream(call, rpc, raw))
+        call.task = asyncio.get_running_loop().create_task(self._run(call, rpc, raw))
 
     # -- running handlers --------------------------------------------------------------------
-    async def _unary(self, call: ServerCall, rpc: Method, raw: bytes) -> None:
+    async def _run(self, call: ServerCall, rpc: Method, raw: bytes | None) -> None:
+        """One call's handler, whatever its kind: admission, the handler, its status. The
+        guard is released (a control action audited) before the answer goes out, so the
+        audit line exists by the time the client learns the outcome."""
         guard: CallGuard | None = call.guard
-        request = None
+        request: Any = None
         try:
-            request = rpc.parse(raw)
+            if raw is not None:
+                request = rpc.parse(raw)
             if guard is not None:
                 guard.admit(call.metadata, request)
-            payload = _serialize(await rpc.handler(request, call))
+            answer = await _handle(call, rpc, request)
         except asyncio.CancelledError:
             _release(guard, request, "cancelled")
             raise
@@ -157,47 +157,25 @@ class Dispatcher:
             return
         _release(guard, request, None)
         try:
-            call.answer(payload)
+            if answer is None:
+                call.finish()
+            else:
+                call.answer(answer)
         except RpcError as exc:  # a response over the send bound
             call.finish(exc.code, exc.message)
 
-    async def _server_stream(self, call: ServerCall, rpc: Method, raw: bytes) -> None:
-        guard: CallGuard | None = call.guard
-        request = None
-        try:
-            request = rpc.parse(raw)
-            if guard is not None:
-                guard.admit(call.metadata, request)
-            async for message in rpc.handler(request, call):
-                call.send(_serialize(message))
-                await call.drain()
-        except asyncio.CancelledError:
-            _release(guard, request, None)
-            raise
-        except Exception as exc:
-            code, message = status_of(exc)
-            _release(guard, request, None)
-            call.finish(code, message)
-            return
-        _release(guard, request, None)
-        call.finish()
 
-    async def _bidi(self, call: ServerCall, rpc: Method) -> None:
-        guard: CallGuard | None = call.guard
-        try:
-            if guard is not None:
-                guard.admit(call.metadata, None)
-            await rpc.handler(call)
-        except asyncio.CancelledError:
-            _release(guard, None, None)
-            raise
-        except Exception as exc:
-            code, message = status_of(exc)
-            _release(guard, None, None)
-            call.finish(code, message)
-            return
-        _release(guard, None, None)
-        call.finish()
+async def _handle(call: ServerCall, rpc: Method, request: Any) -> bytes | None:
+    """Runs the handler: a unary one's answer, or None once a streaming one has written."""
+    if rpc.kind is Kind.UNARY:
+        return _serialize(await rpc.handler(request, call))
+    if rpc.kind is Kind.BIDI:
+        await rpc.handler(call)
+    else:
+        async for message in rpc.handler(request, call):
+            call.send(_serialize(message))
+            await call.drain()
+    return None
 
 
 def _read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes, dict[str, str]]:

@@ -8,37 +8,33 @@
   its gRPC status instead.
 - Every response carries ``triton_final_response``; ``triton_enable_empty_final_response``
   turns a decoupled model's flag-only completion into an empty final response.
-- Back-pressure: at most ``limit`` requests per stream are in flight (counted until their
-  final response is written), so a fast sender or a slow reader stops the stream from being
-  read and HTTP/2 flow control pushes back; memory stays bounded.
-- When the client goes away, queued requests of the stream are dropped (CANCELLED).
+- Responses are written from the response callbacks straight to the call (no queue, no
+  writer task). Back-pressure: at most ``limit`` requests per stream are in flight (counted
+  until their final response is written), and no request is read while the client leaves
+  more than the call's high-water mark of our answers unread, so a fast sender or a slow
+  reader stops the stream from being read and HTTP/2 flow control pushes back.
+- When the client goes away, the stream's requests still in the server are cancelled.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections import deque
-from collections.abc import AsyncIterator
 from typing import Any
 
-import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import ErrorKind, ServerError
 from ...server import InferenceRequest, InferenceServer, ResponseSender, parse_version
 from ...types import ClientRequest, InferenceResponse
-from ..tensors import decode_off_loop
+from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
 from .call import ServerCall
 from .errors import CODE, status_message
-from .status import RpcError
 
-log = logging.getLogger("tritium")
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
-_END = object()
 
 
 class _Item:
@@ -88,37 +84,40 @@ class StreamSession:
     def __init__(
         self,
         server: InferenceServer,
+        call: ServerCall,
         limit: int,
-        grpc_errors: bool,
         forwarded: dict[str, str] | None = None,
     ) -> None:
         self._server = server
+        self._call = call
         self._forwarded = forwarded
-        self._grpc_errors = grpc_errors
+        self._grpc_errors = call.metadata.get("triton_grpc_error", "").lower() == "true"
         self._slots = asyncio.Semaphore(limit)
-        self._out: asyncio.Queue[Any] = asyncio.Queue()
         self._ordered: deque[_Slot] = deque()
         self._active: set[InferenceRequest] = set()
         self._outstanding = 0
         self._input_done = False
-        self._closed = False
+        self._idle: asyncio.Future[None] | None = None
 
-    # -- reading -----------------------------------------------------------------------------
-    async def read(self, requests: AsyncIterator[bytes | pb.ModelInferRequest]) -> None:
-        """grpcio hands the messages over as bytes (see service); an in-process caller may
-        pass parsed messages."""
-        try:
-            async for item in requests:
-                raw = item if isinstance(item, bytes) else item.SerializeToString()
-                await self._slots.acquire()
-                if self._closed:
-                    return
+    async def run(self) -> None:
+        """Reads and starts requests until the client half-closes, then waits until every
+        request has had its final response."""
+        call = self._call
+        while True:
+            await self._slots.acquire()
+            await call.drain()
+            raw = await call.read()
+            if raw is None or call.done:
+                break
+            if len(raw) <= OFFLOAD_BYTES:
+                message, request = _decode(raw, self._forwarded)
+            else:
                 message, request = await decode_off_loop(len(raw), _decode, raw, self._forwarded)
-                self._start(message, request)
-        except Exception as exc:  # the writer ends the stream with it
-            self._out.put_nowait(exc)
-            return
-        self._out.put_nowait(_END)
+            self._start(message, request)
+        self._input_done = True
+        if self._outstanding and not call.done:
+            self._idle = asyncio.get_running_loop().create_future()
+            await self._idle
 
     def _start(
         self, message: pb.ModelInferRequest | None, client: ClientRequest | ServerError
@@ -146,7 +145,7 @@ class StreamSession:
         except ServerError as exc:
             self._active.discard(request)
             if decoupled:
-                self._out.put_nowait(_Item(_error_message(exc, request.id), exc.kind, True))
+                self._write(_Item(_error_message(exc, request.id), exc.kind, True))
             else:
                 callback(InferenceResponse(request.model_name, "", request.id, error=exc), True)
 
@@ -180,7 +179,9 @@ class StreamSession:
     def _flush(self) -> None:
         ordered = self._ordered
         while ordered and ordered[0].item is not None:
-            self._out.put_nowait(ordered.popleft().item)
+            item = ordered.popleft().item
+            assert item is not None
+            self._write(item)
 
     def _decoupled_callback(self, request: InferenceRequest, empty_final: bool) -> Any:
         def on_response(response: InferenceResponse | None, final: bool) -> None:
@@ -188,43 +189,45 @@ class StreamSession:
                 self._active.discard(request)
             if response is not None:
                 kind = _kind(response.error) if response.error is not None else None
-                self._out.put_nowait(_Item(_response_message(response, final), kind, final))
+                self._write(_Item(_response_message(response, final), kind, final))
             elif final:
                 message = None
                 if empty_final:
                     empty = InferenceResponse(request.model_name, _version(request), request.id)
                     message = _response_message(empty, True)
-                self._out.put_nowait(_Item(message, None, True))
+                self._write(_Item(message, None, True))
 
         return on_response
 
-    # -- writing -----------------------------------------------------------------------------
-    async def messages(self) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        """What the stream writes: until the client half-closed and every request it sent
-        has had its final response."""
-        while True:
-            item = await self._out.get()
-            if isinstance(item, Exception):
-                raise item
-            if item is _END:
-                self._input_done = True
-            else:
-                if item.message is not None:
-                    if item.kind is not None and self._grpc_errors:
-                        raise ServerError(item.kind, item.message.error_message)
-                    yield item.message
-                if item.final:
-                    self._outstanding -= 1
-                    self._slots.release()
-            if self._input_done and self._outstanding == 0:
+    def _write(self, item: _Item) -> None:
+        """One response to the client (or only the accounting of a final without one)."""
+        call = self._call
+        message = item.message
+        if message is not None and not call.done:
+            if item.kind is not None and self._grpc_errors:  # the first error ends the stream
+                call.finish(CODE[item.kind], status_message(message.error_message))
+                call.cancelled()
+                self._wake()
                 return
+            call.send(message.SerializeToString())
+        if item.final:
+            self._outstanding -= 1
+            self._slots.release()
+            if self._input_done and self._outstanding == 0:
+                self._wake()
+
+    def _wake(self) -> None:
+        idle, self._idle = self._idle, None
+        if idle is not None and not idle.done():
+            idle.set_result(None)
 
     def close(self) -> None:
-        """The client went away: requests of this stream that have not started are dropped."""
-        self._closed = True
+        """The call ended (or the client went away): requests still in the server are
+        cancelled."""
         for request in self._active:
             request.cancel()
         self._active.clear()
+        self._wake()
 
 
 def _decode(
@@ -247,49 +250,13 @@ def _version(request: InferenceRequest) -> str:
     return str(request.model_version) if request.model_version > 0 else ""
 
 
-async def model_stream_infer(
-    server: InferenceServer, requests: AsyncIterator[Any], context: Any, limit: int
-) -> AsyncIterator[pb.ModelStreamInferResponse]:
-    metadata = dict(context.invocation_metadata() or ())
-    grpc_errors = str(metadata.get("triton_grpc_error", "")).lower() == "true"
-    session = StreamSession(server, limit, grpc_errors)
-    reader = asyncio.ensure_future(session.read(requests))
-    try:
-        async for message in session.messages():
-            yield message
-    except ServerError as exc:  # triton_grpc_error mode: the first error ends the stream
-        await context.abort(grpc.StatusCode[CODE[exc.kind].name], status_message(exc.message))
-    except (asyncio.CancelledError, grpc.aio.AbortError):
-        raise
-    except Exception as exc:  # a bug (or a broken request iterator): INTERNAL, as unary calls
-        log.exception("unhandled error in ModelStreamInfer")
-        message = status_message(f"{type(exc).__name__}: {exc}")
-        await context.abort(grpc.StatusCode.INTERNAL, message)
-    finally:
-        session.close()
-        reader.cancel()
-
-
-async def _requests(call: ServerCall) -> AsyncIterator[bytes]:
-    while (message := await call.read()) is not None:
-        yield message
-
-
 async def stream_infer(
     server: InferenceServer, call: ServerCall, limit: int, forwarded: dict[str, str] | None
 ) -> None:
-    """ModelStreamInfer on tritium's transport: responses are written as the session makes
-    them, each waiting for the client's window (``drain``) so a client that stops reading
-    stops the stream from being read."""
-    grpc_errors = call.metadata.get("triton_grpc_error", "").lower() == "true"
-    session = StreamSession(server, limit, grpc_errors, forwarded)
-    reader = asyncio.ensure_future(session.read(_requests(call)))
+    """ModelStreamInfer on one call; the dispatcher ends it with OK when this returns."""
+    session = StreamSession(server, call, limit, forwarded)
+    call.on_cancel = session.close
     try:
-        async for message in session.messages():
-            call.send(message.SerializeToString())
-            await call.drain()
-    except ServerError as exc:  # triton_grpc_error mode: the first error ends the stream
-        raise RpcError(CODE[exc.kind], status_message(exc.message)) from None
+        await session.run()
     finally:
         session.close()
-        reader.cancel()

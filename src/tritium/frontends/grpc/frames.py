@@ -1,0 +1,90 @@
+"""HTTP/2 frames tritium reads or writes itself, beside h2.
+
+- ``FrameSizeGuard`` follows the frame boundaries of what a client sends and stops a frame
+  whose header declares more than the frame size we accept, before h2 would buffer its whole
+  declared body (up to 16 MiB a connection); it also checks the connection preface.
+- ``unary_answer``: the three frames of a successful unary answer (response headers, one
+  DATA frame, ``grpc-status: 0`` trailers), built from cached header blocks
+  (``GrpcConnection.answer`` advances h2's state to match).
+"""
+
+from __future__ import annotations
+
+from h2.errors import ErrorCodes
+
+from .hpack_fast import LiteralEncoder
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface
+RESPONSE_HEADERS = [
+    (b":status", b"200"),
+    (b"content-type", b"application/grpc"),
+    (b"grpc-accept-encoding", b"identity,deflate,gzip"),  # no spaces: grpc-js splits on ','
+]
+_HEADERS, _DATA = b"\x01", b"\x00"
+_END_HEADERS, _END_STREAM_HEADERS = b"\x04", b"\x05"
+_OK_TRAILERS = LiteralEncoder().encode([(b"grpc-status", b"0")])
+_HEADER_BLOCKS: dict[str, bytes] = {}  # response header blocks by grpc-encoding ("": none)
+
+
+def _frame(kind: bytes, flags: bytes, sid: bytes, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + kind + flags + sid + payload
+
+
+def unary_answer(stream_id: int, encoding: str | None, data: bytes) -> bytes:
+    """Response headers (with ``grpc-encoding`` when the answer is compressed), ``data`` in
+    one DATA frame, and the OK trailers ending the stream."""
+    key = encoding or ""
+    block = _HEADER_BLOCKS.get(key)
+    if block is None:
+        headers = RESPONSE_HEADERS
+        if encoding is not None:
+            headers = [*headers, (b"grpc-encoding", encoding.encode())]
+        block = _HEADER_BLOCKS[key] = LiteralEncoder().encode(headers)
+    sid = stream_id.to_bytes(4, "big")
+    return b"".join(
+        (
+            _frame(_HEADERS, _END_HEADERS, sid, block),
+            _frame(_DATA, b"\x00", sid, data),
+            _frame(_HEADERS, _END_STREAM_HEADERS, sid, _OK_TRAILERS),
+        )
+    )
+
+
+class FrameSizeGuard:
+    """Follows the frame boundaries of the bytes a client sends and stops a frame whose
+    header declares more than the frame size we accept, before h2 would buffer its whole
+    declared body (up to 16 MiB a connection). Also checks the connection preface."""
+
+    __slots__ = ("_limit", "_preface", "_skip", "_head")
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._preface = 0  # preface bytes checked so far
+        self._skip = 0  # body bytes of the current frame still to come
+        self._head = b""
+
+    def check(self, data: bytes) -> int | None:
+        """None, or the HTTP/2 error code that ends the connection."""
+        pos, size = 0, len(data)
+        if self._preface < len(PREFACE):
+            pos = min(len(PREFACE) - self._preface, size)
+            if data[:pos] != PREFACE[self._preface : self._preface + pos]:
+                return ErrorCodes.PROTOCOL_ERROR
+            self._preface += pos
+        while pos < size:
+            if self._skip:
+                step = min(self._skip, size - pos)
+                self._skip -= step
+                pos += step
+                continue
+            need = 9 - len(self._head)
+            self._head += data[pos : pos + need]
+            pos += need
+            if len(self._head) < 9:
+                return None
+            length = int.from_bytes(self._head[:3], "big")
+            if length > self._limit:
+                return ErrorCodes.FRAME_SIZE_ERROR
+            self._skip = length
+            self._head = b""
+        return None
