@@ -73,16 +73,10 @@ def test_frontends_use_only_the_facade(path: Path) -> None:
 
 # grpcio is no server of tritium's (issue 12): the gRPC front-end is its own HTTP/2 transport.
 # ``grpc_health`` (the health_pb2 messages) and tritonclient's generated modules stay.
-# stream.py: the legacy ``model_stream_infer`` (grpc.aio.AbortError), being removed by the lead.
-GRPCIO_EXEMPT = {"frontends/grpc/stream.py"}
-
-
 @pytest.mark.parametrize(
     "path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC))
 )
 def test_no_module_imports_grpcio(path: Path) -> None:
-    if str(path.relative_to(SRC)) in GRPCIO_EXEMPT:
-        pytest.skip("legacy grpcio code being removed (see GRPCIO_EXEMPT)")
     for level, name in _imports(path):
         if level == 0:
             assert name.split(".")[0] != "grpc", f"{path.relative_to(SRC)} imports {name}"
