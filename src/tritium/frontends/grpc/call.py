@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .metadata import InflateError, compress_message, inflate
@@ -57,6 +58,7 @@ class ServerCall:
         "_drained",
         "rpc",
         "guard",
+        "consumer",
     )
 
     def __init__(
@@ -94,6 +96,9 @@ class ServerCall:
         self._drained: asyncio.Future[None] | None = None
         self.rpc: Any = None  # the dispatcher's Method
         self.guard: Any = None  # the access guard, when access control is on
+        # takes a message as it completes, inside data_received (no task hop), or says no
+        # (False: it waits in the inbox for ``read``)
+        self.consumer: Callable[[bytes], bool] | None = None
 
     @property
     def peer(self) -> str:
@@ -127,7 +132,9 @@ class ServerCall:
             start += end
             self._need = -1
             body = self._inflate(message) if self._compressed else message
-            self._inbox.append((body, start))
+            consumer = self.consumer
+            if consumer is None or self._inbox or not consumer(body):
+                self._inbox.append((body, start))
         if not self._inbox or self._waiter is not None:
             self._give_back(self._received)  # the handler keeps up: nothing waits
         elif self._padding:

@@ -35,7 +35,7 @@ from h2.stream import StreamInputs
 from hyperframe.frame import GoAwayFrame
 
 from .call import ServerCall
-from .frames import RESPONSE_HEADERS, FrameSizeGuard, unary_answer
+from .frames import RESPONSE_HEADERS, FrameSizeGuard, data_frame, headers_frame, unary_answer
 from .hpack_fast import CachingDecoder, LiteralEncoder
 from .metadata import encode_grpc_message
 from .pings import PingPolicy
@@ -270,15 +270,47 @@ class GrpcConnection(asyncio.Protocol):
         """Writes one framed message: ``head`` is its 5-byte prefix."""
         if self._closed or call.done:
             return
-        if not call.headers_sent:
-            self._headers(call)
         if len(payload) < _JOIN_BELOW:
-            self._send_data(call, head + payload)
+            data = head + payload
+            if not self._data_frame(call, data):
+                if not call.headers_sent:
+                    self._headers(call)
+                self._send_data(call, data)
         else:  # no copy of a large message: the prefix goes as a frame of its own
+            if not call.headers_sent:
+                self._headers(call)
             self._send_data(call, head)
             self._send_data(call, payload)
         self._pings.sent_data()
         self._flush()
+
+    def _data_frame(self, call: ServerCall, data: bytes) -> bool:
+        """``data`` as one DATA frame built here (with the response headers before the
+        first), when it fits the windows and one frame; h2's state and windows advanced as
+        ``send_headers``/``send_data`` would. False leaves it to h2."""
+        h2conn = self._h2
+        sid = call.stream_id
+        size = len(data)
+        stream = h2conn.streams.get(sid)
+        if (
+            stream is None
+            or call.pending
+            or self._paused
+            or size > h2conn.max_outbound_frame_size
+            or size > h2conn.local_flow_control_window(sid)
+        ):
+            return False
+        machine = stream.state_machine
+        frames = b""
+        if not call.headers_sent:
+            machine.process_input(StreamInputs.SEND_HEADERS)
+            frames = headers_frame(sid, _encoding(call))
+            call.headers_sent = True
+        machine.process_input(StreamInputs.SEND_DATA)
+        stream.outbound_flow_control_window -= size
+        h2conn.outbound_flow_control_window -= size
+        h2conn._data_to_send += frames + data_frame(sid, data)
+        return True
 
     def answer(self, call: ServerCall, data: bytes) -> bool:
         """A whole successful unary answer (headers, one DATA frame, ``grpc-status: 0``) as
@@ -307,10 +339,7 @@ class GrpcConnection(asyncio.Protocol):
         machine.process_input(StreamInputs.SEND_END_STREAM)
         stream.outbound_flow_control_window -= size
         h2conn.outbound_flow_control_window -= size
-        encoding = call.response_encoding
-        h2conn._data_to_send += unary_answer(
-            call.stream_id, encoding[0] if encoding is not None else None, data
-        )
+        h2conn._data_to_send += unary_answer(call.stream_id, _encoding(call), data)
         call.headers_sent = True
         call.done = True
         self._ended(call)
@@ -498,6 +527,11 @@ class GrpcConnection(asyncio.Protocol):
         code = getattr(exc, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
         log.debug("gRPC connection %s: HTTP/2 protocol error: %s", self.peer, exc)
         self._close(code)
+
+
+def _encoding(call: ServerCall) -> str | None:
+    encoding = call.response_encoding
+    return encoding[0] if encoding is not None else None
 
 
 _DATA_EVENTS = frozenset({h2.events.RequestReceived, h2.events.DataReceived})

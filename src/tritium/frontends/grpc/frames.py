@@ -3,9 +3,9 @@
 - ``FrameSizeGuard`` follows the frame boundaries of what a client sends and stops a frame
   whose header declares more than the frame size we accept, before h2 would buffer its whole
   declared body (up to 16 MiB a connection); it also checks the connection preface.
-- ``unary_answer``: the three frames of a successful unary answer (response headers, one
-  DATA frame, ``grpc-status: 0`` trailers), built from cached header blocks
-  (``GrpcConnection.answer`` advances h2's state to match).
+- ``headers_frame``/``data_frame``/``unary_answer``: response headers, a message, and the
+  three frames of a successful unary answer (headers, one DATA frame, ``grpc-status: 0``),
+  built from cached header blocks (``GrpcConnection`` advances h2's state to match).
 """
 
 from __future__ import annotations
@@ -30,9 +30,8 @@ def _frame(kind: bytes, flags: bytes, sid: bytes, payload: bytes) -> bytes:
     return len(payload).to_bytes(3, "big") + kind + flags + sid + payload
 
 
-def unary_answer(stream_id: int, encoding: str | None, data: bytes) -> bytes:
-    """Response headers (with ``grpc-encoding`` when the answer is compressed), ``data`` in
-    one DATA frame, and the OK trailers ending the stream."""
+def headers_frame(stream_id: int, encoding: str | None) -> bytes:
+    """The response headers (with ``grpc-encoding`` when the messages are compressed)."""
     key = encoding or ""
     block = _HEADER_BLOCKS.get(key)
     if block is None:
@@ -40,14 +39,17 @@ def unary_answer(stream_id: int, encoding: str | None, data: bytes) -> bytes:
         if encoding is not None:
             headers = [*headers, (b"grpc-encoding", encoding.encode())]
         block = _HEADER_BLOCKS[key] = LiteralEncoder().encode(headers)
-    sid = stream_id.to_bytes(4, "big")
-    return b"".join(
-        (
-            _frame(_HEADERS, _END_HEADERS, sid, block),
-            _frame(_DATA, b"\x00", sid, data),
-            _frame(_HEADERS, _END_STREAM_HEADERS, sid, _OK_TRAILERS),
-        )
-    )
+    return _frame(_HEADERS, _END_HEADERS, stream_id.to_bytes(4, "big"), block)
+
+
+def data_frame(stream_id: int, data: bytes) -> bytes:
+    return _frame(_DATA, b"\x00", stream_id.to_bytes(4, "big"), data)
+
+
+def unary_answer(stream_id: int, encoding: str | None, data: bytes) -> bytes:
+    """Response headers, ``data`` in one DATA frame, and the OK trailers ending the stream."""
+    trailers = _frame(_HEADERS, _END_STREAM_HEADERS, stream_id.to_bytes(4, "big"), _OK_TRAILERS)
+    return headers_frame(stream_id, encoding) + data_frame(stream_id, data) + trailers
 
 
 class FrameSizeGuard:

@@ -30,7 +30,7 @@ from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
-from .call import ServerCall
+from .call import HIGH_WATER, ServerCall
 from .errors import CODE, status_message
 
 
@@ -92,7 +92,9 @@ class StreamSession:
         self._call = call
         self._forwarded = forwarded
         self._grpc_errors = call.metadata.get("triton_grpc_error", "").lower() == "true"
-        self._slots = asyncio.Semaphore(limit)
+        self._free = limit  # requests that may still start before a final response
+        self._freed: asyncio.Future[None] | None = None  # run() waiting for a free slot
+        self._decoding = False  # run() decodes a large message off the loop
         self._ordered: deque[_Slot] = deque()
         self._active: set[InferenceRequest] = set()
         self._outstanding = 0
@@ -100,24 +102,51 @@ class StreamSession:
         self._idle: asyncio.Future[None] | None = None
 
     async def run(self) -> None:
-        """Reads and starts requests until the client half-closes, then waits until every
-        request has had its final response."""
+        """Starts the requests ``consume`` left in the inbox until the client half-closes,
+        then waits until every request has had its final response."""
         call = self._call
+        call.consumer = self.consume
         while True:
-            await self._slots.acquire()
+            while self._free <= 0 and not call.done:
+                self._freed = asyncio.get_running_loop().create_future()
+                await self._freed
             await call.drain()
             raw = await call.read()
             if raw is None or call.done:
                 break
+            self._free -= 1
             if len(raw) <= OFFLOAD_BYTES:
                 message, request = _decode(raw, self._forwarded)
             else:
-                message, request = await decode_off_loop(len(raw), _decode, raw, self._forwarded)
+                self._decoding = True  # ``consume`` must not start a later message first
+                try:
+                    message, request = await decode_off_loop(
+                        len(raw), _decode, raw, self._forwarded
+                    )
+                finally:
+                    self._decoding = False
             self._start(message, request)
         self._input_done = True
         if self._outstanding and not call.done:
             self._idle = asyncio.get_running_loop().create_future()
             await self._idle
+
+    def consume(self, raw: bytes) -> bool:
+        """A message as it arrives (inside the transport's read): started at once when a
+        slot is free, the client keeps up with our answers and it is small; otherwise it
+        waits for ``run``."""
+        call = self._call
+        if (
+            self._free <= 0
+            or self._decoding
+            or call.pending_bytes > HIGH_WATER
+            or len(raw) > OFFLOAD_BYTES
+        ):
+            return False
+        self._free -= 1
+        message, request = _decode(raw, self._forwarded)
+        self._start(message, request)
+        return True
 
     def _start(
         self, message: pb.ModelInferRequest | None, client: ClientRequest | ServerError
@@ -212,7 +241,10 @@ class StreamSession:
             call.send(message.SerializeToString())
         if item.final:
             self._outstanding -= 1
-            self._slots.release()
+            self._free += 1
+            freed, self._freed = self._freed, None
+            if freed is not None and not freed.done():
+                freed.set_result(None)
             if self._input_done and self._outstanding == 0:
                 self._wake()
 
@@ -224,6 +256,10 @@ class StreamSession:
     def close(self) -> None:
         """The call ended (or the client went away): requests still in the server are
         cancelled."""
+        self._call.consumer = None
+        freed, self._freed = self._freed, None
+        if freed is not None and not freed.done():
+            freed.set_result(None)
         for request in self._active:
             request.cancel()
         self._active.clear()
