@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tritium")
 
-MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE we accept (HTTP/2's default)
+MAX_FRAME = 1 << 20  # SETTINGS_MAX_FRAME_SIZE we accept: large messages in few frames
 MAX_HEADER_LIST = 16 * 1024  # bytes of decoded request headers (grpc's default hard limit)
 STREAM_WINDOW = 1 << 20  # each stream's receive window
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window
@@ -105,6 +105,7 @@ class GrpcConnection(asyncio.Protocol):
                 SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
             },
         )
+        self._h2.max_inbound_frame_size = MAX_FRAME  # h2 read it from its own defaults
         self._h2.decoder = CachingDecoder(MAX_HEADER_LIST)
         self._h2.encoder = LiteralEncoder()
         self._h2.initiate_connection()
@@ -368,16 +369,21 @@ class GrpcConnection(asyncio.Protocol):
             self._blocked[call.stream_id] = call
 
     def _push(self, sid: int, view: memoryview) -> memoryview | None:
-        """DATA frames from ``view`` while the windows allow; the unsent rest, if any."""
+        """DATA frames from ``view`` while the windows allow, built here in one piece (h2's
+        send_data serialises a frame object per 16 KiB); the unsent rest, if any."""
         h2conn = self._h2
-        sent, size = 0, len(view)
-        while sent < size:
-            window = min(h2conn.local_flow_control_window(sid), h2conn.max_outbound_frame_size)
-            if window <= 0:
-                return view[sent:]
-            h2conn.send_data(sid, view[sent : sent + window].tobytes())
-            sent += window
-        return None
+        window = h2conn.local_flow_control_window(sid)
+        size = min(len(view), window)
+        if size <= 0:
+            return view if len(view) else None
+        step = h2conn.max_outbound_frame_size
+        frames = [data_frame(sid, view[at : min(at + step, size)]) for at in range(0, size, step)]
+        stream = h2conn.streams[sid]
+        stream.state_machine.process_input(StreamInputs.SEND_DATA)
+        stream.outbound_flow_control_window -= size
+        h2conn.outbound_flow_control_window -= size
+        h2conn._data_to_send += b"".join(frames)
+        return view[size:] if size < len(view) else None
 
     def _write_blocked(self, sid: int = 0) -> None:
         if not self._blocked:
