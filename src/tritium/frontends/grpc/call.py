@@ -30,6 +30,32 @@ HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
 _ONE_FRAME = 16384 - _PREFIX  # an answer that fits one DATA frame of the default size
 
 
+INLINE_INFLATE = 64 * 1024  # a message inflating to more is inflated off the event loop
+
+
+def _inflate_error(exc: InflateError) -> RpcError:
+    code = StatusCode.RESOURCE_EXHAUSTED if exc.too_large else StatusCode.INTERNAL
+    return RpcError(code, str(exc))
+
+
+class Deferred:
+    """A compressed message that inflates to more than ``INLINE_INFLATE`` bytes."""
+
+    __slots__ = ("_data", "_encoding", "_limit")
+
+    def __init__(self, data: bytes, encoding: str, limit: int) -> None:
+        self._data = data
+        self._encoding = encoding
+        self._limit = limit
+
+    async def inflate(self) -> bytes:
+        """On a worker thread (zlib lets the GIL go), bounded by the max receive size."""
+        try:
+            return await asyncio.to_thread(inflate, self._data, self._encoding, self._limit)
+        except InflateError as exc:
+            raise _inflate_error(exc) from None
+
+
 class ServerCall:
     __slots__ = (
         "_conn",
@@ -78,7 +104,8 @@ class ServerCall:
         self._buffer = bytearray()
         self._need = -1  # the length of the message being received; -1: a prefix is due
         self._compressed = False
-        self._inbox: deque[tuple[bytes, int]] = deque()  # (message, stream offset of its end)
+        # (message, stream offset of its end)
+        self._inbox: deque[tuple[bytes | Deferred, int]] = deque()
         self._received = 0  # DATA bytes received (stream offset)
         self._acked = 0  # of those, given back to the client's window
         self._padding = 0  # padding received, not yet given back
@@ -133,7 +160,7 @@ class ServerCall:
             self._need = -1
             body = self._inflate(message) if self._compressed else message
             consumer = self.consumer
-            if consumer is None or self._inbox or not consumer(body):
+            if consumer is None or self._inbox or isinstance(body, Deferred) or not consumer(body):
                 self._inbox.append((body, start))
         if not self._inbox or self._waiter is not None:
             self._give_back(self._received)  # the handler keeps up: nothing waits
@@ -156,16 +183,22 @@ class ServerCall:
             )
         return size
 
-    def _inflate(self, message: bytes) -> bytes:
-        if self.encoding is None or self.encoding == "identity":
+    def _inflate(self, message: bytes) -> bytes | Deferred:
+        """A compressed message inflated here when it inflates to at most ``INLINE_INFLATE``
+        bytes; a larger one is inflated on a worker thread by whoever takes it (a few KiB of
+        a "zip bomb" must not hold the event loop for the time 64 MiB of output takes)."""
+        encoding = self.encoding
+        if encoding is None or encoding == "identity":
             raise RpcError(
                 StatusCode.INTERNAL, "compressed message received without grpc-encoding"
             )
+        limit = self._conn.max_receive
         try:
-            return inflate(message, self.encoding, self._conn.max_receive)
+            return inflate(message, encoding, min(limit, INLINE_INFLATE))
         except InflateError as exc:
-            code = StatusCode.RESOURCE_EXHAUSTED if exc.too_large else StatusCode.INTERNAL
-            raise RpcError(code, str(exc)) from None
+            if not exc.too_large or limit <= INLINE_INFLATE:
+                raise _inflate_error(exc) from None
+        return Deferred(message, encoding, limit)
 
     def end_of_input(self) -> None:
         self.half_closed = True
@@ -191,7 +224,7 @@ class ServerCall:
         """Bytes of a message that did not all arrive."""
         return len(self._buffer) > 0
 
-    def take(self) -> bytes | None:
+    def take(self) -> bytes | Deferred | None:
         """The next message if one is here (no waiting)."""
         if not self._inbox:
             return None
@@ -208,6 +241,8 @@ class ServerCall:
         """The next request message; None when the client half-closed and all were read."""
         while True:
             message = self.take()
+            if isinstance(message, Deferred):
+                return await message.inflate()
             if message is not None:
                 return message
             if self.half_closed or self.done:

@@ -21,7 +21,7 @@ from google.protobuf.message import DecodeError
 
 from ...errors import ServerError
 from ...options import ServerOptions
-from .call import ServerCall
+from .call import Deferred, ServerCall
 from .errors import CODE, status_message
 from .guard import CallGuard, RpcGuard
 from .metadata import ENCODINGS, parse_timeout, response_compression
@@ -90,12 +90,11 @@ class Dispatcher:
         call = conn.open_call(sid, method, metadata, encoding)
         rpc = self._methods.get(method)
         if rpc is None:
-            call.finish(StatusCode.UNIMPLEMENTED, f"Method not found: {method}")
+            call.finish(StatusCode.UNIMPLEMENTED, status_message(f"Method not found: {method}"))
             return
         if encoding is not None and encoding not in _ACCEPTED_ENCODINGS:
-            call.finish(
-                StatusCode.UNIMPLEMENTED, f"Compression algorithm '{encoding}' is not supported"
-            )
+            why = f"Compression algorithm '{encoding}' is not supported"
+            call.finish(StatusCode.UNIMPLEMENTED, status_message(why))
             return
         if not self._deadline(call, metadata.get("grpc-timeout")):
             return
@@ -130,18 +129,21 @@ class Dispatcher:
             why = "missing request message" if raw is None else "too many request messages"
             call.finish(StatusCode.INTERNAL, why)
             return
-        if rpc.fast is not None and call.guard is None and rpc.fast(raw, call):
+        fast = rpc.fast if call.guard is None else None
+        if fast is not None and isinstance(raw, bytes) and fast(raw, call):
             return
         call.task = asyncio.get_running_loop().create_task(self._run(call, rpc, raw))
 
     # -- running handlers --------------------------------------------------------------------
-    async def _run(self, call: ServerCall, rpc: Method, raw: bytes | None) -> None:
+    async def _run(self, call: ServerCall, rpc: Method, raw: bytes | Deferred | None) -> None:
         """One call's handler, whatever its kind: admission, the handler, its status. The
         guard is released (a control action audited) before the answer goes out, so the
         audit line exists by the time the client learns the outcome."""
         guard: CallGuard | None = call.guard
         request: Any = None
         try:
+            if isinstance(raw, Deferred):
+                raw = await raw.inflate()
             if raw is not None:
                 request = rpc.parse(raw)
             if guard is not None:
