@@ -31,15 +31,14 @@ import h2.exceptions
 import h2.settings
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
-from h2.stream import StreamInputs
 from hyperframe.frame import GoAwayFrame
 
 from .call import ServerCall
-from .frames import RESPONSE_HEADERS, FrameSizeGuard, data_frame, headers_frame, unary_answer
+from .frames import FrameSizeGuard
 from .hpack_fast import CachingDecoder, LiteralEncoder
-from .metadata import encode_grpc_message
+from .outbound import Outbound
 from .pings import PingPolicy
-from .status import RpcError, StatusCode
+from .status import RpcError
 
 if TYPE_CHECKING:
     from .listener import GrpcListener
@@ -50,6 +49,7 @@ MAX_FRAME = 1 << 20  # SETTINGS_MAX_FRAME_SIZE we accept: large messages in few 
 MAX_HEADER_LIST = 16 * 1024  # bytes of decoded request headers (grpc's default hard limit)
 STREAM_WINDOW = 1 << 20  # each stream's receive window
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window
+_LINGER_SECS = 1.0  # after our GOAWAY, how long the peer's bytes are read and dropped
 # Inbound header validation is the dispatcher's (it reads :method, :path and content-type;
 # everything else is opaque metadata): h2's per-character checks cost ~10 µs a call.
 _H2_CONFIG = h2.config.H2Configuration(
@@ -60,10 +60,9 @@ _H2_CONFIG = h2.config.H2Configuration(
     validate_outbound_headers=False,
     normalize_outbound_headers=False,
 )
-_JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 
 
-class GrpcConnection(asyncio.Protocol):
+class GrpcConnection(Outbound, asyncio.Protocol):
     def __init__(self, listener: GrpcListener) -> None:
         self._listener = listener
         self.max_receive = listener.max_receive
@@ -121,6 +120,8 @@ class GrpcConnection(asyncio.Protocol):
         self._listener.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return  # lingering after our GOAWAY: dropped
         refused = self._frames.check(data)
         if refused is not None:  # a bad preface, or a frame refused from its header alone
             self._close(refused)
@@ -260,211 +261,6 @@ class GrpcConnection(asyncio.Protocol):
             self._h2.acknowledge_received_data(size, sid)
             self._flush()
 
-    def _headers(self, call: ServerCall) -> None:
-        call.headers_sent = True
-        headers = RESPONSE_HEADERS
-        if call.response_encoding is not None:
-            headers = [*headers, (b"grpc-encoding", call.response_encoding[0].encode())]
-        self._h2.send_headers(call.stream_id, headers)
-
-    def send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
-        """Writes one framed message: ``head`` is its 5-byte prefix."""
-        if self._closed or call.done:
-            return
-        if len(payload) < _JOIN_BELOW:
-            data = head + payload
-            if not self._data_frame(call, data):
-                if not call.headers_sent:
-                    self._headers(call)
-                self._send_data(call, data)
-        else:  # no copy of a large message: the prefix goes as a frame of its own
-            if not call.headers_sent:
-                self._headers(call)
-            self._send_data(call, head)
-            self._send_data(call, payload)
-        self._pings.sent_data()
-        self._flush()
-
-    def _data_frame(self, call: ServerCall, data: bytes) -> bool:
-        """``data`` as one DATA frame built here (with the response headers before the
-        first), when it fits the windows and one frame; h2's state and windows advanced as
-        ``send_headers``/``send_data`` would. False leaves it to h2."""
-        h2conn = self._h2
-        sid = call.stream_id
-        size = len(data)
-        stream = h2conn.streams.get(sid)
-        if (
-            stream is None
-            or call.pending
-            or self._paused
-            or size > h2conn.max_outbound_frame_size
-            or size > h2conn.local_flow_control_window(sid)
-        ):
-            return False
-        machine = stream.state_machine
-        frames = b""
-        if not call.headers_sent:
-            machine.process_input(StreamInputs.SEND_HEADERS)
-            frames = headers_frame(sid, _encoding(call))
-            call.headers_sent = True
-        machine.process_input(StreamInputs.SEND_DATA)
-        stream.outbound_flow_control_window -= size
-        h2conn.outbound_flow_control_window -= size
-        h2conn._data_to_send += frames + data_frame(sid, data)
-        return True
-
-    def answer(self, call: ServerCall, data: bytes) -> bool:
-        """A whole successful unary answer (headers, one DATA frame, ``grpc-status: 0``) as
-        one piece of frames built here, when it fits the windows and one frame; False
-        leaves it to the general path. h2's own calls cost ~30 µs for the three frames; the
-        stream's state and windows are advanced exactly as ``send_headers``/``send_data``
-        would (tests/unit/test_grpc_answer.py checks it against an h2 client)."""
-        h2conn = self._h2
-        size = len(data)
-        stream = h2conn.streams.get(call.stream_id)
-        if (
-            stream is None
-            or not call.half_closed
-            or call.headers_sent
-            or call.pending
-            or self._paused
-            or self._closed
-            or size > h2conn.max_outbound_frame_size
-            or size > h2conn.local_flow_control_window(call.stream_id)
-        ):
-            return False
-        machine = stream.state_machine
-        machine.process_input(StreamInputs.SEND_HEADERS)
-        machine.process_input(StreamInputs.SEND_DATA)
-        machine.process_input(StreamInputs.SEND_HEADERS)
-        machine.process_input(StreamInputs.SEND_END_STREAM)
-        stream.outbound_flow_control_window -= size
-        h2conn.outbound_flow_control_window -= size
-        h2conn._data_to_send += unary_answer(call.stream_id, _encoding(call), data)
-        call.headers_sent = True
-        call.done = True
-        self._ended(call)
-        return True
-
-    def _ended(self, call: ServerCall) -> None:
-        """The answer is out: forget the call."""
-        if call.timer is not None:
-            call.timer.cancel()
-            call.timer = None
-        self._pings.sent_data()
-        self.calls.pop(call.stream_id, None)
-        self._blocked.pop(call.stream_id, None)
-        self._flush()
-        self._maybe_close()
-
-    def _send_data(self, call: ServerCall, data: bytes) -> None:
-        """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""
-        if call.pending or self._paused:
-            call.keep(memoryview(data))
-            self._blocked[call.stream_id] = call
-            return
-        rest = self._push(call.stream_id, memoryview(data))
-        if rest is not None:
-            call.keep(rest)
-            self._blocked[call.stream_id] = call
-
-    def _push(self, sid: int, view: memoryview) -> memoryview | None:
-        """DATA frames from ``view`` while the windows allow, built here in one piece (h2's
-        send_data serialises a frame object per 16 KiB); the unsent rest, if any."""
-        h2conn = self._h2
-        window = h2conn.local_flow_control_window(sid)
-        size = min(len(view), window)
-        if size <= 0:
-            return view if len(view) else None
-        step = h2conn.max_outbound_frame_size
-        frames = [data_frame(sid, view[at : min(at + step, size)]) for at in range(0, size, step)]
-        stream = h2conn.streams[sid]
-        stream.state_machine.process_input(StreamInputs.SEND_DATA)
-        stream.outbound_flow_control_window -= size
-        h2conn.outbound_flow_control_window -= size
-        h2conn._data_to_send += b"".join(frames)
-        return view[size:] if size < len(view) else None
-
-    def _write_blocked(self, sid: int = 0) -> None:
-        if not self._blocked:
-            return
-        if sid:
-            calls = [self._blocked[sid]] if sid in self._blocked else []
-        else:
-            calls = list(self._blocked.values())
-        for call in calls:
-            if self._paused:
-                break
-            try:
-                self._write_pending(call)
-            except h2.exceptions.StreamClosedError:
-                self._blocked.pop(call.stream_id, None)
-        self._flush()
-
-    def _write_pending(self, call: ServerCall) -> None:
-        pending = call.pending
-        while pending and not self._paused:
-            head = pending[0]
-            rest = self._push(call.stream_id, head)
-            call.pending_bytes -= len(head) - (0 if rest is None else len(rest))
-            if rest is not None:
-                pending[0] = rest
-                break
-            pending.popleft()
-            self._write_now()  # let the socket apply its own back-pressure (pause_writing)
-        if not pending:
-            self._blocked.pop(call.stream_id, None)
-            if call.trailers is not None:
-                self._send_trailers(call, call.trailers)
-        call.writable()
-
-    def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
-        if call.done or self._closed:
-            call.done = True
-            return
-        call.done = True
-        trailers = [("grpc-status", str(int(code)))]
-        if message:
-            trailers.append(("grpc-message", encode_grpc_message(message)))
-        if call.pending:
-            call.trailers = trailers  # after the bytes the window holds back
-        else:
-            self._send_trailers(call, trailers)
-        self._flush()
-
-    def _send_trailers(self, call: ServerCall, trailers: list[tuple[str, str]]) -> None:
-        sid = call.stream_id
-        self._pings.sent_data()
-        encoded = [(k.encode(), v.encode()) for k, v in trailers]
-        try:
-            if call.headers_sent:
-                self._h2.send_headers(sid, encoded, end_stream=True)
-            else:  # Trailers-Only
-                self._h2.send_headers(sid, [*RESPONSE_HEADERS, *encoded], end_stream=True)
-                call.headers_sent = True
-            if not call.half_closed:  # the client may still be sending: tell it to stop
-                self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
-        except h2.exceptions.StreamClosedError:
-            pass
-        self._ended(call)
-
-    def _flush(self) -> None:
-        """Frames h2 has made go out once per loop iteration: everything one event or one
-        batch of answers produced leaves in one write (one system call)."""
-        if self._corked or self._flush_soon:
-            return
-        self._flush_soon = True
-        asyncio.get_running_loop().call_soon(self._write_soon)
-
-    def _write_soon(self) -> None:
-        self._flush_soon = False
-        self._write_now()
-
-    def _write_now(self) -> None:
-        data = self._h2.data_to_send()
-        if data and self._transport is not None and not self._closed:
-            self._transport.write(data)
-
     # -- pings, age, draining ----------------------------------------------------------------
     def _send_keepalive(self) -> None:
         options = self._listener.options
@@ -521,8 +317,17 @@ class GrpcConnection(asyncio.Protocol):
             pass
         self._write_now()
         self._closed = True
-        if self._transport is not None:
-            self._transport.close()
+        transport = self._transport
+        if transport is None:
+            return
+        if transport.can_write_eof():
+            # Lingering close: our side ends after the GOAWAY, and what the peer is still
+            # sending is read and dropped for a moment, so that closing on unread bytes
+            # (a TCP reset) does not destroy the GOAWAY before the peer reads it.
+            transport.write_eof()
+            asyncio.get_running_loop().call_later(_LINGER_SECS, transport.close)
+        else:
+            transport.close()
 
     def abort(self) -> None:
         """Ends the connection now (grace over, keepalive lost)."""
@@ -533,11 +338,6 @@ class GrpcConnection(asyncio.Protocol):
         code = getattr(exc, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
         log.debug("gRPC connection %s: HTTP/2 protocol error: %s", self.peer, exc)
         self._close(code)
-
-
-def _encoding(call: ServerCall) -> str | None:
-    encoding = call.response_encoding
-    return encoding[0] if encoding is not None else None
 
 
 _DATA_EVENTS = frozenset({h2.events.RequestReceived, h2.events.DataReceived})
