@@ -76,16 +76,23 @@ def rows_table(columns: list[Column], rows: list[dict[str, Any]], intro: str = "
 
 MODEL, PROTOCOL = Column("model", "model", left=True), Column("protocol", "protocol", left=True)
 CONC = Column("conc", "concurrency")
+# What every closed-loop row measures: throughput and latency, then CPU per inference.
+RATE = [
+    Column("infer/s", "infer_per_s"),
+    Column("p50 ms", "p50_ms", 3),
+    Column("p99 ms", "p99_ms", 3),
+]
+CPU = [
+    Column("server CPU µs/inf", "server_cpu_us"),
+    Column("stub CPU µs/inf", "stub_cpu_us"),
+    Column("client CPU µs/inf", "client_cpu_us"),
+]
 REGULAR = [
     MODEL,
     PROTOCOL,
     CONC,
-    Column("infer/s", "infer_per_s"),
-    Column("p50 ms", "p50_ms", 3),
-    Column("p99 ms", "p99_ms", 3),
-    Column("server CPU µs/inf", "server_cpu_us"),
-    Column("stub CPU µs/inf", "stub_cpu_us"),
-    Column("client CPU µs/inf", "client_cpu_us"),
+    *RATE,
+    *CPU,
     Column("thr ÷ base", "throughput_ratio", 3),
     Column("CPU × base", "cpu_ratio", 1),
 ]

@@ -13,7 +13,7 @@ import numpy as np
 from bench.baselines import closed_loop, load_config, onnx_session
 from bench.common import Contract, Issue, Rows, Scenario
 from bench.drivers import UNARY_PROTOCOLS
-from bench.report import CONC, MODEL, PROTOCOL, Column, rows_table
+from bench.report import CONC, MODEL, PROTOCOL, RATE, Column, rows_table
 
 
 def batching_scenarios() -> list[Scenario]:
@@ -134,9 +134,7 @@ BATCHING_COLUMNS = [
     MODEL,
     PROTOCOL,
     CONC,
-    Column("infer/s", "infer_per_s"),
-    Column("p50 ms", "p50_ms", 3),
-    Column("p99 ms", "p99_ms", 3),
+    *RATE,
     Column("server CPU µs/inf", "server_cpu_us"),
     Column("client CPU µs/inf", "client_cpu_us"),
     Column("server cores", "server_cpu_util", 2),

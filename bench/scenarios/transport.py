@@ -17,7 +17,7 @@ from typing import IO, Any
 
 from bench.common import RESULTS_DIR, Issue, Rows, Scenario, Target
 from bench.grpc_floor import start_server
-from bench.report import CONC, MODEL, PROTOCOL, Column, rows_table
+from bench.report import CONC, CPU, MODEL, PROTOCOL, RATE, Column, rows_table
 from bench.scenarios.shm import IDENTITY_MODEL, build_identity_model
 from bench.server import Server
 
@@ -166,12 +166,8 @@ COLUMNS = [
     PROTOCOL,
     CONC,
     SERVER,
-    Column("infer/s", "infer_per_s"),
-    Column("p50 ms", "p50_ms", 3),
-    Column("p99 ms", "p99_ms", 3),
-    Column("server CPU µs/inf", "server_cpu_us"),
-    Column("stub CPU µs/inf", "stub_cpu_us"),
-    Column("client CPU µs/inf", "client_cpu_us"),
+    *RATE,
+    *CPU,
     Column("other cores", "other_cpu_util", 2),
     Column("thr ÷ floor", _vs("floor", "infer_per_s"), 2),
     Column("thr ÷ HTTP", _vs("http", "infer_per_s"), 2),
