@@ -1,6 +1,7 @@
-"""The transport's one-piece unary answer (``Outbound.answer`` of ``GrpcConnection``) builds its frames by
-hand and advances h2's stream state and windows itself: an independent h2 client must read
-exactly a normal answer, and h2's accounting must stay what its own calls would make it."""
+"""The transport's one-piece unary answer (``Outbound.answer`` of ``GrpcConnection``) builds
+its frames by hand and advances h2's stream state and windows itself: an independent h2
+client must read exactly a normal answer, and h2's accounting must stay what its own calls
+would make it."""
 
 from __future__ import annotations
 
