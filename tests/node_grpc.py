@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf.message import Message
 
 NODE_DIR = Path(__file__).resolve().parent / "interop" / "node"
@@ -175,3 +176,18 @@ def _path(method: str) -> str:
 
 def _bytes(message: Message | bytes) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+# What a test module of the Node interop suite starts with:
+#     pytestmark = NEEDS_NODE
+#     from node_grpc import grpc_js_installed  # noqa: F401 (an autouse fixture)
+NEEDS_NODE = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def grpc_js_installed() -> None:
+    """Node is here (else the module is skipped): grpc-js must be too."""
+    try:
+        check_installed()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))

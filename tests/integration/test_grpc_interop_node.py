@@ -26,7 +26,8 @@ from grpc_messages import (
     square_request,
     stream_responses,
 )
-from node_grpc import (
+from node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
+    NEEDS_NODE,
     CANCELLED,
     DEADLINE_EXCEEDED,
     DEFLATE,
@@ -36,25 +37,16 @@ from node_grpc import (
     NodeCall,
     NodeRun,
     assert_ok,
-    check_installed,
-    node_missing,
+    grpc_js_installed,
     run_node,
     window_gates,
 )
 from server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
-pytestmark = pytest.mark.skipif(node_missing() is not None, reason=str(node_missing()))
+pytestmark = NEEDS_NODE
 
 INFER, STREAM = "ModelInfer", "ModelStreamInfer"
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _grpc_js_installed() -> None:
-    try:
-        check_installed()
-    except RuntimeError as exc:
-        pytest.fail(str(exc))
 
 
 # --- unary ---

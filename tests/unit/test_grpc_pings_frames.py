@@ -69,14 +69,14 @@ def _frame_header(length: int, kind: int = 0, sid: int = 1) -> bytes:
 def test_frame_guard_follows_frames_split_anywhere() -> None:
     stream = PREFACE + _frame_header(5) + b"hello" + _frame_header(16384) + bytes(16384)
     for cut in (1, 7, 24, 30, 33, 40, len(stream) - 1):
-        guard = FrameSizeGuard(16384)
+        guard = FrameSizeGuard(16384, 32768)
         assert guard.check(stream[:cut]) is None
         assert guard.check(stream[cut:]) is None
 
 
 @pytest.mark.parametrize("split", [False, True])
 def test_frame_guard_refuses_an_oversized_header_before_its_body(split: bool) -> None:
-    guard = FrameSizeGuard(16384)
+    guard = FrameSizeGuard(16384, 32768)
     header = _frame_header(16385)
     if split:
         assert guard.check(PREFACE + header[:4]) is None
@@ -86,7 +86,24 @@ def test_frame_guard_refuses_an_oversized_header_before_its_body(split: bool) ->
 
 
 def test_frame_guard_refuses_a_bad_preface() -> None:
-    assert FrameSizeGuard(16384).check(b"GET / HTTP/1.1\r\n") == ErrorCodes.PROTOCOL_ERROR
-    guard = FrameSizeGuard(16384)
+    assert FrameSizeGuard(16384, 32768).check(b"GET / HTTP/1.1\r\n") == ErrorCodes.PROTOCOL_ERROR
+    guard = FrameSizeGuard(16384, 32768)
     assert guard.check(PREFACE[:10]) is None
     assert guard.check(b"X" * 14) == ErrorCodes.PROTOCOL_ERROR
+
+
+def test_frame_guard_refuses_a_header_block_past_its_bound() -> None:
+    guard = FrameSizeGuard(16384, 32768)
+    headers = (16000).to_bytes(3, "big") + bytes([0x1, 0x0]) + (1).to_bytes(4, "big")
+    continuation = (16000).to_bytes(3, "big") + bytes([0x9, 0x0]) + (1).to_bytes(4, "big")
+    assert guard.check(PREFACE + headers + bytes(16000)) is None
+    assert guard.check(continuation + bytes(16000)) is None
+    assert guard.check(continuation) == ErrorCodes.ENHANCE_YOUR_CALM  # 48,000 > 32,768
+
+
+def test_frame_guard_starts_a_new_block_after_end_headers() -> None:
+    guard = FrameSizeGuard(16384, 32768)
+    ended = (16000).to_bytes(3, "big") + bytes([0x1, 0x4]) + (1).to_bytes(4, "big")
+    assert guard.check(PREFACE) is None
+    for _ in range(5):  # many calls, each with its own 16,000-byte block
+        assert guard.check(ended + bytes(16000)) is None

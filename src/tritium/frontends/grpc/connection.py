@@ -82,7 +82,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
-        self._frames = FrameSizeGuard(MAX_FRAME)
+        self._frames = FrameSizeGuard(MAX_FRAME, 2 * MAX_HEADER_LIST)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:

@@ -1,8 +1,8 @@
 """HTTP/2 frames tritium reads or writes itself, beside h2.
 
 - ``FrameSizeGuard`` follows the frame boundaries of what a client sends and stops a frame
-  whose header declares more than the frame size we accept, before h2 would buffer its whole
-  declared body (up to 16 MiB a connection); it also checks the connection preface.
+  whose header declares more than the frame size we accept, or a header block longer than
+  allowed, before h2 would buffer it; it also checks the connection preface.
 - ``headers_frame``/``data_frame``/``unary_answer``: response headers, a message, and the
   three frames of a successful unary answer (headers, one DATA frame, ``grpc-status: 0``),
   built from cached header blocks (``GrpcConnection`` advances h2's state to match).
@@ -59,18 +59,26 @@ def unary_answer(stream_id: int, encoding: str | None, data: bytes) -> bytes:
     return headers_frame(stream_id, encoding) + data_frame(stream_id, data) + trailers
 
 
+_HEADER_FRAMES = frozenset({0x1, 0x5, 0x9})  # HEADERS, PUSH_PROMISE, CONTINUATION
+_END_HEADERS_FLAG = 0x4
+
+
 class FrameSizeGuard:
-    """Follows the frame boundaries of the bytes a client sends and stops a frame whose
-    header declares more than the frame size we accept, before h2 would buffer its whole
-    declared body (up to 16 MiB a connection). Also checks the connection preface."""
+    """Follows the frame boundaries of the bytes a client sends and stops, from the 9-byte
+    frame header alone, a frame that declares more than the frame size we accept, and a
+    header block (HEADERS + CONTINUATION frames) longer than ``max_block``: h2 buffers a
+    frame's whole declared body, and up to 64 CONTINUATION frames, before it checks either.
+    Also checks the connection preface."""
 
-    __slots__ = ("_limit", "_preface", "_skip", "_head")
+    __slots__ = ("_limit", "_max_block", "_preface", "_skip", "_head", "_block")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, max_block: int) -> None:
         self._limit = limit
+        self._max_block = max_block
         self._preface = 0  # preface bytes checked so far
         self._skip = 0  # body bytes of the current frame still to come
         self._head = b""
+        self._block = 0  # bytes of the header block being received (0: none open)
 
     def check(self, data: bytes) -> int | None:
         """None, or the HTTP/2 error code that ends the connection."""
@@ -91,9 +99,21 @@ class FrameSizeGuard:
             pos += need
             if len(self._head) < 9:
                 return None
-            length = int.from_bytes(self._head[:3], "big")
-            if length > self._limit:
-                return ErrorCodes.FRAME_SIZE_ERROR
-            self._skip = length
+            refused = self._frame(self._head)
+            if refused is not None:
+                return refused
             self._head = b""
+        return None
+
+    def _frame(self, head: bytes) -> int | None:
+        length = int.from_bytes(head[:3], "big")
+        if length > self._limit:
+            return ErrorCodes.FRAME_SIZE_ERROR
+        if head[3] in _HEADER_FRAMES:
+            self._block += length
+            if self._block > self._max_block:
+                return ErrorCodes.ENHANCE_YOUR_CALM  # an HPACK bomb in the making
+            if head[4] & _END_HEADERS_FLAG:
+                self._block = 0
+        self._skip = length
         return None

@@ -23,6 +23,7 @@ from hpack.table import HeaderTable
 
 _CACHE_LIMIT = 512  # distinct (name, value) pairs remembered (error messages vary)
 _BLOCKS_LIMIT = 64  # header blocks remembered per table generation
+_BLOCK_BYTES = 1024  # only blocks this small are remembered (indexed references are tiny)
 
 
 class LiteralEncoder(Encoder):
@@ -84,7 +85,8 @@ class CachingDecoder(Decoder):
         if cached is not None:
             return list(cached)
         headers = list(super().decode(data, raw))
-        if (table.insertions, table.maxsize) == generation:  # it changed nothing: replayable
+        replayable = (table.insertions, table.maxsize) == generation  # it changed nothing
+        if replayable and len(key[0]) <= _BLOCK_BYTES:
             if len(self._blocks) >= _BLOCKS_LIMIT:
                 self._blocks.clear()
             self._blocks[key] = list(headers)
