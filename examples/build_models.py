@@ -62,6 +62,19 @@ CHEAP_SCORER_SIZES = (16, 1)
 RANKER_SEED = 20240705
 RANKER_SIZES = (16, 64, 64, 1)
 
+# The implicit-state example (issue 13): model name -> the folder whose model.onnx it shares.
+# Both serve OUTPUT = OUTPUT_STATE = INPUT + INPUT_STATE; only their sequence_batching differs.
+RUNNING_SUM_MODELS = {
+    "running_sum_onnx": "running_sum_onnx",
+    "running_sum_onnx_direct": "running_sum_onnx",
+}
+RUNNING_SUM_DIMS = 4
+# running_sum_onnx_direct's initial_state data_file (raw little-endian FP32 [4]), written under
+# <model>/initial_state/ where Triton looks for it.
+INITIAL_STATE_FILES = {
+    ("running_sum_onnx_direct", "running_sum_start"): (100.0, 200.0, 300.0, 400.0),
+}
+
 
 def _add_sub_model(name: str, triton_type: str, dims: int = 16):
     """OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 over [batch, dims].
@@ -293,6 +306,39 @@ def _ranker_model(name: str = "expensive_ranker"):
     return _squeezed_mlp(name, ("SELECTED", "RELEVANCE"), RANKER_SIZES, RANKER_SEED)
 
 
+def _running_sum_model(name: str = "running_sum_onnx"):
+    """OUTPUT = OUTPUT_STATE = INPUT + INPUT_STATE, FP32 [batch, 4].
+
+    INPUT_STATE / OUTPUT_STATE are graph inputs/outputs that the config does not list: they are
+    ``sequence_batching.state``, which the server feeds and keeps per sequence. The graph needs
+    no START input: the server resets the state to its initial value at START.
+    """
+    from onnx import helper
+
+    shape = ["batch", RUNNING_SUM_DIMS]
+    inputs = [_fp32("INPUT", shape), _fp32("INPUT_STATE", shape)]
+    outputs = [_fp32("OUTPUT", shape), _fp32("OUTPUT_STATE", shape)]
+    nodes = [
+        helper.make_node("Add", ["INPUT", "INPUT_STATE"], ["sum"], name="add"),
+        helper.make_node("Identity", ["sum"], ["OUTPUT"], name="output"),
+        helper.make_node("Identity", ["sum"], ["OUTPUT_STATE"], name="output_state"),
+    ]
+    return _onnx_model(name, nodes, inputs, outputs)
+
+
+def _initial_state_files(repo_dir: Path) -> list[Path]:
+    """Write each ``INITIAL_STATE_FILES`` entry as raw little-endian FP32 bytes."""
+    import numpy as np
+
+    written = []
+    for (model, file_name), values in INITIAL_STATE_FILES.items():
+        path = repo_dir / model / "initial_state" / file_name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(np.asarray(values, dtype="<f4").tobytes())
+        written.append(path)
+    return written
+
+
 # model name -> builder(name) for the ensembles' ONNX composing models
 COMPOSING_MODELS = {
     "classifier": _classifier_model,
@@ -396,16 +442,18 @@ def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
 
     written = [_save(_add_sub_model(n, t), onnx_path(n)) for n, t in ONNX_MODELS.items()]
     built: dict[str, Path] = {}
-    for name, source in MLP_MODELS.items():
-        path = onnx_path(name)
-        if source in built:
-            path.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder
-            shutil.copyfile(built[source], path)
-        else:
-            built[source] = _save(_mlp_model(source), path)
-        written.append(path)
+    shared = [(MLP_MODELS, _mlp_model), (RUNNING_SUM_MODELS, _running_sum_model)]
+    for models, build_model in shared:
+        for name, source in models.items():
+            path = onnx_path(name)
+            if source in built:
+                path.parent.mkdir(parents=True, exist_ok=True)  # git keeps no empty folder
+                shutil.copyfile(built[source], path)
+            else:
+                built[source] = _save(build_model(source), path)
+            written.append(path)
     written += [_save(build(name), onnx_path(name)) for name, build in COMPOSING_MODELS.items()]
-    return written + _ensemble_version_dirs(repo_dir)
+    return written + _initial_state_files(repo_dir) + _ensemble_version_dirs(repo_dir)
 
 
 def _session(repo_dir: Path, name: str):
@@ -484,12 +532,36 @@ def _check_composing(repo_dir: Path) -> None:
             raise AssertionError(f"{name}: 0 rows gave shape {got.shape}, (0,) expected")
 
 
+def _check_running_sum(repo_dir: Path) -> None:
+    """Two sequences stepped together, the state carried by hand as the server carries it."""
+    import numpy as np
+
+    rng = np.random.default_rng(13)
+    steps = rng.standard_normal((5, 2, RUNNING_SUM_DIMS), dtype=np.float32)
+    for name in RUNNING_SUM_MODELS:
+        sess = _session(repo_dir, name)
+        state = np.zeros((2, RUNNING_SUM_DIMS), dtype=np.float32)
+        for i, step in enumerate(steps):
+            feeds = {"INPUT": step, "INPUT_STATE": state}
+            output, state = sess.run(["OUTPUT", "OUTPUT_STATE"], feeds)
+            want = steps[: i + 1].sum(axis=0, dtype=np.float64)
+            if output.dtype != np.float32 or not np.allclose(output, want, atol=1e-5):
+                raise AssertionError(f"{name}: step {i} gave {output!r}, {want!r} expected")
+            if not np.array_equal(output, state):
+                raise AssertionError(f"{name}: OUTPUT_STATE differs from OUTPUT at step {i}")
+    for (model, file_name), values in INITIAL_STATE_FILES.items():
+        data = np.fromfile(repo_dir / model / "initial_state" / file_name, dtype="<f4")
+        if data.tolist() != list(values):
+            raise AssertionError(f"{model}: initial state {data!r}, {values!r} expected")
+
+
 def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
     """Run each generated ONNX model once with onnxruntime and check the answers."""
     repo_dir = Path(repo_dir)
     _check_add_sub(repo_dir)
     _check_mlp(repo_dir)
     _check_composing(repo_dir)
+    _check_running_sum(repo_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
