@@ -59,12 +59,12 @@ class SequenceScheduler:
         assert config is not None
         self._config = config
         self._version = version
+        self._spec = spec  # before the workers: _OldestWorker reads max_batch_size
         self._slots = SequenceSlots(max(len(instances), 1), config.slots, config.max_idle_ns)
         kind = _OldestWorker if config.oldest else _DirectWorker
         self._workers: list[_Worker] = [
             kind(self, i, instance) for i, instance in enumerate(instances)
         ]
-        self._spec = spec
         self._reaper: asyncio.TimerHandle | None = None
         self._reaper_at = 0
         self._closed = False
