@@ -58,13 +58,13 @@ class SequenceScheduler:
         config = spec.sequence
         assert config is not None
         self._config = config
+        self._spec = spec
         self._version = version
         self._slots = SequenceSlots(max(len(instances), 1), config.slots, config.max_idle_ns)
         kind = _OldestWorker if config.oldest else _DirectWorker
         self._workers: list[_Worker] = [
             kind(self, i, instance) for i, instance in enumerate(instances)
         ]
-        self._spec = spec
         self._reaper: asyncio.TimerHandle | None = None
         self._reaper_at = 0
         self._closed = False
