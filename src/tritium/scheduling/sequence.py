@@ -58,6 +58,7 @@ class SequenceScheduler:
         config = spec.sequence
         assert config is not None
         self._config = config
+        self._spec = spec
         self._version = version
         self._spec = spec  # before the workers: _OldestWorker reads max_batch_size
         self._slots = SequenceSlots(max(len(instances), 1), config.slots, config.max_idle_ns)
@@ -226,18 +227,25 @@ class _Worker:
             if isinstance(head, _Release):
                 lane.popleft()
                 state = self._states[slot]
-                if state is None or state.cid == head.cid:
+                if state is not None and state.cid == head.cid:  # else a stale release
                     self._free(slot)
                 continue
             if not head.cancelled:
                 return
-            error = cancelled("the request was cancelled")
-            self._owner.forget(head.correlation_id, Slot(slot, self._index))
-            while lane and not isinstance(lane[0], _Release):
-                request = lane.popleft()
-                assert isinstance(request, InferenceRequest)
-                send_error(request, self._owner.version, error)
-            self._free(slot)
+            self._cancel_sequence(slot, head.correlation_id)
+
+    def _cancel_sequence(self, slot: int, cid: CorrelationId) -> None:
+        """Answer the rest of a cancelled sequence CANCELLED (up to and with its release, if
+        the reaper queued one) and free its slot."""
+        lane = self._lanes[slot]
+        error = cancelled("the request was cancelled")
+        self._owner.forget(cid, Slot(slot, self._index))
+        while lane:
+            entry = lane.popleft()
+            if isinstance(entry, _Release):
+                break
+            send_error(entry, self._owner.version, error)
+        self._free(slot)
 
     def _start(self, batch: list[InferenceRequest], real: list[InferenceRequest]) -> None:
         self._busy = True
