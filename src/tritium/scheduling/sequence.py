@@ -60,7 +60,6 @@ class SequenceScheduler:
         self._config = config
         self._spec = spec
         self._version = version
-        self._spec = spec  # before the workers: _OldestWorker reads max_batch_size
         self._slots = SequenceSlots(max(len(instances), 1), config.slots, config.max_idle_ns)
         kind = _OldestWorker if config.oldest else _DirectWorker
         self._workers: list[_Worker] = [
