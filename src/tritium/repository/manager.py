@@ -335,7 +335,7 @@ class ModelRepositoryManager:
 
         def finalize(completed: ModelConfig) -> ModelSpec:
             normalize(completed, record.name, problem)
-            return build_spec(completed, problem)
+            return build_spec(completed, problem, model_dir)
 
         def on_failure(reason: str) -> None:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
