@@ -99,6 +99,9 @@ seq_echo_oldest      oldest (max_candidate_sequences 8, preferred_batch_size [4]
 seq_echo_x2          direct, max_batch_size 2, SEQ_X2_INSTANCES (2) instances, sleeps 10 ms.
 seq_echo_idle        seq_echo_direct with max_sequence_idle_microseconds SEQ_SHORT_IDLE_US
                      (200 ms).
+seq_echo_delay       seq_echo_direct with direct { max_queue_delay_microseconds
+                     SEQ_DIRECT_DELAY_US (5 s), minimum_slot_utilization 0.5 }: a batch waits
+                     until two of the four slots have a request.
 seq_one_slot         direct, max_batch_size 0: one slot, so a second sequence waits in the
                      backlog.
 seq_abandon          oldest (max_candidate_sequences 2048, preferred_batch_size [64],

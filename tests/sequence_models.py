@@ -34,6 +34,7 @@ SEQ_SHORT_IDLE_US = 200_000
 SEQ_X2_INSTANCES = 2
 SEQ_INITIAL_STATE = 100
 SEQ_ABANDON_CANDIDATES = 2048
+SEQ_DIRECT_DELAY_US = 5_000_000
 
 _SEQ_PROBE_PY = '''\
 import json
@@ -287,6 +288,14 @@ SEQUENCE_SPECS: dict[str, Callable[[str], dict[str, str | bytes | Callable[[], b
     ),
     "seq_echo_x2": _probe(_Seq(max_batch_size=2, instances=SEQ_X2_INSTANCES, sleep_ms=10)),
     "seq_echo_idle": _probe(_Seq(idle_us=SEQ_SHORT_IDLE_US)),
+    "seq_echo_delay": _probe(
+        _Seq(
+            strategy=(
+                f"direct {{ max_queue_delay_microseconds: {SEQ_DIRECT_DELAY_US} "
+                "minimum_slot_utilization: 0.5 }"
+            )
+        )
+    ),
     "seq_one_slot": _probe(_Seq(max_batch_size=0)),
     "seq_abandon": _probe(
         _Seq(

@@ -39,6 +39,7 @@ MODELS = [
     "seq_echo_oldest",
     "seq_echo_x2",
     "seq_echo_idle",
+    "seq_echo_delay",
     "seq_one_slot",
 ]
 START_ERROR = (
@@ -118,6 +119,16 @@ def test_controls_and_uint64_ids_seen_by_the_model(srv: ServerProcess, transport
         "flags": 3,
         "acc": 9,
     }
+
+
+@pytest.mark.parametrize("transport", ["http", "http_json", "http_aio"])
+def test_uint64_ids_beyond_int64_over_http(srv: ServerProcess, transport: str) -> None:
+    """HTTP carries the whole uint64 range (gRPC clients send an int64 parameter)."""
+    seq = 2**64 - 1 - next(_ids)
+    with open_transport(transport, srv) as t:
+        steps = _run_sequence(t, "seq_echo_direct", seq, [1, 2])
+    _assert_in_order(steps, [1, 2])
+    assert [(s.corrid_text, s.id_text) for s in steps] == [(str(seq), str(seq))] * 2
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -202,6 +213,29 @@ def test_direct_fillers_hold_idle_slots(srv: ServerProcess, protocol: str) -> No
     assert after.inference_count - before.inference_count == 6  # fillers are not counted
     assert after.success - before.success == 6
     assert high.seen["batch_size"] in after.batch_sizes
+
+
+def test_direct_delay_waits_for_slot_utilization(srv: ServerProcess) -> None:
+    """direct { max_queue_delay_microseconds: 5 s, minimum_slot_utilization: 0.5 } with four
+    slots: a lone request waits for a second sequence's, so two sequences stepping together
+    always share an execution."""
+    model, ids = "seq_echo_delay", [next(_ids), next(_ids)]
+    together = threading.Barrier(2)
+
+    def client(i: int) -> list[Step]:
+        steps = []
+        with open_transport("grpc", srv) as t:
+            for k, value in enumerate([1, 2, 3]):
+                together.wait(60)
+                steps.append(t.step(model, value + 10 * i, ids[i], start=k == 0, end=k == 2))
+        return steps
+
+    first, second = _in_threads(2, client)
+    for a, b in zip(first, second, strict=True):
+        assert a.seen["execution"] == b.seen["execution"]
+        assert a.seen["batch_size"] == b.seen["batch_size"] == 2
+    _assert_in_order(first, [1, 2, 3])
+    _assert_in_order(second, [11, 12, 13])
 
 
 def test_start_on_a_running_sequence_restarts_it(srv: ServerProcess) -> None:
