@@ -76,12 +76,54 @@ crash_on_negative_x2 the same with CRASH_X2_INSTANCES (2) instances.
 hang_on_negative     python; identity FP32 [-1] with config parameter EXECUTION_TIMEOUT_SECS
                      = HANG_TIMEOUT_SECS (1); a request whose INPUT0[0] is negative never
                      returns from execute.
+
+Sequence batching (``sequence_batching``; every one is the python ``seq_probe`` source below,
+except ``seq_state_onnx``). INPUT0 INT32 [1]; outputs OUTPUT0 INT32 [1] (= INPUT0, plus the
+implicit state when the model has one), SEEN INT64 [13] (the fields ``SEEN_FIELDS`` name:
+the START / END / READY / CORRID control values the request got, its slot (= index in
+``requests``), ``correlation_id()`` and ``flags()``, len(requests), a bit mask of the batch
+positions holding READY=false fillers, how many fillers were not clean (START/END/CORRID/INPUT0
+not all zero), the model's accumulator after this step, the stub's pid, the execution number),
+CORRID_OUT STRING [1] (the CORRID control as text) and ID_OUT STRING [1]
+(``str(correlation_id())``). Integer fields that do not fit (string IDs, ids >= 2**63) are -1.
+The accumulator sums INPUT0 per key (``ACC_KEY``: the slot, or the CORRID value), reset by
+START=1, skipped for fillers. Controls unless said: START int32_false_true, END
+fp32_false_true, READY bool_false_true, CORRID TYPE_UINT64; max_sequence_idle_microseconds
+SEQ_IDLE_US (30 s) unless said.
+
+seq_echo_direct      direct, max_batch_size 4, one instance, ACC_KEY slot.
+seq_echo_string      the same with CORRID TYPE_STRING.
+seq_echo_oldest      oldest (max_candidate_sequences 8, preferred_batch_size [4],
+                     max_queue_delay_microseconds 100000), ACC_KEY corrid, sleeps 10 ms an
+                     execution so batches form.
+seq_echo_x2          direct, max_batch_size 2, SEQ_X2_INSTANCES (2) instances, sleeps 10 ms.
+seq_echo_idle        seq_echo_direct with max_sequence_idle_microseconds SEQ_SHORT_IDLE_US
+                     (200 ms).
+seq_echo_delay       seq_echo_direct with direct { max_queue_delay_microseconds
+                     SEQ_DIRECT_DELAY_US (5 s), minimum_slot_utilization 0.5 }: a batch waits
+                     until two of the four slots have a request.
+seq_one_slot         direct, max_batch_size 0: one slot, so a second sequence waits in the
+                     backlog.
+seq_abandon          oldest (max_candidate_sequences 2048, preferred_batch_size [64],
+                     max_queue_delay_microseconds 2000), max_batch_size 64, idle
+                     SEQ_SHORT_IDLE_US, no accumulator, INT32 implicit state: for the test of
+                     thousands of abandoned sequences.
+seq_state_py         direct, max_batch_size 4, no CORRID control; implicit state STATE_IN ->
+                     STATE_OUT INT32 [1], initial_state zero_data: OUTPUT0 = INPUT0 + STATE_IN,
+                     STATE_OUT = OUTPUT0 (a running sum kept by the server).
+seq_state_file       the same with max_batch_size 0 and initial_state data_file
+                     ``initial_state/init.bin`` = SEQ_INITIAL_STATE (100) as INT32.
+seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 FP32 [1];
+                     the graph computes OUTPUT0 = INPUT0 + STATE_IN and STATE_OUT = OUTPUT0
+                     (implicit state FP32 [1], zero_data).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
+
+from sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
 # Public constants
@@ -774,8 +816,16 @@ _SPECS.update(
     }
 )
 
+# Sequence batching: tests/sequence_models.py (documented above).
+_SPECS.update(SEQUENCE_SPECS)
+
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
-ONNX_MODELS: tuple[str, ...] = ("identity_onnx_fp32", "identity_onnx_nocfg", "onnx_partial_cfg")
+ONNX_MODELS: tuple[str, ...] = (
+    "identity_onnx_fp32",
+    "identity_onnx_nocfg",
+    "onnx_partial_cfg",
+    "seq_state_onnx",
+)
 # Models whose config.pbtxt is deliberately invalid.
 INVALID_CONFIG_MODELS: tuple[str, ...] = ("bad_config", "bad_field")
 
