@@ -16,6 +16,7 @@ from .scheduling.batch_policy import BatchConfig
 from .scheduling.direct import DirectScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .scheduling.ensemble import Dispatch, EnsembleScheduler
+from .scheduling.sequence import SequenceScheduler
 from .stats import ModelStats
 from .request import InferenceRequest
 from .types import Tensor
@@ -205,11 +206,13 @@ def _scheduler(
     spec: ModelSpec, instances: list[ModelInstance], version: str, dispatch: Dispatch | None
 ) -> Scheduler:
     """The one place a model version's scheduler is chosen: an ensemble's walks its plan;
-    dynamic batching when the config asks for it on a model that batches; otherwise Triton's
-    default scheduler."""
+    the sequence batcher for a stateful model; dynamic batching when the config asks for it
+    on a model that batches; otherwise Triton's default scheduler."""
     if spec.ensemble is not None:
         assert dispatch is not None, "an ensemble needs the server's dispatch"
         return EnsembleScheduler(spec.ensemble, dispatch, version)
+    if spec.sequence is not None:
+        return SequenceScheduler(instances, version, spec)
     config = spec.config
     if config.HasField("dynamic_batching") and spec.max_batch_size > 0:
         ragged = bool(spec.inputs) and all(i.allow_ragged for i in spec.inputs.values())

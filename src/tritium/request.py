@@ -72,6 +72,7 @@ class InferenceRequest:
         "shm_held",
         "on_cancel",
         "cancelled",
+        "extra_outputs",
     )
 
     def __init__(
@@ -104,6 +105,9 @@ class InferenceRequest:
         # Set by a backend while the request runs: tells the model (pb_utils is_cancelled()).
         self.on_cancel: Callable[[], None] | None = None
         self.cancelled = False  # the client went away
+        # Outputs the server needs from the model beyond what the client asked for (the
+        # implicit state outputs of a sequence model); backends add them to the requested.
+        self.extra_outputs: tuple[str, ...] = ()
 
     # -- the client's values -----------------------------------------------------------------
     @property
@@ -192,7 +196,7 @@ class ResponseSender:
     with the final flag. The one sender type: unary calls, streams, generate and ensemble
     steps differ only in the ``callback`` they give it."""
 
-    __slots__ = ("callback", "request", "on_final", "finished", "error", "last")
+    __slots__ = ("callback", "request", "on_final", "finished", "error", "last", "capture")
 
     def __init__(self, callback: ResponseCallback) -> None:
         self.callback = callback
@@ -201,6 +205,9 @@ class ResponseSender:
         self.finished = False
         self.error: Exception | None = None
         self.last: InferenceResponse | None = None
+        # Sees each successful response first (the sequence batcher takes the implicit state
+        # outputs out of it here).
+        self.capture: Callable[[InferenceResponse], None] | None = None
 
     def bind(self, request: InferenceRequest, on_final: FinishHook) -> None:
         self.request = request
@@ -214,6 +221,8 @@ class ResponseSender:
         assert request is not None and self.on_final is not None
         if response is not None:
             self.last = response
+            if self.capture is not None and response.error is None:
+                self.capture(response)
             if response.error is not None:
                 self.error = response.error
             elif not final:

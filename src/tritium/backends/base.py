@@ -73,10 +73,12 @@ class Backend(Protocol):
 
 
 def requested_names(spec: ModelSpec, request: InferenceRequest) -> list[str]:
-    """The outputs to return: the requested ones, or every configured output."""
-    if request.outputs:
-        return [o.name for o in request.outputs]
-    return list(spec.outputs)
+    """The outputs to compute: the requested ones, or every configured output; plus those
+    the server itself needs (``extra_outputs``: a sequence's implicit state)."""
+    names = [o.name for o in request.outputs] if request.outputs else list(spec.outputs)
+    if request.extra_outputs:
+        names.extend(n for n in request.extra_outputs if n not in names)
+    return names
 
 
 def output_tensor(spec: ModelSpec, name: str, array: np.ndarray) -> Tensor:

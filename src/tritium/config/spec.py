@@ -19,6 +19,7 @@ from .model_config import (
     config_to_json,
 )
 from .model_config import mc
+from .sequence import SequenceConfig, sequence_config
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
 _CPU_DEFAULT_COUNT = {"onnxruntime": 2, "tensorflow": 2}
@@ -52,6 +53,7 @@ class ModelSpec:
     decoupled: bool
     config_json: dict[str, Any]
     ensemble: Any = None  # an ensemble's EnsemblePlan (platform "ensemble")
+    sequence: SequenceConfig | None = None  # sequence_batching, validated
 
     @property
     def instance_count(self) -> int:
@@ -194,8 +196,11 @@ def _count(dims: tuple[int, ...]) -> int:
     return total
 
 
-def build_spec(config: ModelConfig, problem: ConfigProblem) -> ModelSpec:
-    """Validate a normalised config and freeze it."""
+def build_spec(
+    config: ModelConfig, problem: ConfigProblem, model_dir: Path | None = None
+) -> ModelSpec:
+    """Validate a normalised config and freeze it (``model_dir``: where files the config
+    names, such as an initial state's data file, are read from)."""
     if config.max_batch_size < 0:
         raise problem.error("max_batch_size", "must be >= 0")
     policy = config.version_policy
@@ -216,4 +221,5 @@ def build_spec(config: ModelConfig, problem: ConfigProblem) -> ModelSpec:
         required_inputs=frozenset(n for n, s in inputs.items() if not s.optional),
         decoupled=config.model_transaction_policy.decoupled,
         config_json=config_to_json(config),
+        sequence=sequence_config(config, problem, model_dir),
     )

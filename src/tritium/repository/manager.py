@@ -339,7 +339,7 @@ class ModelRepositoryManager:
             # tritium does not honour before normalize fills in Triton's defaults.
             check_fields(completed, problem)
             normalize(completed, record.name, problem)
-            return build_spec(completed, problem)
+            return build_spec(completed, problem, model_dir)
 
         def on_failure(reason: str) -> None:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
