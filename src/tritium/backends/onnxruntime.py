@@ -60,16 +60,44 @@ def _session_options(config: ModelConfig) -> ort.SessionOptions:
     options.inter_op_num_threads = int(params.get("inter_op_thread_count", "1") or 1)
     if params.get("execution_mode", "0") == "1":
         options.execution_mode = ort.ExecutionMode.ORT_PARALLEL
-    level = config.optimization.graph.level
-    options.graph_optimization_level = (
-        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-        if level == -1
-        else ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    )
+    levels = ort.GraphOptimizationLevel
+    options.graph_optimization_level = {  # Triton's ORT backend: any other level is "all"
+        -1: levels.ORT_ENABLE_BASIC,
+        1: levels.ORT_ENABLE_EXTENDED,
+        2: levels.ORT_DISABLE_ALL,
+    }.get(config.optimization.graph.level, levels.ORT_ENABLE_ALL)
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    _memory_options(options, params)
     options.log_severity_level = 3
     return options
+
+
+# parameters key → SessionOptions attribute (booleans, as Triton's ORT backend reads them)
+_MEMORY_FLAGS = {
+    "enable_mem_arena": "enable_cpu_mem_arena",
+    "enable_mem_pattern": "enable_mem_pattern",
+}
+_INITIALIZERS_KEY = "session.use_device_allocator_for_initializers"
+
+
+def _memory_options(options: ort.SessionOptions, params: dict[str, str]) -> None:
+    """The memory parameters Triton's ORT backend honours on CPU (see config/fields.py for
+    the GPU-only ones)."""
+    for key, attribute in _MEMORY_FLAGS.items():
+        if key in params:
+            setattr(options, attribute, _parse_bool(key, params[key]))
+    if _INITIALIZERS_KEY in params:
+        options.add_session_config_entry(_INITIALIZERS_KEY, params[_INITIALIZERS_KEY])
+
+
+def _parse_bool(key: str, text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "on", "1"):
+        return True
+    if value in ("false", "off", "0"):
+        return False
+    raise invalid_arg(f"parameter '{key}' must be true or false, got '{text}'")
 
 
 def _create_session(path: Path, config: ModelConfig) -> ort.InferenceSession:

@@ -5,6 +5,7 @@ Errors name the file, the line and the field, so a user can fix a repository wit
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -45,6 +46,7 @@ PLATFORM_TO_BACKEND = {
     "libtorch": "pytorch",
     "ensemble": "ensemble",
 }
+log = logging.getLogger("tritium")
 _SEMANTIC_LOCATION = re.compile(r"^(\d+):(\d+) : ")
 
 
@@ -105,19 +107,31 @@ def line_of(text: str, needle: str) -> int:
 
 
 class ConfigProblem:
-    """Builds load errors that point at the config file, the line and the field."""
+    """Builds load errors (and warnings) that point at the config file, the line and the
+    field. One is made per model load, so a warning is logged once per load, not once per
+    version."""
 
     def __init__(self, model: str, path: Path | None, text: str) -> None:
         self._model = model
         self._path = path
         self._text = text
+        self._warned: set[str] = set()
 
     def error(self, field: str, message: str, anchor: str = "") -> ServerError:
+        return invalid_arg(self._where(field, message, anchor))
+
+    def warn(self, field: str, message: str, anchor: str = "") -> None:
+        """Log a warning about ``field``, the first time only."""
+        if field not in self._warned:
+            self._warned.add(field)
+            log.warning("model '%s': %s", self._model, self._where(field, message, anchor))
+
+    def _where(self, field: str, message: str, anchor: str) -> str:
         where = str(self._path) if self._path else f"model '{self._model}' (auto-completed config)"
         line = line_of(self._text, anchor or field) if self._text else 0
         if line:
             where += f":{line}"
-        return invalid_arg(f"{where}: field '{field}': {message}")
+        return f"{where}: field '{field}': {message}"
 
 
 _INT64_TYPES = {

@@ -23,6 +23,7 @@ from .sequence import SequenceConfig, sequence_config
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
 _CPU_DEFAULT_COUNT = {"onnxruntime": 2, "tensorflow": 2}
+_IMAGE_FORMATS = (mc.ModelInput.FORMAT_NHWC, mc.ModelInput.FORMAT_NCHW)
 _FILE_TO_BACKEND = {"model.onnx": "onnxruntime", "model.py": "python", "model.pt": "pytorch"}
 
 
@@ -166,6 +167,8 @@ def _io_specs(entries: Any, kind: str, problem: ConfigProblem) -> dict[str, IOSp
                 f"variable-size dimension, got {list(dims)}",
                 anchor,
             )
+        if getattr(entry, "format", 0) in _IMAGE_FORMATS and len(dims) != 3:
+            raise problem.error(f"{kind}.format", f"model {kind} NHWC/NCHW require 3 dims", anchor)
         reshape = tuple(entry.reshape.shape) if entry.HasField("reshape") else None
         if reshape is not None and -1 not in dims and -1 not in reshape:
             if _count(dims) != _count(reshape):

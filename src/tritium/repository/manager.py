@@ -18,6 +18,7 @@ from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
 from ..scheduling.ensemble import Dispatch
+from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
 from .names import version_from_string
@@ -334,6 +335,9 @@ class ModelRepositoryManager:
         own.CopyFrom(config)
 
         def finalize(completed: ModelConfig) -> ModelSpec:
+            # Every backend comes through here once auto-complete is done: refuse the fields
+            # tritium does not honour before normalize fills in Triton's defaults.
+            check_fields(completed, problem)
             normalize(completed, record.name, problem)
             return build_spec(completed, problem, model_dir)
 
