@@ -58,13 +58,13 @@ class SequenceScheduler:
         config = spec.sequence
         assert config is not None
         self._config = config
+        self._spec = spec
         self._version = version
         self._slots = SequenceSlots(max(len(instances), 1), config.slots, config.max_idle_ns)
         kind = _OldestWorker if config.oldest else _DirectWorker
         self._workers: list[_Worker] = [
             kind(self, i, instance) for i, instance in enumerate(instances)
         ]
-        self._spec = spec
         self._reaper: asyncio.TimerHandle | None = None
         self._reaper_at = 0
         self._closed = False
@@ -226,18 +226,25 @@ class _Worker:
             if isinstance(head, _Release):
                 lane.popleft()
                 state = self._states[slot]
-                if state is None or state.cid == head.cid:
+                if state is not None and state.cid == head.cid:  # else a stale release
                     self._free(slot)
                 continue
             if not head.cancelled:
                 return
-            error = cancelled("the request was cancelled")
-            self._owner.forget(head.correlation_id, Slot(slot, self._index))
-            while lane and not isinstance(lane[0], _Release):
-                request = lane.popleft()
-                assert isinstance(request, InferenceRequest)
-                send_error(request, self._owner.version, error)
-            self._free(slot)
+            self._cancel_sequence(slot, head.correlation_id)
+
+    def _cancel_sequence(self, slot: int, cid: CorrelationId) -> None:
+        """Answer the rest of a cancelled sequence CANCELLED (up to and with its release, if
+        the reaper queued one) and free its slot."""
+        lane = self._lanes[slot]
+        error = cancelled("the request was cancelled")
+        self._owner.forget(cid, Slot(slot, self._index))
+        while lane:
+            entry = lane.popleft()
+            if isinstance(entry, _Release):
+                break
+            send_error(entry, self._owner.version, error)
+        self._free(slot)
 
     def _start(self, batch: list[InferenceRequest], real: list[InferenceRequest]) -> None:
         self._busy = True
