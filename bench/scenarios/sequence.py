@@ -34,6 +34,7 @@ from bench.scenarios.sequence_models import (
     STATE_DIMS,
     STATELESS,
     VARIANTS,
+    WIDE,
     Variant,
     build_models,
     split_name,
@@ -337,8 +338,10 @@ NOTE = (
     "READY × (INPUT + START), START/READY controls) and `running_sum_onnx` (ONNX, FP32 [4], "
     "OUTPUT = state + INPUT, the state kept by the server: `sequence_batching.state`), both "
     f"`max_batch_size: {MAX_BATCH}`, one CPU instance. `direct`: {MAX_BATCH} slots, the other "
-    f"sequences wait in the backlog; `oldest`: `max_candidate_sequences: {CANDIDATES}`, no "
-    "queue delay. `stateless`: the same model file without `sequence_batching`, with "
+    f"sequences wait in the backlog; `direct64`: the same on {WIDE} instances, "
+    f"{WIDE * MAX_BATCH} slots, every lane's sequence in one; `oldest`: "
+    f"`max_candidate_sequences: {CANDIDATES}`, no queue delay. "
+    "`stateless`: the same model file without `sequence_batching`, with "
     "`dynamic_batching { }` (no delay, batches of up to 8), the client sending START/READY "
     "(`simple_sequence`) or the state (`running_sum_onnx`: INPUT_STATE in, OUTPUT_STATE "
     "read back) itself. avg batch = requests ÷ executions, exec batch = rows computed ÷ "

@@ -1,6 +1,7 @@
 """The ``sequence`` list's models, written into the bench's copy of the repository only: each
 base model under three configs, ``<base>_direct`` and ``<base>_oldest`` (``sequence_batching``
-with that strategy) and ``<base>_stateless`` (the same model file without sequence batching,
+with that strategy, one instance), ``<base>_direct64`` (direct on 8 instances: 64 slots, every
+lane's sequence holds one) and ``<base>_stateless`` (the same model file without sequence batching,
 ``dynamic_batching { }`` instead, the controls or the state as ordinary inputs the client
 sends).
 
@@ -16,9 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 SIMPLE, RUNNING_SUM = "simple_sequence", "running_sum_onnx"
-DIRECT, OLDEST, STATELESS = "direct", "oldest", "stateless"
-VARIANTS = (DIRECT, OLDEST, STATELESS)
+DIRECT, DIRECT64, OLDEST, STATELESS = "direct", "direct64", "oldest", "stateless"
+VARIANTS = (DIRECT, DIRECT64, OLDEST, STATELESS)
 MAX_BATCH = 8  # both models: 8 slots per instance (direct), batches of up to 8
+WIDE = 8  # direct64's instances: 8 × 8 slots
 CANDIDATES = 64  # oldest: max_candidate_sequences, every lane's sequence a candidate
 IDLE_US = 5_000_000  # max_sequence_idle_microseconds
 STATE_DIMS = 4  # running_sum_onnx: FP32 [4] input, output and state
@@ -34,6 +36,13 @@ class Variant:
     @property
     def name(self) -> str:
         return f"{self.base}_{self.strategy}"
+
+    @property
+    def instances(self) -> int:
+        return WIDE if self.strategy == DIRECT64 else 1
+
+    def instance_group(self) -> str:
+        return f"instance_group [ {{ kind: KIND_CPU count: {self.instances} }} ]\n"
 
 
 def split_name(model: str) -> tuple[str, str]:
@@ -62,7 +71,7 @@ def strategy_block(strategy: str) -> str:
     """The strategy inside ``sequence_batching``: direct (``max_batch_size`` slots per
     instance, the other sequences in the backlog) or oldest (every lane's sequence a
     candidate, batches of what is ready, no queue delay)."""
-    if strategy == DIRECT:
+    if strategy in (DIRECT, DIRECT64):
         return "  direct { }\n"
     return f"  oldest {{ max_candidate_sequences: {CANDIDATES} }}\n"
 
@@ -93,7 +102,7 @@ def simple_config(variant: Variant) -> str:
         + batching
         + _tensors("input", inputs)
         + _tensors("output", [_tensor("OUTPUT", "TYPE_INT32", 1)])
-        + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+        + variant.instance_group()
     )
 
 
@@ -124,7 +133,7 @@ def running_sum_config(variant: Variant) -> str:
         + batching
         + _tensors("input", inputs)
         + _tensors("output", outputs)
-        + "instance_group [ { kind: KIND_CPU count: 1 } ]\n"
+        + variant.instance_group()
     )
 
 
