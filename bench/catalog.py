@@ -22,7 +22,15 @@ from bench.common import (
 )
 from bench.drivers import PROTOCOLS, GrpcStreamDriver, ShmDriver
 from bench.engine import run_window
-from bench.scenarios import batching, ensembles, foundation, shm, streaming, transport
+from bench.scenarios import (
+    batching,
+    ensembles,
+    foundation,
+    sequence,
+    shm,
+    streaming,
+    transport,
+)
 from bench.server import Server
 
 ISSUES = {
@@ -34,9 +42,11 @@ ISSUES = {
         shm.ISSUE,
         ensembles.ISSUE,
         transport.ISSUE,
+        sequence.ISSUE,
     )
 }
-# batching is not in the default list yet (the dynamic batcher is being written); shm neither.
+# batching is not in the default list yet (the dynamic batcher is being written); shm and
+# sequence neither.
 DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc")
 # The servers of their own that scenarios name (Scenario.target), from every list.
 TARGETS: dict[str, Target] = {
@@ -121,6 +131,8 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
     driver = PROTOCOLS[sc.protocol]()
     url = server.url(driver.url_key)
     win, every = Window(), settings.verify_every
+    if sc.steps:
+        return await sequence.drive(sc, server, settings)
     if isinstance(driver, ShmDriver):
         return await shm.drive_shm(sc, driver, url, server, settings, win)
     if isinstance(driver, GrpcStreamDriver):

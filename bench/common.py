@@ -73,10 +73,14 @@ class Scenario:
     # the server that answers: "" the run's tritium server, else a name of an Issue's
     # ``targets`` (its own server, e.g. the grpc list's tritium or the bare grpc.aio floor)
     target: str = ""
+    # sequences (the ``sequence`` list): each of the ``concurrency`` lanes runs sequences of
+    # ``steps`` requests (START ... END), one after the other
+    steps: int = 0
 
     @property
     def name(self) -> str:
         suffix = f"/n{self.responses}" if self.responses else ""
+        suffix += f"/s{self.steps}" if self.steps else ""
         suffix += "/chained" if self.chained else ""
         suffix += f"@{self.target}" if self.target else ""
         return f"{self.model}/{self.protocol}/c{self.concurrency}{suffix}"
@@ -214,6 +218,7 @@ class Window:
     verified: int = 0
     wrong: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    extras: dict[str, Any] = field(default_factory=dict)  # a list's own fields for its rows
 
     def closed(self) -> bool:
         return self.end is not None or bool(self.errors)

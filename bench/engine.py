@@ -72,6 +72,7 @@ def summarize(sc: Scenario, win: Window, payload_bytes: int | None = None) -> di
         # other processes busy on the machine during the window (cores): noise when > ~0.1
         other_cpu_util=end.other_delta(start) / seconds,
     )
+    row.update(win.extras)
     if payload_bytes:
         row["bytes_per_inference"] = payload_bytes
         row["mb_per_s"] = row["infer_per_s"] * payload_bytes / 1e6
@@ -92,11 +93,17 @@ def stats_delta(start: dict[str, int] | None, end: dict[str, int] | None) -> dic
     if start is None or end is None:
         return {}
     inferences, executions = (end[k] - start[k] for k in ("inference_count", "execution_count"))
-    return {
+    delta = {
         "server_inferences": inferences,
         "server_executions": executions,
         "avg_batch": inferences / executions if executions else None,
     }
+    if "batch_rows" in start and "batch_rows" in end:
+        # rows the executions computed (batch_stats), padding such as the sequence batcher's
+        # READY = false fillers included: above avg_batch when some rows were not requests
+        rows = end["batch_rows"] - start["batch_rows"]
+        delta["avg_exec_batch"] = rows / executions if executions else None
+    return delta
 
 
 def add_decoupled(row: dict[str, Any], win: Window, seconds: float) -> None:

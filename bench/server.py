@@ -71,7 +71,8 @@ class Server(ServerProcess):
 
 
 def model_stats(server: Server, model: str) -> dict[str, int] | None:
-    """The model's inference and execution counts (statistics extension), None if absent."""
+    """The model's inference and execution counts and the rows its executions computed
+    (statistics extension), None if absent."""
     try:
         url = f"http://{server.url('http')}/v2/models/{model}/stats"
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -79,9 +80,19 @@ def model_stats(server: Server, model: str) -> dict[str, int] | None:
         return {
             "inference_count": sum(int(s.get("inference_count", 0)) for s in stats),
             "execution_count": sum(int(s.get("execution_count", 0)) for s in stats),
+            "batch_rows": sum(batch_rows(s) for s in stats),
         }
     except (urllib.error.URLError, ConnectionError, ValueError, KeyError, TypeError):
         return None
+
+
+def batch_rows(stats: dict) -> int:
+    """The rows a model's executions computed: batch size × executions of that size, summed
+    over its ``batch_stats`` (Triton's statistics extension)."""
+    return sum(
+        int(b.get("batch_size", 0)) * int((b.get("compute_infer") or {}).get("count", 0))
+        for b in stats.get("batch_stats") or []
+    )
 
 
 def models_stats(server: Server, models: tuple[str, ...]) -> dict[str, dict[str, int] | None]:

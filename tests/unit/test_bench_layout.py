@@ -120,7 +120,15 @@ def test_scenario_lists_are_consistent() -> None:
     from bench.catalog import CONTRACTS, DEFAULT_ISSUES, ISSUES
     from bench.drivers import PROTOCOLS
 
-    assert list(ISSUES) == ["foundation", "streaming", "batching", "shm", "ensembles", "grpc"]
+    assert list(ISSUES) == [
+        "foundation",
+        "streaming",
+        "batching",
+        "shm",
+        "ensembles",
+        "grpc",
+        "sequence",
+    ]
     assert set(DEFAULT_ISSUES) <= set(ISSUES)
     for name, issue in ISSUES.items():
         scenarios = issue.scenarios()
