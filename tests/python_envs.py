@@ -21,7 +21,7 @@ SITE = f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/site-packages"
 
 # A model that reports what it sees: its interpreter, the probe package's version, whether a
 # package of the server (tritonclient) leaks in, and the activation's variables.
-PROBE_MODEL = '''
+PROBE_MODEL = """
 import json
 import os
 import sys
@@ -61,7 +61,7 @@ class TritonPythonModel:
         return [
             pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", out)]) for _ in requests
         ]
-'''
+"""
 
 
 def probe_config(name: str, env_path: str | None) -> str:
@@ -71,7 +71,7 @@ def probe_config(name: str, env_path: str | None) -> str:
         "max_batch_size: 0",
         'input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]',
         'output [ { name: "OUTPUT0" data_type: TYPE_STRING dims: [ 1 ] } ]',
-        'instance_group [ { count: 1 kind: KIND_CPU } ]',
+        "instance_group [ { count: 1 kind: KIND_CPU } ]",
     ]
     if env_path is not None:
         lines.append(

@@ -82,12 +82,13 @@ def ensure_private_dir(path: Path) -> None:
     """Create ``path`` (0700) or check that an existing one is a directory owned by this user
     that no one else can write to: an environment unpacked there is code the server runs."""
     try:
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.is_symlink() and not path.exists():
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()
     except OSError as exc:
         raise ArchiveError(f"cannot create the environment cache '{path}': {exc}") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise ArchiveError(f"the environment cache '{path}' is not a directory")
+        raise ArchiveError(f"the environment cache '{path}' is not a directory (or a link)")
     if info.st_uid != os.geteuid() or info.st_mode & 0o022:
         raise ArchiveError(
             f"the environment cache '{path}' must be owned by the server's user and not "
@@ -162,4 +163,5 @@ def extract(archive: Path, destination: Path) -> None:
     except ArchiveError:
         raise
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise ArchiveError(f"cannot unpack '{archive}': {exc}") from None
+        detail = " ".join(str(exc).split())  # tarfile's reasons span lines
+        raise ArchiveError(f"cannot unpack '{archive}': {detail}") from None

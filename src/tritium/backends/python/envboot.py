@@ -1,17 +1,21 @@
 """Start the stub under an execution environment's interpreter (EXECUTION_ENV_PATH).
 
-Run as a script, ``<env>/bin/python3 .../envboot.py <fd> <server pid> <instance name>``, by an
-interpreter that does not have tritium installed. It makes exactly one thing of the server's
-visible: the ``tritium`` package this file belongs to, registered by location (not by putting
-the server's site-packages on ``sys.path``, which would leak every server package into the
-model); then it runs ``tritium.backends.python.stub`` as ``python -m`` would. Everything else
-the model imports, numpy included, comes from the environment. Standard library only here.
+Run as a script, ``<env>/bin/python3 .../envboot.py tritium.backends.python.stub <fd> <server
+pid> <instance name>`` (the module named as in ``python -m``, so ``ps`` and tools that look for
+stubs see it), by an interpreter that does not have tritium installed. It makes exactly one
+thing of the server's visible: the ``tritium`` package this file belongs to, registered by
+location (not by putting the server's site-packages on ``sys.path``, which would leak every
+server package into the model); then it runs the stub module as ``python -m`` would.
+Everything else the model imports, numpy included, comes from the environment. Standard
+library only here.
 """
 
 import importlib.util
 import runpy
 import sys
 from pathlib import Path
+
+STUB_MODULE = "tritium.backends.python.stub"
 
 
 def _register_tritium() -> None:
@@ -31,5 +35,8 @@ if __name__ == "__main__":
     # importable as top-level modules of the model.
     if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
         del sys.path[0]
+    if len(sys.argv) < 2 or sys.argv[1] != STUB_MODULE:
+        sys.exit(f"usage: {sys.argv[0]} {STUB_MODULE} <fd> <server pid> <instance name>")
+    del sys.argv[1]
     _register_tritium()
-    runpy.run_module("tritium.backends.python.stub", run_name="__main__", alter_sys=True)
+    runpy.run_module(STUB_MODULE, run_name="__main__", alter_sys=True)

@@ -33,6 +33,7 @@ EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_KEYWORD = "$$TRITON_MODEL_DIRECTORY"
 MIN_PYTHON = (3, 11)  # pyproject's requires-python: the stub's own code needs it
 _BOOT = Path(__file__).with_name("envboot.py")
+STUB_MODULE = "tritium.backends.python.stub"  # named on the command line, as with -m
 _PROBE_TIMEOUT_S = 120.0
 _PROBE = """\
 import json, marshal, sys
@@ -55,7 +56,7 @@ class PythonEnv:
     python: Path
 
     def command(self, args: list[str]) -> list[str]:
-        return [str(self.python), str(_BOOT), *args]
+        return [str(self.python), str(_BOOT), STUB_MODULE, *args]
 
     def environ(self, base: dict[str, str] | None = None) -> dict[str, str]:
         """``base`` (the server's environment) as Triton's activation changes it."""
