@@ -10,14 +10,17 @@ import marshal
 import os
 import shutil
 import tarfile
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tritium.backends.python.backend import PythonBackend
 from tritium.backends.python.envarchive import (
     ArchiveCache,
     ArchiveError,
+    default_cache_dir,
     ensure_private_dir,
     extract,
     unsafe_member,
@@ -28,8 +31,10 @@ from tritium.backends.python.execenv import (
     compatibility_problem,
     env_path_parameter,
 )
+from tritium.cli import build_parser, options_from_args
 from tritium.config.model_config import ModelConfig
 from tritium.errors import ErrorKind, ServerError
+from tritium.options import ServerOptions
 
 
 def _member(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
@@ -249,3 +254,18 @@ def test_a_directory_without_an_interpreter_is_refused(tmp_path: Path) -> None:
         asyncio.run(manager.prepare("m", tmp_path))
     with pytest.raises(ServerError, match="no such file or directory"):
         asyncio.run(manager.prepare("m", tmp_path / "missing.tar.gz"))
+
+
+def test_the_cache_flag_reaches_the_backend(tmp_path: Path) -> None:
+    def options(*flags: str) -> ServerOptions:
+        args = build_parser().parse_args(["serve", "--model-repository", "r", *flags])
+        return options_from_args(args)
+
+    assert options().python_env_cache_dir == ""
+    assert (
+        default_cache_dir() == Path(tempfile.gettempdir()) / f"tritium-python-envs-{os.geteuid()}"
+    )
+    chosen = options("--python-env-cache-dir", str(tmp_path / "envs")).python_env_cache_dir
+    backend = PythonBackend(None, chosen)
+    assert backend._envs.cache.root == tmp_path / "envs"
+    assert PythonBackend()._envs.cache.root == default_cache_dir()
