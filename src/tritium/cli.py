@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     _grpc_transport_flags(serve)
     _stub_restart_flags(serve)
     _http_limit_flags(serve)
+    _python_env_flags(serve)
     _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
     serve.add_argument("--metrics-address", default="")
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -256,6 +257,17 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _python_env_flags(serve: argparse.ArgumentParser) -> None:
+    """tritium's flag for Python execution environments (EXECUTION_ENV_PATH)."""
+    serve.add_argument(
+        "--python-env-cache-dir",
+        default="",
+        help="tritium: where EXECUTION_ENV_PATH archives are unpacked, once per distinct "
+        "content; created 0700, must be owned by the server's user and not writable by "
+        "others (default: <system temp>/tritium-python-envs-<uid>)",
+    )
+
+
 def _http_limit_flags(serve: argparse.ArgumentParser) -> None:
     """tritium's own HTTP transport flags (Triton has none): bounds, timeouts, TLS."""
     d = ServerOptions()
@@ -407,6 +419,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         metrics_interval_ms=args.metrics_interval_ms,
         model_instance_max_restarts=args.model_instance_max_restarts,
         model_instance_restart_window_secs=args.model_instance_restart_window_secs,
+        python_env_cache_dir=args.python_env_cache_dir,
         **_http_limit_options(args),
         **_grpc_transport_options(args),
         **_access_options(args),  # type: ignore[arg-type]

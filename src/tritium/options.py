@@ -79,3 +79,6 @@ class ServerOptions:
     grpc_max_connection_age_ms: int = 0  # 0: connections live for ever
     grpc_max_connection_age_grace_ms: int = 0  # 0: no bound on the drain after GOAWAY
     grpc_max_send_message_size: int = (1 << 31) - 1  # Triton's MAX_GRPC_MESSAGE_SIZE
+    # Python execution environments (issue 14): where EXECUTION_ENV_PATH archives are unpacked
+    # (content-keyed, private to the user); "" = <system temp>/tritium-python-envs-<uid>.
+    python_env_cache_dir: str = ""

@@ -31,11 +31,6 @@ REFUSED = {
         "count: 1 } ] } } ]",
         "instance_group.rate_limiter",
     ),
-    "envpath_py": (
-        GOOD,
-        'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "env.tar.gz" } }',
-        "parameters.EXECUTION_ENV_PATH",
-    ),
 }
 GPU_ONLY = "cuda_py"
 GPU_ONLY_FIELD = "optimization.cuda"

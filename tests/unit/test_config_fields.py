@@ -102,11 +102,6 @@ REFUSED = [
         "dims: [ 1 ] use_same_buffer_for_input_output: true use_growable_memory: true } ] }",
         "sequence_batching.state.use_growable_memory",
     ),
-    (
-        'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "$TRITON_MODEL_DIRECTORY'
-        '/env.tar.gz" } }',
-        "parameters.EXECUTION_ENV_PATH",
-    ),
 ]
 
 
@@ -144,10 +139,23 @@ def test_the_warmup_message_says_what_to_do() -> None:
     )
 
 
-def test_execution_env_path_is_a_python_backend_parameter_only() -> None:
-    extra = 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "env.tar.gz" } }'
+def test_a_backend_parameter_is_decided_for_its_backend_only() -> None:
+    extra = (
+        'parameters { key: "memory.enable_memory_arena_shrinkage" value: { string_value: "cpu:0" '
+        "} }"
+    )
+    config, problem, _ = config_of(extra)
+    check_fields(config, problem)  # the Python backend has no such key: passed on, as Triton
     config, problem, _ = config_of(extra, BASE.replace('"python"', '"onnxruntime"'))
-    check_fields(config, problem)  # Triton's ORT backend has no such key: passed on, as Triton
+    with pytest.raises(ServerError, match="memory.enable_memory_arena_shrinkage"):
+        check_fields(config, problem)
+
+
+def test_an_implemented_parameter_is_accepted() -> None:
+    extra = 'parameters { key: "EXECUTION_ENV_PATH" value: { string_value: "env.tar.gz" } }'
+    config, problem, _ = config_of(extra)
+    check_fields(config, problem)
+    assert review(config).refused == () and review(config).gpu_only == ()
 
 
 GPU_ONLY = [

@@ -346,9 +346,10 @@ FIELDS: dict[str, FieldRule] = {path: FieldRule(*rule) for path, rule in _TABLE.
 # know).
 PARAMETERS: dict[tuple[str, str], FieldRule] = {
     ("python", "EXECUTION_ENV_PATH"): FieldRule(
-        _R,
-        "custom Python execution environments (EXECUTION_ENV_PATH) are not supported by "
-        "tritium yet: model.py runs with the server's Python",
+        _I,
+        "the stubs run under that environment's interpreter: a conda-pack .tar.gz unpacked "
+        "once per content into --python-env-cache-dir, or an environment directory (conda or "
+        "venv) used in place; $$TRITON_MODEL_DIRECTORY is replaced by the model's directory",
     ),
     ("python", "FORCE_CPU_ONLY_INPUT_TENSORS"): FieldRule(
         _G, f"input tensors are always in CPU memory; {_NO_GPU}"

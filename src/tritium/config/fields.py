@@ -86,7 +86,7 @@ def review(config: ModelConfig) -> FieldReview:
                 break
     for key in config.parameters:
         rule = PARAMETERS.get((config.backend, key))
-        if rule is not None:
+        if rule is not None and rule.decision is not _I:
             found[rule.decision].setdefault(f"parameters.{key}", rule.reason)
     return FieldReview(tuple(found[_R].items()), tuple(found[_G].items()))
 

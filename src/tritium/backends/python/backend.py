@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from google.protobuf import json_format
@@ -15,6 +16,8 @@ from ...config.model_config import ModelConfig, config_to_json
 from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from . import ipc
+from .envarchive import default_cache_dir
+from .execenv import EnvironmentManager, PythonEnv, env_path_parameter
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision
 from .process import StubProcess
 from .supervisor import RestartPolicy, VersionHealth
@@ -23,14 +26,16 @@ _START_TIMEOUT_S = 60.0
 
 
 class PythonBackend:
-    def __init__(self, restart: RestartPolicy | None = None) -> None:
+    def __init__(self, restart: RestartPolicy | None = None, env_cache: str = "") -> None:
         self._restart = restart or RestartPolicy()
+        self._envs = EnvironmentManager(Path(env_cache) if env_cache else default_cache_dir())
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.py")
         if not path.is_file():
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
-        stubs: list[StubProcess] = [StubProcess(f"{ctx.model_name}_0_0")]
+        env = await self._environment(ctx)
+        stubs: list[StubProcess] = [StubProcess(f"{ctx.model_name}_0_0", env)]
         try:
             await stubs[0].start()
             config = ctx.config
@@ -51,7 +56,7 @@ class PythonBackend:
             ]
             stubs[0].name = names[0]
             for name in names[1:]:
-                stubs.append(StubProcess(name))
+                stubs.append(StubProcess(name, env))
             await asyncio.gather(*(s.start() for s in stubs[1:]))
             await asyncio.gather(*(self._init(ctx, spec, s, path) for s in stubs))
         except BaseException:
@@ -60,15 +65,23 @@ class PythonBackend:
         health = VersionHealth(ctx.on_failure, ctx.on_recovered)
 
         async def spawn(name: str) -> StubProcess:
-            return await self._spawn(ctx, spec, name, path)
+            return await self._spawn(ctx, spec, name, path, env)
 
         supervision = Supervision(spawn, self._restart, health, timeout)
         instances = [PythonInstance(spec, ctx.version, s, supervision) for s in stubs]
         return spec, list(instances)
 
-    async def _spawn(self, ctx: LoadContext, spec: ModelSpec, name: str, path: Any) -> StubProcess:
+    async def _environment(self, ctx: LoadContext) -> PythonEnv | None:
+        """The model's EXECUTION_ENV_PATH environment (unpacked, probed), or None: the stubs
+        then run on the server's own interpreter."""
+        path = env_path_parameter(ctx.config.parameters, ctx.model_dir)
+        return None if path is None else await self._envs.prepare(ctx.model_name, path)
+
+    async def _spawn(
+        self, ctx: LoadContext, spec: ModelSpec, name: str, path: Any, env: PythonEnv | None
+    ) -> StubProcess:
         """A new, initialised stub for instance ``name`` (a restart); killed if that fails."""
-        stub = StubProcess(name)
+        stub = StubProcess(name, env)
         try:
             await stub.start()
             await self._init(ctx, spec, stub, path)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ...errors import ServerError, internal, unavailable
 from . import ipc
+from .execenv import PythonEnv
 
 STUB_MODULE = "tritium.backends.python.stub"
 
@@ -19,8 +20,9 @@ STUB_MODULE = "tritium.backends.python.stub"
 class StubProcess(asyncio.Protocol):
     """A stub process: started, spoken to, stopped (politely, or killed)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, env: PythonEnv | None = None) -> None:
         self.name = name
+        self.env = env  # EXECUTION_ENV_PATH: run under that environment's interpreter
         self._reader = ipc.FrameReader()
         self._transport: asyncio.Transport | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -40,18 +42,16 @@ class StubProcess(asyncio.Protocol):
         instance (so an operator can tell the stubs apart in ``ps``)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    STUB_MODULE,
-                    str(child.fileno()),
-                    str(os.getpid()),
-                    self.name,
-                ],
-                pass_fds=(child.fileno(),),
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
+            args = [str(child.fileno()), str(os.getpid()), self.name]
+            if self.env is None:
+                command = [sys.executable, "-m", STUB_MODULE, *args]
+                environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            else:
+                command, environ = self.env.command(args), self.env.environ()
+            self._proc = subprocess.Popen(command, pass_fds=(child.fileno(),), env=environ)
+        except OSError as exc:
+            parent.close()
+            raise unavailable(f"stub process '{self.name}' does not start: {exc}") from None
         finally:
             child.close()
         loop = asyncio.get_running_loop()

@@ -1,0 +1,42 @@
+"""Start the stub under an execution environment's interpreter (EXECUTION_ENV_PATH).
+
+Run as a script, ``<env>/bin/python3 .../envboot.py tritium.backends.python.stub <fd> <server
+pid> <instance name>`` (the module named as in ``python -m``, so ``ps`` and tools that look for
+stubs see it), by an interpreter that does not have tritium installed. It makes exactly one
+thing of the server's visible: the ``tritium`` package this file belongs to, registered by
+location (not by putting the server's site-packages on ``sys.path``, which would leak every
+server package into the model); then it runs the stub module as ``python -m`` would.
+Everything else the model imports, numpy included, comes from the environment. Standard
+library only here.
+"""
+
+import importlib.util
+import runpy
+import sys
+from pathlib import Path
+
+STUB_MODULE = "tritium.backends.python.stub"
+
+
+def _register_tritium() -> None:
+    package = Path(__file__).resolve().parents[2]  # .../tritium
+    spec = importlib.util.spec_from_file_location(
+        "tritium", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the tritium package from {package}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["tritium"] = module
+    spec.loader.exec_module(module)
+
+
+if __name__ == "__main__":
+    # A script's own directory is sys.path[0]: drop it, or ipc, stub, pb_utils... would be
+    # importable as top-level modules of the model.
+    if sys.path and Path(sys.path[0] or ".").resolve() == Path(__file__).resolve().parent:
+        del sys.path[0]
+    if len(sys.argv) < 2 or sys.argv[1] != STUB_MODULE:
+        sys.exit(f"usage: {sys.argv[0]} {STUB_MODULE} <fd> <server pid> <instance name>")
+    del sys.argv[1]
+    _register_tritium()
+    runpy.run_module(STUB_MODULE, run_name="__main__", alter_sys=True)
