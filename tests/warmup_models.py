@@ -5,9 +5,10 @@ warm_counter     python, max_batch_size 4, WARM_INSTANCES (2) instances; INPUT0 
                  this instance ran before this one. Every execution appends one JSON line to
                  the file named by its LOG_PATH parameter: instance name, pid, number of
                  requests, each request's INPUT0 and INPUT1. With GATE_PATH set, an execution
-                 waits (bounded) until that file exists. Warm-up (WARM_SAMPLES): "zeros"
-                 (batch_size 2, count 3, zero_data), "random" (random_data), "file"
-                 (input_data_file warmup/in0.bin = FILE_INPUT0, warmup/in1.bin = FILE_INPUT1).
+                 creates ``<LOG_PATH>.waiting``, then waits (bounded) until GATE_PATH exists.
+                 Warm-up (WARM_SAMPLES): "zeros" (batch_size 2, count 3, zero_data), "random"
+                 (random_data), "file" (input_data_file warmup/in0.bin = FILE_INPUT0,
+                 warmup/sub/in1.bin = FILE_INPUT1).
 warm_fails       python; every response is TritonError("An Error Occurred") (Triton's
                  L0_warmup failing_infer), one sample "zero sample".
 warm_raises      python; execute raises ValueError("warm-up boom").
@@ -37,7 +38,7 @@ FILE_INPUT1 = [b"ab", b"cde"]
 WARM_SAMPLES = [("zeros", 2)] * WARM_COUNT + [("random", 1), ("file", 1)]
 FAILING = ("warm_fails", "warm_raises", "warm_short_file", "warm_escape", "warm_bad_dtype")
 
-_COUNTER_PY = '''\
+_COUNTER_PY = """\
 import json
 import os
 import time
@@ -56,6 +57,7 @@ class TritonPythonModel:
 
     def execute(self, requests):
         if self.gate:
+            open(self.log + ".waiting", "a").close()  # the test sees a warm-up has begun
             deadline = time.monotonic() + 60
             while not os.path.exists(self.gate) and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -74,7 +76,7 @@ class TritonPythonModel:
             f.write(json.dumps(entry) + "\\n")
         self.runs += 1
         return responses
-'''
+"""
 
 _FAILS_PY = """\
 import triton_python_backend_utils as pb_utils
@@ -108,9 +110,7 @@ class TritonPythonModel:
 
 
 def _input(name: str, data_type: str, dims: list[int], source: str) -> str:
-    return (
-        f'inputs {{ key: "{name}" value: {{ data_type: {data_type} dims: {dims} {source} }} }}'
-    )
+    return f'inputs {{ key: "{name}" value: {{ data_type: {data_type} dims: {dims} {source} }} }}'
 
 
 def _sample(name: str, inputs: list[str], batch_size: int = 1, count: int = 0) -> str:
