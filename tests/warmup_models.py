@@ -17,6 +17,8 @@ warm_escape      identity; input_data_file "../config.pbtxt".
 warm_bad_dtype   identity; the sample gives INPUT0 as TYPE_INT32 (the model takes FP32).
 warm_onnx        onnxruntime (tests/models.py ``onnx_partial_cfg``: INPUT0 FP32 [4] -> x2,
                  max_batch_size 2) with a batch_size 2 random_data sample.
+warm_decoupled   python, decoupled: two responses then a flag-only final per request, with a
+                 "decoupled sample" (Triton's L0_warmup decoupled case).
 warm_seq         tests/sequence_models.py ``seq_echo_x2`` (direct, 2 instances) with a
                  sample naming INPUT0 and the START and READY controls, count 2.
 """
@@ -106,6 +108,22 @@ class TritonPythonModel:
                                  .as_numpy())])
             for r in requests
         ]
+"""
+
+
+_DECOUPLED_PY = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            sender = request.get_response_sender()
+            for _ in range(2):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
 """
 
 
@@ -232,7 +250,11 @@ def _onnx_and_sequence() -> dict[str, dict[str, str | bytes]]:
             count=2,
         )
     )
+    zero = _sample("decoupled sample", [_input("INPUT0", "TYPE_FP32", [4], "zero_data: true")])
+    decoupled = _fp32_model("warm_decoupled", _DECOUPLED_PY, zero)
+    decoupled["config.pbtxt"] += "model_transaction_policy { decoupled: true }\n"
     return {
+        "warm_decoupled": decoupled,
         "warm_onnx": _renamed("onnx_partial_cfg", "warm_onnx", onnx),
         "warm_seq": _renamed("seq_echo_x2", "warm_seq", seq),
     }

@@ -124,6 +124,8 @@ def test_failing_warmup_leaves_the_model_unavailable_with_its_reason(
 def test_other_models_serve(server: ServerProcess, protocol: str) -> None:
     c = client(protocol, server.url(protocol))
     try:
+        for name in ("warm_counter", "warm_onnx", "warm_seq", "warm_decoupled"):
+            assert c.is_model_ready(name), name
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
         result = c.infer("warm_onnx", [make_input(protocol, "INPUT0", x, "FP32")])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 2)
