@@ -19,7 +19,6 @@ PROTOCOLS = ("http", "grpc")
 GOOD = "identity_fp32"
 # model -> (the test model it copies, the config lines it adds, the field its reason names)
 REFUSED = {
-    "warmup_py": (GOOD, 'model_warmup [ { name: "w" batch_size: 1 count: 1 } ]', "model_warmup"),
     "oplib_onnx": (
         "identity_onnx_fp32",
         'model_operations { op_library_filename: "libcustom_ops.so" }',

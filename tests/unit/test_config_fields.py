@@ -65,7 +65,6 @@ def config_of(extra: str, base: str = BASE) -> tuple[ModelConfig, ConfigProblem,
 
 
 REFUSED = [
-    ('model_warmup [ { name: "w" batch_size: 1 count: 1 } ]', "model_warmup"),
     (
         "instance_group [ { kind: KIND_CPU rate_limiter { priority: 2 } } ]",
         "instance_group.rate_limiter",
@@ -129,14 +128,23 @@ def test_shape_tensors_fail_on_inputs_and_outputs() -> None:
         check_fields(config, problem)
 
 
-def test_the_warmup_message_says_what_to_do() -> None:
-    config, problem, _ = config_of('model_warmup [ { name: "w" batch_size: 1 } ]')
+def test_the_refusal_message_says_what_to_do() -> None:
+    config, problem, _ = config_of('model_operations { op_library_filename: "libcustom.so" }')
     with pytest.raises(ServerError) as info:
         check_fields(config, problem)
     assert (
-        "field 'model_warmup': model warm-up is not supported by tritium yet; remove it from "
-        "the configuration" in info.value.message
+        "field 'model_operations': custom operation libraries (model_operations) are not "
+        "supported by tritium yet; remove it from the configuration" in info.value.message
     )
+
+
+def test_model_warmup_is_implemented() -> None:
+    config, problem, _ = config_of(
+        'model_warmup [ { name: "w" batch_size: 1 count: 2 inputs { key: "INPUT0" value: '
+        "{ data_type: TYPE_FP32 dims: [ 1 ] zero_data: true } } } ]"
+    )
+    check_fields(config, problem)
+    assert review(config).refused == ()
 
 
 def test_a_backend_parameter_is_decided_for_its_backend_only() -> None:

@@ -109,7 +109,7 @@ LAYERS: list[set[str]] = [
     {"cache", "shm", "config"},
     {"backends"},
     {"scheduling"},
-    {"model"},
+    {"model", "warmup"},
     {"repository"},
     {"server"},
     {"frontends"},

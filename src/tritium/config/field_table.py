@@ -295,7 +295,11 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     ),
     **_tree(
         "model_warmup",
-        (_R, "model warm-up is not supported by tritium yet"),
+        (
+            _I,
+            "run on every instance before the version is READY (zero_data, random_data, "
+            "input_data_file from <model>/warmup/); a failing sample fails the load",
+        ),
         "name",
         "batch_size",
         "inputs",

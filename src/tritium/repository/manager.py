@@ -18,6 +18,7 @@ from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
 from ..scheduling.ensemble import Dispatch
+from ..warmup import warm_up
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
@@ -368,6 +369,7 @@ class ModelRepositoryManager:
         started = time.monotonic()
         try:
             spec, instances = await backend.load(ctx)
+            await warm_up(spec, instances, model_dir, version)  # before READY; closes on failure
         except ServerError as exc:
             entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
             log.error("failed to load '%s' version %d: %s", record.name, version, exc.message)
