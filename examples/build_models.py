@@ -11,7 +11,9 @@ next to them with the ``onnx`` package (``pip install onnx`` or ``.[models]``).
 
 The ensembles' composing ONNX models (``classifier``, ``user_tower``, ``item_tower``,
 ``tower_join``, ``cheap_scorer``, ``expensive_ranker``) are built here too, and every
-``platform: "ensemble"`` model gets its (empty) version folder ``1/`` if it has none.
+``platform: "ensemble"`` model gets its (empty) version folder ``1/`` if it has none. The
+image examples with Triton's contracts (``densenet_onnx``, ``inception_classifier``) and
+their label files come from ``image_models.py``.
 
 Importable: ``from build_models import build_examples; build_examples(path)``.
 """
@@ -23,6 +25,8 @@ import re
 import shutil
 import sys
 from pathlib import Path
+
+from image_models import IMAGE_MODELS, check_image_models, write_labels
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
 DEFAULT_REPOSITORY = EXAMPLES_DIR / "model_repository"
@@ -453,6 +457,8 @@ def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
                 built[source] = _save(build_model(source), path)
             written.append(path)
     written += [_save(build(name), onnx_path(name)) for name, build in COMPOSING_MODELS.items()]
+    written += [_save(build(name), onnx_path(name)) for name, build in IMAGE_MODELS.items()]
+    written += write_labels(repo_dir)
     return written + _initial_state_files(repo_dir) + _ensemble_version_dirs(repo_dir)
 
 
@@ -562,6 +568,7 @@ def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
     _check_mlp(repo_dir)
     _check_composing(repo_dir)
     _check_running_sum(repo_dir)
+    check_image_models(lambda name: _session(repo_dir, name))
 
 
 def main(argv: list[str] | None = None) -> int:

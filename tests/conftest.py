@@ -47,6 +47,7 @@ GOOD_TEST_MODELS = [
     "scalar_reshape",
     "sender_two_step",
     "autocomplete_py",
+    "classify_batched",
 ]
 PROTOCOLS = ["http", "grpc"]
 

@@ -116,6 +116,9 @@ seq_state_file       the same with max_batch_size 0 and initial_state data_file
 seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 FP32 [1];
                      the graph computes OUTPUT0 = INPUT0 + STATE_IN and STATE_OUT = OUTPUT0
                      (implicit state FP32 [1], zero_data).
+
+classify_batched     the classification extension's model with a label file: see
+                     tests/classify_models.py.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from classify_models import CLASSIFY_SPECS
 from sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
@@ -818,6 +822,8 @@ _SPECS.update(
 
 # Sequence batching: tests/sequence_models.py (documented above).
 _SPECS.update(SEQUENCE_SPECS)
+# The classification extension: tests/classify_models.py (documented there).
+_SPECS.update(CLASSIFY_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (

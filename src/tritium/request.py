@@ -21,11 +21,14 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import ErrorKind, ServerError, internal
 from .stats import ModelStats
 from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOptions, Tensor
+
+if TYPE_CHECKING:
+    from .classification import Classifier
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 
@@ -73,6 +76,7 @@ class InferenceRequest:
         "on_cancel",
         "cancelled",
         "extra_outputs",
+        "classify",
     )
 
     def __init__(
@@ -108,6 +112,9 @@ class InferenceRequest:
         # Outputs the server needs from the model beyond what the client asked for (the
         # implicit state outputs of a sequence model); backends add them to the requested.
         self.extra_outputs: tuple[str, ...] = ()
+        # The classification extension: set when the client asked for classes of an output;
+        # applied by the sender to what the client receives (not to the cache or a capture).
+        self.classify: Classifier | None = None
 
     # -- the client's values -----------------------------------------------------------------
     @property
@@ -232,7 +239,18 @@ class ResponseSender:
             if self.last is None and not request.decoupled:
                 self.error = internal("the model sent no response")
             self.on_final(request, self.error, self.last)  # even if the caller has gone away
+        if request.classify is not None and response is not None and response.error is None:
+            _classify(request.classify, response)
         self.callback(response, final)
+
+
+def _classify(classifier: Classifier, response: InferenceResponse) -> None:
+    """The client's view of a response (Triton's front-ends classify when they serialize):
+    an output that cannot be classified turns the response into its error."""
+    try:
+        classifier.apply(response)
+    except ServerError as exc:
+        response.error = exc
 
 
 def _failure_reason(error: Exception | None) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from . import TRITON_VERSION
 from .backends import BackendRegistry
 from .backends.python.supervisor import RestartPolicy
+from .classification import classifier_for
 from .cache import ResponseCache, cache_key
 from .errors import (
     ErrorKind,
@@ -49,6 +50,7 @@ _FINALIZE_GRACE_S = 1.0
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
+    "classification",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
@@ -247,6 +249,9 @@ class InferenceServer:
         request.model_version = model.version  # the version that serves it, from now on
         request.decoupled = model.spec.decoupled
         request.stats = model.stats
+        if client.outputs:
+            spec = model.spec
+            request.classify = classifier_for(client.outputs, spec.labels, spec.max_batch_size > 0)
         return request
 
     def submit(self, request: InferenceRequest, sender: ResponseSender) -> None:

@@ -23,9 +23,8 @@ from hypothesis import strategies as st
 
 from tritium.errors import ErrorKind, ServerError
 
-# How a decoder may reject client bytes. UNSUPPORTED is documented for the classification
-# extension only; anything else (or any other exception type) is a bug.
-REJECT_KINDS = frozenset({ErrorKind.INVALID_ARG, ErrorKind.UNSUPPORTED})
+# How a decoder may reject client bytes; anything else (or any other exception type) is a bug.
+REJECT_KINDS = frozenset({ErrorKind.INVALID_ARG})
 
 # CPU seconds one input may take. CPU time, not wall time: the machine running the suite is
 # shared and noisy, but nothing in these decoders needs a full second of CPU for a few KiB.

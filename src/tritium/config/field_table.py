@@ -95,8 +95,8 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     **_same((_I, "clients see the configured dims"), "output.reshape", "output.reshape.shape"),
     "output.label_filename": (
         _I,
-        "reported in the configuration; labels serve only the classification extension, "
-        "which tritium answers per request with a clear 'not supported' error",
+        "read from the model directory at load (a missing file fails the load); the "
+        "classification extension appends the labels to its \"score:index\" strings",
     ),
     "output.is_shape_tensor": (_R, "shape tensors are only supported for TensorRT platform"),
     "output.is_non_linear_format_io": (

@@ -6,10 +6,11 @@ computed here, once, at load time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..classification import read_labels
 from ..types import DataType
 from .model_config import (
     BACKEND_DEFAULTS,
@@ -54,6 +55,8 @@ class ModelSpec:
     config_json: dict[str, Any]
     ensemble: Any = None  # an ensemble's EnsemblePlan (platform "ensemble")
     sequence: SequenceConfig | None = None  # sequence_batching, validated
+    # classification: each output's labels (its label_filename), read once at load
+    labels: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
 
     @property
     def instance_count(self) -> int:
@@ -222,4 +225,33 @@ def build_spec(
         decoupled=config.model_transaction_policy.decoupled,
         config_json=config_to_json(config),
         sequence=sequence_config(config, problem, model_dir),
+        labels=_labels(outputs, problem, model_dir),
     )
+
+
+def _labels(
+    outputs: dict[str, IOSpec], problem: ConfigProblem, model_dir: Path | None
+) -> dict[str, tuple[bytes, ...]]:
+    """The label files of the outputs that name one, read from the model's directory as
+    Triton does at load (a missing file fails the load; a path outside the directory too)."""
+    labels: dict[str, tuple[bytes, ...]] = {}
+    for spec in outputs.values():
+        if not spec.label_filename or model_dir is None:
+            continue
+        path = model_dir / spec.label_filename
+        where = "output.label_filename"
+        if not path.resolve().is_relative_to(model_dir.resolve()):
+            raise problem.error(
+                where,
+                f"label file path '{path}' for output '{spec.name}' is outside model directory",
+                spec.label_filename,
+            )
+        try:
+            labels[spec.name] = read_labels(path)
+        except OSError as exc:
+            raise problem.error(
+                where,
+                f"failed to open text file for read {path}: {exc.strerror or exc}",
+                spec.label_filename,
+            ) from None
+    return labels

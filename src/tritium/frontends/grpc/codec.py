@@ -7,7 +7,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from ...errors import invalid_arg, unsupported
+from ...errors import invalid_arg
 from ...server import parse_version
 from ...tensor_codec import object_array
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
@@ -74,7 +74,7 @@ def decode_request(
         params = {k: parameter_value(v) for k, v in out.parameters.items()}
         uses_shm = uses_shm or "shared_memory_region" in params
         if "classification" in params:
-            raise unsupported("the classification extension is not supported by tritium yet")
+            _check_classification(out.parameters["classification"], params)
         outputs.append(RequestedOutput(out.name, params))
     parameters = _parameters(msg.parameters) if msg.parameters else {}
     if forwarded:
@@ -82,6 +82,19 @@ def decode_request(
     return ClientRequest(
         model, version, msg.id, tuple(inputs), tuple(outputs), parameters, uses_shm
     )
+
+
+def _check_classification(param: Any, params: dict[str, Any]) -> None:
+    """The wire form Triton's gRPC front-end accepts (a positive int64_param, never with
+    shared memory; grpc_utils.cc ParseClassificationParams). The core does the rest."""
+    if param.WhichOneof("parameter_choice") != "int64_param":
+        raise invalid_arg(
+            "invalid value type for 'classification' parameter, expected int64_param"
+        )
+    if param.int64_param <= 0:
+        raise invalid_arg("invalid value for 'classification' parameter, expected >= 0")
+    if "shared_memory_region" in params:
+        raise invalid_arg("output can't set both 'shared_memory_region' and 'classification'")
 
 
 def _parameters(params: Any) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ...errors import invalid_arg, unsupported
+from ...errors import invalid_arg
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from ..tensors import (
     OFFLOAD_BYTES,
@@ -217,11 +217,24 @@ def _requested_outputs(outputs: Any, plan: OutputPlan) -> tuple[RequestedOutput,
             raise invalid_arg("failed to parse the request JSON buffer: each output needs a 'name'")
         params = item.get("parameters") or {}
         if "classification" in params:
-            raise unsupported("the classification extension is not supported by tritium yet")
+            _check_classification(params)
         if "binary_data" in params:
             plan.binary[item["name"]] = bool(params["binary_data"])
         requested.append(RequestedOutput(item["name"], params))
     return tuple(requested)
+
+
+def _check_classification(params: dict[str, Any]) -> None:
+    """The wire form Triton's HTTP front-end accepts (an unsigned integer; 0: not requested;
+    never with shared memory). The core does the rest (``classification.py``)."""
+    if "shared_memory_region" in params:
+        raise invalid_arg("Output can't set both 'shared_memory_region' and 'classification'")
+    value = params["classification"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise invalid_arg(
+            "Unable to set 'classification': attempt to access JSON non-unsigned-integer as "
+            "unsigned-integer"
+        )
 
 
 def _json_data(tensor: Tensor) -> Any:
