@@ -51,6 +51,7 @@ _FINALIZE_GRACE_S = 1.0
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
     "schedule_policy",
