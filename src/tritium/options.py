@@ -79,3 +79,7 @@ class ServerOptions:
     grpc_max_connection_age_ms: int = 0  # 0: connections live for ever
     grpc_max_connection_age_grace_ms: int = 0  # 0: no bound on the drain after GOAWAY
     grpc_max_send_message_size: int = (1 << 31) - 1  # Triton's MAX_GRPC_MESSAGE_SIZE
+    # Rate limiter (issue 14): Triton's --rate-limit (off | execution_count) and
+    # --rate-limit-resource values as (name, count, device; -1: every device).
+    rate_limit: str = "off"
+    rate_limit_resources: tuple[tuple[str, int, int], ...] = ()

@@ -67,10 +67,6 @@ def config_of(extra: str, base: str = BASE) -> tuple[ModelConfig, ConfigProblem,
 REFUSED = [
     ('model_warmup [ { name: "w" batch_size: 1 count: 1 } ]', "model_warmup"),
     (
-        "instance_group [ { kind: KIND_CPU rate_limiter { priority: 2 } } ]",
-        "instance_group.rate_limiter",
-    ),
-    (
         'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 '
         'source_input: "INPUT0" } ]',
         "batch_input",

@@ -243,7 +243,12 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     "instance_group.count": (_I, "the number of instances"),
     **_tree(
         "instance_group.rate_limiter",
-        (_R, "the rate limiter (rate_limiter) is not supported by tritium yet"),
+        (
+            _I,
+            "with --rate-limit=execution_count an instance executes only while it holds these "
+            "resources (per device, or global), waiting instances in priority order; with "
+            "--rate-limit=off (the default) it has no effect, as in Triton",
+        ),
         "resources",
         "resources.name",
         "resources.global",
