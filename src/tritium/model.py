@@ -246,6 +246,12 @@ def _scheduler(
         return SequenceScheduler(instances, version, spec, gates)
     config = spec.config
     if config.HasField("dynamic_batching") and spec.max_batch_size > 0:
-        ragged = bool(spec.inputs) and all(i.allow_ragged for i in spec.inputs.values())
-        return DynamicBatcher(instances, version, BatchConfig.from_config(config, ragged), gates)
+        # Triton compares shapes only for variable-size inputs not marked allow_ragged_batch.
+        equal = frozenset(
+            name
+            for name, io in spec.inputs.items()
+            if not io.allow_ragged and (-1 in io.dims or -1 in (io.reshape or ()))
+        )
+        batching = BatchConfig.from_config(config, not equal, equal)
+        return DynamicBatcher(instances, version, batching, gates)
     return DirectScheduler(instances, version, gates)

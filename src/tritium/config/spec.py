@@ -19,6 +19,7 @@ from .model_config import (
     config_to_json,
 )
 from .model_config import mc
+from .batch_io import BatchInput, BatchOutput, batch_io
 from .sequence import SequenceConfig, sequence_config
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
@@ -54,6 +55,9 @@ class ModelSpec:
     config_json: dict[str, Any]
     ensemble: Any = None  # an ensemble's EnsemblePlan (platform "ensemble")
     sequence: SequenceConfig | None = None  # sequence_batching, validated
+    # Ragged batching (issue 14): batch_input / batch_output, validated (config/batch_io.py).
+    batch_inputs: tuple[BatchInput, ...] = ()
+    batch_outputs: tuple[BatchOutput, ...] = ()
 
     @property
     def instance_count(self) -> int:
@@ -210,6 +214,7 @@ def build_spec(
         raise problem.error("version_policy", "specific.versions must list at least one version")
     inputs = _io_specs(config.input, "input", problem)
     outputs = _io_specs(config.output, "output", problem)
+    batch_inputs, batch_outputs = batch_io(config, problem)
     return ModelSpec(
         name=config.name,
         config=config,
@@ -222,4 +227,6 @@ def build_spec(
         decoupled=config.model_transaction_policy.decoupled,
         config_json=config_to_json(config),
         sequence=sequence_config(config, problem, model_dir),
+        batch_inputs=batch_inputs,
+        batch_outputs=batch_outputs,
     )
