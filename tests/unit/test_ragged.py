@@ -173,3 +173,23 @@ def test_only_variable_inputs_not_marked_ragged_must_match() -> None:
         policy.enqueue(_Request(tag, {"TEXT": (1, text), "MASK": (1, mask)}), 0)
     assert [r.tag for r in policy.take(0) or []] == ["a", "b"]
     assert [r.tag for r in policy.take(10**9) or []] == ["c"]
+
+
+def test_a_python_model_is_told_batch_io_has_no_effect(caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+    from dataclasses import replace
+
+    from tritium.backends.ragged import warn_batch_io
+    from tritium.config.spec import build_spec
+
+    text = BASE.replace("onnxruntime", "python")
+    config = parse_config_text(text, PATH)
+    spec = build_spec(config, ConfigProblem("m", PATH, text))
+    with caplog.at_level(logging.WARNING, logger="tritium"):
+        warn_batch_io(spec)  # nothing configured: nothing said
+        warn_batch_io(replace(spec, batch_inputs=(_bi("BATCH_ELEMENT_COUNT"),)))
+    assert [r.getMessage() for r in caplog.records] == [
+        "model 'm': batch_input and batch_output have no effect on a Python model (as in "
+        "Triton's Python backend): each request keeps its own inputs and outputs; ragged inputs "
+        "only let requests of different shapes share a batch"
+    ]
