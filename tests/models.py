@@ -825,12 +825,84 @@ _SPECS.update(SEQUENCE_SPECS)
 # The classification extension: tests/classify_models.py (documented there).
 _SPECS.update(CLASSIFY_SPECS)
 
+
+# Ragged batching (issue 14): INPUT is ragged (each request [1, n_i], any n_i); the server
+# feeds the model INPUT as one 1-D tensor of every request's values plus INDEX
+# (BATCH_ACCUMULATED_ELEMENT_COUNT: where each request's values end). SUM [batch, 1] is each
+# request's sum; DOUBLED (INPUT * 2, flat) is scattered back by each request's INPUT shape.
+RAGGED_MODEL = "ragged_sum_onnx"
+RAGGED_PREFERRED_BATCH = 4
+_RAGGED_CONFIG = f"""\
+name: "{RAGGED_MODEL}"
+backend: "onnxruntime"
+max_batch_size: 8
+input [ {{ name: "INPUT" data_type: TYPE_FP32 dims: [ -1 ] allow_ragged_batch: true }} ]
+batch_input [ {{ kind: BATCH_ACCUMULATED_ELEMENT_COUNT target_name: "INDEX"
+  data_type: TYPE_INT32 source_input: "INPUT" }} ]
+output [ {{ name: "SUM" data_type: TYPE_FP32 dims: [ 1 ] }},
+  {{ name: "DOUBLED" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+batch_output [ {{ target_name: "DOUBLED" kind: BATCH_SCATTER_WITH_INPUT_SHAPE
+  source_input: "INPUT" }} ]
+dynamic_batching {{ preferred_batch_size: [ {RAGGED_PREFERRED_BATCH} ]
+  max_queue_delay_microseconds: 2000000 }}
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+"""
+
+
+def _onnx_ragged_sum() -> bytes:
+    from onnx import TensorProto, helper
+
+    def const(name: str, kind: int, values: list) -> object:  # noqa: ANN401
+        return helper.make_node(
+            "Constant", [], [name], value=helper.make_tensor(name, kind, [len(values)], values)
+        )
+
+    nodes = [
+        const("axis", TensorProto.INT32, [0]),
+        const("zero_f", TensorProto.FLOAT, [0.0]),
+        const("zero_i", TensorProto.INT32, [0]),
+        const("minus_one", TensorProto.INT64, [-1]),
+        const("first", TensorProto.INT64, [0]),
+        const("axes", TensorProto.INT64, [1]),
+        const("two", TensorProto.FLOAT, [2.0]),
+        helper.make_node("Squeeze", ["axis"], ["axis0"]),
+        helper.make_node("CumSum", ["INPUT", "axis0"], ["running"]),
+        helper.make_node("Concat", ["zero_f", "running"], ["running0"], axis=0),
+        helper.make_node("Slice", ["INDEX", "first", "minus_one"], ["head"]),
+        helper.make_node("Concat", ["zero_i", "head"], ["starts"], axis=0),
+        helper.make_node("Gather", ["running0", "INDEX"], ["at_end"]),
+        helper.make_node("Gather", ["running0", "starts"], ["at_start"]),
+        helper.make_node("Sub", ["at_end", "at_start"], ["sums"]),
+        helper.make_node("Unsqueeze", ["sums", "axes"], ["SUM"]),
+        helper.make_node("Mul", ["INPUT", "two"], ["DOUBLED"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        RAGGED_MODEL,
+        [
+            helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["total"]),
+            helper.make_tensor_value_info("INDEX", TensorProto.INT32, ["batch"]),
+        ],
+        [
+            helper.make_tensor_value_info("SUM", TensorProto.FLOAT, ["batch", 1]),
+            helper.make_tensor_value_info("DOUBLED", TensorProto.FLOAT, ["total"]),
+        ],
+    )
+    return _onnx_bytes(graph)
+
+
+_SPECS[RAGGED_MODEL] = lambda name: {
+    "config.pbtxt": _RAGGED_CONFIG,
+    "1/model.onnx": _onnx_ragged_sum,
+}
+
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (
     "identity_onnx_fp32",
     "identity_onnx_nocfg",
     "onnx_partial_cfg",
     "seq_state_onnx",
+    RAGGED_MODEL,
 )
 # Models whose config.pbtxt is deliberately invalid.
 INVALID_CONFIG_MODELS: tuple[str, ...] = ("bad_config", "bad_field")

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _stub_restart_flags(serve)
     _http_limit_flags(serve)
     _python_env_flags(serve)
+    _rate_limit_flags(serve)
     _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
     serve.add_argument("--metrics-address", default="")
     serve.add_argument("--metrics-port", type=int, default=8002)
@@ -234,6 +235,49 @@ def _stub_restart_flags(serve: argparse.ArgumentParser) -> None:
         type=_positive_float,
         default=defaults.model_instance_restart_window_secs,
         help="tritium: the window in which --model-instance-max-restarts counts crashes",
+    )
+
+
+def _rate_limit_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--rate-limit",
+        type=_rate_limit_mode,
+        default="off",
+        help='"execution_count": an instance executes only when the resources its '
+        "rate_limiter lists are free, waiting instances served by priority and execution "
+        'count; "off" (the default): rate_limiter settings have no effect',
+    )
+    serve.add_argument(
+        "--rate-limit-resource",
+        action="append",
+        type=_rate_limit_resource,
+        default=[],
+        metavar="<name>:<count>[:<device>]",
+        help="how many of a resource exist (repeatable; without a device, on every device); "
+        "by default the most any instance needs",
+    )
+
+
+def _rate_limit_mode(text: str) -> str:
+    mode = text.lower()
+    if mode not in ("execution_count", "off"):
+        raise argparse.ArgumentTypeError("invalid argument for --rate-limit")
+    return mode
+
+
+def _rate_limit_resource(text: str) -> tuple[str, int, int]:
+    """Triton's ParseRateLimiterResourceOption: ``name:count`` or ``name:count:device``."""
+    parts = text.split(":")
+    try:
+        if len(parts) in (2, 3) and parts[0]:
+            count, device = int(parts[1]), int(parts[2]) if len(parts) == 3 else -1
+            if count >= 0 and device >= -1:
+                return parts[0], count, device
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(
+        "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or "
+        f"'<resource_name>:<count>'. Got {text}"
     )
 
 
@@ -422,6 +466,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         python_env_cache_dir=args.python_env_cache_dir,
         **_http_limit_options(args),
         **_grpc_transport_options(args),
+        rate_limit=args.rate_limit,
+        rate_limit_resources=tuple(args.rate_limit_resource),
         **_access_options(args),  # type: ignore[arg-type]
     )
 

@@ -16,6 +16,8 @@ from .scheduling.batch_policy import BatchConfig
 from .scheduling.direct import DirectScheduler
 from .scheduling.dynamic import DynamicBatcher
 from .scheduling.ensemble import Dispatch, EnsembleScheduler
+from .scheduling.rate_limiter import Gate, RateLimiter
+from .scheduling.rate_policy import InstanceLimits
 from .scheduling.sequence import SequenceScheduler
 from .stats import ModelStats
 from .request import InferenceRequest
@@ -48,6 +50,7 @@ class Model:
         version: int,
         instances: list[ModelInstance],
         dispatch: Dispatch | None = None,  # how an ensemble's steps reach their models
+        limiter: RateLimiter | None = None,  # --rate-limit=execution_count
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -55,7 +58,15 @@ class Model:
         self.version_str = str(version)
         self.instances = instances
         self.stats = ModelStats(self.name, self.version_str)
-        self.scheduler: Scheduler = _scheduler(spec, instances, self.version_str, dispatch)
+        # Registering with the rate limiter may fail the load (resource counts too low).
+        self._limiter = limiter if instances and spec.ensemble is None else None
+        self._gates: list[Gate] | None = None
+        if self._limiter is not None:
+            owner = f"model '{self.name}' version {version}"
+            self._gates = self._limiter.gates(owner, _instance_limits(spec, len(instances)))
+        self.scheduler: Scheduler = _scheduler(
+            spec, instances, self.version_str, dispatch, self._gates
+        )
         self._closing: asyncio.Task[None] | None = None
         for instance in instances:  # instances that restart count it in the statistics
             count = getattr(instance, "count_restarts_in", None)
@@ -188,8 +199,12 @@ class Model:
         await asyncio.gather(closing, return_exceptions=True)
 
     async def _close(self) -> None:
-        await self.scheduler.close()
-        await asyncio.gather(*(i.close() for i in self.instances), return_exceptions=True)
+        try:
+            await self.scheduler.close()
+            await asyncio.gather(*(i.close() for i in self.instances), return_exceptions=True)
+        finally:
+            if self._limiter is not None and self._gates is not None:
+                self._limiter.close(self._gates)
 
     def _abort(self, reason: str) -> None:
         for instance in self.instances:
@@ -202,19 +217,41 @@ def _names(names: list[str]) -> str:
     return "[" + ",".join(f"'{n}'" for n in names) + "]"
 
 
+def _instance_limits(spec: ModelSpec, count: int) -> list[InstanceLimits]:
+    """Each instance's ``rate_limiter``: the backends create instances group by group, in
+    the config's order, ``count`` of each (all on the CPU, device 0, as Triton's KIND_CPU)."""
+    limits = [
+        InstanceLimits.from_group(group)
+        for group in spec.config.instance_group
+        for _ in range(group.count)
+    ]
+    return limits[:count] + [InstanceLimits()] * (count - len(limits))
+
+
 def _scheduler(
-    spec: ModelSpec, instances: list[ModelInstance], version: str, dispatch: Dispatch | None
+    spec: ModelSpec,
+    instances: list[ModelInstance],
+    version: str,
+    dispatch: Dispatch | None,
+    gates: list[Gate] | None,
 ) -> Scheduler:
     """The one place a model version's scheduler is chosen: an ensemble's walks its plan;
     the sequence batcher for a stateful model; dynamic batching when the config asks for it
-    on a model that batches; otherwise Triton's default scheduler."""
+    on a model that batches; otherwise Triton's default scheduler. ``gates``: the rate
+    limiter's, one per instance, when it is on."""
     if spec.ensemble is not None:
         assert dispatch is not None, "an ensemble needs the server's dispatch"
         return EnsembleScheduler(spec.ensemble, dispatch, version)
     if spec.sequence is not None:
-        return SequenceScheduler(instances, version, spec)
+        return SequenceScheduler(instances, version, spec, gates)
     config = spec.config
     if config.HasField("dynamic_batching") and spec.max_batch_size > 0:
-        ragged = bool(spec.inputs) and all(i.allow_ragged for i in spec.inputs.values())
-        return DynamicBatcher(instances, version, BatchConfig.from_config(config, ragged))
-    return DirectScheduler(instances, version)
+        # Triton compares shapes only for variable-size inputs not marked allow_ragged_batch.
+        equal = frozenset(
+            name
+            for name, io in spec.inputs.items()
+            if not io.allow_ragged and (-1 in io.dims or -1 in (io.reshape or ()))
+        )
+        batching = BatchConfig.from_config(config, not equal, equal)
+        return DynamicBatcher(instances, version, batching, gates)
+    return DirectScheduler(instances, version, gates)

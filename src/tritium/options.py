@@ -82,3 +82,7 @@ class ServerOptions:
     # Python execution environments (issue 14): where EXECUTION_ENV_PATH archives are unpacked
     # (content-keyed, private to the user); "" = <system temp>/tritium-python-envs-<uid>.
     python_env_cache_dir: str = ""
+    # Rate limiter (issue 14): Triton's --rate-limit (off | execution_count) and
+    # --rate-limit-resource values as (name, count, device; -1: every device).
+    rate_limit: str = "off"
+    rate_limit_resources: tuple[tuple[str, int, int], ...] = ()

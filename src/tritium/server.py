@@ -34,6 +34,7 @@ from .repository.control import ModelControl
 from .repository.manager import ModelRepositoryManager
 from .repository.names import check_model_name
 from .repository.names import version_from_string as parse_version
+from .scheduling.rate_limiter import RateLimiter
 from .parameters import parse_parameters
 from .request import InferenceRequest, ResponseCallback, ResponseSender
 from .types import ClientRequest, InferenceResponse
@@ -77,6 +78,8 @@ class InferenceServer:
             load_threads=options.model_load_thread_count,
             unload_timeout=options.exit_timeout_secs,
         )
+        if options.rate_limit == "execution_count":
+            self.repository.limiter = RateLimiter(options.rate_limit_resources)
         self.control = ModelControl(
             self.repository,
             options.model_control_mode,

@@ -24,11 +24,10 @@ REFUSED = {
         'model_operations { op_library_filename: "libcustom_ops.so" }',
         "model_operations",
     ),
-    "limited_py": (
+    "passive_py": (
         GOOD,
-        'instance_group [ { count: 1 kind: KIND_CPU rate_limiter { resources [ { name: "R" '
-        "count: 1 } ] } } ]",
-        "instance_group.rate_limiter",
+        "instance_group [ { count: 1 kind: KIND_CPU passive: true } ]",
+        "instance_group.passive",
     ),
 }
 GPU_ONLY = "cuda_py"

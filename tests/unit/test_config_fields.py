@@ -65,19 +65,6 @@ def config_of(extra: str, base: str = BASE) -> tuple[ModelConfig, ConfigProblem,
 
 
 REFUSED = [
-    (
-        "instance_group [ { kind: KIND_CPU rate_limiter { priority: 2 } } ]",
-        "instance_group.rate_limiter",
-    ),
-    (
-        'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 '
-        'source_input: "INPUT0" } ]',
-        "batch_input",
-    ),
-    (
-        'batch_output [ { target_name: "OUTPUT0" kind: BATCH_SCATTER_WITH_INPUT_SHAPE } ]',
-        "batch_output",
-    ),
     ('model_operations { op_library_filename: "libcustom.so" }', "model_operations"),
     ('model_repository_agents { agents [ { name: "checksum" } ] }', "model_repository_agents"),
     ('instance_group [ { host_policy: "policy_0" } ]', "instance_group.host_policy"),

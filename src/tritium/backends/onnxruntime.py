@@ -20,6 +20,7 @@ from ..config.spec import ModelSpec
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse
 from .base import LoadContext, ModelInstance, output_tensor, requested_names, send_error
+from .ragged import batch_input_array, merge_ragged, scatter_output
 
 log = logging.getLogger("tritium")
 
@@ -168,6 +169,9 @@ class OnnxInstance:
         self._version = str(version)
         self._session = session
         self._cost = 1.0  # seconds; unknown until measured, so the first runs use the thread
+        # Ragged batching: inputs fed as 1-D concatenations, batch inputs, batch outputs.
+        self._ragged = frozenset(n for n, io in spec.inputs.items() if io.allow_ragged)
+        self._plain = not (self._ragged or spec.batch_inputs or spec.batch_outputs)
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._serve, name=f"ort-{name}", daemon=True)
         self._thread.start()
@@ -177,20 +181,26 @@ class OnnxInstance:
         outputs split back per request."""
         t0 = time.perf_counter_ns()
         names = _union(requested_names(self._spec, r) for r in requests)
-        if len(requests) == 1:
+        if not self._plain:
+            feeds = self._ragged_feeds(requests)
+        elif len(requests) == 1:
             feeds = {t.name: self._feed(t.data, t.datatype) for t in requests[0].inputs}
         else:
             feeds = self._merged_feeds(requests)
         t1 = time.perf_counter_ns()
         results = dict(zip(names, self._session.run(names, feeds), strict=True))
         t2 = time.perf_counter_ns()
+        scattered = self._scattered(requests, results) if self._spec.batch_outputs else {}
         responses = []
         start = 0
-        for request in requests:
+        for index, request in enumerate(requests):
             stop = start + request.batch_size
             outputs = []
             for name in requested_names(self._spec, request):
-                array = results[name] if len(requests) == 1 else results[name][start:stop]
+                if name in scattered:
+                    array = scattered[name][index]
+                else:
+                    array = results[name] if len(requests) == 1 else results[name][start:stop]
                 outputs.append(output_tensor(self._spec, name, _bytes_out(array)))
             start = stop
             responses.append(
@@ -215,8 +225,31 @@ class OnnxInstance:
         feeds = {}
         for tensor in first.inputs:
             parts = [next(t.data for t in r.inputs if t.name == tensor.name) for r in requests]
-            feeds[tensor.name] = self._feed(np.concatenate(parts, axis=0), tensor.datatype)
+            merge = merge_ragged if tensor.name in self._ragged else _along_batch
+            feeds[tensor.name] = self._feed(merge(parts), tensor.datatype)
         return feeds
+
+    def _ragged_feeds(self, requests: list[InferenceRequest]) -> dict[str, np.ndarray]:
+        """Ragged inputs as 1-D concatenations (for one request too: the model's input is
+        [-1]), the others along the batch dimension, plus the batch inputs."""
+        feeds = self._merged_feeds(requests)
+        for batch_input in self._spec.batch_inputs:
+            array = batch_input_array(batch_input, _shapes(requests, batch_input.source))
+            for target in batch_input.targets:
+                feeds[target] = array
+        return feeds
+
+    def _scattered(
+        self, requests: list[InferenceRequest], results: dict[str, np.ndarray]
+    ) -> dict[str, list[np.ndarray]]:
+        """The batch outputs computed, cut back into each request's part."""
+        parts = {}
+        for batch_output in self._spec.batch_outputs:
+            shapes = _shapes(requests, batch_output.source)
+            for target in batch_output.targets:
+                if target in results:
+                    parts[target] = scatter_output(batch_output, results[target], shapes)
+        return parts
 
     def _serve(self) -> None:
         """The instance thread: run each batch, hand the answers back to the loop."""
@@ -282,6 +315,15 @@ class OnnxInstance:
     async def close(self) -> None:
         self._work.put(None)
         await asyncio.to_thread(self._thread.join)
+
+
+def _along_batch(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
+
+
+def _shapes(requests: list[InferenceRequest], name: str) -> list[tuple[int, ...]]:
+    """Each request's shape of input ``name`` (batch dimension first)."""
+    return [next(t.shape for t in r.inputs if t.name == name) for r in requests]
 
 
 def _union(groups: Any) -> list[str]:

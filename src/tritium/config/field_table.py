@@ -105,7 +105,11 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     ),
     **_tree(
         "batch_input",
-        (_R, "batch inputs (batch_input) are not supported by tritium yet"),
+        (
+            _I,
+            "onnxruntime: the server computes each kind for the batch and feeds it to the "
+            "model; Python models get none (a warning; Triton's Python backend has none either)",
+        ),
         "kind",
         "target_name",
         "data_type",
@@ -113,7 +117,11 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     ),
     **_tree(
         "batch_output",
-        (_R, "batch outputs (batch_output) are not supported by tritium yet"),
+        (
+            _I,
+            "onnxruntime: BATCH_SCATTER_WITH_INPUT_SHAPE cuts the output back per request by "
+            "its source input's shape; no effect on Python models (a warning, as in Triton)",
+        ),
         "target_name",
         "kind",
         "source_input",
@@ -243,7 +251,12 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     "instance_group.count": (_I, "the number of instances"),
     **_tree(
         "instance_group.rate_limiter",
-        (_R, "the rate limiter (rate_limiter) is not supported by tritium yet"),
+        (
+            _I,
+            "with --rate-limit=execution_count an instance executes only while it holds these "
+            "resources (per device, or global), waiting instances in priority order; with "
+            "--rate-limit=off (the default) it has no effect, as in Triton",
+        ),
         "resources",
         "resources.name",
         "resources.global",

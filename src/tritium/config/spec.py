@@ -20,6 +20,7 @@ from .model_config import (
     config_to_json,
 )
 from .model_config import mc
+from .batch_io import BatchInput, BatchOutput, batch_io
 from .sequence import SequenceConfig, sequence_config
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
@@ -57,6 +58,9 @@ class ModelSpec:
     sequence: SequenceConfig | None = None  # sequence_batching, validated
     # classification: each output's labels (its label_filename), read once at load
     labels: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
+    # Ragged batching (issue 14): batch_input / batch_output, validated (config/batch_io.py).
+    batch_inputs: tuple[BatchInput, ...] = ()
+    batch_outputs: tuple[BatchOutput, ...] = ()
 
     @property
     def instance_count(self) -> int:
@@ -213,6 +217,7 @@ def build_spec(
         raise problem.error("version_policy", "specific.versions must list at least one version")
     inputs = _io_specs(config.input, "input", problem)
     outputs = _io_specs(config.output, "output", problem)
+    batch_inputs, batch_outputs = batch_io(config, problem)
     return ModelSpec(
         name=config.name,
         config=config,
@@ -226,6 +231,8 @@ def build_spec(
         config_json=config_to_json(config),
         sequence=sequence_config(config, problem, model_dir),
         labels=_labels(outputs, problem, model_dir),
+        batch_inputs=batch_inputs,
+        batch_outputs=batch_outputs,
     )
 
 

@@ -19,6 +19,7 @@ from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
 from ..scheduling.ensemble import Dispatch
 from ..warmup import warm_up
+from ..scheduling.rate_limiter import RateLimiter
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelLocation, scan, select_versions, version_dirs
@@ -49,6 +50,9 @@ class ModelRepositoryManager:
     ) -> None:
         self._repositories = repositories
         self._dispatch = dispatch  # given to ensembles: how their steps reach their models
+        # --rate-limit=execution_count: the server's limiter, which every instance joins
+        # (set by the server before anything loads; None: rate limiting is off).
+        self.limiter: RateLimiter | None = None
         # How long an unload waits for a model's executions before killing its instances.
         self._unload_timeout = unload_timeout
         self._backends = backends
@@ -378,7 +382,13 @@ class ModelRepositoryManager:
             entry.state, entry.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
             log.error("failed to load '%s' version %d: %s", record.name, version, entry.reason)
             return
-        entry.model = Model(spec, version, instances, self._dispatch)
+        try:
+            entry.model = Model(spec, version, instances, self._dispatch, self.limiter)
+        except ServerError as exc:  # the rate limiter's resource counts cannot serve it
+            await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
+            entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
+            log.error("failed to load '%s' version %d: %s", record.name, version, exc.message)
+            return
         entry.state = ModelState.READY
         refresh(record)
         log.info(

@@ -4,7 +4,8 @@ passed in by the caller), so it is unit-tested on a fake clock; ``dynamic.py`` d
 Triton's semantics (model_configuration.md, "Dynamic Batcher"):
 - requests wait in one queue per priority level (1 is the highest; 0 means the default);
 - a batch takes requests in priority order while the batch stays within ``max_batch_size``
-  and their non-batch shapes match (unless every input allows ragged batches);
+  and their non-batch shapes match, compared only for the inputs with a variable dimension
+  that do not set ``allow_ragged_batch`` (Triton's enforce_equal_shape_tensors);
 - it goes out at once when it is full, when the next request cannot join it, or when its
   requests form a preferred batch size; otherwise it waits until the oldest request has
   waited ``max_queue_delay_microseconds``;
@@ -39,11 +40,15 @@ class BatchConfig:
     levels: int = 1
     default_level: int = 1
     policies: tuple[QueuePolicy, ...] = (QueuePolicy(),)  # one per level, index level - 1
-    ragged: bool = False
+    ragged: bool = False  # no input's shape needs to match
     preserve_ordering: bool = False
+    # The inputs whose non-batch shapes must match within a batch (None: every input).
+    equal_shape: frozenset[str] | None = None
 
     @classmethod
-    def from_config(cls, config: Any, ragged: bool) -> BatchConfig:
+    def from_config(
+        cls, config: Any, ragged: bool, equal_shape: frozenset[str] | None = None
+    ) -> BatchConfig:
         """From a normalised ModelConfig with ``dynamic_batching``."""
         db = config.dynamic_batching
         levels = max(db.priority_levels, 1)
@@ -74,6 +79,7 @@ class BatchConfig:
             policies=policies,
             ragged=ragged,
             preserve_ordering=db.preserve_ordering,
+            equal_shape=equal_shape,
         )
 
 
@@ -88,9 +94,14 @@ class _Entry:
         self.shape = shape
 
 
-def _shape_key(request: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """Non-batch shapes of the inputs: requests batch together only when these match."""
-    return tuple((t.name, tuple(t.shape[1:])) for t in request.inputs)
+def _shape_key(
+    request: Any, names: frozenset[str] | None
+) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Non-batch shapes of the inputs (of ``names`` only, unless None): requests batch
+    together only when these match."""
+    return tuple(
+        (t.name, tuple(t.shape[1:])) for t in request.inputs if names is None or t.name in names
+    )
 
 
 class DynamicBatchPolicy:
@@ -118,7 +129,8 @@ class DynamicBatchPolicy:
             requested = timeout_us * 1000
             timeout = min(timeout, requested) if timeout else requested
         deadline = now + timeout if timeout else 0
-        shape = () if self.config.ragged else _shape_key(request)
+        config = self.config
+        shape = () if config.ragged else _shape_key(request, config.equal_shape)
         queue.append(_Entry(request, now, deadline, request.batch_size, shape))
 
     def expire(self, now: int) -> list[Any]:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 
 from ..backends.base import send_error
 from ..errors import cancelled, internal
 from ..request import InferenceRequest
+from .rate_limiter import Gate
 
 
 async def guarded(
@@ -37,3 +38,20 @@ def runnable(requests: Iterable[InferenceRequest], version: str) -> list[Inferen
         else:
             kept.append(request)
     return kept
+
+
+async def limited(gate: Gate, start: Callable[[], Awaitable[None]]) -> None:
+    """An execution under the rate limiter: wait until ``gate`` grants the instance its
+    resources, ``start`` the execution (which marks its requests executing: the wait counts
+    as queue time, as in Triton), and give the resources back when it ends, however."""
+    waiter = gate.acquire()
+    if waiter is not None:
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            gate.withdraw()
+            raise
+    try:
+        await start()
+    finally:
+        gate.release()

@@ -9,15 +9,17 @@ Python stub instead of one per request).
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import cast
 
 from ..backends.base import InlineInstance, ModelInstance, send_error
 from ..errors import internal
 from ..request import InferenceRequest
-from .common import guarded, runnable
+from .common import guarded, limited, runnable
+from .rate_limiter import Gate
 
 
 MAX_GROUP = 8
@@ -25,7 +27,12 @@ _NO_TIMING = (0, 0, 0)
 
 
 class DirectScheduler:
-    def __init__(self, instances: Sequence[ModelInstance], version: str) -> None:
+    def __init__(
+        self,
+        instances: Sequence[ModelInstance],
+        version: str,
+        gates: Sequence[Gate] | None = None,  # the rate limiter's, one per instance
+    ) -> None:
         self._idle: list[ModelInstance] = list(instances)
         self._instances = max(len(instances), 1)
         self._waiting: deque[InferenceRequest] = deque()
@@ -33,6 +40,7 @@ class DirectScheduler:
         self._running: set[asyncio.Task[None]] = set()
         # Instances that can answer a cheap request right here (decided once, at load).
         self._inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
+        self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
 
     def submit(self, request: InferenceRequest) -> None:
         if self._idle:
@@ -43,15 +51,22 @@ class DirectScheduler:
         else:
             self._waiting.append(request)
 
-    @staticmethod
-    def _run_inline(instance: ModelInstance, request: InferenceRequest) -> bool:
+    def _run_inline(self, instance: ModelInstance, request: InferenceRequest) -> bool:
         """Run ``request`` on the loop when the instance says that is cheaper than a task
-        and a thread hand-off; the statistics are recorded here, as for any execution."""
+        and a thread hand-off, and the rate limiter (if on) grants its resources without
+        waiting; the statistics are recorded here, as for any execution."""
         inline = cast(InlineInstance, instance)  # checked once, in __init__
         if not inline.cheap([request]):
             return False
-        request.executing(time.perf_counter_ns())
-        inline.run_now(request)
+        gate = self._gates.get(id(instance)) if self._gates else None
+        if gate is not None and not gate.try_acquire():
+            return False  # it waits for its resources in a task
+        try:
+            request.executing(time.perf_counter_ns())
+            inline.run_now(request)
+        finally:
+            if gate is not None:
+                gate.release()
         assert request.stats is not None  # set when it was queued
         request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
         return True
@@ -68,13 +83,21 @@ class DirectScheduler:
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
+    @staticmethod
+    def _begin(instance: ModelInstance, group: list[InferenceRequest]) -> Awaitable[None]:
+        now = time.perf_counter_ns()
+        for member in group:
+            member.executing(now)
+        return instance.execute(group) if len(group) == 1 else instance.execute_each(group)
+
     async def _run(self, instance: ModelInstance, request: InferenceRequest) -> None:
         group = [request]
+        gate = self._gates.get(id(instance)) if self._gates else None
         while True:
-            now = time.perf_counter_ns()
-            for member in group:
-                member.executing(now)
-            execution = instance.execute(group) if len(group) == 1 else instance.execute_each(group)
+            if gate is None:
+                execution = self._begin(instance, group)
+            else:
+                execution = limited(gate, functools.partial(self._begin, instance, group))
             if await guarded(execution, group, self._version):
                 self._executed(group)
             group = []

@@ -8,21 +8,30 @@ backends merge it along the batch dimension, Python models get the list of reque
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 
 from ..backends.base import ModelInstance, send_error
 from ..errors import ServerError, internal, unavailable
 from ..request import InferenceRequest
 from .batch_policy import BatchConfig, DynamicBatchPolicy
-from .common import guarded, runnable
+from .common import guarded, limited, runnable
+from .rate_limiter import Gate
 
 _NO_TIMING = (0, 0, 0)
 
 
 class DynamicBatcher:
-    def __init__(self, instances: Sequence[ModelInstance], version: str, config: BatchConfig):
+    def __init__(
+        self,
+        instances: Sequence[ModelInstance],
+        version: str,
+        config: BatchConfig,
+        gates: Sequence[Gate] | None = None,  # the rate limiter's, one per instance
+    ):
         self._idle: list[ModelInstance] = list(instances)
+        self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
         self._version = version
         self._policy = DynamicBatchPolicy(config)
         self._timer: asyncio.TimerHandle | None = None
@@ -73,15 +82,31 @@ class DynamicBatcher:
         self._pump()
 
     def _start(self, instance: ModelInstance, batch: list[InferenceRequest], now: int) -> None:
-        for request in batch:
-            request.executing(now)
+        gate = self._gates.get(id(instance)) if self._gates else None
+        if gate is None:
+            for request in batch:
+                request.executing(now)
         self._batches_in_flight += 1
-        task = asyncio.ensure_future(self._run(instance, batch))
+        task = asyncio.ensure_future(self._run(instance, batch, gate))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
-    async def _run(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
-        if await guarded(instance.execute(batch), batch, self._version):
+    @staticmethod
+    def _begin(instance: ModelInstance, batch: list[InferenceRequest]) -> Awaitable[None]:
+        """Once the rate limiter granted the resources: the queue time ends now."""
+        now = time.perf_counter_ns()
+        for request in batch:
+            request.executing(now)
+        return instance.execute(batch)
+
+    async def _run(
+        self, instance: ModelInstance, batch: list[InferenceRequest], gate: Gate | None
+    ) -> None:
+        if gate is None:
+            execution = instance.execute(batch)
+        else:
+            execution = limited(gate, functools.partial(self._begin, instance, batch))
+        if await guarded(execution, batch, self._version):
             size = sum(r.batch_size for r in batch)
             assert batch[0].stats is not None  # set when it was queued
             batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)

@@ -20,10 +20,11 @@ the slot goes to the oldest sequence waiting in the backlog.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 from ..backends.base import ModelInstance, send_error
@@ -32,7 +33,8 @@ from ..config.spec import ModelSpec
 from ..errors import ServerError, cancelled, internal, unavailable
 from ..request import InferenceRequest
 from .batch_policy import BatchConfig, DynamicBatchPolicy
-from .common import guarded
+from .common import guarded, limited
+from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, add_controls, add_state
 from .sequence_inputs import check, filler, state_capture
 from .sequence_slots import Backlog, CorrelationId, SequenceSlots, Slot
@@ -54,7 +56,13 @@ Entry = InferenceRequest | _Release
 
 
 class SequenceScheduler:
-    def __init__(self, instances: Sequence[ModelInstance], version: str, spec: ModelSpec):
+    def __init__(
+        self,
+        instances: Sequence[ModelInstance],
+        version: str,
+        spec: ModelSpec,
+        gates: Sequence[Gate] | None = None,  # the rate limiter's, one per instance
+    ):
         config = spec.sequence
         assert config is not None
         self._config = config
@@ -65,6 +73,8 @@ class SequenceScheduler:
         self._workers: list[_Worker] = [
             kind(self, i, instance) for i, instance in enumerate(instances)
         ]
+        for worker, gate in zip(self._workers, gates or (), strict=False):
+            worker.gate = gate
         self._reaper: asyncio.TimerHandle | None = None
         self._reaper_at = 0
         self._closed = False
@@ -195,6 +205,7 @@ class _Worker:
         self._timer: asyncio.TimerHandle | None = None
         self._running: set[asyncio.Task[None]] = set()
         self._closed = False
+        self.gate: Gate | None = None  # the rate limiter's, when it is on
 
     def enqueue(self, slot: int, entry: Entry, pump: bool = True) -> None:
         self._lanes[slot].append(entry)
@@ -248,15 +259,24 @@ class _Worker:
 
     def _start(self, batch: list[InferenceRequest], real: list[InferenceRequest]) -> None:
         self._busy = True
-        now = time.perf_counter_ns()
-        for request in real:
-            request.executing(now)
         task = asyncio.ensure_future(self._run(batch, real))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
+    def _begin(
+        self, batch: list[InferenceRequest], real: list[InferenceRequest]
+    ) -> Awaitable[None]:
+        now = time.perf_counter_ns()
+        for request in real:
+            request.executing(now)
+        return self._instance.execute(batch)
+
     async def _run(self, batch: list[InferenceRequest], real: list[InferenceRequest]) -> None:
-        if await guarded(self._instance.execute(batch), real, self._owner.version) and real:
+        if self.gate is None:
+            execution = self._begin(batch, real)
+        else:
+            execution = limited(self.gate, functools.partial(self._begin, batch, real))
+        if await guarded(execution, real, self._owner.version) and real:
             stats = real[0].stats
             if stats is not None:
                 stats.executed(len(batch), real[0].timing or _NO_TIMING)

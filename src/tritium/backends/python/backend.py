@@ -15,6 +15,7 @@ from ...errors import internal, invalid_arg
 from ...config.model_config import ModelConfig, config_to_json
 from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
+from ..ragged import warn_batch_io
 from . import ipc
 from .envarchive import default_cache_dir
 from .execenv import EnvironmentManager, PythonEnv, env_path_parameter
@@ -48,6 +49,7 @@ class PythonBackend:
                 if completed is not None:
                     config = json_format.ParseDict(completed, ModelConfig())
             spec = ctx.finalize(config)
+            warn_batch_io(spec)
             timeout = execution_timeout(spec)
             names = [
                 f"{group.name}_{i}"
