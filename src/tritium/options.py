@@ -79,3 +79,8 @@ class ServerOptions:
     grpc_max_connection_age_ms: int = 0  # 0: connections live for ever
     grpc_max_connection_age_grace_ms: int = 0  # 0: no bound on the drain after GOAWAY
     grpc_max_send_message_size: int = (1 << 31) - 1  # Triton's MAX_GRPC_MESSAGE_SIZE
+    # Logging (issue 14): Triton's --log-info / --log-warning / --log-error (the server's own
+    # records and Python models' pb_utils.Logger alike); --log-verbose is log_verbose above.
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True

@@ -16,6 +16,7 @@ from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from . import ipc
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision
+from .observer import Observability, StubObserver
 from .process import StubProcess
 from .supervisor import RestartPolicy, VersionHealth
 
@@ -23,14 +24,23 @@ _START_TIMEOUT_S = 60.0
 
 
 class PythonBackend:
-    def __init__(self, restart: RestartPolicy | None = None) -> None:
+    def __init__(
+        self, restart: RestartPolicy | None = None, observability: Observability | None = None
+    ) -> None:
         self._restart = restart or RestartPolicy()
+        self._observability = observability or Observability()
+
+    def _stub(self, name: str) -> StubProcess:
+        """A stub process (not started) whose model logs and metrics reach the server."""
+        stub = StubProcess(name)
+        stub.observer = StubObserver(self._observability, name)
+        return stub
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.py")
         if not path.is_file():
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
-        stubs: list[StubProcess] = [StubProcess(f"{ctx.model_name}_0_0")]
+        stubs: list[StubProcess] = [self._stub(f"{ctx.model_name}_0_0")]
         try:
             await stubs[0].start()
             config = ctx.config
@@ -49,9 +59,9 @@ class PythonBackend:
                 for group in spec.config.instance_group
                 for i in range(group.count)
             ]
-            stubs[0].name = names[0]
+            stubs[0].name = stubs[0].observer.name = names[0]
             for name in names[1:]:
-                stubs.append(StubProcess(name))
+                stubs.append(self._stub(name))
             await asyncio.gather(*(s.start() for s in stubs[1:]))
             await asyncio.gather(*(self._init(ctx, spec, s, path) for s in stubs))
         except BaseException:
@@ -68,7 +78,7 @@ class PythonBackend:
 
     async def _spawn(self, ctx: LoadContext, spec: ModelSpec, name: str, path: Any) -> StubProcess:
         """A new, initialised stub for instance ``name`` (a restart); killed if that fails."""
-        stub = StubProcess(name)
+        stub = self._stub(name)
         try:
             await stub.start()
             await self._init(ctx, spec, stub, path)
@@ -88,7 +98,8 @@ class PythonBackend:
             "model_version": str(ctx.version),
             "model_name": ctx.model_name,
         }
-        await stub.call(ipc.INIT, {"path": str(path), "args": args}, timeout=_START_TIMEOUT_S)
+        body = {"path": str(path), "args": args, "log_levels": self._observability.log_levels}
+        await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
 
 
 def execution_timeout(spec: ModelSpec) -> float | None:
