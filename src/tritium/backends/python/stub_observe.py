@@ -28,8 +28,8 @@ from typing import Any
 from ...custom_metrics import MetricError, bucket_index
 from . import ipc
 
-MAX_LOGS = 1000
-MAX_LOG_BYTES = 1 << 20
+MAX_LOGS = 10_000
+MAX_LOG_BYTES = 4 << 20
 FLUSH_DELAY_S = 0.005
 _LEVELS = {"INFO": 0, "WARNING": 1, "ERROR": 2, "VERBOSE": 3}  # pb_utils.LogLevel
 
