@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Hashable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 COUNTER, GAUGE, HISTOGRAM = 0, 1, 2  # pb_utils.MetricFamily kinds
 KIND_NAMES = ("COUNTER", "GAUGE", "HISTOGRAM")
@@ -32,7 +33,7 @@ _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
 Labels = tuple[tuple[str, str], ...]  # sorted (name, value) pairs
 # One update from a stub, coalesced there: counter/gauge (handle, set value or None, delta);
 # histogram (handle, per-bucket counts with the +Inf bucket last, sum, count).
-Update = tuple[int, float | None, float] | tuple[int, list[int], float, int]
+Update = tuple[Any, ...]
 
 
 class MetricError(ValueError):
@@ -230,6 +231,8 @@ class CustomMetrics:
 
 
 def _change(child: Child, kind: int, update: Update) -> None:
+    if len(update) != 3:
+        raise MetricError("malformed counter or gauge update")
     _, set_to, delta = update
     if not isinstance(delta, (int, float)) or (set_to is not None and kind != GAUGE):
         raise MetricError("malformed counter or gauge update")
@@ -239,14 +242,14 @@ def _change(child: Child, kind: int, update: Update) -> None:
             "non-negative values."
         )
     if set_to is not None:
-        child.value = float(set_to)  # type: ignore[arg-type]
+        child.value = float(set_to)
     child.value += float(delta)
 
 
 def _observe(child: Child, update: Update) -> None:
     if len(update) != 4:
         raise MetricError("malformed histogram update")
-    _, counts, total, count = update  # type: ignore[misc]
+    _, counts, total, count = update
     if (
         not isinstance(counts, list)
         or len(counts) != len(child.counts)

@@ -256,6 +256,16 @@ def test_observer_calls_answer_with_tritons_texts() -> None:
         "Family name already exists with different type",
     )
     assert observer.call((5, "nope", None))[1] is False
+    observer.observe(([], 0, [], [(2, False)]))  # the Metric object was collected
+    assert list(registry.families()) == []
+    assert observer.call((6, "metric", (4, 1, {}, None)))[1] is True
+    observer.observe(([], 0, [], [(1, True)]))  # the family object: its metrics go too
+    assert list(registry.families()) == []
+    assert observer.call((7, "value", 4)) == (
+        7,
+        False,
+        "Could not get metric value. Metric has been invalidated.",
+    )
     assert observer.call(None)[1] is False
     observer.close()
     assert list(registry.families()) == []

@@ -54,7 +54,7 @@ class StubObserver:
                     dropped,
                 )
             for update in updates:
-                self._metrics.update(self, tuple(update))  # type: ignore[arg-type]
+                self._metrics.update(self, tuple(update))
             for handle, is_family in drops:
                 if is_family:
                     self._metrics.drop_family(self, handle)

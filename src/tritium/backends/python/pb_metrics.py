@@ -116,7 +116,7 @@ def _error(message: str) -> Exception:
 def _number(value: object) -> float:
     if isinstance(value, (str, bytes)) or not hasattr(value, "__float__"):
         raise TypeError(f"a number is required, not {type(value).__name__}")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 class Metric:
