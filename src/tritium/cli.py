@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
     serve.add_argument("--model-load-thread-count", type=int, default=4)
-    serve.add_argument("--log-verbose", type=int, default=0)
+    _log_flags(serve)
     _flag(serve, "--allow-client-shm", False, "let clients register shared-memory regions")
     serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
     serve.add_argument("--repository-poll-secs", type=float, default=15.0)
@@ -455,6 +456,9 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
+        log_info=args.log_info,
+        log_warning=args.log_warning,
+        log_error=args.log_error,
         cache_size=_cache_size(args.cache_config),
         allow_client_shm=args.allow_client_shm,
         model_control_mode=args.model_control_mode,
@@ -495,19 +499,70 @@ def _cache_size(values: list[str]) -> int:
         raise SystemExit(f"error: --cache-config: {exc}") from None
 
 
-def _setup_logging(verbose: int) -> None:
+def _log_flags(serve: argparse.ArgumentParser) -> None:
+    """Triton's log level flags; they govern the server's records and Python models'
+    pb_utils.Logger output alike."""
+    serve.add_argument(
+        "--log-verbose",
+        type=int,
+        default=0,
+        help="verbose logging level; >= 1 shows verbose records (pb_utils.Logger.log_verbose)",
+    )
+    _flag(serve, "--log-info", True, "log INFO-level records")
+    _flag(serve, "--log-warning", True, "log WARNING-level records")
+    _flag(serve, "--log-error", True, "log ERROR-level records")
+
+
+class TritonFormatter(logging.Formatter):
+    """Triton's default log format: ``I1130 19:41:31.224123 23177 model.py:42] message``
+    (level letter, UTC month/day and time to the microsecond, process id, file:line); verbose
+    records print as ``I``, as Triton's LOG_VERBOSE does."""
+
+    _LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        created = record.created
+        stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(created))
+        letter = self._LETTERS.get(record.levelno, "E")
+        text = (
+            f"{letter}{stamp}.{int(created % 1 * 1_000_000):06d} {record.process} "
+            f"{record.filename}:{record.lineno}] {record.getMessage()}"
+        )
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+class LevelFilter(logging.Filter):
+    """Drops the records of a level whose flag is off (--log-info/--log-warning/--log-error);
+    verbose (DEBUG) records are governed by --log-verbose through the logger's level."""
+
+    def __init__(self, info: bool, warning: bool, error: bool) -> None:
+        super().__init__()
+        self._on = (info, warning, error)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        level = record.levelno
+        if level >= logging.ERROR:
+            return self._on[2]
+        if level >= logging.WARNING:
+            return self._on[1]
+        return self._on[0] if level >= logging.INFO else True
+
+
+def _setup_logging(options: ServerOptions) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(TritonFormatter())
+    handler.addFilter(LevelFilter(options.log_info, options.log_warning, options.log_error))
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(module)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
+        level=logging.DEBUG if options.log_verbose >= 1 else logging.INFO, handlers=[handler]
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
-    _setup_logging(options.log_verbose)
+    _setup_logging(options)
     from .runtime import run  # imported late: argument errors stay fast
 
     try:

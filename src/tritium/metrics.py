@@ -6,8 +6,10 @@ the request path) and are rendered when ``/metrics`` is scraped.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
+from .custom_metrics import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
 from .stats import DURATION_BUCKETS_US, ModelStats
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -73,13 +75,27 @@ _CACHE = (
     ),
 )
 _FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+_HISTOGRAM = "nv_inference_request_duration_histogram_us"
+_RESTARTS = "tritium_model_instance_restarts_total"
+_CPU = ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes")
+# Every family the server renders itself: a model's custom family cannot take these names.
+FAMILY_NAMES = frozenset(
+    [name for name, _, _ in _COUNTERS + _CACHE]
+    + ["nv_inference_request_failure", "nv_inference_pending_request_count", _HISTOGRAM]
+    + [_RESTARTS, *_CPU]
+)
 
 
 def _labels(stats: ModelStats) -> str:
     return f'model="{stats.name}",version="{stats.version}"'
 
 
-def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes:
+def render(
+    models: Iterable[ModelStats],
+    cpu: CpuSampler | None = None,
+    custom: CustomMetrics | None = None,
+) -> bytes:
+    """The exposition: Triton's families, tritium's own, then the models' custom ones."""
     models = list(models)
     lines: list[str] = []
     for name, help_text, value in _COUNTERS[:1]:
@@ -111,6 +127,9 @@ def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes
     _restarts(lines, models)
     if cpu is not None:
         cpu.render(lines)
+    if custom is not None:
+        for family in custom.families():
+            _custom_family(lines, family)
     return ("\n".join(lines) + "\n").encode()
 
 
@@ -124,7 +143,7 @@ def _family(
 
 
 def _histogram(lines: list[str], models: list[ModelStats]) -> None:
-    name = "nv_inference_request_duration_histogram_us"
+    name = _HISTOGRAM
     lines.append(
         f"# HELP {name} Histogram of successful inference request durations in "
         "microseconds (read p50/p99 with histogram_quantile)"
@@ -147,7 +166,7 @@ def _restarts(lines: list[str], models: list[ModelStats]) -> None:
     restartable = [s for s in models if s.restarts]
     if not restartable:
         return
-    name = "tritium_model_instance_restarts_total"
+    name = _RESTARTS
     lines.append(
         f"# HELP {name} Number of times a model instance's stub process was restarted after it died"
     )
@@ -156,6 +175,48 @@ def _restarts(lines: list[str], models: list[ModelStats]) -> None:
         labels = _labels(stats)
         for instance, count in sorted(stats.restarts.items()):
             lines.append(f'{name}{{{labels},instance="{instance}"}} {count}')
+
+
+def _custom_family(lines: list[str], family: Family) -> None:
+    """A model's family (pb_utils.MetricFamily), as prometheus-cpp writes it."""
+    name = family.name
+    lines.append(f"# HELP {name} {escape_help(family.description)}")
+    lines.append(f"# TYPE {name} {TYPE_NAMES[family.kind]}")
+    for child in family.children.values():
+        pairs = [f'{k}="{escape_label(v)}"' for k, v in child.labels]
+        labels = "{" + ",".join(pairs) + "}" if pairs else ""
+        if family.kind != HISTOGRAM:
+            lines.append(f"{name}{labels} {format_value(child.value)}")
+            continue
+        running = 0
+        for bound, count in zip((*child.bounds, math.inf), child.counts, strict=True):
+            running += count
+            le = ",".join([*pairs, f'le="{format_value(bound)}"'])
+            lines.append(f"{name}_bucket{{{le}}} {running}")
+        lines.append(f"{name}_sum{labels} {format_value(child.sum)}")
+        lines.append(f"{name}_count{labels} {child.count}")
+
+
+def escape_label(value: str) -> str:
+    """A label value in the text format: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def escape_help(text: str) -> str:
+    """HELP text: backslash and newline escaped."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def format_value(value: float) -> str:
+    """A sample value or bucket bound: integers without a fraction, the shortest exact
+    form otherwise, and the text format's spellings of NaN and the infinities."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    if value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value)
 
 
 class CpuSampler:

@@ -86,3 +86,8 @@ class ServerOptions:
     # --rate-limit-resource values as (name, count, device; -1: every device).
     rate_limit: str = "off"
     rate_limit_resources: tuple[tuple[str, int, int], ...] = ()
+    # Logging (issue 14): Triton's --log-info / --log-warning / --log-error (the server's own
+    # records and Python models' pb_utils.Logger alike); --log-verbose is log_verbose above.
+    log_info: bool = True
+    log_warning: bool = True
+    log_error: bool = True

@@ -14,9 +14,11 @@ from typing import Any
 
 from . import TRITON_VERSION
 from .backends import BackendRegistry
+from .backends.python.observer import Observability
 from .backends.python.supervisor import RestartPolicy
 from .classification import classifier_for
 from .cache import ResponseCache, cache_key
+from .custom_metrics import CustomMetrics
 from .errors import (
     ErrorKind,
     ServerError,
@@ -26,6 +28,7 @@ from .errors import (
     unavailable,
     unsupported,
 )
+from .metrics import FAMILY_NAMES
 from .model import Model
 from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
@@ -64,15 +67,23 @@ EXTENSIONS = (
 )
 
 
+def _model_log_levels(options: ServerOptions) -> tuple[bool, bool, bool, bool]:
+    """Which pb_utils.Logger levels reach the log: INFO, WARNING, ERROR, VERBOSE."""
+    return (options.log_info, options.log_warning, options.log_error, options.log_verbose >= 1)
+
+
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         restarts = RestartPolicy(
             options.model_instance_max_restarts, options.model_instance_restart_window_secs
         )
+        # Python models' pb_utils.MetricFamily values (shown on /metrics) and log levels.
+        self.custom_metrics = CustomMetrics(reserved=FAMILY_NAMES)
+        observability = Observability(self.custom_metrics, _model_log_levels(options))
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"python": (restarts, options.python_env_cache_dir)}),
+            BackendRegistry({"python": (restarts, options.python_env_cache_dir, observability)}),
             dispatch=self,  # an ensemble's steps come back through request() and submit()
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,

@@ -1,6 +1,9 @@
 """Unit tests for tritium's triton_python_backend_utils implementation."""
 
+import gc
 import json
+import os
+import re
 import struct
 import sys
 import textwrap
@@ -9,6 +12,7 @@ import types
 import numpy as np
 import pytest
 
+from tritium.backends.python import pb_metrics
 from tritium.backends.python import pb_utils as pb
 
 ALL_TYPES = [
@@ -567,11 +571,12 @@ def test_model_config_transaction_policy():
 # ------------------------------------------------------------------ logging
 
 
-def test_logger_sink():
+def test_logger_sink_gets_level_message_and_call_site():
     records = []
-    pb._set_log_sink(lambda level, msg: records.append((level, msg)))
+    pb._set_log_sink(lambda level, msg, where: records.append((level, msg, where)))
     try:
         logger = pb.Logger
+        line = sys._getframe().f_lineno
         logger.log_info("i")
         logger.log_warn("w")
         logger.log_error("e")
@@ -581,7 +586,7 @@ def test_logger_sink():
         pb.Logger.log("enum", pb.LogLevel.WARNING)
     finally:
         pb._set_log_sink(None)
-    assert records == [
+    expected = [
         ("INFO", "i"),
         ("WARNING", "w"),
         ("ERROR", "e"),
@@ -590,15 +595,32 @@ def test_logger_sink():
         ("INFO", "default"),
         ("WARNING", "enum"),
     ]
+    assert [(level, msg) for level, msg, _ in records] == expected
+    # The model's own line, as Triton's stub reports it (not pb_utils' internals).
+    assert [where for _, _, where in records] == [
+        f"test_pb_utils.py:{line + n}" for n in range(1, 8)
+    ]
     assert pb.Logger.LogLevel.VERBOSE == pb.LogLevel.VERBOSE
 
 
-def test_logger_default_sink_writes_stderr(capsys):
+def test_logger_default_sink_writes_triton_format_to_stderr(capsys):
     pb.Logger.log_warn("to stderr")
-    assert "WARNING: to stderr" in capsys.readouterr().err
+    line = sys._getframe().f_lineno - 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(
+        rf"W\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} {os.getpid()} test_pb_utils\.py:{line}\] to stderr\n",
+        err,
+    ), err
 
 
 # ------------------------------------------------------------------ metrics
+# The in-process backend (outside a stub); the stub's, through the server, is tested in
+# tests/integration/test_model_observability.py.
+
+
+def _family(name):
+    registry = pb_metrics._local_registry()
+    return next(f for f in registry.families() if f.name == name)
 
 
 def test_metric_counter_and_gauge():
@@ -607,9 +629,21 @@ def test_metric_counter_and_gauge():
     assert counter.value() == 0.0
     counter.increment(2.5)
     assert counter.value() == 2.5
-    for bad in (lambda: counter.increment(-1), lambda: counter.set(1), lambda: counter.observe(1)):
-        with pytest.raises(pb.TritonModelException):
-            bad()
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
+        "be incremented monotonically by non-negative values.",
+    ):
+        counter.increment(-1)
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Failed to set metric value: TRITONSERVER_METRIC_KIND_COUNTER does not support Set",
+    ):
+        counter.set(1)
+    with pytest.raises(pb.TritonModelException, match="does not support Observe"):
+        counter.observe(1)
+    with pytest.raises(TypeError):
+        counter.increment("1")
     gauges = pb.MetricFamily("t_gauge", "g", pb.MetricFamily.GAUGE)  # keep the family alive
     gauge = gauges.Metric()
     gauge.increment(3)
@@ -619,26 +653,54 @@ def test_metric_counter_and_gauge():
     assert gauge.value() == 9.5
     with pytest.raises(pb.TritonModelException):
         gauge.observe(1)
+    with pytest.raises(
+        pb.TritonModelException, match="Failed to create metric. Unexpected buckets found."
+    ):
+        gauges.Metric(labels={}, buckets=[1.0])
 
 
 def test_metric_histogram():
     family = pb.MetricFamily("t_hist", "h", pb.MetricFamily.HISTOGRAM)
-    with pytest.raises(pb.TritonModelException):
+    with pytest.raises(
+        pb.TritonModelException, match="Failed to create metric. Missing required buckets."
+    ):
         family.Metric(labels={})
-    with pytest.raises(pb.TritonModelException):
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Error when creating Metric: Bucket Boundaries must be strictly sorted",
+    ):
         family.Metric(labels={}, buckets=[2.5, 0.1])
-    with pytest.raises(pb.TritonModelException):
+    with pytest.raises(pb.TritonModelException, match="strictly sorted"):
         family.Metric(labels={}, buckets=[1, 1, 2])
-    family.Metric(labels={"empty": "1"}, buckets=[])
+    with pytest.raises(pb.TritonModelException, match="Buckets must be a list."):
+        family.Metric(labels={}, buckets=(1, 2))
+    with pytest.raises(pb.TritonModelException, match="Invalid label name"):
+        family.Metric(labels={"le": "x"}, buckets=[1])
+    empty = family.Metric(labels={"empty": "1"}, buckets=[])
+    empty.observe(3)
     hist = family.Metric(labels={"k": "v"}, buckets=[0.1, 1.0, 2.5])
-    for value in (0.05, 1.5, 6.0):
+    for value in (0.05, 1.0, 1.5, 6.0):
         hist.observe(value)
-    state = pb._metric_families()["t_hist"]["metrics"][json.dumps({"k": "v"})]
-    assert state["count"] == 3 and state["sum"] == pytest.approx(7.55)
-    assert state["bucket_counts"] == [1, 1, 2]
-    for bad in (hist.value, lambda: hist.increment(1), lambda: hist.set(1)):
-        with pytest.raises(pb.TritonModelException):
+    child = _family("t_hist").children[(("k", "v"),)]
+    assert child.count == 4 and child.sum == pytest.approx(8.55)
+    assert child.counts == [1, 1, 1, 1]  # per bucket; the last is +Inf
+    assert _family("t_hist").children[(("empty", "1"),)].counts == [1]
+    for bad, verb in ((hist.value, "Value"), (lambda: hist.increment(1), "Increment")):
+        with pytest.raises(pb.TritonModelException, match=f"HISTOGRAM does not support {verb}"):
             bad()
+    with pytest.raises(pb.TritonModelException, match="does not support Set"):
+        hist.set(1)
+
+
+def test_metric_family_errors():
+    with pytest.raises(
+        pb.TritonModelException, match="Error when creating MetricFamily: Invalid metric name"
+    ):
+        pb.MetricFamily("bad name", "d", pb.MetricFamily.COUNTER)
+    with pytest.raises(pb.TritonModelException, match="Unknown metric kind"):
+        pb.MetricFamily("t_kind", "d", 7)
+    with pytest.raises(TypeError):
+        pb.MetricFamily(1, "d", pb.MetricFamily.COUNTER)
 
 
 def test_metric_duplicates_labels_and_lifetime():
@@ -647,19 +709,39 @@ def test_metric_duplicates_labels_and_lifetime():
     m1, m2 = fam1.Metric(labels={"x": "1"}), fam2.Metric(labels={"x": "1"})
     m1.increment(7.5)
     assert m2.value() == 7.5
-    assert pb._metric_families()["t_dup"]["description"] == "first"
-    with pytest.raises(pb.TritonModelException):
+    assert _family("t_dup").description == "first"  # prometheus-cpp merges: the first stays
+    with pytest.raises(
+        pb.TritonModelException,
+        match="Error when creating MetricFamily: Family name already exists with different type",
+    ):
         pb.MetricFamily("t_dup", "d", pb.MetricFamily.GAUGE)
     with pytest.raises(pb.TritonModelException, match="Labels must be a dictionary"):
         fam1.Metric(labels=["x"])
     del fam1
+    gc.collect()
     with pytest.raises(
         pb.TritonModelException,
         match="Invalid metric operation as the corresponding 'MetricFamily' has been deleted.",
     ):
         m1.increment(1)
     m2.increment(1)
-    assert m2.value() == 8.5
+    assert m2.value() == 8.5  # the metric lives on through fam2's reference
+
+
+def test_metric_and_family_vanish_when_collected():
+    family = pb.MetricFamily("t_gone", "d", pb.MetricFamily.GAUGE)
+    metric = family.Metric(labels={"a": "b"})
+    metric.set(3)
+    assert _family("t_gone").children
+    del metric
+    gc.collect()
+    assert not any(f.name == "t_gone" for f in pb_metrics._local_registry().families())
+    family.Metric(labels={"a": "b"}).set(1)  # a new one starts again from zero... and is
+    gc.collect()  # collected at once, being unreferenced
+    del family
+    gc.collect()
+    # The name is free again: another kind may take it.
+    pb.MetricFamily("t_gone", "d", pb.MetricFamily.COUNTER)
 
 
 # ------------------------------------------------------------------ as an installed module

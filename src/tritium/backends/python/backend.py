@@ -20,6 +20,7 @@ from . import ipc
 from .envarchive import default_cache_dir
 from .execenv import EnvironmentManager, PythonEnv, env_path_parameter
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision
+from .observer import Observability, StubObserver
 from .process import StubProcess
 from .supervisor import RestartPolicy, VersionHealth
 
@@ -27,16 +28,28 @@ _START_TIMEOUT_S = 60.0
 
 
 class PythonBackend:
-    def __init__(self, restart: RestartPolicy | None = None, env_cache: str = "") -> None:
+    def __init__(
+        self,
+        restart: RestartPolicy | None = None,
+        env_cache: str = "",
+        observability: Observability | None = None,
+    ) -> None:
         self._restart = restart or RestartPolicy()
         self._envs = EnvironmentManager(Path(env_cache) if env_cache else default_cache_dir())
+        self._observability = observability or Observability()
+
+    def _stub(self, name: str, env: PythonEnv | None) -> StubProcess:
+        """A stub process (not started) whose model logs and metrics reach the server."""
+        stub = StubProcess(name, env)
+        stub.observer = StubObserver(self._observability, name)
+        return stub
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.py")
         if not path.is_file():
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
         env = await self._environment(ctx)
-        stubs: list[StubProcess] = [StubProcess(f"{ctx.model_name}_0_0", env)]
+        stubs: list[StubProcess] = [self._stub(f"{ctx.model_name}_0_0", env)]
         try:
             await stubs[0].start()
             config = ctx.config
@@ -56,9 +69,9 @@ class PythonBackend:
                 for group in spec.config.instance_group
                 for i in range(group.count)
             ]
-            stubs[0].name = names[0]
+            stubs[0].name = stubs[0].observer.name = names[0]
             for name in names[1:]:
-                stubs.append(StubProcess(name, env))
+                stubs.append(self._stub(name, env))
             await asyncio.gather(*(s.start() for s in stubs[1:]))
             await asyncio.gather(*(self._init(ctx, spec, s, path) for s in stubs))
         except BaseException:
@@ -83,7 +96,7 @@ class PythonBackend:
         self, ctx: LoadContext, spec: ModelSpec, name: str, path: Any, env: PythonEnv | None
     ) -> StubProcess:
         """A new, initialised stub for instance ``name`` (a restart); killed if that fails."""
-        stub = StubProcess(name, env)
+        stub = self._stub(name, env)
         try:
             await stub.start()
             await self._init(ctx, spec, stub, path)
@@ -103,7 +116,8 @@ class PythonBackend:
             "model_version": str(ctx.version),
             "model_name": ctx.model_name,
         }
-        await stub.call(ipc.INIT, {"path": str(path), "args": args}, timeout=_START_TIMEOUT_S)
+        body = {"path": str(path), "args": args, "log_levels": self._observability.log_levels}
+        await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
 
 
 def execution_timeout(spec: ModelSpec) -> float | None:

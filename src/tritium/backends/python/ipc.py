@@ -23,8 +23,10 @@ _SMALL = 1 << 16
 
 # server → stub
 AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
+CALL_REPLY = 40  # observability (stub_observe): the answer to a CALL
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
+OBSERVE, CALL = 41, 42  # observability: logs and metric updates (one-way); a call to the server
 
 Buffers = list[Any]
 # The payloads' shapes (marshal keeps tuples). A tensor: (datatype, shape, buffer index).

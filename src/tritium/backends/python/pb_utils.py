@@ -18,18 +18,20 @@ Private hooks for the stub (not part of Triton's API):
   called as ``send(response_or_None, flags)``; ``_is_closed()``, ``_responses_sent()``.
 * ``Tensor._create(name, array, triton_dtype)``: tensor with an explicit dtype (BF16
   held as ``uint16`` when ml_dtypes is missing); ``Tensor._as_array()``: stored array.
-* ``_set_log_sink(fn)``: ``fn(level_name, message)`` receives ``Logger`` output.
-* ``_metric_families()``: the in-process metric registry (custom metrics are kept
-  in-process only; they are not exported to the server's metrics endpoint yet).
+* ``_set_log_sink(fn)``: ``fn(level_name, message, "file.py:line")`` receives ``Logger``
+  output with the model's call site.
+* ``MetricFamily`` / ``Metric`` come from ``pb_metrics`` (its ``_set_backend`` hook: where the
+  values live; in a stub, the server's registry, shown on ``/metrics``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 import threading
-import weakref
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from enum import IntEnum
 from typing import Any
@@ -799,17 +801,29 @@ class LogLevel(IntEnum):
     VERBOSE = 3
 
 
-def _default_log_sink(level_name: str, message: str) -> None:
-    print(f"{level_name}: {message}", file=sys.stderr, flush=True)
+def _default_log_sink(level_name: str, message: str, where: str) -> None:
+    """Outside a stub: Triton's format on stderr (``I0101 12:00:00.000000 pid file.py:42] m``)."""
+    now = time.time()
+    stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(now))
+    usec = int((now % 1) * 1_000_000)
+    char = "I" if level_name == "VERBOSE" else level_name[0]
+    print(f"{char}{stamp}.{usec:06d} {os.getpid()} {where}] {message}", file=sys.stderr, flush=True)
 
 
-_log_sink: Callable[[str, str], None] = _default_log_sink
+_log_sink: Callable[[str, str, str], None] = _default_log_sink
 
 
-def _set_log_sink(sink: Callable[[str, str], None] | None) -> None:
-    """Stub hook: route Logger output to ``sink(level_name, message)``; None resets."""
+def _set_log_sink(sink: Callable[[str, str, str], None] | None) -> None:
+    """Stub hook: route Logger output to ``sink(level_name, message, "file.py:line")`` (the
+    model's call site, as Triton's stub reports it); None resets."""
     global _log_sink
     _log_sink = sink if sink is not None else _default_log_sink
+
+
+def _log(message: object, level: int, depth: int) -> None:
+    frame = sys._getframe(depth + 1)
+    where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    _log_sink(LogLevel(level).name, str(message), where)
 
 
 class Logger:
@@ -825,138 +839,26 @@ class Logger:
 
     @staticmethod
     def log(message: object, level: int = LogLevel.INFO) -> None:
-        _log_sink(LogLevel(level).name, str(message))
+        _log(message, level, 1)
 
     @staticmethod
     def log_info(message: object) -> None:
-        Logger.log(message, LogLevel.INFO)
+        _log(message, LogLevel.INFO, 1)
 
     @staticmethod
     def log_warn(message: object) -> None:
-        Logger.log(message, LogLevel.WARNING)
+        _log(message, LogLevel.WARNING, 1)
 
     @staticmethod
     def log_error(message: object) -> None:
-        Logger.log(message, LogLevel.ERROR)
+        _log(message, LogLevel.ERROR, 1)
 
     @staticmethod
     def log_verbose(message: object) -> None:
-        Logger.log(message, LogLevel.VERBOSE)
+        _log(message, LogLevel.VERBOSE, 1)
 
 
 # ------------------------------------------------------------------------------ metrics
-# In-process only for now: values live in _FAMILIES and are not exported to the
-# server's metrics endpoint yet.
+# MetricFamily and Metric live in pb_metrics (values in the server's registry, see there).
 
-# name -> {"kind", "description", "metrics": {labels_json: state dict}}
-_FAMILIES: dict[str, dict[str, Any]] = {}
-_KIND_NAMES = ("COUNTER", "GAUGE", "HISTOGRAM")
-
-
-def _metric_families() -> dict[str, dict[str, Any]]:
-    """Stub hook: the in-process metric registry."""
-    return _FAMILIES
-
-
-class _Metric:
-    def __init__(self, state: dict[str, Any], kind: int) -> None:
-        self._state, self._kind, self._cleared = state, kind, False
-
-    def _check(self, action: str, allowed: tuple[int, ...]) -> None:
-        if self._cleared:
-            raise TritonModelException(
-                f"Failed to {action} metric value: Invalid metric operation as the "
-                "corresponding 'MetricFamily' has been deleted. The 'MetricFamily' object "
-                "should be deleted AFTER its corresponding 'Metric' objects have been deleted."
-            )
-        if self._kind not in allowed:
-            raise TritonModelException(
-                f"Failed to {action} metric value: TRITONSERVER_METRIC_KIND_"
-                f"{_KIND_NAMES[self._kind]} does not support {action}"
-            )
-
-    def increment(self, value: float) -> None:
-        self._check("increment", (MetricFamily.COUNTER, MetricFamily.GAUGE))
-        if self._kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException(
-                "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
-                "be incremented monotonically by non-negative values."
-            )
-        self._state["value"] += float(value)
-
-    def set(self, value: float) -> None:
-        self._check("set", (MetricFamily.GAUGE,))
-        self._state["value"] = float(value)
-
-    def observe(self, value: float) -> None:
-        self._check("observe", (MetricFamily.HISTOGRAM,))
-        state = self._state
-        state["count"] += 1
-        state["sum"] += float(value)
-        for i, bound in enumerate(state["buckets"]):
-            if value <= bound:
-                state["bucket_counts"][i] += 1
-
-    def value(self) -> float:
-        self._check("get", (MetricFamily.COUNTER, MetricFamily.GAUGE))
-        value: float = self._state["value"]
-        return value
-
-
-class MetricFamily:
-    """``MetricFamily(name, description, kind)``; a second family with the same
-    name shares the first one's metrics (a different kind is an error)."""
-
-    COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
-
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        if not isinstance(name, str) or not isinstance(description, str):
-            raise TypeError("name and description must be str")
-        if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
-            raise TritonModelException("Error when creating MetricFamily: Unknown metric kind")
-        family = _FAMILIES.setdefault(
-            name, {"kind": kind, "description": description, "metrics": {}}
-        )
-        if family["kind"] != kind:
-            raise TritonModelException(
-                f"Error when creating MetricFamily: metric family '{name}' already exists "
-                "with a different kind"
-            )
-        self._kind, self._family = kind, family
-        self._created: weakref.WeakSet[_Metric] = weakref.WeakSet()
-
-    def Metric(  # noqa: N802 - Triton's name
-        self, labels: dict[str, str] | None = None, buckets: Sequence[float] | None = None
-    ) -> _Metric:
-        """Metric with these labels (the same labels give the same metric);
-        histograms need strictly increasing ``buckets``."""
-        if labels is not None and not isinstance(labels, dict):
-            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
-        labels = labels or {}
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-            raise TritonModelException("Error when creating Metric: labels must map str to str")
-        bounds: list[float] = []
-        if self._kind == self.HISTOGRAM:
-            if buckets is None:
-                raise TritonModelException(
-                    "Error when creating Metric: Missing required buckets for histogram metrics."
-                )
-            bounds = [float(b) for b in buckets]
-            if any(b >= a for b, a in zip(bounds, bounds[1:], strict=False)):
-                raise TritonModelException(
-                    "Error when creating Metric: histogram buckets "
-                    "must be in strictly increasing order."
-                )
-        state = self._family["metrics"].setdefault(
-            json.dumps(labels, sort_keys=True), {"labels": dict(labels), "value": 0.0}
-        )
-        if self._kind == self.HISTOGRAM and "buckets" not in state:
-            state.update(buckets=bounds, bucket_counts=[0] * len(bounds), count=0, sum=0.0)
-        metric = _Metric(state, self._kind)
-        self._created.add(metric)
-        return metric
-
-    def __del__(self) -> None:
-        # As in Triton, metrics made by a deleted family can no longer be used.
-        for metric in list(getattr(self, "_created", ())):
-            metric._cleared = True
+from .pb_metrics import Metric, MetricFamily  # noqa: E402, F401 - re-exported, last

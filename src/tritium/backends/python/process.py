@@ -31,6 +31,7 @@ class StubProcess(asyncio.Protocol):
         self.on_batch_done: Any = None  # set by PythonInstance
         self.on_response: Any = None
         self.on_death: Any = None  # (status) -> None, for a death the server did not cause
+        self.observer: Any = None  # observer.StubObserver: the model's logs and metrics
         self.alive = False
 
     @property
@@ -71,9 +72,22 @@ class StubProcess(asyncio.Protocol):
                 self.on_response(body, buffers)
             elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
                 self._reply.set_result(body)
+            elif kind in (ipc.OBSERVE, ipc.CALL):
+                self._observed(kind, body)
+
+    def _observed(self, kind: int, body: Any) -> None:
+        if self.observer is None:  # nobody to tell: logs and updates go nowhere
+            if kind == ipc.CALL:
+                self.send(ipc.CALL_REPLY, (body[0], False, "no observer for this stub"))
+        elif kind == ipc.OBSERVE:
+            self.observer.observe(body)
+        else:
+            self.send(ipc.CALL_REPLY, self.observer.call(body))
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_alive, self.alive = self.alive, False
+        if self.observer is not None:
+            self.observer.close()  # the model's metrics leave /metrics with the process
         if self._reply is not None and not self._reply.done():
             self._reply.set_result(
                 (False, f"stub process '{self.name}' exited: {self.exit_status()}")

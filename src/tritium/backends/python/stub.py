@@ -28,7 +28,8 @@ from typing import Any
 
 from ...types import DataType
 from . import ipc
-from . import pb_utils
+from . import pb_metrics, pb_utils
+from .stub_observe import Inbox, Outbox, RemoteMetrics, ServerCalls
 
 
 class Stub:
@@ -44,9 +45,27 @@ class Stub:
         self._model_name = ""
         self._cancelled: set[tuple[int, int]] = set()  # (batch, index) the client gave up on
         self._model_version = -1
+        self._inbox = Inbox(channel)
+        self._outbox = Outbox()  # the model's logs and metric updates (stub_observe)
+
+    def observe(self) -> None:
+        """Route ``pb_utils.Logger`` and custom metrics to the server (see stub_observe)."""
+        pb_utils._set_log_sink(self._outbox.log)
+        pb_metrics._set_backend(RemoteMetrics(self._outbox, ServerCalls(self.send, self._inbox)))
+        self._outbox.start_flusher(self.flush)
+
+    def flush(self) -> None:
+        with self._send_lock:
+            self._flush()
+
+    def _flush(self) -> None:
+        observed = self._outbox.take()
+        if observed is not None:
+            self._channel.send(ipc.OBSERVE, observed)
 
     def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
         with self._send_lock:
+            self._flush()  # the logs and counts of what produced this frame go first
             self._channel.send(kind, body, buffers)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -74,6 +93,7 @@ class Stub:
         if self._model_cls is None:
             self._import_model(body["path"])
         config = json.loads(body["args"]["model_config"])
+        self._outbox.enabled = list(body.get("log_levels", self._outbox.enabled))
         self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
         self._output_names = [o["name"] for o in config.get("output", [])]
         self._model_name = body["args"]["model_name"]
@@ -211,7 +231,7 @@ class Stub:
         }
         while True:
             try:
-                kind, body, buffers = self._channel.recv()
+                kind, body, buffers = self._inbox.next()
             except EOFError:
                 return False
             if kind == ipc.EXECUTE:
@@ -286,7 +306,9 @@ def main() -> None:
     _batch_scheduling()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sys.modules["triton_python_backend_utils"] = pb_utils
-    if not Stub(ipc.BlockingChannel(sock)).serve():
+    stub = Stub(ipc.BlockingChannel(sock))
+    stub.observe()
+    if not stub.serve():
         # The server closed the socket without FINALIZE: it is gone. Threads the model
         # started must not keep this process alive.
         sys.stdout.flush()
