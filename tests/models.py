@@ -116,6 +116,8 @@ seq_state_file       the same with max_batch_size 0 and initial_state data_file
 seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 FP32 [1];
                      the graph computes OUTPUT0 = INPUT0 + STATE_IN and STATE_OUT = OUTPUT0
                      (implicit state FP32 [1], zero_data).
+
+BLS (Python models calling other models: ``bls_*``): tests/bls_models.py documents them.
 """
 
 from __future__ import annotations
@@ -123,6 +125,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from bls_models import BLS_SPECS
 from sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
@@ -818,6 +821,8 @@ _SPECS.update(
 
 # Sequence batching: tests/sequence_models.py (documented above).
 _SPECS.update(SEQUENCE_SPECS)
+# BLS (models calling models): tests/bls_models.py documents them.
+_SPECS.update(BLS_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (

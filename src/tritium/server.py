@@ -68,7 +68,7 @@ class InferenceServer:
         )
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"python": (restarts,)}),
+            BackendRegistry({"python": (restarts, self)}),  # self: BLS requests come back here
             dispatch=self,  # an ensemble's steps come back through request() and submit()
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,

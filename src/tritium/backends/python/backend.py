@@ -15,6 +15,7 @@ from ...config.model_config import ModelConfig, config_to_json
 from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from . import ipc
+from .bls_host import BlsDispatch
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision
 from .process import StubProcess
 from .supervisor import RestartPolicy, VersionHealth
@@ -23,8 +24,11 @@ _START_TIMEOUT_S = 60.0
 
 
 class PythonBackend:
-    def __init__(self, restart: RestartPolicy | None = None) -> None:
+    def __init__(
+        self, restart: RestartPolicy | None = None, bls: BlsDispatch | None = None
+    ) -> None:
         self._restart = restart or RestartPolicy()
+        self._bls = bls  # the server's request/submit and model control, for BLS
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.py")
@@ -62,7 +66,7 @@ class PythonBackend:
         async def spawn(name: str) -> StubProcess:
             return await self._spawn(ctx, spec, name, path)
 
-        supervision = Supervision(spawn, self._restart, health, timeout)
+        supervision = Supervision(spawn, self._restart, health, timeout, self._bls)
         instances = [PythonInstance(spec, ctx.version, s, supervision) for s in stubs]
         return spec, list(instances)
 

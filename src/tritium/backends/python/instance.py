@@ -27,6 +27,7 @@ from ...request import InferenceRequest
 from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error
 from . import ipc
+from .bls_host import BlsDispatch, BlsHost
 from .process import StubProcess
 from .supervisor import CrashHistory, RestartPolicy, VersionHealth
 
@@ -55,6 +56,7 @@ class Supervision:
     policy: RestartPolicy
     health: VersionHealth
     execution_timeout_s: float | None = None
+    bls: BlsDispatch | None = None  # how the model's BLS requests reach the server
 
 
 class PythonInstance:
@@ -80,6 +82,7 @@ class PythonInstance:
         self._closing = False
         self._restarts: dict[str, int] = {}  # the model's statistics table (count_restarts_in)
         self._stub = stub
+        self._bls: BlsHost | None = None
         self._attach(stub)
 
     def _attach(self, stub: StubProcess) -> None:
@@ -87,6 +90,9 @@ class PythonInstance:
         stub.on_batch_done = self._batch_done
         stub.on_response = self._response
         stub.on_death = self._died
+        if self._sup.bls is not None:
+            self._bls = BlsHost(self._sup.bls, stub)
+            self._bls.in_flight = lambda: list(self._batches)
 
     @property
     def stub_pid(self) -> int | None:
@@ -184,6 +190,8 @@ class PythonInstance:
         def cancel() -> None:
             if self._stub.alive and batch_id in self._batches:
                 self._stub.send(ipc.CANCEL, (batch_id, index))
+                if self._bls is not None and all(r.cancelled for r in self._batches[batch_id][1]):
+                    self._bls.cancel_children(batch_id)
 
         return cancel
 
@@ -319,6 +327,8 @@ class PythonInstance:
         """The stub died without being asked to: fail what it held, then restart it (after
         a back-off) or, past the crash limit, leave the instance down."""
         self.fail_all(f"Stub process '{self.name}' is not healthy.")
+        if self._bls is not None:
+            self._bls.close()
         if self._closing:
             return
         what = f"stub process of instance '{self.name}' died ({status})"
@@ -393,6 +403,8 @@ class PythonInstance:
             self._restart_task.cancel()
         self._stub.kill()
         self.fail_all(reason, ErrorKind.UNAVAILABLE)
+        if self._bls is not None:
+            self._bls.close()
         self._wake()
 
     async def close(self) -> None:
@@ -402,3 +414,5 @@ class PythonInstance:
             await asyncio.gather(self._restart_task, return_exceptions=True)
         self._wake()
         await self._stub.stop()
+        if self._bls is not None:
+            self._bls.close()

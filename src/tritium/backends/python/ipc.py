@@ -23,8 +23,10 @@ _SMALL = 1 << 16
 
 # server → stub
 AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
+BLS_RESPONSE, BLS_REPLY = 7, 8  # BLS (bls_client / bls_host): a child's response; a control reply
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
+BLS_REQUEST, BLS_CANCEL, BLS_CONTROL = 13, 14, 15  # BLS: a child request; cancel it; load etc.
 
 Buffers = list[Any]
 # The payloads' shapes (marshal keeps tuples). A tensor: (datatype, shape, buffer index).

@@ -29,6 +29,7 @@ class StubProcess(asyncio.Protocol):
         self.on_batch_done: Any = None  # set by PythonInstance
         self.on_response: Any = None
         self.on_death: Any = None  # (status) -> None, for a death the server did not cause
+        self.on_bls: Any = None  # (kind, body, buffers) -> None: bls_host.BlsHost.on_frame
         self.alive = False
 
     @property
@@ -71,6 +72,8 @@ class StubProcess(asyncio.Protocol):
                 self.on_response(body, buffers)
             elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
                 self._reply.set_result(body)
+            elif kind >= ipc.BLS_REQUEST and self.on_bls is not None:
+                self.on_bls(kind, body, buffers)
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_alive, self.alive = self.alive, False

@@ -27,14 +27,21 @@ from pathlib import Path
 from typing import Any
 
 from ...types import DataType
-from . import ipc
+from . import bls_client, ipc, shm_tensors
 from . import pb_utils
 
 
 class Stub:
-    def __init__(self, channel: ipc.BlockingChannel) -> None:
+    def __init__(
+        self, channel: ipc.BlockingChannel, server_pid: int = 0, name: str = "stub"
+    ) -> None:
         self._channel = channel
         self._send_lock = threading.Lock()
+        # Frames are read through the mux: threads blocked in BLS calls read them too.
+        self._mux = bls_client.FrameMux(channel, self._cancel)
+        names = shm_tensors.SegmentNames(server_pid, os.getpid())
+        self._bls = bls_client.BlsClient(self._mux, self.send, names, name)
+        pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -48,6 +55,10 @@ class Stub:
     def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
         with self._send_lock:
             self._channel.send(kind, body, buffers)
+
+    def _cancel(self, key: Any) -> None:
+        """The server's CANCEL of a request of an ``execute`` (read by any thread)."""
+        self._cancelled.add(tuple(key))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _import_model(self, path: str) -> None:
@@ -86,6 +97,7 @@ class Stub:
             result = init(body["args"])
             if inspect.isawaitable(result):
                 self._run(result)
+        self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
 
     def _run(self, awaitable: Any) -> Any:
         if self._loop is None:
@@ -150,6 +162,7 @@ class Stub:
     ) -> ipc.ExecDone:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
+        parent = bls_client.current_batch.set(batch_id)  # the parent of BLS calls it makes
         try:
             requests = [self._make_request(batch_id, i, w, buffers) for i, w in enumerate(wires)]
             result = self._model.execute(requests)
@@ -157,6 +170,8 @@ class Stub:
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
+        finally:
+            bls_client.current_batch.reset(parent)
         if self._decoupled or result is None:  # answered (or answering) through senders
             return (batch_id, None, None)
         if len(result) != len(requests):
@@ -193,6 +208,7 @@ class Stub:
         return bool(result)
 
     def finalize(self) -> None:
+        self._bls.enabled = False  # Triton: no BLS while finalizing
         hook = getattr(self._model, "finalize", None)
         if hook is not None:
             result = hook()
@@ -211,14 +227,11 @@ class Stub:
         }
         while True:
             try:
-                kind, body, buffers = self._channel.recv()
+                kind, body, buffers = self._mux.next_command()
             except EOFError:
                 return False
             if kind == ipc.EXECUTE:
                 self.execute_all(body, buffers)
-                continue
-            if kind == ipc.CANCEL:
-                self._cancelled.add(tuple(body))
                 continue
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))
@@ -286,7 +299,9 @@ def main() -> None:
     _batch_scheduling()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sys.modules["triton_python_backend_utils"] = pb_utils
-    if not Stub(ipc.BlockingChannel(sock)).serve():
+    server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
+    name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    if not Stub(ipc.BlockingChannel(sock), server_pid, name).serve():
         # The server closed the socket without FINALIZE: it is gone. Threads the model
         # started must not keep this process alive.
         sys.stdout.flush()
