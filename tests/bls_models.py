@@ -336,9 +336,7 @@ def _spec(
 
 _I32 = "TYPE_INT32"
 _STR = "TYPE_STRING"
-_BATCHING = (
-    "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000000 }"
-)
+_BATCHING = "dynamic_batching { preferred_batch_size: [ 4 ] max_queue_delay_microseconds: 2000000 }"
 _FANOUT_IO = ([("INPUT0", _I32, "-1")], [("OUTPUT0", _I32, "-1"), ("OUTPUT1", _I32, "-1")])
 
 BLS_SPECS: dict[str, _Spec] = {
@@ -365,9 +363,7 @@ BLS_SPECS: dict[str, _Spec] = {
     ),
     "bls_cancel_parent": _spec(_CANCEL_PARENT, [("IN", _I32, "1")], [("OUT", _I32, "1")]),
     "bls_cancel_child": _spec(_CANCEL_CHILD, [("IN", _I32, "1")], [("OUT", _I32, "1")]),
-    "bls_sequence": _spec(
-        _SEQUENCE, [("INPUT0", _I32, "-1")], [("SEEN", "TYPE_INT64", "-1, -1")]
-    ),
+    "bls_sequence": _spec(_SEQUENCE, [("INPUT0", _I32, "-1")], [("SEEN", "TYPE_INT64", "-1, -1")]),
     "bls_control": _spec(_CONTROL, [("ACTION", _STR, "1")], [("MESSAGE", _STR, "1")]),
     "bls_forward_fp32": _spec(
         _FORWARD,

@@ -87,35 +87,47 @@ class FrameMux:
                 self._calls.pop(call_id, None)
         return frame
 
+    def poll(self) -> None:
+        """Route the frames that have arrived, without waiting: a model busy in ``execute``
+        (nobody reading) asking ``is_cancelled()`` still sees the server's CANCEL."""
+        with self._cond:
+            while not self._reading and not self._closed and self._channel.readable():
+                self._read_one()
+
+    def _read_one(self) -> None:
+        """Read one frame as the reader (called holding the condition, released while
+        reading) and route it; wake the waiting threads."""
+        cond = self._cond
+        self._reading = True
+        cond.release()
+        frame: Frame | None = None
+        try:
+            frame = self._channel.recv()
+        except (EOFError, OSError):
+            pass
+        finally:
+            cond.acquire()
+            self._reading = False
+        if frame is None:
+            self._closed = True
+        else:
+            self._route(frame)
+        if self._waiters:
+            cond.notify_all()
+
     def _wait(self, ready: Callable[[], bool], take: Callable[[], Frame]) -> Frame:
         cond = self._cond
         with cond:
-            while True:
-                if ready():
-                    return take()
+            while not ready():
                 if self._closed:
                     raise EOFError("server closed the connection")
                 if self._reading:
                     self._waiters += 1
                     cond.wait()
                     self._waiters -= 1
-                    continue
-                self._reading = True
-                cond.release()
-                frame: Frame | None = None
-                try:
-                    frame = self._channel.recv()
-                except (EOFError, OSError):
-                    pass
-                finally:
-                    cond.acquire()
-                    self._reading = False
-                if frame is None:
-                    self._closed = True
                 else:
-                    self._route(frame)
-                if self._waiters:
-                    cond.notify_all()
+                    self._read_one()
+            return take()
 
     def _route(self, frame: Frame) -> None:
         kind, body = frame[0], frame[1]

@@ -9,6 +9,7 @@ numpy view over the received buffer. One frame is one write and one wake-up.
 from __future__ import annotations
 
 import marshal
+import select
 import socket
 import struct
 from typing import Any
@@ -143,6 +144,12 @@ class BlockingChannel:
         kind, body = marshal.loads(self._take(plen))
         buffers = [self._take(n) for n in lens]
         return kind, body, buffers
+
+    def readable(self) -> bool:
+        """Whether a frame has (begun to) arrive: ``recv`` would not wait long."""
+        if len(self._buf) > self._pos:
+            return True
+        return bool(select.select([self._sock], [], [], 0)[0])
 
     def send(self, kind: int, body: Any, buffers: Buffers | None = None) -> None:
         parts = join(encode(kind, body, buffers))

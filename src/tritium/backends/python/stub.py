@@ -126,6 +126,8 @@ class Stub:
         key = (batch_id, index)
 
         def is_cancelled() -> bool:
+            if key not in self._cancelled:
+                self._mux.poll()  # the CANCEL may be waiting unread while execute runs
             return key in self._cancelled
 
         def make_sender() -> pb_utils.InferenceResponseSender:
