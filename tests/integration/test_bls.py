@@ -3,6 +3,8 @@ driven by HTTP and gRPC clients (models: tests/bls_models.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -173,14 +175,9 @@ def test_sequence_child_gets_correlation_id_and_flags(
     assert rows[:, field["acc"]].tolist() == [1, 3, 6]  # one slot: the sequence's running sum
 
 
-def _leftover_segments() -> list[str]:
-    return sorted(p.name for p in _DEV_SHM.glob("tritium-bls-*")) if _DEV_SHM.is_dir() else []
-
-
 @pytest.mark.parametrize("target", ["identity_onnx_fp32", "identity_fp32"])
 def test_large_tensor_round_trip(bls_server: ServerProcess, protocol: str, target: str) -> None:
-    """16 MiB through the BLS model to its child and back (shared memory on the BLS hops);
-    nothing stays behind in /dev/shm."""
+    """16 MiB through the BLS model to its child and back (shared memory on the BLS hops)."""
     data = np.random.default_rng(7).random(_BIG // 4, dtype=np.float32)
     result = _infer(
         bls_server,
@@ -190,7 +187,39 @@ def test_large_tensor_round_trip(bls_server: ServerProcess, protocol: str, targe
         parameters={"target": target},
     )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
-    assert not [n for n in _leftover_segments() if f"-{bls_server.proc.pid}-" in n]
+    if _DEV_SHM.is_dir():
+        assert _segments_of(bls_server)  # large tensors did go through /dev/shm
+
+
+@pytest.mark.skipif(not _DEV_SHM.is_dir(), reason="no /dev/shm: tensors go inline")
+def test_segments_are_removed_when_their_stub_goes(tmp_path: Path) -> None:
+    """The segments a stub and the server pool for reuse are unlinked when the stub stops
+    (here: at shutdown) and when it dies."""
+    repo = build_test_repository(tmp_path / "repo", ["bls_forward_fp32", "identity_onnx_fp32"])
+    server = ServerProcess([repo], "--http-max-input-size", str(64 * 1024 * 1024))
+    data = np.ones(_BIG // 4, dtype=np.float32)
+    try:
+        for _ in range(2):
+            _infer(server, "http", "bls_forward_fp32", [make_input("http", "INPUT0", data, "FP32")])
+        assert _segments_of(server)
+        pid = next(iter(_stub_pids(server)))
+        os.kill(pid, signal.SIGKILL)  # the stub dies: the server sweeps its segments
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and any(f"-{pid}-" in n for n in _segments_of(server)):
+            time.sleep(0.1)
+        assert not [n for n in _segments_of(server) if f"-{pid}-" in n]
+    finally:
+        server.stop()
+    assert not _segments_of(server)
+
+
+def _segments_of(server: ServerProcess) -> list[str]:
+    prefix = f"tritium-bls-{server.proc.pid}-"
+    return sorted(p.name for p in _DEV_SHM.glob(prefix + "*")) if _DEV_SHM.is_dir() else []
+
+
+def _stub_pids(server: ServerProcess) -> set[int]:
+    return {int(n.split("-")[3]) for n in _segments_of(server)}
 
 
 def test_client_cancel_reaches_the_child(bls_server: ServerProcess, tmp_path: Path) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -80,34 +79,41 @@ def test_a_closed_server_ends_every_wait(pair) -> None:  # type: ignore[no-untyp
 
 @pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
 def test_large_tensors_go_through_a_segment_small_ones_inline() -> None:
-    names = shm_tensors.SegmentNames(os.getpid(), 12345)
+    stub = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 12345))
+    server = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 12345))
     buffers: list[object] = []
     small = np.arange(10, dtype=np.int32)
     big = np.arange(shm_tensors.SHM_MIN_BYTES // 4, dtype=np.float32)
-    packed_small = shm_tensors.pack(small, buffers, names)
-    packed_big = shm_tensors.pack(big, buffers, names)
+    packed_small = shm_tensors.pack(small, buffers, stub)
+    packed_big = shm_tensors.pack(big, buffers, stub)
     assert isinstance(packed_small[2], int) and len(buffers) == 1
     name, nbytes = packed_big[2]
-    assert names.owns(name) and nbytes == big.nbytes
-    assert (Path("/dev/shm") / name).exists()
-    out = shm_tensors.unpack(packed_big, buffers, names)
-    assert not (Path("/dev/shm") / name).exists()  # mapped, then unlinked at once
+    assert stub.names.owns(name) and nbytes == big.nbytes
+    out = shm_tensors.unpack(packed_big, buffers, server)
     np.testing.assert_array_equal(out, big)
-    out[0] = 7  # the receiver's own pages
-    np.testing.assert_array_equal(shm_tensors.unpack(packed_small, buffers, names), small)
+    np.testing.assert_array_equal(shm_tensors.unpack(packed_small, buffers, server), small)
+    # Once the server's view is gone, the segment is the server's to write the answer into.
+    del out
+    answer = np.full(shm_tensors.SHM_MIN_BYTES // 8, 3, dtype=np.float64)
+    packed = shm_tensors.pack(answer, [], server)
+    assert packed[2][0] == name  # the same (warm) segment, not a new one
+    np.testing.assert_array_equal(shm_tensors.unpack(packed, [], stub), answer)
+    server.close()
+    stub.close()
+    assert stub.names.sweep() == 0  # every segment came back to a pool, unlinked by close
 
 
 @pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
 def test_a_segment_of_another_pair_is_refused_and_leftovers_are_swept() -> None:
-    mine = shm_tensors.SegmentNames(os.getpid(), 111)
-    other = shm_tensors.SegmentNames(os.getpid(), 222)
+    mine = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 111))
+    other = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 222))
     big = np.zeros(shm_tensors.SHM_MIN_BYTES, dtype=np.uint8)
     packed = shm_tensors.pack(big, [], other)
     for bad in (packed, ("UINT8", (4,), ("../etc/passwd", 4)), ("UINT8", (4,), ("x", "y"))):
         with pytest.raises(ValueError, match="not its peer's"):
             shm_tensors.unpack(bad, [], mine)
-    assert other.sweep() == 1
-    assert other.sweep() == 0
+    assert other.names.sweep() == 1
+    assert other.names.sweep() == 0
 
 
 def test_version_strings_follow_tritons_model_loader() -> None:

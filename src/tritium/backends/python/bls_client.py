@@ -148,12 +148,12 @@ class BlsClient:
         self,
         mux: FrameMux,
         send: Callable[[int, Any, ipc.Buffers | None], None],
-        names: shm_tensors.SegmentNames,
+        segments: shm_tensors.SegmentPool,
         instance_name: str,
     ) -> None:
         self._mux = mux
         self._send = send
-        self.names = names
+        self.segments = segments
         self._instance = instance_name
         self._ids = itertools.count(1)
         self._pool: ThreadPoolExecutor | None = None
@@ -171,7 +171,7 @@ class BlsClient:
         buffers: ipc.Buffers = []
         try:
             inputs = [
-                (t.name(), shm_tensors.pack(t._as_array(), buffers, self.names))
+                (t.name(), shm_tensors.pack(t._as_array(), buffers, self.segments))
                 for t in request.inputs()
             ]
         except OSError as exc:  # shared memory is full: an error response, as Triton's
@@ -215,7 +215,7 @@ class BlsClient:
             )
         outputs = []
         for name, packed in tensors:
-            array = shm_tensors.unpack(packed, buffers, self.names)
+            array = shm_tensors.unpack(packed, buffers, self.segments)
             outputs.append(pb_utils.Tensor._wrap(name, array, _TYPE_CODE[packed[0]]))
         response = pb_utils.InferenceResponse(outputs)
         if extra:

@@ -77,7 +77,9 @@ class BlsHost:
         self._stub = stub
         self._children: dict[int, tuple[InferenceRequest, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.names = shm_tensors.SegmentNames(os.getpid(), stub.pid or 0)
+        self.segments = shm_tensors.SegmentPool(
+            shm_tensors.SegmentNames(os.getpid(), stub.pid or 0)
+        )
         self.in_flight: Callable[[], list[int]] = list  # the stub's executions (batch ids)
         stub.on_bls = self.on_frame
 
@@ -141,7 +143,7 @@ class BlsHost:
             parameters["timeout"] = timeout_us
         tensors = []
         for name, packed in inputs:
-            data = shm_tensors.unpack(packed, buffers, self.names)
+            data = shm_tensors.unpack(packed, buffers, self.segments)
             datatype = DataType.from_wire(packed[0])
             assert datatype is not None  # unpack refused an unknown one
             tensors.append(Tensor(name, datatype, tuple(data.shape), data))
@@ -175,7 +177,7 @@ class BlsHost:
             else:
                 try:
                     tensors = [
-                        (t.name, shm_tensors.pack(t.data, buffers, self.names))
+                        (t.name, shm_tensors.pack(t.data, buffers, self.segments))
                         for t in response.outputs
                     ]
                 except OSError as exc:  # /dev/shm is full: the error, not a dead stub
@@ -204,7 +206,8 @@ class BlsHost:
         self._children.clear()
         for task in list(self._tasks):
             task.cancel()
-        removed = self.names.sweep()
+        self.segments.close()
+        removed = self.segments.names.sweep()
         if removed:
             log.info("removed %d shared-memory segment(s) of stub '%s'", removed, self._stub.name)
 

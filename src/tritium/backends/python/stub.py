@@ -39,8 +39,8 @@ class Stub:
         self._send_lock = threading.Lock()
         # Frames are read through the mux: threads blocked in BLS calls read them too.
         self._mux = bls_client.FrameMux(channel, self._cancel)
-        names = shm_tensors.SegmentNames(server_pid, os.getpid())
-        self._bls = bls_client.BlsClient(self._mux, self.send, names, name)
+        segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
+        self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
         pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
