@@ -19,6 +19,8 @@ Private hooks for the stub (not part of Triton's API):
 * ``Tensor._create(name, array, triton_dtype)``: tensor with an explicit dtype (BF16
   held as ``uint16`` when ml_dtypes is missing); ``Tensor._as_array()``: stored array.
 * ``_set_log_sink(fn)``: ``fn(level_name, message)`` receives ``Logger`` output.
+* ``_set_bls(client)``: the stub's BLS client (``bls_client.BlsClient``) behind
+  ``InferenceRequest.exec/async_exec``, ``load_model``, ``unload_model``, ``is_model_ready``.
 * ``_metric_families()``: the in-process metric registry (custom metrics are kept
   in-process only; they are not exported to the server's metrics endpoint yet).
 """
