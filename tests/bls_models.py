@@ -23,7 +23,9 @@ bls_cancel_child     IN INT32 [1]: waits up to 30 s for ``is_cancelled()``, then
 bls_sequence         INPUT0 INT32 [-1] + parameter ``corrid``: one request per value into
                      ``seq_echo_direct`` (START on the first, END on the last), SEEN INT64
                      [-1, 13] = the rows it reported.
-bls_control          ACTION STRING [1] = "load|unload|ready <model>" -> MESSAGE STRING [1].
+bls_control          ACTION STRING [1] = "load|unload|ready <model> [version]" -> MESSAGE
+                     STRING [1]; "init x" answers what ``initialize`` saw: is_model_ready
+                     of ``bls_double`` and the refusal of an ``exec`` there.
 bls_forward_fp32     INPUT0 FP32 [-1] + parameter ``target`` (default ``identity_onnx_fp32``)
                      -> OUTPUT0 = the target's OUTPUT0 (large-tensor round trips); with
                      parameter ``repeat`` = n it calls the target n times and OUTPUT1 FP64 [1]
@@ -268,11 +270,23 @@ class TritonPythonModel:
 
 _CONTROL = """
 class TritonPythonModel:
+    def initialize(self, args):
+        # Model control works from initialize (Triton's README loads models there); exec not.
+        self.at_init = f"ready={pb_utils.is_model_ready('bls_double')}"
+        try:
+            pb_utils.InferenceRequest(
+                model_name="bls_double", inputs=[], requested_output_names=[]
+            ).exec()
+        except pb_utils.TritonModelException as exc:
+            self.at_init += f"; exec: {exc}"
+
     def execute(self, requests):
         return [self._one(_text(r, "ACTION").split()) for r in requests]
 
     def _one(self, words):
         action, target = words[0], words[1]
+        if action == "init":
+            return _reply(("MESSAGE", np.array([self.at_init.encode()], dtype=object)))
         try:
             if action == "load":
                 pb_utils.load_model(model_name=target)

@@ -303,6 +303,14 @@ def test_load_unload_is_model_ready_in_explicit_mode(
         )
 
 
+def test_model_control_works_in_initialize_and_exec_does_not(
+    explicit_server: ServerProcess,
+) -> None:
+    assert _control(explicit_server, "http", "init x") == (
+        "ready=False; exec: BLS is only supported during the 'execute' function."
+    )
+
+
 def test_control_errors_have_tritons_text(explicit_server: ServerProcess, protocol: str) -> None:
     assert _control(explicit_server, protocol, "ready bls_double abc") == (
         "Failed to check model readiness: Failed to process the request for model "

@@ -15,7 +15,7 @@ from ...config.model_config import ModelConfig, config_to_json
 from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from . import ipc
-from .bls_host import BlsDispatch
+from .bls_host import BlsDispatch, BlsHost
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision
 from .process import StubProcess
 from .supervisor import RestartPolicy, VersionHealth
@@ -36,7 +36,7 @@ class PythonBackend:
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
         stubs: list[StubProcess] = [StubProcess(f"{ctx.model_name}_0_0")]
         try:
-            await stubs[0].start()
+            await self._start(stubs[0])
             config = ctx.config
             if ctx.auto_complete:
                 completed = await stubs[0].call(
@@ -56,7 +56,7 @@ class PythonBackend:
             stubs[0].name = names[0]
             for name in names[1:]:
                 stubs.append(StubProcess(name))
-            await asyncio.gather(*(s.start() for s in stubs[1:]))
+            await asyncio.gather(*(self._start(s) for s in stubs[1:]))
             await asyncio.gather(*(self._init(ctx, spec, s, path) for s in stubs))
         except BaseException:
             await asyncio.gather(*(s.stop(timeout=1.0) for s in stubs), return_exceptions=True)
@@ -66,7 +66,7 @@ class PythonBackend:
         async def spawn(name: str) -> StubProcess:
             return await self._spawn(ctx, spec, name, path)
 
-        supervision = Supervision(spawn, self._restart, health, timeout, self._bls)
+        supervision = Supervision(spawn, self._restart, health, timeout)
         instances = [PythonInstance(spec, ctx.version, s, supervision) for s in stubs]
         return spec, list(instances)
 
@@ -74,13 +74,19 @@ class PythonBackend:
         """A new, initialised stub for instance ``name`` (a restart); killed if that fails."""
         stub = StubProcess(name)
         try:
-            await stub.start()
+            await self._start(stub)
             await self._init(ctx, spec, stub, path)
         except BaseException:
             stub.kill()
             await stub.stop(timeout=1.0)
             raise
         return stub
+
+    async def _start(self, stub: StubProcess) -> None:
+        """Spawn the stub; its BLS requests (even from ``initialize``) reach the server."""
+        await stub.start()
+        if self._bls is not None:
+            BlsHost(self._bls, stub)
 
     async def _init(self, ctx: LoadContext, spec: ModelSpec, stub: StubProcess, path: Any) -> None:
         args = {

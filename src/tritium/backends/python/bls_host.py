@@ -81,7 +81,7 @@ class BlsHost:
             shm_tensors.SegmentNames(os.getpid(), stub.pid or 0)
         )
         self.in_flight: Callable[[], list[int]] = list  # the stub's executions (batch ids)
-        stub.on_bls = self.on_frame
+        stub.bls = self
 
     def on_frame(self, kind: int, body: Any, buffers: ipc.Buffers) -> None:
         if kind == ipc.BLS_REQUEST:

@@ -27,7 +27,7 @@ from ...request import InferenceRequest
 from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error
 from . import ipc
-from .bls_host import BlsDispatch, BlsHost
+from .bls_host import BlsHost
 from .process import StubProcess
 from .supervisor import CrashHistory, RestartPolicy, VersionHealth
 
@@ -56,7 +56,6 @@ class Supervision:
     policy: RestartPolicy
     health: VersionHealth
     execution_timeout_s: float | None = None
-    bls: BlsDispatch | None = None  # how the model's BLS requests reach the server
 
 
 class PythonInstance:
@@ -90,8 +89,8 @@ class PythonInstance:
         stub.on_batch_done = self._batch_done
         stub.on_response = self._response
         stub.on_death = self._died
-        if self._sup.bls is not None:
-            self._bls = BlsHost(self._sup.bls, stub)
+        self._bls = stub.bls  # attached when the stub started (BLS may run in initialize)
+        if self._bls is not None:
             self._bls.in_flight = lambda: list(self._batches)
 
     @property
@@ -414,5 +413,3 @@ class PythonInstance:
             await asyncio.gather(self._restart_task, return_exceptions=True)
         self._wake()
         await self._stub.stop()
-        if self._bls is not None:
-            self._bls.close()

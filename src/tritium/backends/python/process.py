@@ -29,7 +29,7 @@ class StubProcess(asyncio.Protocol):
         self.on_batch_done: Any = None  # set by PythonInstance
         self.on_response: Any = None
         self.on_death: Any = None  # (status) -> None, for a death the server did not cause
-        self.on_bls: Any = None  # (kind, body, buffers) -> None: bls_host.BlsHost.on_frame
+        self.bls: Any = None  # bls_host.BlsHost: the model's BLS requests (from its start)
         self.alive = False
 
     @property
@@ -72,8 +72,8 @@ class StubProcess(asyncio.Protocol):
                 self.on_response(body, buffers)
             elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
                 self._reply.set_result(body)
-            elif kind >= ipc.BLS_REQUEST and self.on_bls is not None:
-                self.on_bls(kind, body, buffers)
+            elif kind >= ipc.BLS_REQUEST and self.bls is not None:
+                self.bls.on_frame(kind, body, buffers)
 
     def connection_lost(self, exc: Exception | None) -> None:
         was_alive, self.alive = self.alive, False
@@ -144,3 +144,5 @@ class StubProcess(asyncio.Protocol):
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 await asyncio.to_thread(self._proc.wait)
+        if self.bls is not None:
+            self.bls.close()  # its children cancelled, its shared-memory segments removed
