@@ -63,7 +63,9 @@ class _Client:
             for event in self.h2.receive_data(out) if out else ():
                 if isinstance(event, h2.events.DataReceived):
                     self.answers[event.stream_id] = self.answers.get(event.stream_id, 0) + 1
-                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                    self.h2.acknowledge_received_data(
+                        event.flow_controlled_length, event.stream_id
+                    )
                 elif isinstance(event, h2.events.StreamEnded):
                     self.ended.add(event.stream_id)
 

@@ -73,7 +73,9 @@ def test_frontends_use_only_the_facade(path: Path) -> None:
 
 # grpcio is no server of tritium's (issue 12): the gRPC front-end is its own HTTP/2 transport.
 # ``grpc_health`` (the health_pb2 messages) and tritonclient's generated modules stay.
-@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+@pytest.mark.parametrize(
+    "path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC))
+)
 def test_no_module_imports_grpcio(path: Path) -> None:
     for level, name in _imports(path):
         if level == 0:
