@@ -189,7 +189,9 @@ class ServerCall:
         a "zip bomb" must not hold the event loop for the time 64 MiB of output takes)."""
         encoding = self.encoding
         if encoding is None or encoding == "identity":
-            raise RpcError(StatusCode.INTERNAL, "compressed message received without grpc-encoding")
+            raise RpcError(
+                StatusCode.INTERNAL, "compressed message received without grpc-encoding"
+            )
         limit = self._conn.max_receive
         try:
             return inflate(message, encoding, min(limit, INLINE_INFLATE))

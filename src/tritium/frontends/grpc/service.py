@@ -269,3 +269,4 @@ def method_table(server: InferenceServer) -> dict[str, Method]:
         **_table(SERVICE, inference, pb, InferenceService(server)),
         **_table(HEALTH_SERVICE, health, health_pb2, HealthService(server)),
     }
+
