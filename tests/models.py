@@ -119,6 +119,7 @@ seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 
 
 classify_batched     the classification extension's model with a label file: see
                      tests/classify_models.py.
+BLS (Python models calling other models: ``bls_*``): tests/bls_models.py documents them.
 """
 
 from __future__ import annotations
@@ -127,6 +128,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from classify_models import CLASSIFY_SPECS
+from bls_models import BLS_SPECS
 from sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
@@ -895,6 +897,10 @@ _SPECS[RAGGED_MODEL] = lambda name: {
     "config.pbtxt": _RAGGED_CONFIG,
     "1/model.onnx": _onnx_ragged_sum,
 }
+
+
+# BLS (models calling models): tests/bls_models.py documents them.
+_SPECS.update(BLS_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (

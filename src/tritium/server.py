@@ -83,7 +83,10 @@ class InferenceServer:
         observability = Observability(self.custom_metrics, _model_log_levels(options))
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"python": (restarts, options.python_env_cache_dir, observability)}),
+            # self: BLS requests come back here
+            BackendRegistry(
+                {"python": (restarts, options.python_env_cache_dir, observability, self)}
+            ),
             dispatch=self,  # an ensemble's steps come back through request() and submit()
             auto_complete=options.auto_complete_config,
             load_threads=options.model_load_thread_count,

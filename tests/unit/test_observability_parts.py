@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tritium.backends.python import ipc
 from tritium.backends.python.observer import Observability, StubObserver
-from tritium.backends.python.stub_observe import MAX_LOGS, Inbox, Outbox
+from tritium.backends.python.bls_client import FrameMux
+from tritium.backends.python.stub_observe import MAX_LOGS, Outbox, ServerCalls
 from tritium.cli import LevelFilter, TritonFormatter, build_parser, options_from_args
 from tritium.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricError
 from tritium.metrics import FAMILY_NAMES, escape_help, escape_label, format_value, render
@@ -192,31 +193,42 @@ def test_outbox_keeps_at_most_max_logs_and_counts_the_rest() -> None:
 
 def test_a_caller_waiting_for_a_reply_leaves_other_frames_to_the_serve_loop() -> None:
     server, stub = socket.socketpair()
+    cancels: list[object] = []
+    sent: list[tuple[int, object]] = []
     try:
-        inbox = Inbox(ipc.BlockingChannel(stub))
+        mux = FrameMux(ipc.BlockingChannel(stub), cancels.append)
+        calls = ServerCalls(lambda kind, body: sent.append((kind, body)), mux)
         for kind, body in (
             (ipc.EXECUTE, "first"),
             (ipc.CANCEL, (1, 0)),
-            (ipc.CALL_REPLY, (7, True, 2.5)),
+            (ipc.CALL_REPLY, (-1, True, 2.5)),
         ):
             for part in ipc.encode(kind, body):
                 server.sendall(part)
-        assert inbox.wait(7) == (True, 2.5)  # read by the caller itself (no serve loop)
-        assert inbox.next()[:2] == (ipc.EXECUTE, "first")
-        assert inbox.next()[:2] == (ipc.CANCEL, (1, 0))
+        assert calls("value", 3) == 2.5  # read by the caller itself (no serve loop)
+        assert sent == [(ipc.CALL, (-1, "value", 3))]
+        assert mux.next_command()[:2] == (ipc.EXECUTE, "first")
+        assert cancels == [(1, 0)]
         # A model thread waits while the serve loop reads: the loop routes the reply.
-        got: list[tuple[bool, object]] = []
-        waiter = threading.Thread(target=lambda: got.append(inbox.wait(8)))
+        got: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                calls("family", (1, "f", "", 0))
+            except MetricError as exc:
+                got.append(exc)
+
         frames: list[tuple] = []
-        loop = threading.Thread(target=lambda: frames.append(inbox.next()))
+        loop = threading.Thread(target=lambda: frames.append(mux.next_command()))
+        waiter = threading.Thread(target=wait)
         loop.start()
         waiter.start()
-        for kind, body in ((ipc.CALL_REPLY, (8, False, "refused")), (ipc.IS_READY, None)):
+        for kind, body in ((ipc.CALL_REPLY, (-2, False, "refused")), (ipc.IS_READY, None)):
             for part in ipc.encode(kind, body):
                 server.sendall(part)
         waiter.join(10)
         loop.join(10)
-        assert got == [(False, "refused")]
+        assert [str(e) for e in got] == ["refused"]
         assert frames[0][:2] == (ipc.IS_READY, None)
     finally:
         server.close()

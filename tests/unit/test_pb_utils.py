@@ -336,10 +336,18 @@ def test_inference_request_validation():
         pb.InferenceRequest(inputs=[], requested_output_names=[])  # model_name missing
 
 
-def test_inference_request_bls_not_supported():
+def test_bls_outside_a_stub_is_refused_with_tritons_text():
+    """Outside a running stub there is no server to call (Triton: only within execute)."""
     req = _request()
-    for call in (req.exec, req.async_exec):
-        with pytest.raises(pb.TritonModelException, match="BLS is not supported by tritium yet"):
+    calls = (
+        req.exec,
+        req.async_exec,
+        lambda: pb.load_model("m"),
+        lambda: pb.unload_model("m"),
+        lambda: pb.is_model_ready("m"),
+    )
+    for call in calls:
+        with pytest.raises(pb.TritonModelException, match="BLS is only supported during"):
             call()
 
 

@@ -4,12 +4,13 @@ Every request names a sequence (its correlation ID). ``SequenceSlots`` decides w
 which instance a sequence holds; each instance has a worker that runs the requests queued on
 its slots, one execution at a time, in order within each slot:
 
-- **direct** (``sequence_workers.py:DirectWorker``): one batch holds the next request of every slot that has one,
-  at the slot's own position; empty slots below the last busy one get READY = false fillers.
-  A model may keep per-slot state, since a sequence stays at one position until it ends.
-- **oldest** (``sequence_workers.py:OldestWorker``): the next request of each candidate sequence (one per
-  sequence at a time) joins a dynamic batch, oldest first, with ``preferred_batch_size`` and
-  ``max_queue_delay_microseconds``.
+- **direct** (``sequence_workers.py:DirectWorker``): one batch holds the next request of
+  every slot that has one, at the slot's own position; empty slots below the last busy one get
+  READY = false fillers. A model may keep per-slot state, since a sequence stays at one
+  position until it ends.
+- **oldest** (``sequence_workers.py:OldestWorker``): the next request of each candidate
+  sequence (one per sequence at a time) joins a dynamic batch, oldest first, with
+  ``preferred_batch_size`` and ``max_queue_delay_microseconds``.
 
 Before a request runs it gets the control tensors and its sequence's implicit state
 (``sequence_inputs.py``); the state outputs of its response become the next state.

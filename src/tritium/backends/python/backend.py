@@ -19,6 +19,7 @@ from ..ragged import warn_batch_io
 from . import ipc
 from .envarchive import default_cache_dir
 from .execenv import EnvironmentManager, PythonEnv, env_path_parameter
+from .bls_host import BlsDispatch, BlsHost
 from .instance import EXECUTION_TIMEOUT_PARAMETER, PythonInstance, Supervision
 from .observer import Observability, StubObserver
 from .process import StubProcess
@@ -33,10 +34,12 @@ class PythonBackend:
         restart: RestartPolicy | None = None,
         env_cache: str = "",
         observability: Observability | None = None,
+        bls: BlsDispatch | None = None,
     ) -> None:
         self._restart = restart or RestartPolicy()
         self._envs = EnvironmentManager(Path(env_cache) if env_cache else default_cache_dir())
         self._observability = observability or Observability()
+        self._bls = bls  # the server's request/submit and model control, for BLS
 
     def _stub(self, name: str, env: PythonEnv | None) -> StubProcess:
         """A stub process (not started) whose model logs and metrics reach the server."""
@@ -51,7 +54,7 @@ class PythonBackend:
         env = await self._environment(ctx)
         stubs: list[StubProcess] = [self._stub(f"{ctx.model_name}_0_0", env)]
         try:
-            await stubs[0].start()
+            await self._start(stubs[0])
             config = ctx.config
             if ctx.auto_complete:
                 completed = await stubs[0].call(
@@ -72,7 +75,7 @@ class PythonBackend:
             stubs[0].name = stubs[0].observer.name = names[0]
             for name in names[1:]:
                 stubs.append(self._stub(name, env))
-            await asyncio.gather(*(s.start() for s in stubs[1:]))
+            await asyncio.gather(*(self._start(s) for s in stubs[1:]))
             await asyncio.gather(*(self._init(ctx, spec, s, path) for s in stubs))
         except BaseException:
             await asyncio.gather(*(s.stop(timeout=1.0) for s in stubs), return_exceptions=True)
@@ -98,13 +101,19 @@ class PythonBackend:
         """A new, initialised stub for instance ``name`` (a restart); killed if that fails."""
         stub = self._stub(name, env)
         try:
-            await stub.start()
+            await self._start(stub)
             await self._init(ctx, spec, stub, path)
         except BaseException:
             stub.kill()
             await stub.stop(timeout=1.0)
             raise
         return stub
+
+    async def _start(self, stub: StubProcess) -> None:
+        """Spawn the stub; its BLS requests (even from ``initialize``) reach the server."""
+        await stub.start()
+        if self._bls is not None:
+            BlsHost(self._bls, stub)
 
     async def _init(self, ctx: LoadContext, spec: ModelSpec, stub: StubProcess, path: Any) -> None:
         args = {

@@ -27,6 +27,7 @@ from ...request import InferenceRequest
 from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error
 from . import ipc
+from .bls_host import BlsHost
 from .process import StubProcess
 from .supervisor import CrashHistory, RestartPolicy, VersionHealth
 
@@ -80,6 +81,7 @@ class PythonInstance:
         self._closing = False
         self._restarts: dict[str, int] = {}  # the model's statistics table (count_restarts_in)
         self._stub = stub
+        self._bls: BlsHost | None = None
         self._attach(stub)
 
     def _attach(self, stub: StubProcess) -> None:
@@ -87,6 +89,9 @@ class PythonInstance:
         stub.on_batch_done = self._batch_done
         stub.on_response = self._response
         stub.on_death = self._died
+        self._bls = stub.bls  # attached when the stub started (BLS may run in initialize)
+        if self._bls is not None:
+            self._bls.in_flight = lambda: list(self._batches)
 
     @property
     def stub_pid(self) -> int | None:
@@ -184,6 +189,8 @@ class PythonInstance:
         def cancel() -> None:
             if self._stub.alive and batch_id in self._batches:
                 self._stub.send(ipc.CANCEL, (batch_id, index))
+                if self._bls is not None and all(r.cancelled for r in self._batches[batch_id][1]):
+                    self._bls.cancel_children(batch_id)
 
         return cancel
 
@@ -319,6 +326,8 @@ class PythonInstance:
         """The stub died without being asked to: fail what it held, then restart it (after
         a back-off) or, past the crash limit, leave the instance down."""
         self.fail_all(f"Stub process '{self.name}' is not healthy.")
+        if self._bls is not None:
+            self._bls.close()
         if self._closing:
             return
         what = f"stub process of instance '{self.name}' died ({status})"
@@ -393,6 +402,8 @@ class PythonInstance:
             self._restart_task.cancel()
         self._stub.kill()
         self.fail_all(reason, ErrorKind.UNAVAILABLE)
+        if self._bls is not None:
+            self._bls.close()
         self._wake()
 
     async def close(self) -> None:

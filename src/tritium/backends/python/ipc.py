@@ -9,6 +9,7 @@ numpy view over the received buffer. One frame is one write and one wake-up.
 from __future__ import annotations
 
 import marshal
+import select
 import socket
 import struct
 from typing import Any
@@ -23,9 +24,11 @@ _SMALL = 1 << 16
 
 # server → stub
 AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
+BLS_RESPONSE, BLS_REPLY = 7, 8  # BLS (bls_client / bls_host): a child's response; a control reply
 CALL_REPLY = 40  # observability (stub_observe): the answer to a CALL
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
+BLS_REQUEST, BLS_CANCEL, BLS_CONTROL = 13, 14, 15  # BLS: a child request; cancel it; load etc.
 OBSERVE, CALL = 41, 42  # observability: logs and metric updates (one-way); a call to the server
 
 Buffers = list[Any]
@@ -143,6 +146,12 @@ class BlockingChannel:
         kind, body = marshal.loads(self._take(plen))
         buffers = [self._take(n) for n in lens]
         return kind, body, buffers
+
+    def readable(self) -> bool:
+        """Whether a frame has (begun to) arrive: ``recv`` would not wait long."""
+        if len(self._buf) > self._pos:
+            return True
+        return bool(select.select([self._sock], [], [], 0)[0])
 
     def send(self, kind: int, body: Any, buffers: Buffers | None = None) -> None:
         parts = join(encode(kind, body, buffers))

@@ -22,6 +22,8 @@ Private hooks for the stub (not part of Triton's API):
   output with the model's call site.
 * ``MetricFamily`` / ``Metric`` come from ``pb_metrics`` (its ``_set_backend`` hook: where the
   values live; in a stub, the server's registry, shown on ``/metrics``).
+* ``_set_bls(client)``: the stub's BLS client (``bls_client.BlsClient``) behind
+  ``InferenceRequest.exec/async_exec``, ``load_model``, ``unload_model``, ``is_model_ready``.
 """
 
 from __future__ import annotations
@@ -470,7 +472,7 @@ class InferenceTrace:
 
 class InferenceRequest:
     """An inference request, built by the stub for ``execute`` or by a model for
-    BLS (``exec``/``async_exec`` are not supported by tritium yet).
+    BLS (``exec``/``async_exec``, run by the stub's ``bls_client``).
 
     ``parameters`` is None or a dict validated as in Triton (str keys,
     bool/int/str values), or, as a tritium extension for the stub, a JSON
@@ -637,23 +639,63 @@ class InferenceRequest:
             raise TypeError("flags must be an int")
         self._release = flags
 
-    def exec(self, decoupled: bool = False) -> InferenceResponse:
-        raise TritonModelException("BLS is not supported by tritium yet")
+    def exec(self, decoupled: bool = False) -> Any:
+        """Run this request on the server (BLS); blocks until its response, or with
+        ``decoupled=True`` returns an iterator over its responses. Errors come back as a
+        response with ``has_error()``, as in Triton."""
+        return _bls_client().exec(self, decoupled)
 
-    def async_exec(self, decoupled: bool = False) -> Awaitable[InferenceResponse]:
-        raise TritonModelException("BLS is not supported by tritium yet")
+    def async_exec(self, decoupled: bool = False) -> Awaitable[Any]:
+        """``exec`` as an awaitable, so many requests run at once (``asyncio.gather``)."""
+        return _bls_client().async_exec(self, decoupled)  # type: ignore[no-any-return]
+
+
+# BLS and model control go through the stub's client (backends/python/bls_client.py); it
+# refuses ``exec`` outside the model's initialized lifetime, as Triton does.
+_BLS: Any = None
+
+
+def _set_bls(client: Any) -> None:
+    """Stub hook: the BLS client (None: not running in a stub)."""
+    global _BLS
+    _BLS = client
+
+
+def _bls_client() -> Any:
+    if _BLS is None:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return _BLS
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    raise TritonModelException("load_model is not supported by tritium yet")
+    """Load (or reload) a model; the server must run in explicit model-control mode."""
+    if files is not None:
+        if not isinstance(files, dict):
+            raise TritonModelException(
+                f"failed to load model '{model_name}', files should be a dictionary of file "
+                "paths and file contents"
+            )
+        files = {str(k): bytes(v) for k, v in files.items()}
+    try:
+        _bls_client().control("load", [model_name, config or "", files or {}])
+    except TritonModelException as exc:
+        raise TritonModelException(f"Failed to load model: {exc}") from None
 
 
 def unload_model(model_name: str, unload_dependents: bool = False) -> None:
-    raise TritonModelException("unload_model is not supported by tritium yet")
+    """Unload a model (and, if asked, the ensembles that use it); explicit mode only."""
+    try:
+        _bls_client().control("unload", [model_name, bool(unload_dependents)])
+    except TritonModelException as exc:
+        raise TritonModelException(f"Failed to unload model: {exc}") from None
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    raise TritonModelException("is_model_ready is not supported by tritium yet")
+    """Whether the model (the given version, or any) is ready."""
+    try:
+        return bool(_bls_client().control("ready", [model_name, str(model_version)]))
+    except TritonModelException as exc:
+        raise TritonModelException(f"Failed to check model readiness: {exc}") from None
 
 
 # ------------------------------------------------------------------------------ lookups

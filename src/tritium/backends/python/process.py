@@ -32,6 +32,7 @@ class StubProcess(asyncio.Protocol):
         self.on_response: Any = None
         self.on_death: Any = None  # (status) -> None, for a death the server did not cause
         self.observer: Any = None  # observer.StubObserver: the model's logs and metrics
+        self.bls: Any = None  # bls_host.BlsHost: the model's BLS requests (from its start)
         self.alive = False
 
     @property
@@ -74,6 +75,8 @@ class StubProcess(asyncio.Protocol):
                 self._reply.set_result(body)
             elif kind in (ipc.OBSERVE, ipc.CALL):
                 self._observed(kind, body)
+            elif ipc.BLS_REQUEST <= kind <= ipc.BLS_CONTROL and self.bls is not None:
+                self.bls.on_frame(kind, body, buffers)
 
     def _observed(self, kind: int, body: Any) -> None:
         if self.observer is None:  # nobody to tell: logs and updates go nowhere
@@ -155,3 +158,5 @@ class StubProcess(asyncio.Protocol):
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 await asyncio.to_thread(self._proc.wait)
+        if self.bls is not None:
+            self.bls.close()  # its children cancelled, its shared-memory segments removed

@@ -27,15 +27,22 @@ from pathlib import Path
 from typing import Any
 
 from ...types import DataType
-from . import ipc
+from . import bls_client, ipc, shm_tensors
 from . import pb_metrics, pb_utils
-from .stub_observe import Inbox, Outbox, RemoteMetrics, ServerCalls
+from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
 
 class Stub:
-    def __init__(self, channel: ipc.BlockingChannel) -> None:
+    def __init__(
+        self, channel: ipc.BlockingChannel, server_pid: int = 0, name: str = "stub"
+    ) -> None:
         self._channel = channel
         self._send_lock = threading.Lock()
+        # Frames are read through the mux: threads blocked in BLS calls read them too.
+        self._mux = bls_client.FrameMux(channel, self._cancel)
+        segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
+        self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
+        pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -45,13 +52,12 @@ class Stub:
         self._model_name = ""
         self._cancelled: set[tuple[int, int]] = set()  # (batch, index) the client gave up on
         self._model_version = -1
-        self._inbox = Inbox(channel)
         self._outbox = Outbox()  # the model's logs and metric updates (stub_observe)
 
     def observe(self) -> None:
         """Route ``pb_utils.Logger`` and custom metrics to the server (see stub_observe)."""
         pb_utils._set_log_sink(self._outbox.log)
-        pb_metrics._set_backend(RemoteMetrics(self._outbox, ServerCalls(self.send, self._inbox)))
+        pb_metrics._set_backend(RemoteMetrics(self._outbox, ServerCalls(self.send, self._mux)))
         self._outbox.start_flusher(self.flush)
 
     def flush(self) -> None:
@@ -67,6 +73,10 @@ class Stub:
         with self._send_lock:
             self._flush()  # the logs and counts of what produced this frame go first
             self._channel.send(kind, body, buffers)
+
+    def _cancel(self, key: Any) -> None:
+        """The server's CANCEL of a request of an ``execute`` (read by any thread)."""
+        self._cancelled.add(tuple(key))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _import_model(self, path: str) -> None:
@@ -106,6 +116,7 @@ class Stub:
             result = init(body["args"])
             if inspect.isawaitable(result):
                 self._run(result)
+        self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
 
     def _run(self, awaitable: Any) -> Any:
         if self._loop is None:
@@ -134,6 +145,8 @@ class Stub:
         key = (batch_id, index)
 
         def is_cancelled() -> bool:
+            if key not in self._cancelled:
+                self._mux.poll()  # the CANCEL may be waiting unread while execute runs
             return key in self._cancelled
 
         def make_sender() -> pb_utils.InferenceResponseSender:
@@ -170,6 +183,7 @@ class Stub:
     ) -> ipc.ExecDone:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
+        parent = bls_client.current_batch.set(batch_id)  # the parent of BLS calls it makes
         try:
             requests = [self._make_request(batch_id, i, w, buffers) for i, w in enumerate(wires)]
             result = self._model.execute(requests)
@@ -177,6 +191,8 @@ class Stub:
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
+        finally:
+            bls_client.current_batch.reset(parent)
         if self._decoupled or result is None:  # answered (or answering) through senders
             return (batch_id, None, None)
         if len(result) != len(requests):
@@ -213,6 +229,7 @@ class Stub:
         return bool(result)
 
     def finalize(self) -> None:
+        self._bls.enabled = False  # Triton: no BLS while finalizing
         hook = getattr(self._model, "finalize", None)
         if hook is not None:
             result = hook()
@@ -231,14 +248,11 @@ class Stub:
         }
         while True:
             try:
-                kind, body, buffers = self._inbox.next()
+                kind, body, buffers = self._mux.next_command()
             except EOFError:
                 return False
             if kind == ipc.EXECUTE:
                 self.execute_all(body, buffers)
-                continue
-            if kind == ipc.CANCEL:
-                self._cancelled.add(tuple(body))
                 continue
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))
@@ -306,7 +320,9 @@ def main() -> None:
     _batch_scheduling()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sys.modules["triton_python_backend_utils"] = pb_utils
-    stub = Stub(ipc.BlockingChannel(sock))
+    server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
+    name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    stub = Stub(ipc.BlockingChannel(sock), server_pid, name)
     stub.observe()
     if not stub.serve():
         # The server closed the socket without FINALIZE: it is gone. Threads the model

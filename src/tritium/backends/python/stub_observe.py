@@ -10,10 +10,9 @@ the ``execute`` that made it), and a flusher thread sends it a few milliseconds 
 arrived when nothing else goes out (logs from a long ``execute`` or from the model's threads).
 
 Creating a family or a metric and ``Metric.value()`` need the server's answer: ``ServerCalls``
-sends a CALL frame and waits for its CALL_REPLY. ``Inbox`` is the stub's one reader of the
-socket: the serve loop takes its frames there, and a caller waiting for a reply while the serve
-loop is not reading (``execute`` runs on the serve loop's thread) reads the socket itself,
-leaving the frames it does not want for the loop.
+sends a CALL frame and waits for its CALL_REPLY through ``bls_client.FrameMux``, the stub's one
+reader of the socket (a caller inside ``execute`` reads the socket itself and leaves the
+frames it does not want for the serve loop).
 """
 
 from __future__ import annotations
@@ -27,6 +26,7 @@ from typing import Any
 
 from ...custom_metrics import MetricError, bucket_index
 from . import ipc
+from .bls_client import FrameMux
 
 MAX_LOGS = 10_000
 MAX_LOG_BYTES = 4 << 20
@@ -117,70 +117,20 @@ class Outbox:
         threading.Thread(target=run, name="tritium-observe-flush", daemon=True).start()
 
 
-class Inbox:
-    """The stub's reads of the socket (see the module docstring)."""
-
-    _POLL_S = 0.05
-
-    def __init__(self, channel: ipc.BlockingChannel) -> None:
-        self._channel = channel
-        self._reading = threading.Lock()
-        self._stash: deque[Frame] = deque()
-        self._replies: dict[int, tuple[bool, Any]] = {}
-        self._arrived = threading.Condition()
-
-    def _read_one(self) -> Frame | None:
-        """One frame from the socket (``_reading`` held); a reply is routed to its caller."""
-        kind, body, buffers = self._channel.recv()
-        if kind != ipc.CALL_REPLY:
-            return (kind, body, buffers)
-        call_id, ok, value = body
-        with self._arrived:
-            self._replies[call_id] = (ok, value)
-            self._arrived.notify_all()
-        return None
-
-    def next(self) -> Frame:
-        """The serve loop's next frame (EOFError when the server closed the socket)."""
-        while True:
-            with self._reading:
-                if self._stash:
-                    return self._stash.popleft()
-                frame = self._read_one()
-            if frame is not None:
-                return frame
-
-    def wait(self, call_id: int) -> tuple[bool, Any]:
-        while True:
-            with self._arrived:
-                if call_id in self._replies:
-                    return self._replies.pop(call_id)
-            if not self._reading.acquire(blocking=False):  # the serve loop is reading
-                with self._arrived:
-                    self._arrived.wait_for(lambda: call_id in self._replies, self._POLL_S)
-                continue
-            try:
-                with self._arrived:  # routed before we took the lock: do not block in recv
-                    if call_id in self._replies:
-                        return self._replies.pop(call_id)
-                frame = self._read_one()
-                if frame is not None:
-                    self._stash.append(frame)
-            finally:
-                self._reading.release()
-
-
 class ServerCalls:
-    """Calls from model code to the server: CALL (id, operation, arguments) → CALL_REPLY."""
+    """Calls from model code to the server: CALL (id, operation, arguments) → CALL_REPLY,
+    read through the stub's ``bls_client.FrameMux`` like a BLS call's answers (negative ids:
+    BLS calls count up from 1)."""
 
-    def __init__(self, send: Callable[[int, Any], None], inbox: Inbox) -> None:
-        self._send, self._inbox = send, inbox
-        self._ids = itertools.count(1)
+    def __init__(self, send: Callable[[int, Any], None], mux: FrameMux) -> None:
+        self._send, self._mux = send, mux
+        self._ids = itertools.count(-1, -1)
 
     def __call__(self, operation: str, args: Any) -> Any:
         call_id = next(self._ids)
+        call = self._mux.register(call_id)
         self._send(ipc.CALL, (call_id, operation, args))
-        ok, value = self._inbox.wait(call_id)
+        _, ok, value = self._mux.next_answer(call_id, call)[1]
         if not ok:
             raise MetricError(value)
         return value

@@ -1,0 +1,322 @@
+"""Stub side of BLS: ``InferenceRequest.exec/async_exec`` and model control from a model.
+
+The stub's one socket now carries frames for several readers: the main loop wants the
+server's commands (EXECUTE, IS_READY, ...), and any thread blocked in ``exec`` wants its child
+request's responses, possibly while the main thread is itself inside ``execute``. ``FrameMux``
+reads as leader/follower: whichever waiting thread finds no reader becomes the reader, reads
+one frame, hands it to whoever it is for, and wakes the others; so a model may call ``exec``
+from ``execute``, from its own threads, or from many coroutines at once (``async_exec``, each
+awaited on a worker thread of ``_POOL``) without a dedicated reader thread on the hot path.
+
+``BlsClient`` is what ``pb_utils`` calls (``pb_utils._set_bls``): it sends BLS_REQUEST frames
+(tensors inline or, when large, in shared memory: ``shm_tensors``) and turns BLS_RESPONSE
+frames into ``pb_utils.InferenceResponse`` objects; ``exec(decoupled=True)`` returns a
+``ResponseIterator`` over 0..N responses ending with the final one, as Triton's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
+from typing import Any
+
+from ...types import DataType
+from . import ipc, pb_utils, shm_tensors
+
+# The batch id of the ``execute`` call running in this context (-1: none known, e.g. a thread
+# the model started): the server cancels a child when its parent batch is cancelled.
+current_batch: ContextVar[int] = ContextVar("tritium_bls_parent", default=-1)
+
+_TYPE_CODE = {
+    t.wire: getattr(pb_utils, "TYPE_STRING" if t is DataType.BYTES else f"TYPE_{t.wire}")
+    for t in DataType
+}
+_POOL_WORKERS = 64  # async_exec calls awaited at once (more wait their turn; all are sent)
+Frame = tuple[int, Any, ipc.Buffers]
+_REPLIES = (ipc.BLS_REPLY, ipc.CALL_REPLY)  # one answer, by call id (CALL_REPLY: stub_observe)
+_ANSWERS = (ipc.BLS_RESPONSE, *_REPLIES)
+
+
+class _InputsFailed(Exception):
+    """The inputs could not be sent (shared memory full): an error response."""
+
+
+class _Call:
+    """One child request (or control request) waiting for its answers."""
+
+    __slots__ = ("answers", "done")
+
+    def __init__(self) -> None:
+        self.answers: deque[Frame] = deque()
+        self.done = False
+
+
+class FrameMux:
+    """Leader/follower reads of one ``BlockingChannel`` by several threads."""
+
+    def __init__(self, channel: ipc.BlockingChannel, on_cancel: Callable[[Any], None]) -> None:
+        self._channel = channel
+        self._on_cancel = on_cancel
+        self._cond = threading.Condition()
+        self._reading = False
+        self._waiters = 0
+        self._closed = False
+        self._commands: deque[Frame] = deque()
+        self._calls: dict[int, _Call] = {}
+
+    def next_command(self) -> Frame:
+        """The server's next command for the main loop; EOFError once the server is gone."""
+        commands = self._commands
+        return self._wait(lambda: bool(commands), commands.popleft)
+
+    def register(self, call_id: int) -> _Call:
+        call = _Call()
+        with self._cond:
+            self._calls[call_id] = call
+        return call
+
+    def next_answer(self, call_id: int, call: _Call) -> Frame:
+        """The next answer to ``call``; its registration ends with the final one."""
+        answers = call.answers
+        frame = self._wait(lambda: bool(answers), answers.popleft)
+        if frame[0] in _REPLIES or frame[1][2]:  # a reply, or the final response
+            with self._cond:
+                self._calls.pop(call_id, None)
+        return frame
+
+    def poll(self) -> None:
+        """Route the frames that have arrived, without waiting: a model busy in ``execute``
+        (nobody reading) asking ``is_cancelled()`` still sees the server's CANCEL."""
+        with self._cond:
+            while not self._reading and not self._closed and self._channel.readable():
+                self._read_one()
+
+    def _read_one(self) -> None:
+        """Read one frame as the reader (called holding the condition, released while
+        reading) and route it; wake the waiting threads."""
+        cond = self._cond
+        self._reading = True
+        cond.release()
+        frame: Frame | None = None
+        try:
+            frame = self._channel.recv()
+        except (EOFError, OSError):
+            pass
+        finally:
+            cond.acquire()
+            self._reading = False
+        if frame is None:
+            self._closed = True
+        else:
+            self._route(frame)
+        if self._waiters:
+            cond.notify_all()
+
+    def _wait(self, ready: Callable[[], bool], take: Callable[[], Frame]) -> Frame:
+        cond = self._cond
+        with cond:
+            while not ready():
+                if self._closed:
+                    raise EOFError("server closed the connection")
+                if self._reading:
+                    self._waiters += 1
+                    cond.wait()
+                    self._waiters -= 1
+                else:
+                    self._read_one()
+            return take()
+
+    def _route(self, frame: Frame) -> None:
+        kind, body = frame[0], frame[1]
+        if kind in _ANSWERS:
+            call = self._calls.get(body[0])
+            if call is not None:
+                call.answers.append(frame)
+        elif kind == ipc.CANCEL:
+            self._on_cancel(body)
+        else:
+            self._commands.append(frame)
+
+
+class BlsClient:
+    """``pb_utils``' BLS and model-control calls, over the stub's channel."""
+
+    def __init__(
+        self,
+        mux: FrameMux,
+        send: Callable[[int, Any, ipc.Buffers | None], None],
+        segments: shm_tensors.SegmentPool,
+        instance_name: str,
+    ) -> None:
+        self._mux = mux
+        self._send = send
+        self.segments = segments
+        self._instance = instance_name
+        self._ids = itertools.count(1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+        self.enabled = False  # exec is refused until initialize returned, and in finalize
+
+    # -- inference ---------------------------------------------------------------------------
+    def start(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[int, _Call]:
+        """Send ``request`` to the server; its answers are awaited with ``next_response``."""
+        if not self.enabled:
+            raise pb_utils.TritonModelException(
+                "BLS is only supported during the 'execute' function."
+            )
+        call_id = next(self._ids)
+        buffers: ipc.Buffers = []
+        try:
+            inputs = [
+                (t.name(), shm_tensors.pack(t._as_array(), buffers, self.segments))
+                for t in request.inputs()
+            ]
+        except OSError as exc:  # shared memory is full: an error response, as Triton's
+            raise _InputsFailed(f"unable to pass the inputs: {exc}") from None
+        wire = (
+            call_id,
+            current_batch.get(),
+            bool(decoupled),
+            request.model_name(),
+            int(request.model_version()),
+            request.request_id(),
+            request.correlation_id(),
+            int(request.flags()),
+            int(request.timeout()),
+            inputs,
+            list(request._requested_output_names),
+            request.parameters(),
+        )
+        call = self._mux.register(call_id)
+        self._send(ipc.BLS_REQUEST, wire, buffers)
+        return call_id, call
+
+    def next_response(self, call_id: int, call: _Call) -> tuple[Any, bool]:
+        """(the next ``pb_utils.InferenceResponse`` or None for a flag-only final, final)."""
+        if call.done:
+            raise StopIteration
+        try:
+            _, body, buffers = self._mux.next_answer(call_id, call)
+        except EOFError:
+            call.done = True
+            return _error("BLS request failed: the server closed the connection"), True
+        _, payload, final = body
+        call.done = bool(final)
+        return (None if payload is None else self._response(payload, buffers)), call.done
+
+    def _response(self, payload: Any, buffers: ipc.Buffers) -> pb_utils.InferenceResponse:
+        tensors, message, extra = payload
+        if message is not None:
+            return _error(
+                message, extra if isinstance(extra, int) else pb_utils.TritonError.INTERNAL
+            )
+        outputs = []
+        for name, packed in tensors:
+            array = shm_tensors.unpack(packed, buffers, self.segments)
+            outputs.append(pb_utils.Tensor._wrap(name, array, _TYPE_CODE[packed[0]]))
+        response = pb_utils.InferenceResponse(outputs)
+        if extra:
+            response._parameters = extra
+        return response
+
+    def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        try:
+            call_id, call = self.start(request, decoupled)
+        except _InputsFailed as exc:
+            response = _error(str(exc))
+            return ResponseIterator(self, 0, None, response) if decoupled else response
+        if decoupled:
+            return ResponseIterator(self, call_id, call)
+        return self._single(call_id, call)
+
+    def _single(self, call_id: int, call: _Call) -> pb_utils.InferenceResponse:
+        """A non-decoupled call: its one response (a flag-only final may follow it)."""
+        last = None
+        while not call.done:
+            response, _ = self.next_response(call_id, call)
+            if response is not None:
+                last = response
+        return last if last is not None else _error("Unexpected empty response.")
+
+    async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """Sent at once; the wait runs on a worker thread, so many run in parallel."""
+        try:
+            call_id, call = self.start(request, decoupled)
+        except _InputsFailed as exc:
+            response = _error(str(exc))
+            return ResponseIterator(self, 0, None, response) if decoupled else response
+        if decoupled:
+            return ResponseIterator(self, call_id, call)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor(), self._single, call_id, call)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(_POOL_WORKERS, thread_name_prefix="tritium-bls")
+            return self._pool
+
+    def cancel(self, call_id: int) -> None:
+        self._send(ipc.BLS_CANCEL, call_id, None)
+
+    # -- model control ---------------------------------------------------------------------
+    def control(self, action: str, args: list[Any]) -> Any:
+        """Triton's ModelLoader: load / unload / ready, answered once the server is done."""
+        call_id = next(self._ids)
+        call = self._mux.register(call_id)
+        self._send(ipc.BLS_CONTROL, (call_id, action, args), None)
+        _, body, _ = self._mux.next_answer(call_id, call)
+        ok, value = body[1]
+        if not ok:
+            raise pb_utils.TritonModelException(
+                f"Failed to process the request for model '{self._instance}', message: {value}"
+            )
+        return value
+
+
+class ResponseIterator:
+    """The responses of a decoupled BLS call (Triton's ResponseIterator): iterating yields
+    each response as it arrives, the last one too (which may have no outputs); iterating
+    again after the end replays them. ``cancel()`` cancels the child request."""
+
+    def __init__(
+        self, client: BlsClient, call_id: int, call: _Call | None, only: Any = None
+    ) -> None:
+        self._client, self._id, self._call = client, call_id, call
+        self._seen: list[Any] = [] if only is None else [only]
+        self._index = 0
+        self._finished = call is None
+
+    def __iter__(self) -> ResponseIterator:
+        if self._finished and self._index >= len(self._seen):
+            self._index = 0
+        return self
+
+    def __next__(self) -> Any:
+        if self._finished:
+            if self._index < len(self._seen):
+                self._index += 1
+                return self._seen[self._index - 1]
+            raise StopIteration
+        assert self._call is not None
+        response, final = self._client.next_response(self._id, self._call)
+        if response is None:
+            response = pb_utils.InferenceResponse()  # the flag-only final, as Triton gives it
+        self._seen.append(response)
+        if final:
+            self._finished = True
+            self._index = len(self._seen)
+        return response
+
+    def cancel(self) -> None:
+        if not self._finished:
+            self._client.cancel(self._id)
+
+
+def _error(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, code))

@@ -1,0 +1,125 @@
+"""BLS plumbing without a server: the stub's frame multiplexer (several threads reading one
+socket) and large tensors through shared-memory segments."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import numpy as np
+import pytest
+
+from tritium.backends.python import bls_host, ipc, shm_tensors
+from tritium.backends.python.bls_client import FrameMux
+
+
+@pytest.fixture
+def pair():  # type: ignore[no-untyped-def]
+    server, stub = socket.socketpair()
+    yield ipc.BlockingChannel(server), ipc.BlockingChannel(stub)
+    server.close()
+    stub.close()
+
+
+def test_answers_reach_their_callers_whoever_reads(pair) -> None:  # type: ignore[no-untyped-def]
+    """Two threads wait for their own calls while the main loop waits for commands; frames
+    arrive in any order and each lands with its owner."""
+    server, stub = pair
+    cancels: list[tuple[int, int]] = []
+    mux = FrameMux(stub, lambda key: cancels.append(tuple(key)))
+    calls = {i: mux.register(i) for i in (1, 2)}
+    got: dict[int, list[object]] = {1: [], 2: []}
+
+    def wait(call_id: int) -> None:
+        while True:
+            _, body, _ = mux.next_answer(call_id, calls[call_id])
+            got[call_id].append(body[1])
+            if body[2]:
+                return
+
+    threads = [threading.Thread(target=wait, args=(i,)) for i in (1, 2)]
+    for thread in threads:
+        thread.start()
+    server.send(ipc.BLS_RESPONSE, (2, "b0", False))
+    server.send(ipc.CANCEL, (7, 0))
+    server.send(ipc.EXECUTE, "work")
+    server.send(ipc.BLS_RESPONSE, (1, "a0", True))
+    server.send(ipc.BLS_RESPONSE, (2, None, True))
+    kind, body, _ = mux.next_command()
+    for thread in threads:
+        thread.join(10)
+    assert (kind, body) == (ipc.EXECUTE, "work")
+    assert got == {1: ["a0"], 2: ["b0", None]}
+    assert cancels == [(7, 0)]
+
+
+def test_poll_routes_without_waiting(pair) -> None:  # type: ignore[no-untyped-def]
+    server, stub = pair
+    cancels: list[object] = []
+    mux = FrameMux(stub, cancels.append)
+    mux.poll()  # nothing arrived: returns at once
+    server.send(ipc.CANCEL, (1, 0))
+    server.send(ipc.IS_READY, None)
+    mux.poll()
+    assert cancels == [(1, 0)]
+    assert mux.next_command()[0] == ipc.IS_READY
+
+
+def test_a_closed_server_ends_every_wait(pair) -> None:  # type: ignore[no-untyped-def]
+    server, stub = pair
+    mux = FrameMux(stub, lambda key: None)
+    call = mux.register(1)
+    server._sock.close()
+    with pytest.raises(EOFError):
+        mux.next_answer(1, call)
+    with pytest.raises(EOFError):
+        mux.next_command()
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_large_tensors_go_through_a_segment_small_ones_inline() -> None:
+    stub = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 12345))
+    server = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 12345))
+    buffers: list[object] = []
+    small = np.arange(10, dtype=np.int32)
+    big = np.arange(shm_tensors.SHM_MIN_BYTES // 4, dtype=np.float32)
+    packed_small = shm_tensors.pack(small, buffers, stub)
+    packed_big = shm_tensors.pack(big, buffers, stub)
+    assert isinstance(packed_small[2], int) and len(buffers) == 1
+    name, nbytes = packed_big[2]
+    assert stub.names.owns(name) and nbytes == big.nbytes
+    out = shm_tensors.unpack(packed_big, buffers, server)
+    np.testing.assert_array_equal(out, big)
+    np.testing.assert_array_equal(shm_tensors.unpack(packed_small, buffers, server), small)
+    # Once the server's view is gone, the segment is the server's to write the answer into.
+    del out
+    answer = np.full(shm_tensors.SHM_MIN_BYTES // 8, 3, dtype=np.float64)
+    packed = shm_tensors.pack(answer, [], server)
+    assert packed[2][0] == name  # the same (warm) segment, not a new one
+    np.testing.assert_array_equal(shm_tensors.unpack(packed, [], stub), answer)
+    server.close()
+    stub.close()
+    assert stub.names.sweep() == 0  # every segment came back to a pool, unlinked by close
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_a_segment_of_another_pair_is_refused_and_leftovers_are_swept() -> None:
+    mine = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 111))
+    other = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 222))
+    big = np.zeros(shm_tensors.SHM_MIN_BYTES, dtype=np.uint8)
+    packed = shm_tensors.pack(big, [], other)
+    for bad in (packed, ("UINT8", (4,), ("../etc/passwd", 4)), ("UINT8", (4,), ("x", "y"))):
+        with pytest.raises(ValueError, match="not its peer's"):
+            shm_tensors.unpack(bad, [], mine)
+    assert other.names.sweep() == 1
+    assert other.names.sweep() == 0
+
+
+def test_version_strings_follow_tritons_model_loader() -> None:
+    bls_host._check_version("")
+    bls_host._check_version("3")
+    with pytest.raises(ValueError, match=r"'abc' \(details: stol\), version should be"):
+        bls_host._check_version("abc")
+    with pytest.raises(ValueError, match="'-1', version should be an integral value > 0"):
+        bls_host._check_version("-1")
