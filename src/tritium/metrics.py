@@ -6,7 +6,7 @@ the request path) and are rendered when ``/metrics`` is scraped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .stats import DURATION_BUCKETS_US, ModelStats
 
@@ -79,7 +79,13 @@ def _labels(stats: ModelStats) -> str:
     return f'model="{stats.name}",version="{stats.version}"'
 
 
-def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes:
+def render(
+    models: Iterable[ModelStats],
+    cpu: CpuSampler | None = None,
+    index: Iterable[Mapping[str, str]] = (),
+) -> bytes:
+    """``index``: the repository index rows (``InferenceServer.repository_index``), for
+    ``tritium_model_ready``."""
     models = list(models)
     lines: list[str] = []
     for name, help_text, value in _COUNTERS[:1]:
@@ -109,6 +115,7 @@ def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes
     for name, help_text, value in _CACHE:
         _family(lines, name, help_text, "counter", cached, value)
     _restarts(lines, models)
+    _readiness(lines, index)
     if cpu is not None:
         cpu.render(lines)
     return ("\n".join(lines) + "\n").encode()
@@ -156,6 +163,28 @@ def _restarts(lines: list[str], models: list[ModelStats]) -> None:
         labels = _labels(stats)
         for instance, count in sorted(stats.restarts.items()):
             lines.append(f'{name}{{{labels},instance="{instance}"}} {count}')
+
+
+def _readiness(lines: list[str], index: Iterable[Mapping[str, str]]) -> None:
+    """tritium's own (Triton has no readiness metric): 1 per READY model version, 0 per version
+    the server tried to serve that is not (failed, loading, unloading), so an alert can say
+    which model is down. Models never loaded (explicit mode) and models unloaded on purpose
+    are left out: nobody asked for them to be serving."""
+    rows = [r for r in index if "state" in r and r.get("reason") != "unloaded"]
+    if not rows:
+        return
+    name = "tritium_model_ready"
+    lines.append(f"# HELP {name} Whether the model version is READY (1) or not (0)")
+    lines.append(f"# TYPE {name} gauge")
+    for row in rows:
+        labels = f'model="{_escape(row["name"])}",version="{_escape(row.get("version", ""))}"'
+        lines.append(f"{name}{{{labels}}} {1 if row['state'] == 'READY' else 0}")
+
+
+def _escape(value: str) -> str:
+    """A label value as the text exposition format writes it: a directory name on disk with a
+    quote or a newline must not break the whole scrape."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 class CpuSampler:

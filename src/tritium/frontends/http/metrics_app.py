@@ -17,5 +17,6 @@ class MetricsApp:
             return HttpResponse(404, [b'{"error":"Not Found"}'])
         if request.method != "GET":
             return HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
-        body = metrics.render(self._server.stats_snapshot(), self._cpu)
+        server = self._server
+        body = metrics.render(server.stats_snapshot(), self._cpu, server.repository_index())
         return HttpResponse(200, [body], metrics.CONTENT_TYPE)
