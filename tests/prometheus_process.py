@@ -19,12 +19,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-INSTALL_HINT = "`make test-ops` installs them (Debian's prometheus package)"
+INSTALL_HINT = "`make test-ops` installs them from Debian's prometheus package"
+
+
+# Where `make test-ops` unpacks Debian's package when the system has no prometheus.
+UNPACKED = Path(__file__).resolve().parent.parent / "build" / "prometheus" / "usr" / "bin"
 
 
 def binary(name: str) -> str | None:
-    """The path of ``promtool`` / ``prometheus``, or None where it is not installed."""
-    return shutil.which(name)
+    """The path of ``promtool`` / ``prometheus`` (on PATH, else unpacked by
+    ``make test-ops``), or None where neither has it."""
+    return shutil.which(name) or shutil.which(name, path=str(UNPACKED))
 
 
 def _free_port() -> int:
