@@ -30,6 +30,7 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "tritium.json"
 ALERTS = DEPLOY / "prometheus" / "alerts.yml"
 ALERT_TESTS = DEPLOY / "prometheus" / "alerts_test.yml"
+EXAMPLE_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
 # What Grafana puts in place of its built-in variables, at the 1 s scrape interval used here
 # ($__rate_interval is max($__interval + scrape interval, 4 * scrape interval); a minute
 # covers the whole test's traffic).
@@ -175,6 +176,14 @@ def test_the_parse_check_rejects_a_bad_query(tmp_path: Path) -> None:
 @needs_promtool
 def test_alert_rules_check() -> None:
     result = _promtool("check", "rules", str(ALERTS))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS: 5 rules found" in result.stdout
+
+
+@needs_promtool
+def test_example_prometheus_config_checks() -> None:
+    """The scrape configuration deploy/README.md shows, with the rules it loads."""
+    result = _promtool("check", "config", str(EXAMPLE_CONFIG))
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS: 5 rules found" in result.stdout
 
