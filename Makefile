@@ -74,7 +74,8 @@ ops-unpack:
 	$(PROM_DIR)/usr/bin/promtool --version | head -1
 
 test-ops: $(VENV)/.installed ops-deps
-	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py $(ARGS)
+	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
+		tests/integration/test_model_ready_metric.py $(ARGS)
 
 bench: models
 	$(PY) bench/run.py $(ARGS)
