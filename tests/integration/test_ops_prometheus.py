@@ -282,7 +282,7 @@ def test_dashboard_values_match_the_traffic(
     errors = panel("Error rate")
     assert errors["raises"] == 1.0 and errors["simple"] == 0.0
     assert panel("Average batch size")["simple"] > 1.0
-    assert panel("Pending requests")["simple"] == 0
+    assert panel("Pending (in-flight, queued) requests")["simple"] == 0
     ready = panel("Model readiness")
     assert (ready["simple"], ready["raises"], ready["bad_config"]) == (1.0, 1.0, 0.0)
     p99 = panel("Request latency p50 / p95 / p99", "C")["simple"]
