@@ -10,8 +10,10 @@ FUZZ_DIR ?= build/fuzz
 FUZZ_TARGETS ?=
 # The Node.js client of the gRPC interop tests (tests/interop/node: @grpc/grpc-js).
 NODE_INTEROP := tests/interop/node
+# Where `make ops-deps` unpacks Debian's prometheus package (promtool, prometheus).
+PROM_DIR := build/prometheus
 
-.PHONY: serve test models bench lint clean fuzz interop-deps
+.PHONY: serve test models bench lint clean fuzz interop-deps ops-deps ops-unpack test-ops
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +50,32 @@ $(NODE_INTEROP)/node_modules/.installed: $(NODE_INTEROP)/package.json \
 		npm install --prefix $(NODE_INTEROP) --no-audit --no-fund --ignore-scripts; \
 	fi
 	touch $@
+
+# The dashboard and alert-rule tests (deploy/; tests/integration/test_ops_prometheus.py):
+# promtool and a real Prometheus. The system's when both are on PATH; otherwise Debian's
+# `prometheus` package is fetched with `apt-get download` and unpacked under $(PROM_DIR) (no
+# service installed or started; the tests find it there). apt's package lists are refreshed
+# first only where it has none, which needs root (or sudo).
+ops-deps:
+	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then \
+		echo "ops-deps: using $$(command -v prometheus) and $$(command -v promtool)"; \
+	elif [ -x $(PROM_DIR)/usr/bin/prometheus ] && [ -x $(PROM_DIR)/usr/bin/promtool ]; then \
+		echo "ops-deps: using $(PROM_DIR)/usr/bin"; \
+	else \
+		$(MAKE) -s --no-print-directory ops-unpack; \
+	fi
+
+ops-unpack:
+	rm -rf $(PROM_DIR) && mkdir -p $(PROM_DIR)/deb
+	SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+	cd $(PROM_DIR)/deb && { apt-get download prometheus 2>/dev/null || \
+		{ $$SUDO apt-get update -q && apt-get download prometheus; }; }
+	dpkg-deb -x $(PROM_DIR)/deb/prometheus_*.deb $(PROM_DIR)
+	$(PROM_DIR)/usr/bin/promtool --version | head -1
+
+test-ops: $(VENV)/.installed ops-deps
+	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
+		tests/integration/test_model_ready_metric.py $(ARGS)
 
 bench: models
 	$(PY) bench/run.py $(ARGS)

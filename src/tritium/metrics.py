@@ -7,7 +7,7 @@ the request path) and are rendered when ``/metrics`` is scraped.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .custom_metrics import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
 from .stats import DURATION_BUCKETS_US, ModelStats
@@ -82,20 +82,23 @@ _CPU = ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_b
 FAMILY_NAMES = frozenset(
     [name for name, _, _ in _COUNTERS + _CACHE]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", _HISTOGRAM]
-    + [_RESTARTS, *_CPU]
+    + [_RESTARTS, "tritium_model_ready", *_CPU]
 )
 
 
 def _labels(stats: ModelStats) -> str:
-    return f'model="{stats.name}",version="{stats.version}"'
+    return f'model="{escape_label(stats.name)}",version="{escape_label(stats.version)}"'
 
 
 def render(
     models: Iterable[ModelStats],
     cpu: CpuSampler | None = None,
     custom: CustomMetrics | None = None,
+    index: Iterable[Mapping[str, str]] = (),
 ) -> bytes:
-    """The exposition: Triton's families, tritium's own, then the models' custom ones."""
+    """The exposition: Triton's families, tritium's own, then the models' custom ones.
+    ``index``: the repository index rows (``InferenceServer.repository_index``), for
+    ``tritium_model_ready``."""
     models = list(models)
     lines: list[str] = []
     for name, help_text, value in _COUNTERS[:1]:
@@ -125,6 +128,7 @@ def render(
     for name, help_text, value in _CACHE:
         _family(lines, name, help_text, "counter", cached, value)
     _restarts(lines, models)
+    _readiness(lines, index)
     if cpu is not None:
         cpu.render(lines)
     if custom is not None:
@@ -217,6 +221,25 @@ def format_value(value: float) -> str:
     if value.is_integer() and abs(value) < 2**53:
         return str(int(value))
     return repr(value)
+
+
+def _readiness(lines: list[str], index: Iterable[Mapping[str, str]]) -> None:
+    """tritium's own (Triton has no readiness metric): 1 per READY model version, 0 per version
+    the server tried to serve that is not (failed, loading, unloading), so an alert can say
+    which model is down. Models never loaded (explicit mode) and models unloaded on purpose
+    are left out: nobody asked for them to be serving."""
+    rows = [r for r in index if "state" in r and r.get("reason") != "unloaded"]
+    if not rows:
+        return
+    name = "tritium_model_ready"
+    lines.append(f"# HELP {name} Whether the model version is READY (1) or not (0)")
+    lines.append(f"# TYPE {name} gauge")
+    for row in rows:
+        labels = (
+            f'model="{escape_label(row["name"])}",'
+            f'version="{escape_label(row.get("version", ""))}"'
+        )
+        lines.append(f"{name}{{{labels}}} {1 if row['state'] == 'READY' else 0}")
 
 
 class CpuSampler:

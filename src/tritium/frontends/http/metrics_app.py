@@ -18,5 +18,7 @@ class MetricsApp:
         if request.method != "GET":
             return HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
         server = self._server
-        body = metrics.render(server.stats_snapshot(), self._cpu, server.custom_metrics)
+        body = metrics.render(
+            server.stats_snapshot(), self._cpu, server.custom_metrics, server.repository_index()
+        )
         return HttpResponse(200, [body], metrics.CONTENT_TYPE)
