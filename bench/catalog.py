@@ -11,8 +11,9 @@ from typing import Any
 
 from bench.baselines import baseline_onnx, baseline_python
 from bench.common import (
-    CHAINS,
+    BLS_PIPELINE,
     ENSEMBLE,
+    PIPELINES,
     SIMPLE_CONTRACT,
     Contract,
     Scenario,
@@ -24,6 +25,7 @@ from bench.drivers import PROTOCOLS, GrpcStreamDriver, ShmDriver
 from bench.engine import run_window
 from bench.scenarios import (
     batching,
+    bls,
     ensembles,
     foundation,
     sequence,
@@ -43,18 +45,19 @@ ISSUES = {
         ensembles.ISSUE,
         transport.ISSUE,
         sequence.ISSUE,
+        bls.ISSUE,
     )
 }
 # `make bench` runs these; batching and shm run with --issue (each starts servers of its own
 # for minutes).
-DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc", "sequence")
+DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc", "sequence", "bls")
 # The servers of their own that scenarios name (Scenario.target), from every list.
 TARGETS: dict[str, Target] = {
     name: target for issue in ISSUES.values() for name, target in issue.targets.items()
 }
 # Models whose inputs JSON cannot carry (JPEG bytes are not UTF-8; tritonclient refuses them):
 # --protocols http-json adds no variant of their scenarios.
-BINARY_ONLY_MODELS = (ENSEMBLE,)
+BINARY_ONLY_MODELS = (ENSEMBLE, BLS_PIPELINE)
 # input + output bytes of one inference, for MB/s
 PAYLOAD_BYTES = shm.PAYLOAD_BYTES
 
@@ -62,6 +65,7 @@ CONTRACTS: dict[str, Contract] = {
     **batching.CONTRACTS,
     shm.IDENTITY_MODEL: shm.CONTRACT,
     ENSEMBLE: ensembles.contract(),
+    BLS_PIPELINE: ensembles.contract(),  # the ensemble's contract, the same requests
 }
 BASELINES: dict[str, Callable[[Path, float], dict[str, Any]]] = {
     "simple": baseline_onnx,
@@ -71,7 +75,11 @@ BASELINES: dict[str, Callable[[Path, float], dict[str, Any]]] = {
     ENSEMBLE: ensembles.baseline,
 }
 # Models whose baseline is another's (the same model.onnx and session options): measured once.
-BASELINE_SAME_AS = {"mlp_nobatch": "mlp", **transport.BASELINE_SAME_AS}
+BASELINE_SAME_AS = {
+    "mlp_nobatch": "mlp",
+    BLS_PIPELINE: ENSEMBLE,  # the same pipeline in-process
+    **transport.BASELINE_SAME_AS,
+}
 
 
 def contract_of(model: str) -> Contract:
@@ -81,7 +89,7 @@ def contract_of(model: str) -> Contract:
 def precompute_references(repo: Path, scenarios: list[Scenario]) -> None:
     """The reference answers of every input set the unary workers will send."""
     batching.precompute(repo, scenarios)
-    if any(sc.model in CHAINS for sc in scenarios):
+    if any(sc.model in PIPELINES for sc in scenarios):
         ensembles.precompute(repo)
 
 
@@ -133,6 +141,8 @@ async def drive(sc: Scenario, server: Server, settings: Settings) -> Window:
     win, every = Window(), settings.verify_every
     if sc.steps:
         return await sequence.drive(sc, server, settings)
+    if sc.child:
+        return await bls.drive_calls(sc, server, settings)
     if isinstance(driver, ShmDriver):
         return await shm.drive_shm(sc, driver, url, server, settings, win)
     if isinstance(driver, GrpcStreamDriver):

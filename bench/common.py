@@ -33,6 +33,8 @@ Rows = list[dict[str, Any]]
 # client; ``Scenario.models`` waits for them and reads their statistics).
 # ---------------------------------------------------------------------------------------------
 ENSEMBLE = "image_classifier"
+# The same pipeline as ONE Python model calling the three models with BLS (the ``bls`` list).
+BLS_PIPELINE = "image_classifier_bls"
 
 
 @dataclass(frozen=True)
@@ -49,11 +51,14 @@ STEPS = (
 )
 # The composing models of each ensemble the list measures, in chaining order.
 CHAINS: dict[str, tuple[Step, ...]] = {ENSEMBLE: STEPS}
+# Every measured pipeline (an ensemble, or a BLS model calling the same steps), by model: the
+# models whose statistics its rows read, and whose expected answers are precomputed.
+PIPELINES: dict[str, tuple[Step, ...]] = {**CHAINS, BLS_PIPELINE: STEPS}
 
 
 def composing(model: str) -> tuple[str, ...]:
-    """The composing models of ``model`` when it is a measured ensemble, else ()."""
-    return tuple(step.model for step in CHAINS.get(model, ()))
+    """The composing models of ``model`` when it is a measured pipeline, else ()."""
+    return tuple(step.model for step in PIPELINES.get(model, ()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -76,19 +81,25 @@ class Scenario:
     # sequences (the ``sequence`` list): each of the ``concurrency`` lanes runs sequences of
     # ``steps`` requests (START ... END), one after the other
     steps: int = 0
+    # BLS call overhead (the ``bls`` list): the parent model calls ``child`` with a tensor of
+    # ``tensor_bytes`` bytes, many times per request
+    child: str = ""
+    tensor_bytes: int = 0
 
     @property
     def name(self) -> str:
         suffix = f"/n{self.responses}" if self.responses else ""
         suffix += f"/s{self.steps}" if self.steps else ""
+        suffix += f"/{self.child}/{self.tensor_bytes}B" if self.child else ""
         suffix += "/chained" if self.chained else ""
         suffix += f"@{self.target}" if self.target else ""
         return f"{self.model}/{self.protocol}/c{self.concurrency}{suffix}"
 
     @property
     def models(self) -> tuple[str, ...]:
-        """The model and, for an ensemble, its composing models (waited for, statistics)."""
-        return (self.model, *composing(self.model))
+        """The model and, for a pipeline, its composing models, or the BLS child (waited for,
+        statistics)."""
+        return (self.model, *composing(self.model), *((self.child,) if self.child else ()))
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ bls_control          ACTION STRING [1] = "load|unload|ready <model> [version]" -
 bls_forward_fp32     INPUT0 FP32 [-1] + parameter ``target`` (default ``identity_onnx_fp32``)
                      -> OUTPUT0 = the target's OUTPUT0 (large-tensor round trips); with
                      parameter ``repeat`` = n it calls the target n times and OUTPUT1 FP64 [1]
-                     = mean microseconds per call (the BLS overhead benchmark).
+                     = mean microseconds per call.
 """
 
 from __future__ import annotations

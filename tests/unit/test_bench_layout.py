@@ -128,6 +128,7 @@ def test_scenario_lists_are_consistent() -> None:
         "ensembles",
         "grpc",
         "sequence",
+        "bls",
     ]
     assert set(DEFAULT_ISSUES) <= set(ISSUES)
     for name, issue in ISSUES.items():
@@ -135,4 +136,10 @@ def test_scenario_lists_are_consistent() -> None:
         assert issue.name == name and scenarios
         assert {s.protocol for s in scenarios} <= set(PROTOCOLS)
         assert len({s.name for s in scenarios}) == len(scenarios), f"{name}: duplicate names"
-    assert set(CONTRACTS) == {"mlp", "mlp_nobatch", "identity_fp32", "image_classifier"}
+    assert set(CONTRACTS) == {
+        "mlp",
+        "mlp_nobatch",
+        "identity_fp32",
+        "image_classifier",
+        "image_classifier_bls",
+    }
