@@ -6,8 +6,12 @@ the request path) and are rendered when ``/metrics`` is scraped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 
+from .metrics_latency import number as _number
+from .metrics_latency import render_first_response as _first_response
+from .metrics_latency import render_summaries as _summaries
 from .stats import DURATION_BUCKETS_US, ModelStats
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -35,22 +39,23 @@ _COUNTERS = (
     ),
     (
         "nv_inference_queue_duration_us",
-        "Cumulative inference queuing duration in microseconds",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
         lambda s: s.queue.ns // 1000,
     ),
     (
         "nv_inference_compute_input_duration_us",
-        "Cumulative compute input duration in microseconds",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
         lambda s: s.compute_input.ns // 1000,
     ),
     (
         "nv_inference_compute_infer_duration_us",
-        "Cumulative compute inference duration in microseconds",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
         lambda s: s.compute_infer.ns // 1000,
     ),
     (
         "nv_inference_compute_output_duration_us",
-        "Cumulative inference compute output duration in microseconds",
+        "Cumulative inference compute output duration in microseconds (does not include "
+        "cached requests)",
         lambda s: s.compute_output.ns // 1000,
     ),
 )
@@ -68,7 +73,7 @@ _CACHE = (
     ),
     (
         "nv_cache_miss_duration_per_model",
-        "Total cache miss (insertion and lookup) duration per model, in microseconds",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
         lambda s: s.cache_miss.ns // 1000,
     ),
 )
@@ -76,26 +81,52 @@ _FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 
 
 def _labels(stats: ModelStats) -> str:
-    return f'model="{stats.name}",version="{stats.version}"'
+    return stats.labels  # model, version and the config's metric_tags, sorted by name
 
 
 def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes:
+    """The exposition, in Triton's family order (the order its registry has them), then
+    tritium's own families. A family with no series is left out, as prometheus-cpp does."""
     models = list(models)
     lines: list[str] = []
+    _counters(lines, models)
+    _gauges(lines, models)
+    _cache_counters(lines, models)
+    _first_response(lines, models)
+    _summaries(lines, models)
+    _histogram(lines, models)
+    _restarts(lines, models)
+    if cpu is not None:
+        cpu.render(lines)
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _counters(lines: list[str], models: list[ModelStats]) -> None:
+    """Request counts always; the ``*_duration_us`` counters unless
+    ``--metrics-config counter_latencies=false``."""
     for name, help_text, value in _COUNTERS[:1]:
         _family(lines, name, help_text, "counter", models, value)
-    lines.append(
-        "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes"
-    )
-    lines.append("# TYPE nv_inference_request_failure counter")
+    _failures(lines, models)
+    for name, help_text, value in _COUNTERS[1:3]:
+        _family(lines, name, help_text, "counter", models, value)
+    timed = [s for s in models if s.counter_latencies]
+    for name, help_text, value in _COUNTERS[3:]:
+        _family(lines, name, help_text, "counter", timed, value)
+
+
+def _failures(lines: list[str], models: list[ModelStats]) -> None:
+    if not models:
+        return
+    name = "nv_inference_request_failure"
+    lines.append(f"# HELP {name} Number of failed inference requests, all batch sizes")
+    lines.append(f"# TYPE {name} counter")
     for stats in models:
         for reason in _FAILURE_REASONS:
             count = stats.failures.get(reason, 0)
-            lines.append(
-                f'nv_inference_request_failure{{{_labels(stats)},reason="{reason}"}} {count}'
-            )
-    for name, help_text, value in _COUNTERS[1:]:
-        _family(lines, name, help_text, "counter", models, value)
+            lines.append(f'{name}{{{_labels(stats)},reason="{reason}"}} {count}')
+
+
+def _gauges(lines: list[str], models: list[ModelStats]) -> None:
     _family(
         lines,
         "nv_inference_pending_request_count",
@@ -104,19 +135,29 @@ def render(models: Iterable[ModelStats], cpu: CpuSampler | None = None) -> bytes
         models,
         lambda s: max(s.pending, 0),
     )
-    _histogram(lines, models)
-    cached = [s for s in models if s.cache_enabled]
+    _family(
+        lines,
+        "nv_model_load_duration_secs",
+        "Model load time in seconds",
+        "gauge",
+        models,
+        lambda s: _number(s.load_seconds),
+    )
+
+
+def _cache_counters(lines: list[str], models: list[ModelStats]) -> None:
+    """Only for the models that use the response cache (and with the latency counters on),
+    as Triton."""
+    cached = [s for s in models if s.cache_enabled and s.counter_latencies]
     for name, help_text, value in _CACHE:
         _family(lines, name, help_text, "counter", cached, value)
-    _restarts(lines, models)
-    if cpu is not None:
-        cpu.render(lines)
-    return ("\n".join(lines) + "\n").encode()
 
 
 def _family(
     lines: list[str], name: str, help_text: str, kind: str, models: list[ModelStats], value: object
 ) -> None:
+    if not models:
+        return
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} {kind}")
     for stats in models:
@@ -124,6 +165,9 @@ def _family(
 
 
 def _histogram(lines: list[str], models: list[ModelStats]) -> None:
+    """tritium's own request-duration histogram (always on; Triton has none)."""
+    if not models:
+        return
     name = "nv_inference_request_duration_histogram_us"
     lines.append(
         f"# HELP {name} Histogram of successful inference request durations in "
@@ -159,10 +203,26 @@ def _restarts(lines: list[str], models: list[ModelStats]) -> None:
 
 
 class CpuSampler:
-    """nv_cpu_utilization (since the previous scrape) and nv_cpu_memory_* from /proc."""
+    """nv_cpu_utilization and nv_cpu_memory_* from /proc, sampled at most once per
+    ``--metrics-interval-ms`` (Triton polls them on that interval): a scrape within the
+    interval gets the last sample, and the utilisation is over the time between samples."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, interval_s: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval_s
+        self._clock = clock
         self._last = self._read_stat()
+        self._sampled_at = clock()
+        self._values: tuple[float, int, int] | None = None
+
+    def sample(self) -> tuple[float, int, int]:
+        """(utilisation 0-1, total bytes, used bytes), refreshed once the interval passed."""
+        now = self._clock()
+        if self._values is None or now - self._sampled_at >= self._interval:
+            self._sampled_at = now
+            self._values = (self.utilization(), *self.memory())
+        return self._values
 
     @staticmethod
     def _read_stat() -> tuple[int, int]:
@@ -195,9 +255,9 @@ class CpuSampler:
         return total, total - info.get("MemAvailable", total)
 
     def render(self, lines: list[str]) -> None:
-        total, used = self.memory()
+        utilization, total, used = self.sample()
         for name, help_text, value in (
-            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", self.utilization()),
+            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", utilization),
             ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total),
             ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used),
         ):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .access import Restriction
+from .metrics_config import MetricsSettings
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
 
@@ -82,3 +83,7 @@ class ServerOptions:
     # Python execution environments (issue 14): where EXECUTION_ENV_PATH archives are unpacked
     # (content-keyed, private to the user); "" = <system temp>/tritium-python-envs-<uid>.
     python_env_cache_dir: str = ""
+    # Metrics parity (issue 15 item 4): --metrics-config (latency counters, summaries, the
+    # first-response histogram) and --allow-cpu-metrics (nv_cpu_* families).
+    metrics_config: MetricsSettings = MetricsSettings()
+    allow_cpu_metrics: bool = True

@@ -20,6 +20,7 @@ from .model_config import (
     config_to_json,
 )
 from .model_config import mc
+from .model_metrics import MetricSpec, metric_spec
 from .sequence import SequenceConfig, sequence_config
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
@@ -57,6 +58,8 @@ class ModelSpec:
     sequence: SequenceConfig | None = None  # sequence_batching, validated
     # classification: each output's labels (its label_filename), read once at load
     labels: dict[str, tuple[bytes, ...]] = field(default_factory=dict)
+    # metric_tags and model_metrics, for the version's Prometheus metrics
+    metrics: MetricSpec = MetricSpec()
 
     @property
     def instance_count(self) -> int:
@@ -226,6 +229,7 @@ def build_spec(
         config_json=config_to_json(config),
         sequence=sequence_config(config, problem, model_dir),
         labels=_labels(outputs, problem, model_dir),
+        metrics=metric_spec(config, problem),
     )
 
 
