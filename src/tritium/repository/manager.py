@@ -381,11 +381,11 @@ class ModelRepositoryManager:
             entry.state, entry.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
             log.error("failed to load '%s' version %d: %s", record.name, version, entry.reason)
             return
-        model = Model(spec, version, instances, self._dispatch)
-        _configure_metrics(model, self.metrics, time.monotonic() - started)
-        entry.model = model
+        entry.model = Model(spec, version, instances, self._dispatch)
         entry.state = ModelState.READY
         refresh(record)
+        # No await since the model was made: no request can have reached it yet.
+        _configure_metrics(entry.model, self.metrics, time.monotonic() - started)
         log.info(
             "successfully loaded '%s' version %d (%.0f ms)",
             record.name,
