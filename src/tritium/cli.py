@@ -15,6 +15,7 @@ from typing import Any
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
 from .frontends.grpc.metadata import compile_forward_pattern
+from .metrics_config import MetricsConfigError, parse_metrics_config
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
 
 log = logging.getLogger("tritium")
@@ -59,9 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     _http_limit_flags(serve)
     _python_env_flags(serve)
     _rate_limit_flags(serve)
-    _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
-    serve.add_argument("--metrics-address", default="")
-    serve.add_argument("--metrics-port", type=int, default=8002)
+    _metrics_flags(serve)
     _flag(serve, "--exit-on-error", True, "exit if any model fails to load at startup")
     _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
     serve.add_argument(
@@ -94,12 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         help="e.g. local,size=1048576: the response cache and its size in bytes",
-    )
-    serve.add_argument(
-        "--metrics-interval-ms",
-        type=int,
-        default=2000,
-        help="accepted for Triton compatibility; tritium computes metrics when they are scraped",
     )
     _access_flags(serve)
     serve.add_argument(
@@ -447,9 +440,6 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         grpc_max_concurrent_streams=args.grpc_max_concurrent_streams,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
-        allow_metrics=args.allow_metrics,
-        metrics_address=args.metrics_address,
-        metrics_port=args.metrics_port,
         exit_on_error=args.exit_on_error,
         strict_readiness=args.strict_readiness,
         auto_complete_config=auto_complete,
@@ -464,16 +454,72 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_control_mode=args.model_control_mode,
         repository_poll_secs=max(args.repository_poll_secs, 0.1),
         load_models=tuple(args.load_model),
-        metrics_interval_ms=args.metrics_interval_ms,
         model_instance_max_restarts=args.model_instance_max_restarts,
         model_instance_restart_window_secs=args.model_instance_restart_window_secs,
         python_env_cache_dir=args.python_env_cache_dir,
         **_http_limit_options(args),
+        **_metrics_options(args),
         **_grpc_transport_options(args),
         rate_limit=args.rate_limit,
         rate_limit_resources=tuple(args.rate_limit_resource),
         **_access_options(args),  # type: ignore[arg-type]
     )
+
+
+def _metrics_flags(serve: argparse.ArgumentParser) -> None:
+    """Triton's metrics flags (its "Metrics" group)."""
+    _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
+    _flag(
+        serve,
+        "--allow-cpu-metrics",
+        True,
+        "serve the nv_cpu_* families (ignored unless --allow-metrics is true)",
+    )
+    serve.add_argument(
+        "--metrics-address",
+        default="",
+        help="address the metrics server binds to (default: --http-address)",
+    )
+    serve.add_argument("--metrics-port", type=int, default=8002)
+    serve.add_argument(
+        "--metrics-interval-ms",
+        type=_positive_int,
+        default=2000,
+        help="the CPU families are sampled at most once per interval (ms)",
+    )
+    serve.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="<setting>=<value>",
+        help="counter_latencies, summary_latencies, histogram_latencies (true|false) or "
+        "summary_quantiles=<q>:<error>,... (repeatable)",
+    )
+
+
+def _metrics_options(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        settings = parse_metrics_config(args.metrics_config)
+    except MetricsConfigError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    return {
+        "allow_metrics": args.allow_metrics,
+        "metrics_address": args.metrics_address,
+        "metrics_port": args.metrics_port,
+        "metrics_interval_ms": args.metrics_interval_ms,
+        "metrics_config": settings,
+        "allow_cpu_metrics": bool(args.allow_cpu_metrics and args.allow_metrics),
+    }
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer > 0, got '{text}'")
+    return value
 
 
 def _http_limit_options(args: argparse.Namespace) -> dict[str, Any]:

@@ -7,9 +7,13 @@ the request path) and are rendered when ``/metrics`` is scraped.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 
 from .custom_metrics import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
+from .metrics_latency import number as _number
+from .metrics_latency import render_first_response as _first_response
+from .metrics_latency import render_summaries as _summaries
 from .stats import DURATION_BUCKETS_US, ModelStats
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -37,22 +41,23 @@ _COUNTERS = (
     ),
     (
         "nv_inference_queue_duration_us",
-        "Cumulative inference queuing duration in microseconds",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
         lambda s: s.queue.ns // 1000,
     ),
     (
         "nv_inference_compute_input_duration_us",
-        "Cumulative compute input duration in microseconds",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
         lambda s: s.compute_input.ns // 1000,
     ),
     (
         "nv_inference_compute_infer_duration_us",
-        "Cumulative compute inference duration in microseconds",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
         lambda s: s.compute_infer.ns // 1000,
     ),
     (
         "nv_inference_compute_output_duration_us",
-        "Cumulative inference compute output duration in microseconds",
+        "Cumulative inference compute output duration in microseconds (does not include "
+        "cached requests)",
         lambda s: s.compute_output.ns // 1000,
     ),
 )
@@ -70,7 +75,7 @@ _CACHE = (
     ),
     (
         "nv_cache_miss_duration_per_model",
-        "Total cache miss (insertion and lookup) duration per model, in microseconds",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
         lambda s: s.cache_miss.ns // 1000,
     ),
 )
@@ -78,16 +83,23 @@ _FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 _HISTOGRAM = "nv_inference_request_duration_histogram_us"
 _RESTARTS = "tritium_model_instance_restarts_total"
 _CPU = ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes")
+_LATENCY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 # Every family the server renders itself: a model's custom family cannot take these names.
 FAMILY_NAMES = frozenset(
     [name for name, _, _ in _COUNTERS + _CACHE]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", _HISTOGRAM]
-    + [_RESTARTS, "tritium_model_ready", *_CPU]
+    + [_RESTARTS, "tritium_model_ready", *_CPU, "nv_model_load_duration_secs"]
+    + [
+        "nv_inference_first_response_histogram_ms",
+        *(f"nv_inference_{k}_summary_us" for k in _LATENCY_KINDS),
+        "nv_cache_hit_summary_per_model",
+        "nv_cache_miss_summary_per_model",
+    ]
 )
 
 
 def _labels(stats: ModelStats) -> str:
-    return f'model="{escape_label(stats.name)}",version="{escape_label(stats.version)}"'
+    return stats.labels  # model, version and the config's metric_tags, sorted by name
 
 
 def render(
@@ -96,37 +108,18 @@ def render(
     custom: CustomMetrics | None = None,
     index: Iterable[Mapping[str, str]] = (),
 ) -> bytes:
-    """The exposition: Triton's families, tritium's own, then the models' custom ones.
-    ``index``: the repository index rows (``InferenceServer.repository_index``), for
-    ``tritium_model_ready``."""
+    """The exposition, in Triton's family order (the order its registry has them), then
+    tritium's own families, then the models' custom ones (pb_utils.MetricFamily). A family
+    with no series is left out, as prometheus-cpp does. ``index``: the repository index rows
+    (``InferenceServer.repository_index``), for ``tritium_model_ready``."""
     models = list(models)
     lines: list[str] = []
-    for name, help_text, value in _COUNTERS[:1]:
-        _family(lines, name, help_text, "counter", models, value)
-    lines.append(
-        "# HELP nv_inference_request_failure Number of failed inference requests, all batch sizes"
-    )
-    lines.append("# TYPE nv_inference_request_failure counter")
-    for stats in models:
-        for reason in _FAILURE_REASONS:
-            count = stats.failures.get(reason, 0)
-            lines.append(
-                f'nv_inference_request_failure{{{_labels(stats)},reason="{reason}"}} {count}'
-            )
-    for name, help_text, value in _COUNTERS[1:]:
-        _family(lines, name, help_text, "counter", models, value)
-    _family(
-        lines,
-        "nv_inference_pending_request_count",
-        "Instantaneous number of pending requests awaiting execution per-model.",
-        "gauge",
-        models,
-        lambda s: max(s.pending, 0),
-    )
+    _counters(lines, models)
+    _gauges(lines, models)
+    _cache_counters(lines, models)
+    _first_response(lines, models)
+    _summaries(lines, models)
     _histogram(lines, models)
-    cached = [s for s in models if s.cache_enabled]
-    for name, help_text, value in _CACHE:
-        _family(lines, name, help_text, "counter", cached, value)
     _restarts(lines, models)
     _readiness(lines, index)
     if cpu is not None:
@@ -137,9 +130,63 @@ def render(
     return ("\n".join(lines) + "\n").encode()
 
 
+def _counters(lines: list[str], models: list[ModelStats]) -> None:
+    """Request counts always; the ``*_duration_us`` counters unless
+    ``--metrics-config counter_latencies=false``."""
+    for name, help_text, value in _COUNTERS[:1]:
+        _family(lines, name, help_text, "counter", models, value)
+    _failures(lines, models)
+    for name, help_text, value in _COUNTERS[1:3]:
+        _family(lines, name, help_text, "counter", models, value)
+    timed = [s for s in models if s.counter_latencies]
+    for name, help_text, value in _COUNTERS[3:]:
+        _family(lines, name, help_text, "counter", timed, value)
+
+
+def _failures(lines: list[str], models: list[ModelStats]) -> None:
+    if not models:
+        return
+    name = "nv_inference_request_failure"
+    lines.append(f"# HELP {name} Number of failed inference requests, all batch sizes")
+    lines.append(f"# TYPE {name} counter")
+    for stats in models:
+        for reason in _FAILURE_REASONS:
+            count = stats.failures.get(reason, 0)
+            lines.append(f'{name}{{{_labels(stats)},reason="{reason}"}} {count}')
+
+
+def _gauges(lines: list[str], models: list[ModelStats]) -> None:
+    _family(
+        lines,
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+        models,
+        lambda s: max(s.pending, 0),
+    )
+    _family(
+        lines,
+        "nv_model_load_duration_secs",
+        "Model load time in seconds",
+        "gauge",
+        models,
+        lambda s: _number(s.load_seconds),
+    )
+
+
+def _cache_counters(lines: list[str], models: list[ModelStats]) -> None:
+    """Only for the models that use the response cache (and with the latency counters on),
+    as Triton."""
+    cached = [s for s in models if s.cache_enabled and s.counter_latencies]
+    for name, help_text, value in _CACHE:
+        _family(lines, name, help_text, "counter", cached, value)
+
+
 def _family(
     lines: list[str], name: str, help_text: str, kind: str, models: list[ModelStats], value: object
 ) -> None:
+    if not models:
+        return
     lines.append(f"# HELP {name} {help_text}")
     lines.append(f"# TYPE {name} {kind}")
     for stats in models:
@@ -147,6 +194,9 @@ def _family(
 
 
 def _histogram(lines: list[str], models: list[ModelStats]) -> None:
+    """tritium's own request-duration histogram (always on; Triton has none)."""
+    if not models:
+        return
     name = _HISTOGRAM
     lines.append(
         f"# HELP {name} Histogram of successful inference request durations in "
@@ -243,10 +293,26 @@ def _readiness(lines: list[str], index: Iterable[Mapping[str, str]]) -> None:
 
 
 class CpuSampler:
-    """nv_cpu_utilization (since the previous scrape) and nv_cpu_memory_* from /proc."""
+    """nv_cpu_utilization and nv_cpu_memory_* from /proc, sampled at most once per
+    ``--metrics-interval-ms`` (Triton polls them on that interval): a scrape within the
+    interval gets the last sample, and the utilisation is over the time between samples."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, interval_s: float = 2.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._interval = interval_s
+        self._clock = clock
         self._last = self._read_stat()
+        self._sampled_at = clock()
+        self._values: tuple[float, int, int] | None = None
+
+    def sample(self) -> tuple[float, int, int]:
+        """(utilisation 0-1, total bytes, used bytes), refreshed once the interval passed."""
+        now = self._clock()
+        if self._values is None or now - self._sampled_at >= self._interval:
+            self._sampled_at = now
+            self._values = (self.utilization(), *self.memory())
+        return self._values
 
     @staticmethod
     def _read_stat() -> tuple[int, int]:
@@ -279,9 +345,9 @@ class CpuSampler:
         return total, total - info.get("MemAvailable", total)
 
     def render(self, lines: list[str]) -> None:
-        total, used = self.memory()
+        utilization, total, used = self.sample()
         for name, help_text, value in (
-            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", self.utilization()),
+            ("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", utilization),
             ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", total),
             ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", used),
         ):

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .access import Restriction
+from .metrics_config import MetricsSettings
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
 
@@ -91,3 +92,7 @@ class ServerOptions:
     log_info: bool = True
     log_warning: bool = True
     log_error: bool = True
+    # Metrics parity (issue 15 item 4): --metrics-config (latency counters, summaries, the
+    # first-response histogram) and --allow-cpu-metrics (nv_cpu_* families).
+    metrics_config: MetricsSettings = MetricsSettings()
+    allow_cpu_metrics: bool = True

@@ -227,6 +227,8 @@ class ResponseSender:
         request = self.request
         assert request is not None and self.on_final is not None
         if response is not None:
+            if self.last is None:
+                _first_response(request)
             self.last = response
             if self.capture is not None and response.error is None:
                 self.capture(response)
@@ -242,6 +244,15 @@ class ResponseSender:
         if request.classify is not None and response is not None and response.error is None:
             _classify(request.classify, response)
         self.callback(response, final)
+
+
+def _first_response(request: InferenceRequest) -> None:
+    """nv_inference_first_response_histogram_ms (``histogram_latencies=true``): the time from
+    arrival to the request's first response, in whole ms as Triton's InferenceResponse::Send
+    observes it (errors included)."""
+    stats = request.stats
+    if stats is not None and stats.first_response is not None:
+        stats.first_response.observe((time.perf_counter_ns() - request.arrival_ns) // 1_000_000)
 
 
 def _classify(classifier: Classifier, response: InferenceResponse) -> None:

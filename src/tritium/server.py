@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from typing import Any
 
 from . import TRITON_VERSION
@@ -94,6 +95,9 @@ class InferenceServer:
         )
         if options.rate_limit == "execution_count":
             self.repository.limiter = RateLimiter(options.rate_limit_resources)
+        self.repository.metrics = replace(
+            options.metrics_config, response_cache=options.cache_size > 0
+        )
         self.control = ModelControl(
             self.repository,
             options.model_control_mode,
@@ -338,12 +342,11 @@ class InferenceServer:
         key = cache_key(request)
         outputs = cache.get(key)
         stats = model.stats
-        stats.cache_enabled = True
         if outputs is None:
-            stats.cache_miss.add(time.perf_counter_ns() - started)
+            stats.cache_lookup(False, time.perf_counter_ns() - started)
             request.cache_key = key
             return False
-        stats.cache_hit.add(time.perf_counter_ns() - started)
+        stats.cache_lookup(True, time.perf_counter_ns() - started)
         request.cached = True
         response = InferenceResponse(
             request.model_name, model.version_str, request.id, list(outputs)

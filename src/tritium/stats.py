@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .latency import Histogram, SlidingSummary
+from .metrics_config import MetricsSettings
+
+if TYPE_CHECKING:
+    from .config.model_metrics import MetricSpec
 
 
 class FinishedRequest(Protocol):
@@ -89,6 +95,34 @@ class ModelStats:
         self.pending = 0  # accepted, not yet executing
         self.restarts: dict[str, int] = {}  # instance -> stub restarts (Python backend)
         self.histogram = [0] * (len(DURATION_BUCKETS_US) + 1)
+        # Prometheus metrics (--metrics-config, the config's metric_tags and model_metrics):
+        # set once by ``configure`` before the version takes requests.
+        self.labels = _label_text({"model": name, "version": version})
+        self.counter_latencies = True
+        self.summaries: LatencySummaries | None = None
+        self.first_response: Histogram | None = None  # ms, observed by the ResponseSender
+        self.load_seconds = 0.0
+
+    def configure(self, settings: MetricsSettings, spec: MetricSpec, cache: bool) -> None:
+        """The metric settings of this version (Triton's MetricModelReporter creation): the
+        config's metric_tags become ``_<key>`` labels; ``cache``: this model uses the
+        response cache (its cache families are served from the start)."""
+        labels = {"model": self.name, "version": self.version}
+        labels.update((f"_{key}", value) for key, value in spec.tags)
+        self.labels = _label_text(labels)
+        self.counter_latencies = settings.counter_latencies
+        self.cache_enabled = self.cache_enabled or cache
+        if settings.summary_latencies:
+            self.summaries = LatencySummaries(settings, self.cache_enabled)
+        if settings.histogram_latencies:
+            self.first_response = Histogram(spec.first_response_buckets)
+
+    def cache_lookup(self, hit: bool, ns: int) -> None:
+        """A response cache lookup (and, on a miss, the later insertion is not timed)."""
+        self.cache_enabled = True
+        (self.cache_hit if hit else self.cache_miss).add(ns)
+        if self.summaries is not None:
+            self.summaries.cache(hit, ns)
 
     def executed(self, batch_size: int, timing: tuple[int, int, int]) -> None:
         """One model execution over ``batch_size`` elements."""
@@ -112,6 +146,8 @@ class ModelStats:
         self.success.add(total)
         self.last_inference_ms = time.time_ns() // 1_000_000
         self.histogram[bisect_left(DURATION_BUCKETS_US, total // 1000)] += 1
+        if self.summaries is not None:
+            self.summaries.success(request, total, end)
         if request.cached:  # Triton: cache hits count as successes, not as inferences
             return
         self.inference_count += request.batch_size
@@ -152,3 +188,60 @@ class ModelStats:
             ],
             "memory_usage": [],
         }
+
+
+def _label_text(labels: dict[str, str]) -> str:
+    """Prometheus labels in Triton's order (prometheus-cpp keeps them sorted by name), with
+    the text format's escapes (a tag value is the operator's text)."""
+    return ",".join(f'{k}="{escape_label(v)}"' for k, v in sorted(labels.items()))
+
+
+def escape_label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+class LatencySummaries:
+    """The ``*_summary_us`` families of one version (``--metrics-config
+    summary_latencies=true``), observed as Triton's InferenceStatsAggregator does: on success,
+    request (not for a model with the response cache: Triton leaves it out there), queue and
+    compute times in µs; the cache's hit and miss times."""
+
+    __slots__ = (
+        "request",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    )
+
+    def __init__(self, settings: MetricsSettings, cache_enabled: bool) -> None:
+        now = time.perf_counter_ns()
+        quantiles = settings.summary_quantiles
+        self.queue = SlidingSummary(quantiles, now)
+        self.compute_input = SlidingSummary(quantiles, now)
+        self.compute_infer = SlidingSummary(quantiles, now)
+        self.compute_output = SlidingSummary(quantiles, now)
+        self.request = None if cache_enabled else SlidingSummary(quantiles, now)
+        self.cache_hit = SlidingSummary(quantiles, now) if cache_enabled else None
+        self.cache_miss = SlidingSummary(quantiles, now) if cache_enabled else None
+
+    def success(self, request: FinishedRequest, total_ns: int, now_ns: int) -> None:
+        if request.cached:  # a cache hit waited in no queue
+            self.queue.observe(0, now_ns)
+            return
+        if self.request is not None:
+            self.request.observe(total_ns // 1000, now_ns)
+        if request.start_ns:
+            self.queue.observe((request.start_ns - request.arrival_ns) // 1000, now_ns)
+        timing = request.timing
+        if timing is not None:
+            self.compute_input.observe(timing[0] // 1000, now_ns)
+            self.compute_infer.observe(timing[1] // 1000, now_ns)
+            self.compute_output.observe(timing[2] // 1000, now_ns)
+
+    def cache(self, hit: bool, ns: int) -> None:
+        summary = self.cache_hit if hit else self.cache_miss
+        if summary is not None:
+            summary.observe(ns // 1000, time.perf_counter_ns())

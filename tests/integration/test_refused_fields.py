@@ -32,9 +32,9 @@ REFUSED = {
 }
 GPU_ONLY = "cuda_py"
 GPU_ONLY_FIELD = "optimization.cuda"
-TAGGED_ENSEMBLE = "tagged_ensemble"
-TAGGED_ENSEMBLE_CONFIG = f"""\
-name: "{TAGGED_ENSEMBLE}"
+REFUSING_ENSEMBLE = "refusing_ensemble"
+REFUSING_ENSEMBLE_CONFIG = f"""\
+name: "{REFUSING_ENSEMBLE}"
 platform: "ensemble"
 max_batch_size: 0
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
@@ -42,7 +42,7 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
 ensemble_scheduling {{ step [ {{ model_name: "{GOOD}" model_version: -1
   input_map {{ key: "INPUT0" value: "INPUT0" }} output_map {{ key: "OUTPUT0" value: "OUTPUT0" }}
 }} ] }}
-metric_tags {{ key: "team" value: "search" }}
+model_operations {{ op_library_filename: "libcustom.so" }}
 """
 
 
@@ -75,7 +75,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     cuda["2/model.py"] = cuda["1/model.py"]
     _write(root, GPU_ONLY, cuda)
-    _write(root, TAGGED_ENSEMBLE, {"config.pbtxt": TAGGED_ENSEMBLE_CONFIG, "1/.keep": ""})
+    _write(root, REFUSING_ENSEMBLE, {"config.pbtxt": REFUSING_ENSEMBLE_CONFIG, "1/.keep": ""})
     return root
 
 
@@ -105,7 +105,7 @@ def _index(server: ServerProcess, protocol: str) -> dict[tuple[str, str], dict[s
 
 def _refused_cases() -> list[tuple[str, str]]:
     return [(name, field) for name, (_, _, field) in REFUSED.items()] + [
-        (TAGGED_ENSEMBLE, "metric_tags")
+        (REFUSING_ENSEMBLE, "model_operations")
     ]
 
 

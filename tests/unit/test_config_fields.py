@@ -71,11 +71,6 @@ REFUSED = [
     ("instance_group [ { passive: true } ]", "instance_group.passive"),
     ("instance_group [ { kind: KIND_CPU gpus: [ 0 ] } ]", "instance_group.gpus"),
     ('instance_group [ { profile: [ "0" ] } ]', "instance_group.profile"),
-    ('metric_tags { key: "team" value: "a" }', "metric_tags"),
-    (
-        'model_metrics { metric_control [ { metric_identifier { family: "f" } } ] }',
-        "model_metrics",
-    ),
     ('runtime: "libtriton_python.so"', "runtime"),
     (
         'optimization { execution_accelerators { cpu_execution_accelerator [ { name: "openvino" '

@@ -294,8 +294,9 @@ _TABLE: dict[str, tuple[Decision, str]] = {
         "default_model_filename is loaded, as in Triton",
     ),
     "metric_tags": (
-        _R,
-        "metric tags (extra labels on the model's metrics) are not supported by tritium yet",
+        _I,
+        "each tag is a label '_<key>' on the model's Prometheus metrics (the key must be a "
+        "valid label name)",
     ),
     **_tree(
         "parameters",
@@ -347,7 +348,11 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     ),
     **_tree(
         "model_metrics",
-        (_R, "per-model metric controls (model_metrics) are not supported by tritium yet"),
+        (
+            _I,
+            "the buckets of nv_inference_first_response_histogram_ms (the only family Triton "
+            "lets a model customise; another family fails the load)",
+        ),
         "metric_control",
         "metric_control.metric_identifier",
         "metric_control.metric_identifier.family",

@@ -21,6 +21,7 @@ from .model_config import (
 )
 from .model_config import mc
 from .batch_io import BatchInput, BatchOutput, batch_io
+from .model_metrics import MetricSpec, metric_spec
 from .sequence import SequenceConfig, sequence_config
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
@@ -61,6 +62,8 @@ class ModelSpec:
     # Ragged batching (issue 14): batch_input / batch_output, validated (config/batch_io.py).
     batch_inputs: tuple[BatchInput, ...] = ()
     batch_outputs: tuple[BatchOutput, ...] = ()
+    # metric_tags and model_metrics, for the version's Prometheus metrics
+    metrics: MetricSpec = MetricSpec()
 
     @property
     def instance_count(self) -> int:
@@ -233,6 +236,7 @@ def build_spec(
         labels=_labels(outputs, problem, model_dir),
         batch_inputs=batch_inputs,
         batch_outputs=batch_outputs,
+        metrics=metric_spec(config, problem),
     )
 
 

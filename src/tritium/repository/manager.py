@@ -17,6 +17,7 @@ from typing import Any
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
+from ..metrics_config import MetricsSettings
 from ..scheduling.ensemble import Dispatch
 from ..warmup import warm_up
 from ..scheduling.rate_limiter import RateLimiter
@@ -67,6 +68,8 @@ class ModelRepositoryManager:
         self._loading: dict[str, asyncio.Future[None]] = {}
         self._waiting_on: dict[str, set[str]] = {}
         self._locks: dict[str, _NameLock] = {}
+        # --metrics-config (and whether the server has a response cache), set by the server.
+        self.metrics = MetricsSettings()
 
     # -- loading -----------------------------------------------------------------------------
     def scan(self) -> dict[str, ModelLocation]:
@@ -391,6 +394,8 @@ class ModelRepositoryManager:
             return
         entry.state = ModelState.READY
         refresh(record)
+        # No await since the model was made: no request can have reached it yet.
+        _configure_metrics(entry.model, self.metrics, time.monotonic() - started)
         log.info(
             "successfully loaded '%s' version %d (%.0f ms)",
             record.name,
@@ -463,3 +468,12 @@ class ModelRepositoryManager:
 
 
 __all__ = ["ModelRepositoryManager", "version_from_string"]
+
+
+def _configure_metrics(model: Model, settings: MetricsSettings, load_seconds: float) -> None:
+    """The version's metric settings and its nv_model_load_duration_secs (Triton's
+    ModelLifeCycle reports the load time when the version becomes READY)."""
+    spec = model.spec
+    cache = settings.response_cache and spec.config.response_cache.enable and not spec.decoupled
+    model.stats.configure(settings, spec.metrics, cache)
+    model.stats.load_seconds = load_seconds

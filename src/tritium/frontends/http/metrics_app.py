@@ -10,7 +10,12 @@ from .messages import HttpRequest, HttpResponse
 class MetricsApp:
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
-        self._cpu = metrics.CpuSampler()
+        options = server.options
+        self._cpu = (
+            metrics.CpuSampler(options.metrics_interval_ms / 1000)
+            if options.allow_cpu_metrics
+            else None
+        )
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.split("?", 1)[0] != "/metrics":
