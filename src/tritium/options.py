@@ -91,3 +91,7 @@ class ServerOptions:
     log_info: bool = True
     log_warning: bool = True
     log_error: bool = True
+    # Logging extension (issue 15): Triton's --log-format (default | ISO8601) and --log-file
+    # (appended; "" = the console); both shown by GET /v2/logging, the format changeable there.
+    log_format: str = "default"
+    log_file: str = ""
