@@ -122,9 +122,14 @@ def settled(server: ServerProcess) -> Iterator[ServerProcess]:
         c.close()
 
 
-def settings(protocol: str, c: Any, update: dict[str, Any] | None = None) -> dict[str, Any]:
+def settings(
+    protocol: str, c: Any, update: dict[str, Any] | None = None, headers: Any = None
+) -> dict[str, Any]:
     """The settings the server answered, as a plain dict whichever the protocol."""
-    answer = c.get_log_settings() if update is None else c.update_log_settings(update)
+    if update is None:
+        answer = c.get_log_settings(headers=headers)
+    else:
+        answer = c.update_log_settings(update, headers=headers)
     if protocol == "http":
         return dict(answer)
     return {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in answer.settings.items()}
@@ -400,3 +405,27 @@ def test_bad_log_format_flag_is_refused(repo: Path) -> None:
     )
     assert done.returncode != 0
     assert "invalid argument for --log-format" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(
+        [tmp_path_factory.mktemp("empty")],
+        "--http-restricted-api=logging:admin-key=s3cret",
+        "--grpc-restricted-protocol=logging:admin-key=s3cret",
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_logging_is_tritons_restricted_group(restricted: ServerProcess, protocol: str) -> None:
+    c = client(protocol, restricted.url(protocol))
+    with pytest.raises(InferenceServerException) as caught:
+        c.update_log_settings({"log_verbose_level": 1})
+    assert "restricted, expecting header" in caught.value.message()
+    assert caught.value.status() == ("403" if protocol == "http" else "StatusCode.UNAVAILABLE")
+    key = "admin-key" if protocol == "http" else "triton-grpc-protocol-admin-key"
+    answer = settings(protocol, c, headers={key: "s3cret"})
+    assert answer["log_verbose_level"] == 0  # the refused update changed nothing
+    c.close()
