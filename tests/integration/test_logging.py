@@ -10,6 +10,7 @@ stubs already running (their ``pb_utils.Logger.log_verbose`` appears only once
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import textwrap
@@ -408,19 +409,24 @@ def test_bad_log_format_flag_is_refused(repo: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
     proc = ServerProcess(
         [tmp_path_factory.mktemp("empty")],
         "--http-restricted-api=logging:admin-key=s3cret",
         "--grpc-restricted-protocol=logging:admin-key=s3cret",
+        f"--audit-log={audit}",
     )
-    yield proc
+    yield proc, audit
     proc.stop()
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_logging_is_tritons_restricted_group(restricted: ServerProcess, protocol: str) -> None:
-    c = client(protocol, restricted.url(protocol))
+def test_logging_is_tritons_restricted_group_and_audited(
+    restricted: tuple[ServerProcess, Path], protocol: str
+) -> None:
+    proc, audit = restricted
+    c = client(protocol, proc.url(protocol))
     with pytest.raises(InferenceServerException) as caught:
         c.update_log_settings({"log_verbose_level": 1})
     assert "restricted, expecting header" in caught.value.message()
@@ -428,4 +434,8 @@ def test_logging_is_tritons_restricted_group(restricted: ServerProcess, protocol
     key = "admin-key" if protocol == "http" else "triton-grpc-protocol-admin-key"
     answer = settings(protocol, c, headers={key: "s3cret"})
     assert answer["log_verbose_level"] == 0  # the refused update changed nothing
+    settings(protocol, c, {"log_warning": True}, headers={key: "s3cret"})
     c.close()
+    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    mine = [e for e in entries if e["protocol"] == protocol and e["action"] == "log_settings"]
+    assert [e.get("reason") or e.get("outcome") for e in mine] == ["restricted", "ok"], mine
