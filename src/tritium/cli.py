@@ -7,7 +7,6 @@ import asyncio
 import logging
 import re
 import sys
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -16,9 +15,12 @@ from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
 from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
+from .logsettings import LOG_FORMATS, LevelFilter, LogSettings, TritonFormatter
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
 
 log = logging.getLogger("tritium")
+
+__all__ = ["LevelFilter", "TritonFormatter", "build_parser", "main", "options_from_args"]
 
 
 def _bool(text: str) -> bool:
@@ -445,10 +447,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         auto_complete_config=auto_complete,
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
-        log_verbose=args.log_verbose,
-        log_info=args.log_info,
-        log_warning=args.log_warning,
-        log_error=args.log_error,
+        **_log_options(args),
         cache_size=_cache_size(args.cache_config),
         allow_client_shm=args.allow_client_shm,
         model_control_mode=args.model_control_mode,
@@ -546,8 +545,8 @@ def _cache_size(values: list[str]) -> int:
 
 
 def _log_flags(serve: argparse.ArgumentParser) -> None:
-    """Triton's log level flags; they govern the server's records and Python models'
-    pb_utils.Logger output alike."""
+    """Triton's logging flags; they govern the server's records and Python models'
+    pb_utils.Logger output alike, and the logging extension changes them at run time."""
     serve.add_argument(
         "--log-verbose",
         type=int,
@@ -557,52 +556,53 @@ def _log_flags(serve: argparse.ArgumentParser) -> None:
     _flag(serve, "--log-info", True, "log INFO-level records")
     _flag(serve, "--log-warning", True, "log WARNING-level records")
     _flag(serve, "--log-error", True, "log ERROR-level records")
+    serve.add_argument(
+        "--log-format",
+        type=_log_format,
+        default="default",
+        help='"default": records as "I1130 14:02:03.123456 <pid> <file>:<line>] <message>"; '
+        '"ISO8601": as "2024-11-30T14:02:03Z I <pid> <file>:<line>] <message>"',
+    )
+    serve.add_argument(
+        "--log-file",
+        default="",
+        help="append every log record to this file instead of the console (stdout for INFO, "
+        "stderr for warnings and errors)",
+    )
 
 
-class TritonFormatter(logging.Formatter):
-    """Triton's default log format: ``I1130 19:41:31.224123 23177 model.py:42] message``
-    (level letter, UTC month/day and time to the microsecond, process id, file:line); verbose
-    records print as ``I``, as Triton's LOG_VERBOSE does."""
-
-    _LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W"}
-
-    def format(self, record: logging.LogRecord) -> str:
-        created = record.created
-        stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(created))
-        letter = self._LETTERS.get(record.levelno, "E")
-        text = (
-            f"{letter}{stamp}.{int(created % 1 * 1_000_000):06d} {record.process} "
-            f"{record.filename}:{record.lineno}] {record.getMessage()}"
-        )
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
+def _log_format(text: str) -> str:
+    if text not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError("invalid argument for --log-format")
+    return text
 
 
-class LevelFilter(logging.Filter):
-    """Drops the records of a level whose flag is off (--log-info/--log-warning/--log-error);
-    verbose (DEBUG) records are governed by --log-verbose through the logger's level."""
-
-    def __init__(self, info: bool, warning: bool, error: bool) -> None:
-        super().__init__()
-        self._on = (info, warning, error)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        level = record.levelno
-        if level >= logging.ERROR:
-            return self._on[2]
-        if level >= logging.WARNING:
-            return self._on[1]
-        return self._on[0] if level >= logging.INFO else True
+def _log_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "log_verbose": args.log_verbose,
+        "log_info": args.log_info,
+        "log_warning": args.log_warning,
+        "log_error": args.log_error,
+        "log_format": args.log_format,
+        "log_file": args.log_file,
+    }
 
 
 def _setup_logging(options: ServerOptions) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(TritonFormatter())
-    handler.addFilter(LevelFilter(options.log_info, options.log_warning, options.log_error))
-    logging.basicConfig(
-        level=logging.DEBUG if options.log_verbose >= 1 else logging.INFO, handlers=[handler]
+    """Install the process's log settings; a log file that cannot be opened stops the server
+    here, before anything else happens (Triton would fall back to the console silently)."""
+    settings = LogSettings(
+        options.log_file,
+        (options.log_info, options.log_warning, options.log_error),
+        options.log_verbose,
+        options.log_format,
     )
+    try:
+        settings.install()
+    except OSError as exc:
+        raise SystemExit(
+            f"error: --log-file: failed to open log file '{options.log_file}': {exc.strerror}"
+        ) from None
 
 
 def main(argv: list[str] | None = None) -> int:

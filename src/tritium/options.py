@@ -96,3 +96,7 @@ class ServerOptions:
     # first-response histogram) and --allow-cpu-metrics (nv_cpu_* families).
     metrics_config: MetricsSettings = MetricsSettings()
     allow_cpu_metrics: bool = True
+    # Logging extension (issue 15): Triton's --log-format (default | ISO8601) and --log-file
+    # (appended; "" = the console); both shown by GET /v2/logging, the format changeable there.
+    log_format: str = "default"
+    log_file: str = ""

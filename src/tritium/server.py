@@ -15,7 +15,7 @@ from typing import Any
 
 from . import TRITON_VERSION
 from .backends import BackendRegistry
-from .backends.python.observer import Observability
+from .backends.python.observer import ModelLogLevels, Observability
 from .backends.python.supervisor import RestartPolicy
 from .classification import classifier_for
 from .cache import ResponseCache, cache_key
@@ -29,6 +29,8 @@ from .errors import (
     unavailable,
     unsupported,
 )
+from .logsettings import LogSettings, LogUpdate, grpc_update, http_update, installed
+from .logtable import model_table, terminal_width
 from .metrics import FAMILY_NAMES
 from .model import Model
 from .options import ServerOptions
@@ -45,7 +47,16 @@ from .types import ClientRequest, InferenceResponse
 
 # The facade front-ends import: the server, and the request/sender types and version parsing
 # they hand to it.
-__all__ = ["EXTENSIONS", "InferenceRequest", "InferenceServer", "ResponseSender", "parse_version"]
+__all__ = [
+    "EXTENSIONS",
+    "InferenceRequest",
+    "InferenceServer",
+    "LogUpdate",
+    "ResponseSender",
+    "grpc_update",
+    "http_update",
+    "parse_version",
+]
 
 log = logging.getLogger("tritium")
 
@@ -65,12 +76,19 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 )
 
 
-def _model_log_levels(options: ServerOptions) -> tuple[bool, bool, bool, bool]:
-    """Which pb_utils.Logger levels reach the log: INFO, WARNING, ERROR, VERBOSE."""
-    return (options.log_info, options.log_warning, options.log_error, options.log_verbose >= 1)
+def _log_settings(options: ServerOptions) -> LogSettings:
+    """The process's log settings (installed by the CLI), or this server's own from its options
+    (a server built in-process, without the CLI)."""
+    return installed() or LogSettings(
+        options.log_file,
+        (options.log_info, options.log_warning, options.log_error),
+        options.log_verbose,
+        options.log_format,
+    )
 
 
 class InferenceServer:
@@ -81,7 +99,9 @@ class InferenceServer:
         )
         # Python models' pb_utils.MetricFamily values (shown on /metrics) and log levels.
         self.custom_metrics = CustomMetrics(reserved=FAMILY_NAMES)
-        observability = Observability(self.custom_metrics, _model_log_levels(options))
+        self.logging = _log_settings(options)
+        self._model_levels = ModelLogLevels(self.logging.model_levels())
+        observability = Observability(self.custom_metrics, self._model_levels)
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
             # self: BLS requests come back here
@@ -121,6 +141,7 @@ class InferenceServer:
     async def start(self) -> None:
         self._live = True
         await self.control.start()
+        log.info("%s", model_table(self.repository.index(), terminal_width()))
         failures = self.repository.failures()
         if failures and self.options.exit_on_error:
             await self.repository.unload_all()
@@ -201,6 +222,17 @@ class InferenceServer:
     def stats_snapshot(self) -> list[Any]:
         """Every loaded model version's ModelStats (for the metrics endpoint)."""
         return [m.stats for m in self.repository.loaded("", -1)]
+
+    # -- logging extension -------------------------------------------------------------------
+    def log_settings(self) -> dict[str, Any]:
+        return self.logging.as_dict()
+
+    def update_log_settings(self, update: LogUpdate) -> dict[str, Any]:
+        """Apply a client's change (checked by ``http_update``/``grpc_update``); the running
+        Python stubs learn the new model log levels; answers every setting."""
+        self.logging.apply(update)
+        self._model_levels.set(self.logging.model_levels())
+        return self.logging.as_dict()
 
     # -- model repository extension ------------------------------------------------------------
     async def load_model(

@@ -103,7 +103,16 @@ def test_serving_imports_no_ml_runtime() -> None:
 # docs/architecture.md, "Layers".
 LAYERS: list[set[str]] = [
     {"__init__", "errors", "types", "metrics_config", "latency"},
-    {"tensor_codec", "stats", "parameters", "audit", "classification", "custom_metrics"},
+    {
+        "tensor_codec",
+        "stats",
+        "parameters",
+        "audit",
+        "classification",
+        "custom_metrics",
+        "logsettings",
+        "logtable",
+    },
     {"access", "metrics_latency"},
     {"request", "options", "metrics"},
     {"cache", "shm", "config"},

@@ -13,8 +13,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritium.backends.python import ipc
-from tritium.backends.python.observer import Observability, StubObserver
 from tritium.backends.python.bls_client import FrameMux
+from tritium.backends.python.observer import ModelLogLevels, Observability, StubObserver
 from tritium.backends.python.stub_observe import MAX_LOGS, Outbox, ServerCalls
 from tritium.cli import LevelFilter, TritonFormatter, build_parser, options_from_args
 from tritium.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricError
@@ -239,7 +239,9 @@ def test_a_caller_waiting_for_a_reply_leaves_other_frames_to_the_serve_loop() ->
 
 
 def test_observer_logs_with_the_models_call_site(caplog: pytest.LogCaptureFixture) -> None:
-    observer = StubObserver(Observability(CustomMetrics(), (True, False, True, True)), "m_0")
+    observer = StubObserver(
+        Observability(CustomMetrics(), ModelLogLevels((True, False, True, True))), "m_0"
+    )
     caplog.set_level(logging.DEBUG, logger="tritium")
     observer.observe(
         ([(0, "model.py:42", "hello %s"), (1, "model.py:43", "w"), (3, "m.py:7", "v")], 3, [], [])

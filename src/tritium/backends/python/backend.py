@@ -45,6 +45,7 @@ class PythonBackend:
         """A stub process (not started) whose model logs and metrics reach the server."""
         stub = StubProcess(name, env)
         stub.observer = StubObserver(self._observability, name)
+        self._observability.log_levels.watch(stub)  # the logging extension's changes reach it
         return stub
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
@@ -125,7 +126,8 @@ class PythonBackend:
             "model_version": str(ctx.version),
             "model_name": ctx.model_name,
         }
-        body = {"path": str(path), "args": args, "log_levels": self._observability.log_levels}
+        levels = self._observability.log_levels.current  # later changes: LOG_LEVELS frames
+        body = {"path": str(path), "args": args, "log_levels": levels}
         await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
 
 

@@ -10,10 +10,15 @@ the server's ``CustomMetrics`` registry, owned by the stub that made them and re
 from __future__ import annotations
 
 import logging
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...custom_metrics import CustomMetrics, MetricError
+from . import ipc
+
+if TYPE_CHECKING:
+    from .process import StubProcess
 
 log = logging.getLogger("tritium")
 model_log = logging.getLogger("tritium.model")
@@ -22,14 +27,40 @@ model_log = logging.getLogger("tritium.model")
 _PY_LEVELS = (logging.INFO, logging.WARNING, logging.ERROR, logging.DEBUG)
 
 
+class ModelLogLevels:
+    """Which pb_utils.Logger levels are on now (INFO, WARNING, ERROR, VERBOSE: Triton's
+    --log-info, --log-warning, --log-error, and --log-verbose >= 1), and the stubs to tell
+    when the logging extension changes them: stubs filter before sending, so a level turned on
+    at run time must reach the ones already running (a LOG_LEVELS frame)."""
+
+    def __init__(self, levels: tuple[bool, bool, bool, bool] = (True, True, True, False)) -> None:
+        self.current: tuple[bool, bool, bool, bool] = levels
+        self._stubs: weakref.WeakSet[StubProcess] = weakref.WeakSet()
+
+    def watch(self, stub: StubProcess) -> None:
+        """``stub`` gets every later change (its INIT carries ``current``)."""
+        self._stubs.add(stub)
+
+    def set(self, levels: tuple[bool, bool, bool, bool]) -> None:
+        """New levels, sent to every live stub (on the event loop, as every stub write)."""
+        if levels == self.current:
+            return
+        self.current = levels
+        for stub in list(self._stubs):
+            if stub.alive:
+                try:
+                    stub.send(ipc.LOG_LEVELS, levels)
+                except (OSError, RuntimeError, AssertionError) as exc:  # dying: nothing to tell
+                    log.debug("log levels not sent to stub '%s': %s", stub.name, exc)
+
+
 @dataclass(frozen=True, slots=True)
 class Observability:
     """What the Python backend needs from the server: its custom metrics registry and which
-    model log levels are on (Triton's --log-info, --log-warning, --log-error, and
-    --log-verbose >= 1 for VERBOSE)."""
+    model log levels are on (``ModelLogLevels``, changed by the logging extension)."""
 
     metrics: CustomMetrics = field(default_factory=CustomMetrics)
-    log_levels: tuple[bool, bool, bool, bool] = (True, True, True, False)
+    log_levels: ModelLogLevels = field(default_factory=ModelLogLevels)
 
 
 class StubObserver:
@@ -64,7 +95,7 @@ class StubObserver:
             log.warning("model instance '%s': malformed observability frame: %s", self.name, exc)
 
     def _log(self, level: int, where: str, message: str) -> None:
-        if not self._levels[level]:
+        if not self._levels.current[level]:
             return
         py_level = _PY_LEVELS[level]
         if not model_log.isEnabledFor(py_level):

@@ -254,6 +254,9 @@ class Stub:
             if kind == ipc.EXECUTE:
                 self.execute_all(body, buffers)
                 continue
+            if kind == ipc.LOG_LEVELS:  # the logging extension changed them (one-way)
+                self._outbox.enabled = list(body)
+                continue
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))
             except Exception as exc:

@@ -86,6 +86,8 @@ class Dispatcher:
             conn.refuse(sid, 415)  # what the gRPC spec asks for a non-gRPC body
             return
         method = path.decode("latin-1")
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose >= 1 (changeable at run time)
+            log.debug("gRPC request: %s", method)
         encoding = metadata.get("grpc-encoding")
         call = conn.open_call(sid, method, metadata, encoding)
         rpc = self._methods.get(method)

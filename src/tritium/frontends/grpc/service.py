@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import unsupported
-from ...server import InferenceRequest, InferenceServer, ResponseSender
+from ...server import InferenceRequest, InferenceServer, ResponseSender, grpc_update
 from ...types import InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .call import ServerCall
@@ -31,7 +31,7 @@ from .status import RpcError, StatusCode
 from .stream import stream_infer
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
-_NOT_YET = frozenset({"TraceSetting", "LogSettings"})
+_NOT_YET = frozenset({"TraceSetting"})
 _KINDS = {
     (False, False): Kind.UNARY,
     (False, True): Kind.SERVER_STREAM,
@@ -52,6 +52,20 @@ def _no_repository(request: Any) -> None:
 def _repository_value(param: Any) -> Any:
     which = param.WhichOneof("parameter_choice")
     return None if which is None else getattr(param, which)
+
+
+def _setting_value(param: Any) -> tuple[str | None, Any]:
+    which = param.WhichOneof("parameter_choice")
+    return which, None if which is None else getattr(param, which)
+
+
+def _log_value(value: Any) -> Any:
+    kind = pb.LogSettingsResponse.SettingValue
+    if isinstance(value, bool):
+        return kind(bool_param=value)
+    if isinstance(value, int):
+        return kind(uint32_param=value)
+    return kind(string_param=value)
 
 
 class InferenceService:
@@ -96,6 +110,14 @@ class InferenceService:
     async def ModelStatistics(self, request: Any, call: ServerCall) -> Any:
         stats = self._server.statistics(request.name, request.version)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
+
+    async def LogSettings(self, request: Any, call: ServerCall) -> Any:
+        """The logging extension: read, or change then read (Triton's checks: grpc_update)."""
+        settings = self._server.log_settings()
+        if request.settings:
+            sent = {k: _setting_value(v) for k, v in request.settings.items()}
+            settings = self._server.update_log_settings(grpc_update(sent))
+        return pb.LogSettingsResponse(settings={k: _log_value(v) for k, v in settings.items()})
 
     async def SystemSharedMemoryStatus(self, request: Any, call: ServerCall) -> Any:
         regions = self._server.system_shm_status(request.name)

@@ -13,7 +13,7 @@ import orjson
 
 from ...access import AccessControl
 from ...errors import invalid_arg
-from ...server import InferenceServer
+from ...server import InferenceServer, http_update
 from .access import HttpGuard
 from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response
@@ -51,6 +51,8 @@ class HttpApp:
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
 
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose >= 1 (changeable at run time)
+            log.debug("HTTP request: %s %s", request.method, request.path)
         if self._guard is not None:
             return self._guard(request, self._route)
         return self._route(request)
@@ -69,6 +71,8 @@ class HttpApp:
             Route("GET", "/v2/health/live", lambda r: self._health("live"), g.HEALTH),
             Route("GET", "/v2/health/ready", lambda r: self._health("ready"), g.HEALTH),
             Route("GET", "/v2/models/stats", self._all_stats, g.STATISTICS),
+            Route("GET", "/v2/logging", self._logging, g.LOGGING),
+            Route("POST", "/v2/logging", self._logging, g.LOGGING),
             Route("POST", "/v2/repository/index", self._index, g.MODEL_REPOSITORY),
             Route("POST", "/v2/repository/models/{model}/load", self._load, g.MODEL_REPOSITORY),
             Route("POST", "/v2/repository/models/{model}/unload", self._unload, g.MODEL_REPOSITORY),
@@ -109,6 +113,14 @@ class HttpApp:
     def _model_stats(self, request: HttpRequest) -> HttpResponse:
         params = request.params
         return _json(self.server.statistics(params["model"], params.get("version", "")))
+
+    def _logging(self, request: HttpRequest) -> HttpResponse:
+        """The logging extension: GET reads, POST changes what it names (an empty body
+        nothing) and reads; Triton's checks in ``http_update``."""
+        if request.method == "POST" and request.body.strip():
+            update = http_update(_parse_json(request.body))
+            return _json(self.server.update_log_settings(update))
+        return _json(self.server.log_settings())
 
     def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
         params = request.params

@@ -1,0 +1,441 @@
+"""The logging extension and the log flags (issue 15 item 2), over HTTP and gRPC with the
+official clients.
+
+``get_log_settings`` / ``update_log_settings`` read and change every setting at run time with
+Triton's answers and error texts; a change reaches the server's own records and the Python
+stubs already running (their ``pb_utils.Logger.log_verbose`` appears only once
+``log_verbose_level`` is raised); ``--log-file`` receives every record and the console none;
+``--log-format ISO8601`` and the start-up table of models have Triton's layouts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import textwrap
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from clients import client, make_input
+from server_process import ServerProcess, server_command
+from stub_procs import wait_until
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import InferenceServerException
+
+PROTOCOLS = ("http", "grpc")
+MODEL = "log_model"
+BROKEN = "log_broken"
+TIMEOUT_S = 30.0
+DEFAULTS = {
+    "log_info": True,
+    "log_warning": True,
+    "log_error": True,
+    "log_verbose_level": 0,
+    "log_format": "default",
+}
+
+MODEL_PY = textwrap.dedent("""
+    import numpy as np
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+                tag = f"tag{int(data[0])}"
+                pb_utils.Logger.log_verbose(f"model verbose {tag}")
+                pb_utils.Logger.log_info(f"model info {tag}")
+                pb_utils.Logger.log_error(f"model error {tag}")  # always on: logged last
+                responses.append(pb_utils.InferenceResponse(
+                    output_tensors=[pb_utils.Tensor("OUTPUT0", data)]
+                ))
+            return responses
+""")
+
+BROKEN_PY = textwrap.dedent("""
+    class TritonPythonModel:
+        def initialize(self, args):
+            raise RuntimeError("broken on purpose")
+""")
+
+DEFAULT_LINE = r"^{letter}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ {where}\] {text}$"
+ISO_LINE = r"^\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\dZ {letter} \d+ {where}\] {text}$"
+# Triton's qa/L0_logging/log_format_test.py reads tables with these.
+TABLE_BORDER = re.compile(r"^\+[-+]+\+$")
+TABLE_ROW = re.compile(r"^\| (?P<row>.*?) \|$")
+
+
+def _model(repo: Path, name: str, source: str) -> None:
+    (repo / name / "1").mkdir(parents=True)
+    (repo / name / "config.pbtxt").write_text(
+        textwrap.dedent(f"""
+            name: "{name}"
+            backend: "python"
+            max_batch_size: 0
+            input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+            output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+        """)
+    )
+    (repo / name / "1" / "model.py").write_text(source)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("logging")
+    _model(root, MODEL, MODEL_PY)
+    _model(root, BROKEN, BROKEN_PY)
+    return root
+
+
+@pytest.fixture(scope="module")
+def log_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("logfile") / "tritium.log"
+    path.write_text("a line from before\n")  # --log-file appends
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(repo: Path, log_file: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess(
+        [repo], "--exit-on-error=false", "--strict-readiness=false", f"--log-file={log_file}"
+    )
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def settled(server: ServerProcess) -> Iterator[ServerProcess]:
+    """The shared server, its log settings back to the defaults after the test."""
+    yield server
+    c = client("http", server.http_url)
+    try:
+        c.update_log_settings(DEFAULTS)
+    finally:
+        c.close()
+
+
+def settings(
+    protocol: str, c: Any, update: dict[str, Any] | None = None, headers: Any = None
+) -> dict[str, Any]:
+    """The settings the server answered, as a plain dict whichever the protocol."""
+    if update is None:
+        answer = c.get_log_settings(headers=headers)
+    else:
+        answer = c.update_log_settings(update, headers=headers)
+    if protocol == "http":
+        return dict(answer)
+    return {k: getattr(v, v.WhichOneof("parameter_choice")) for k, v in answer.settings.items()}
+
+
+def infer(server: ServerProcess, protocol: str, value: float) -> None:
+    c = client(protocol, server.url(protocol))
+    try:
+        data = np.array([value], dtype=np.float32)
+        result = c.infer(MODEL, [make_input(protocol, "INPUT0", data, "FP32")])
+        assert result.as_numpy("OUTPUT0").tolist() == [value]
+    finally:
+        c.close()
+
+
+def lines(path: Path, pattern: str) -> list[str]:
+    return [line for line in path.read_text().splitlines() if re.search(pattern, line)]
+
+
+def wait_for_line(path: Path, pattern: str) -> None:
+    assert wait_until(lambda: len(lines(path, pattern)) == 1, TIMEOUT_S), (
+        pattern,
+        path.read_text()[-3000:],
+    )
+
+
+# ----------------------------------------------------------------------- get / update
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_initial_settings_are_the_flags(settled: ServerProcess, log_file: Path, protocol: str):
+    c = client(protocol, settled.url(protocol))
+    assert settings(protocol, c) == {"log_file": str(log_file), **DEFAULTS}
+    if protocol == "grpc":  # the verbose level is the oneof's uint32 case
+        assert c.get_log_settings(as_json=True)["settings"]["log_verbose_level"] == {
+            "uint32_param": 0
+        }
+    c.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_update_round_trip_of_every_field(settled: ServerProcess, log_file: Path, protocol: str):
+    c = client(protocol, settled.url(protocol))
+    changed = {
+        "log_info": False,
+        "log_warning": False,
+        "log_error": False,
+        "log_verbose_level": 3,
+        "log_format": "ISO8601",
+    }
+    expected = {"log_file": str(log_file), **changed}
+    assert settings(protocol, c, changed) == expected
+    assert settings(protocol, c) == expected
+    # Only what is named changes; the rest stays.
+    assert settings(protocol, c, {"log_warning": True})["log_warning"] is True
+    assert settings(protocol, c)["log_verbose_level"] == 3
+    assert settings(protocol, c, DEFAULTS) == {"log_file": str(log_file), **DEFAULTS}
+    c.close()
+
+
+HTTP_REFUSALS = [
+    ({"log_file": "elsewhere.log"}, "501", "log file location can not be updated through "),
+    ({"log_info": "yes"}, "500", "attempt to access JSON non-boolean as boolean"),
+    ({"log_error": 1}, "500", "attempt to access JSON non-boolean as boolean"),
+    ({"log_verbose_level": -1}, "500", "non-unsigned-integer as unsigned-integer"),
+    ({"log_verbose_level": 1.5}, "500", "non-unsigned-integer as unsigned-integer"),
+    ({"log_format": 7}, "500", "attempt to access JSON non-string as string"),
+    ({"log_format": "xml"}, "503", "invalid argument for --log_format, got: xml"),
+]
+
+
+@pytest.mark.parametrize(("update", "status", "text"), HTTP_REFUSALS)
+def test_http_refuses_bad_values_with_tritons_texts(
+    settled: ServerProcess, log_file: Path, update: dict[str, Any], status: str, text: str
+) -> None:
+    c = client("http", settled.http_url)
+    with pytest.raises(InferenceServerException) as caught:
+        c.update_log_settings({"log_verbose_level": 2, **update})
+    assert caught.value.status() == status
+    assert text in caught.value.message()
+    # Nothing of a refused update applies, not even the good values beside the bad one.
+    assert settings("http", c) == {"log_file": str(log_file), **DEFAULTS}
+    c.close()
+
+
+def test_http_nulls_and_empty_bodies_change_nothing(settled: ServerProcess) -> None:
+    url = f"http://{settled.http_url}/v2/logging"
+    for body in (b"", b"{}", b'{"log_file": null, "log_info": null, "log_format": null}'):
+        request = urllib.request.Request(url, data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            assert b'"log_info":true' in response.read()
+    for body, status in ((b"{not json", 400), (b"[]", 400)):
+        request = urllib.request.Request(url, data=body, method="POST")
+        with pytest.raises(urllib.error.HTTPError) as caught:
+            urllib.request.urlopen(request, timeout=TIMEOUT_S)
+        assert caught.value.code == status
+        assert b"failed to parse the request JSON buffer" in caught.value.read()
+        caught.value.close()
+    request = urllib.request.Request(url, data=b"{}", method="PUT")
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(request, timeout=TIMEOUT_S)
+    assert caught.value.code == 405
+    caught.value.close()
+
+
+def _raw_grpc(server: ServerProcess, **values: service_pb2.LogSettingsRequest.SettingValue):
+    """A LogSettings call with setting values tritonclient would never build."""
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        call = channel.unary_unary(
+            "/inference.GRPCInferenceService/LogSettings",
+            request_serializer=service_pb2.LogSettingsRequest.SerializeToString,
+            response_deserializer=service_pb2.LogSettingsResponse.FromString,
+        )
+        return call(service_pb2.LogSettingsRequest(settings=values), timeout=TIMEOUT_S)
+
+
+def test_grpc_refuses_bad_values_with_tritons_texts(settled: ServerProcess, log_file: Path):
+    c = client("grpc", settled.grpc_url)
+    for update, code, text in (
+        ({"log_file": "x.log"}, "UNIMPLEMENTED", "log file location can not be updated"),
+        ({"log_file": None}, "UNIMPLEMENTED", "log file location can not be updated"),
+        ({"log_info": None}, "INVALID_ARGUMENT", "expect boolean for 'log_info'"),
+        ({"log_format": "xml"}, "INVALID_ARGUMENT", "invalid argument for log_format, got: xml"),
+    ):
+        with pytest.raises(InferenceServerException) as caught:
+            c.update_log_settings({"log_verbose_level": 2, **update})
+        assert caught.value.status() == f"StatusCode.{code}", update
+        assert text in caught.value.message(), update
+    value = service_pb2.LogSettingsRequest.SettingValue
+    for key, wrong, text in (
+        ("log_verbose_level", value(string_param="1"), "expect int32 for 'log_verbose_level'"),
+        ("log_warning", value(uint32_param=1), "expect boolean for 'log_warning'"),
+        ("log_format", value(bool_param=True), "expect string for 'log_format'"),
+    ):
+        with pytest.raises(grpc.RpcError) as raised:
+            _raw_grpc(settled, **{key: wrong})
+        assert raised.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert raised.value.details() == text
+    assert settings("grpc", c) == {"log_file": str(log_file), **DEFAULTS}
+    c.close()
+
+
+# ---------------------------------------------------------- changes reach every record
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_verbose_records_appear_once_the_level_is_raised(
+    settled: ServerProcess, log_file: Path, protocol: str
+) -> None:
+    """Both the server's own verbose records and a running Python model's log_verbose."""
+    quiet, loud = (31.0, 32.0) if protocol == "http" else (41.0, 42.0)
+    request_record = (
+        r"HTTP request: POST /v2/models/log_model/infer$"
+        if protocol == "http"
+        else r"gRPC request: /inference\.GRPCInferenceService/ModelInfer$"
+    )
+    before = len(lines(log_file, request_record))
+    infer(settled, protocol, quiet)
+    wait_for_line(log_file, rf"model error tag{int(quiet)}$")
+    assert lines(log_file, rf"model info tag{int(quiet)}$")
+    assert not lines(log_file, rf"model verbose tag{int(quiet)}$")  # logged before the error
+    assert len(lines(log_file, request_record)) == before
+
+    c = client(protocol, settled.url(protocol))
+    assert settings(protocol, c, {"log_verbose_level": 1})["log_verbose_level"] == 1
+    infer(settled, protocol, loud)
+    where = re.escape("model.py:") + r"\d+"
+    wait_for_line(
+        log_file, DEFAULT_LINE.format(letter="I", where=where, text=f"model verbose tag{int(loud)}")
+    )
+    assert len(lines(log_file, request_record)) > before
+
+    # Back to 0, and INFO off too: only errors from the model and the server now.
+    settings(protocol, c, {"log_verbose_level": 0, "log_info": False})
+    infer(settled, protocol, quiet + 100)
+    tag = f"tag{int(quiet + 100)}"
+    wait_for_line(log_file, rf"model error {tag}$")
+    assert not lines(log_file, rf"model (verbose|info) {tag}$")
+    c.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_iso8601_format_at_run_time(settled: ServerProcess, log_file: Path, protocol: str):
+    value = 51.0 if protocol == "http" else 52.0
+    c = client(protocol, settled.url(protocol))
+    settings(protocol, c, {"log_format": "ISO8601"})
+    infer(settled, protocol, value)
+    where = re.escape("model.py:") + r"\d+"
+    text = f"model error tag{int(value)}"
+    wait_for_line(log_file, ISO_LINE.format(letter="E", where=where, text=text))
+    settings(protocol, c, {"log_format": "default"})
+    infer(settled, protocol, value + 100)
+    text = f"model error tag{int(value + 100)}"
+    wait_for_line(log_file, DEFAULT_LINE.format(letter="E", where=where, text=text))
+    c.close()
+
+
+# ------------------------------------------------------------------- file, format, table
+
+
+def test_log_file_gets_the_records_and_the_console_none(
+    server: ServerProcess, log_file: Path
+) -> None:
+    text = log_file.read_text()
+    assert text.startswith("a line from before\n")  # appended
+    where = r"runtime\.py:\d+"
+    assert re.search(
+        DEFAULT_LINE.format(letter="I", where=where, text=r"Started HTTPService at .*"),
+        text,
+        re.MULTILINE,
+    )
+    assert "Started HTTPService" not in server.log_text()
+    assert "failed to load 'log_broken'" in text
+
+
+def _table(text: str) -> list[list[str]]:
+    """The rows of the first model table in ``text``, checked as Triton's qa checks one."""
+    all_lines = text.splitlines()
+    start = next(i for i, line in enumerate(all_lines) if line.startswith("| Model "))
+    top, header, middle = all_lines[start - 1], all_lines[start], all_lines[start + 1]
+    assert TABLE_BORDER.match(top) and TABLE_BORDER.match(middle) and top == middle
+    assert [c.strip() for c in TABLE_ROW.match(header)["row"].split("|")] == [
+        "Model",
+        "Version",
+        "Status",
+    ]
+    assert all_lines[start - 2].endswith("] ")  # the record's own line; the table follows
+    rows = []
+    for line in all_lines[start + 2 :]:
+        if TABLE_BORDER.match(line):
+            assert line == top
+            return rows
+        assert len(line) == len(top)
+        rows.append([c.strip() for c in TABLE_ROW.match(line)["row"].split("|")])
+    raise AssertionError("table without its bottom border")
+
+
+def test_startup_table_lists_models_with_their_state(log_file: Path, server: ServerProcess):
+    rows = _table(log_file.read_text())
+    assert rows == [
+        [BROKEN, "1", "UNAVAILABLE: RuntimeError: broken on purpose"],
+        [MODEL, "1", "READY"],
+    ]
+
+
+def test_log_format_flag_and_console_streams(repo: Path) -> None:
+    """--log-format=ISO8601 from the start; without --log-file, INFO goes to stdout and
+    warnings and errors to stderr, as Triton's logger writes them."""
+    command = server_command([repo], "--log-format=ISO8601", "--exit-on-error=true")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0  # log_broken fails to load: the server exits
+    where = r"\S+\.py:\d+"
+    table_record = ISO_LINE.format(letter="I", where=where, text="")
+    assert re.search(table_record + r"\n\+-", done.stdout, re.MULTILINE), done.stdout
+    assert _table(done.stdout)[0][0] == BROKEN
+    error = ISO_LINE.format(letter="E", where=where, text=r"failed to load 'log_broken'.*")
+    assert re.search(error, done.stderr, re.MULTILINE), done.stderr
+    assert "failed to load" not in done.stdout
+
+
+def test_unopenable_log_file_stops_the_server_at_start(repo: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-dir" / "tritium.log"
+    done = subprocess.run(
+        server_command([repo], f"--log-file={missing}"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert f"--log-file: failed to open log file '{missing}'" in done.stderr
+
+
+def test_bad_log_format_flag_is_refused(repo: Path) -> None:
+    done = subprocess.run(
+        server_command([repo], "--log-format=json"), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode != 0
+    assert "invalid argument for --log-format" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    audit = tmp_path_factory.mktemp("audit") / "audit.jsonl"
+    proc = ServerProcess(
+        [tmp_path_factory.mktemp("empty")],
+        "--http-restricted-api=logging:admin-key=s3cret",
+        "--grpc-restricted-protocol=logging:admin-key=s3cret",
+        f"--audit-log={audit}",
+    )
+    yield proc, audit
+    proc.stop()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_logging_is_tritons_restricted_group_and_audited(
+    restricted: tuple[ServerProcess, Path], protocol: str
+) -> None:
+    proc, audit = restricted
+    c = client(protocol, proc.url(protocol))
+    with pytest.raises(InferenceServerException) as caught:
+        c.update_log_settings({"log_verbose_level": 1})
+    assert "restricted, expecting header" in caught.value.message()
+    assert caught.value.status() == ("403" if protocol == "http" else "StatusCode.UNAVAILABLE")
+    key = "admin-key" if protocol == "http" else "triton-grpc-protocol-admin-key"
+    answer = settings(protocol, c, headers={key: "s3cret"})
+    assert answer["log_verbose_level"] == 0  # the refused update changed nothing
+    settings(protocol, c, {"log_warning": True}, headers={key: "s3cret"})
+    c.close()
+    entries = [json.loads(line) for line in audit.read_text().splitlines()]
+    mine = [e for e in entries if e["protocol"] == protocol and e["action"] == "log_settings"]
+    assert [e.get("reason") or e.get("outcome") for e in mine] == ["restricted", "ok"], mine
