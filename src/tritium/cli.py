@@ -13,6 +13,8 @@ from typing import Any
 
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
+from .flags.parser import add_table_flags, check_table_flags, group_help
+from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
 from .frontends.grpc.metadata import compile_forward_pattern
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
 
@@ -35,7 +37,11 @@ def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tritium", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve model repositories (Triton's flags)")
+    serve = sub.add_parser(
+        "serve",
+        help="serve model repositories (Triton's flags)",
+        usage="tritium serve --model-repository <path> [flags] (see docs/flags.md)",
+    )
     serve.add_argument(
         "--model-repository",
         "--model-store",
@@ -95,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--metrics-interval-ms",
-        type=int,
+        type=lambda text: int(float(text)),  # Triton documents a float, reads an int
         default=2000,
         help="accepted for Triton compatibility; tritium computes metrics when they are scraped",
     )
@@ -105,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="tritium: write the bound ports as JSON to this file once serving",
     )
+    add_serve_flags(serve)
+    add_table_flags(serve)  # every other flag of Triton's: GPU-only, tuning, refused, not yet
+    group_help(serve)
     return parser
 
 
@@ -379,6 +388,7 @@ def _access_options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    check_table_flags(args)
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
         auto_complete = auto_complete and not args.strict_model_config
@@ -411,7 +421,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         log_verbose=args.log_verbose,
-        cache_size=_cache_size(args.cache_config),
+        cache_size=_cache_size(cache_config_values(args)),
         allow_client_shm=args.allow_client_shm,
         model_control_mode=args.model_control_mode,
         repository_poll_secs=max(args.repository_poll_secs, 0.1),
@@ -423,6 +433,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         **_http_limit_options(args),
         **_grpc_transport_options(args),
         **_access_options(args),  # type: ignore[arg-type]
+        **serve_options(args),
     )
 
 
@@ -462,6 +473,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
     _setup_logging(options.log_verbose)
+    for notice in check_table_flags(args) + serve_notices(args):
+        log.log(notice.level, "%s", notice.message)
     from .runtime import run  # imported late: argument errors stay fast
 
     try:

@@ -82,3 +82,11 @@ class ServerOptions:
     # Python execution environments (issue 14): where EXECUTION_ENV_PATH archives are unpacked
     # (content-keyed, private to the user); "" = <system temp>/tritium-python-envs-<uid>.
     python_env_cache_dir: str = ""
+    # Flags and repository odds and ends (issue 15 items 1 and 5; see tritium/flags).
+    model_config_name: str = ""  # <model>/configs/<name>.pbtxt when it exists
+    model_load_retry_count: int = 0
+    model_namespacing: bool = False
+    reuse_http_port: bool = False
+    http_header_forward_pattern: str = ""  # regex; matching headers become parameters
+    allow_cpu_metrics: bool = True
+    onnxruntime_default_max_batch_size: int = 4  # --backend-config default-max-batch-size

@@ -113,7 +113,7 @@ LAYERS: list[set[str]] = [
     {"repository"},
     {"server"},
     {"frontends"},
-    {"runtime"},
+    {"runtime", "flags"},
     {"cli"},
     {"__main__"},
 ]
