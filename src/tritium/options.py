@@ -85,7 +85,6 @@ class ServerOptions:
     # Flags and repository odds and ends (issue 15 items 1 and 5; see tritium/flags).
     model_config_name: str = ""  # <model>/configs/<name>.pbtxt when it exists
     model_load_retry_count: int = 0
-    model_namespacing: bool = False
     reuse_http_port: bool = False
     http_header_forward_pattern: str = ""  # regex; matching headers become parameters
     allow_cpu_metrics: bool = True

@@ -31,10 +31,11 @@ from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
 from .repository.control import ModelControl
-from .repository.manager import ModelRepositoryManager
+from .repository.manager import ModelRepositoryManager, RepositoryLayout
 from .repository.names import check_model_name
 from .repository.names import version_from_string as parse_version
 from .parameters import parse_parameters
+from .raw_input import raw_tensor
 from .request import InferenceRequest, ResponseCallback, ResponseSender
 from .types import ClientRequest, InferenceResponse
 
@@ -71,11 +72,20 @@ class InferenceServer:
         )
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            BackendRegistry({"python": (restarts, options.python_env_cache_dir)}),
+            BackendRegistry(
+                {
+                    "python": (restarts, options.python_env_cache_dir),
+                    "onnxruntime": (options.onnxruntime_default_max_batch_size,),
+                }
+            ),
             dispatch=self,  # an ensemble's steps come back through request() and submit()
-            auto_complete=options.auto_complete_config,
-            load_threads=options.model_load_thread_count,
             unload_timeout=options.exit_timeout_secs,
+            layout=RepositoryLayout(
+                auto_complete=options.auto_complete_config,
+                load_threads=options.model_load_thread_count,
+                config_name=options.model_config_name,
+                load_retries=options.model_load_retry_count,
+            ),
         )
         self.control = ModelControl(
             self.repository,
@@ -233,6 +243,14 @@ class InferenceServer:
         return self.repository.index(ready_only)
 
     # -- inference ---------------------------------------------------------------------------
+    def raw_request(self, name: str, version: int, body: bytes | bytearray) -> ClientRequest:
+        """A raw binary request (the binary extension's ``Inference-Header-Content-Length:
+        0``): the body is the model's one input; name, datatype and shape from its config."""
+        spec = self._model(name, version).spec
+        inputs = [(s.name, s.datatype, s.dims) for s in spec.inputs.values()]
+        tensor = raw_tensor(name, inputs, spec.max_batch_size > 0, body)
+        return ClientRequest(name, version, inputs=(tensor,))
+
     def request(
         self, client: ClientRequest, parent: InferenceRequest | None = None
     ) -> InferenceRequest:

@@ -103,7 +103,7 @@ def test_serving_imports_no_ml_runtime() -> None:
 # docs/architecture.md, "Layers".
 LAYERS: list[set[str]] = [
     {"__init__", "errors", "types"},
-    {"tensor_codec", "stats", "parameters", "audit", "classification"},
+    {"tensor_codec", "stats", "parameters", "audit", "classification", "raw_input"},
     {"access"},
     {"request", "options", "metrics"},
     {"cache", "shm", "config"},

@@ -117,7 +117,8 @@ def check_table_flags(args: argparse.Namespace) -> list[Notice]:
         values = getattr(args, _dest(flag), None)
         if values is None:
             continue
-        shown = f"--{flag.name}={values[-1]}"
+        last = values[-1]
+        shown = f"--{flag.name}={str(last).lower() if isinstance(last, bool) else last}"
         decision = flag.decision
         if decision is Decision.NOT_YET:
             raise SystemExit(f"error: --{flag.name} is not implemented yet in tritium")

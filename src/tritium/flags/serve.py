@@ -57,13 +57,6 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
         default=0,
         help="try a model version that fails to load again, up to this many times",
     )
-    _flag(
-        serve,
-        "--model-namespacing",
-        False,
-        "serve the same model name from several repositories; each ensemble uses the one "
-        "of its own repository, and a request for an ambiguous name is refused",
-    )
     _flag(serve, "--reuse-http-port", False, "SO_REUSEPORT on the HTTP socket")
     serve.add_argument(
         "--http-header-forward-pattern",
@@ -100,7 +93,6 @@ def serve_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model_config_name": args.model_config_name or "",
         "model_load_retry_count": args.model_load_retry_count,
-        "model_namespacing": args.model_namespacing,
         "reuse_http_port": args.reuse_http_port,
         "http_header_forward_pattern": args.http_header_forward_pattern,
         "allow_cpu_metrics": args.allow_cpu_metrics and args.allow_metrics,

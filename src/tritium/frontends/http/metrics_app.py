@@ -10,7 +10,8 @@ from .messages import HttpRequest, HttpResponse
 class MetricsApp:
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
-        self._cpu = metrics.CpuSampler()
+        # --allow-cpu-metrics (off with --allow-metrics=false, as Triton): the nv_cpu_* families
+        self._cpu = metrics.CpuSampler() if server.options.allow_cpu_metrics else None
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if request.path.split("?", 1)[0] != "/metrics":
