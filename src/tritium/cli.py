@@ -13,6 +13,8 @@ from typing import Any
 
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
+from .flags.parser import add_table_flags, check_table_flags, group_help
+from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
 from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
 from .logsettings import LOG_FORMATS, LevelFilter, LogSettings, TritonFormatter
@@ -39,7 +41,11 @@ def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tritium", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve model repositories (Triton's flags)")
+    serve = sub.add_parser(
+        "serve",
+        help="serve model repositories (Triton's flags)",
+        usage="tritium serve --model-repository <path> [flags] (see docs/flags.md)",
+    )
     serve.add_argument(
         "--model-repository",
         "--model-store",
@@ -102,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="tritium: write the bound ports as JSON to this file once serving",
     )
+    add_serve_flags(serve)
+    add_table_flags(serve)  # every other flag of Triton's: GPU-only, tuning, refused, not yet
+    group_help(serve)
     return parser
 
 
@@ -419,6 +428,7 @@ def _access_options(args: argparse.Namespace) -> dict[str, object]:
 
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
+    check_table_flags(args)
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
         auto_complete = auto_complete and not args.strict_model_config
@@ -448,7 +458,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         **_log_options(args),
-        cache_size=_cache_size(args.cache_config),
+        cache_size=_cache_size(cache_config_values(args)),
         allow_client_shm=args.allow_client_shm,
         model_control_mode=args.model_control_mode,
         repository_poll_secs=max(args.repository_poll_secs, 0.1),
@@ -462,6 +472,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         rate_limit=args.rate_limit,
         rate_limit_resources=tuple(args.rate_limit_resource),
         **_access_options(args),  # type: ignore[arg-type]
+        **serve_options(args),
     )
 
 
@@ -482,7 +493,7 @@ def _metrics_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument("--metrics-port", type=int, default=8002)
     serve.add_argument(
         "--metrics-interval-ms",
-        type=_positive_int,
+        type=_positive_ms,
         default=2000,
         help="the CPU families are sampled at most once per interval (ms)",
     )
@@ -509,6 +520,14 @@ def _metrics_options(args: argparse.Namespace) -> dict[str, Any]:
         "metrics_config": settings,
         "allow_cpu_metrics": bool(args.allow_cpu_metrics and args.allow_metrics),
     }
+
+
+def _positive_ms(text: str) -> int:
+    """Triton documents --metrics-interval-ms as a float and keeps its integer part."""
+    try:
+        return _positive_int(str(int(float(text))))
+    except ValueError:
+        return _positive_int(text)
 
 
 def _positive_int(text: str) -> int:
@@ -609,6 +628,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
     _setup_logging(options)
+    for notice in check_table_flags(args) + serve_notices(args):
+        log.log(notice.level, "%s", notice.message)
     from .runtime import run  # imported late: argument errors stay fast
 
     try:

@@ -100,3 +100,9 @@ class ServerOptions:
     # (appended; "" = the console); both shown by GET /v2/logging, the format changeable there.
     log_format: str = "default"
     log_file: str = ""
+    # Flags and repository odds and ends (issue 15 items 1 and 5; see tritium/flags).
+    model_config_name: str = ""  # <model>/configs/<name>.pbtxt when it exists
+    model_load_retry_count: int = 0
+    reuse_http_port: bool = False
+    http_header_forward_pattern: str = ""  # regex; matching headers become parameters
+    onnxruntime_default_max_batch_size: int = 4  # --backend-config default-max-batch-size

@@ -87,6 +87,7 @@ async def _bind(
             (options.http_address, options.http_port),
             HttpLimits.from_options(options),
             http_tls,
+            options.reuse_http_port,
         )
         listeners.append(listener)
         ports["http"] = listener.sockets[0].getsockname()[1]

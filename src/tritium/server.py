@@ -37,11 +37,12 @@ from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
 from .repository.control import ModelControl
-from .repository.manager import ModelRepositoryManager
+from .repository.manager import ModelRepositoryManager, RepositoryLayout
 from .repository.names import check_model_name
 from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
 from .parameters import parse_parameters
+from .raw_input import raw_tensor
 from .request import InferenceRequest, ResponseCallback, ResponseSender
 from .types import ClientRequest, InferenceResponse
 
@@ -104,14 +105,21 @@ class InferenceServer:
         observability = Observability(self.custom_metrics, self._model_levels)
         self.repository = ModelRepositoryManager(
             list(options.model_repositories),
-            # self: BLS requests come back here
+            # python: BLS requests come back to self
             BackendRegistry(
-                {"python": (restarts, options.python_env_cache_dir, observability, self)}
+                {
+                    "python": (restarts, options.python_env_cache_dir, observability, self),
+                    "onnxruntime": (options.onnxruntime_default_max_batch_size,),
+                }
             ),
             dispatch=self,  # an ensemble's steps come back through request() and submit()
-            auto_complete=options.auto_complete_config,
-            load_threads=options.model_load_thread_count,
             unload_timeout=options.exit_timeout_secs,
+            layout=RepositoryLayout(
+                auto_complete=options.auto_complete_config,
+                load_threads=options.model_load_thread_count,
+                config_name=options.model_config_name,
+                load_retries=options.model_load_retry_count,
+            ),
         )
         if options.rate_limit == "execution_count":
             self.repository.limiter = RateLimiter(options.rate_limit_resources)
@@ -286,6 +294,14 @@ class InferenceServer:
         return self.repository.index(ready_only)
 
     # -- inference ---------------------------------------------------------------------------
+    def raw_request(self, name: str, version: int, body: bytes | bytearray) -> ClientRequest:
+        """A raw binary request (the binary extension's ``Inference-Header-Content-Length:
+        0``): the body is the model's one input; name, datatype and shape from its config."""
+        spec = self._model(name, version).spec
+        inputs = [(s.name, s.datatype, s.dims) for s in spec.inputs.values()]
+        tensor = raw_tensor(name, inputs, spec.max_batch_size > 0, body)
+        return ClientRequest(name, version, inputs=(tensor,))
+
     def request(
         self, client: ClientRequest, parent: InferenceRequest | None = None
     ) -> InferenceRequest:

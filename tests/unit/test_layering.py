@@ -112,6 +112,7 @@ LAYERS: list[set[str]] = [
         "custom_metrics",
         "logsettings",
         "logtable",
+        "raw_input",
     },
     {"access", "metrics_latency"},
     {"request", "options", "metrics"},
@@ -122,7 +123,7 @@ LAYERS: list[set[str]] = [
     {"repository"},
     {"server"},
     {"frontends"},
-    {"runtime"},
+    {"runtime", "flags"},
     {"cli"},
     {"__main__"},
 ]

@@ -114,7 +114,11 @@ def _create_session(path: Path, config: ModelConfig) -> ort.InferenceSession:
         raise internal(f"onnxruntime failed to load '{path}': {exc}") from None
 
 
-def auto_complete(config: ModelConfig, session: ort.InferenceSession) -> None:
+def auto_complete(
+    config: ModelConfig,
+    session: ort.InferenceSession,
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+) -> None:
     """Fill inputs, outputs and max_batch_size from the model, as Triton's ORT backend does."""
     if config.input and config.output:
         return
@@ -129,11 +133,11 @@ def auto_complete(config: ModelConfig, session: ort.InferenceSession) -> None:
             f"autofill failed for model '{config.name}': model does not support batching "
             "while non-zero max_batch_size is specified"
         )
-    if can_batch and config.max_batch_size == 0:
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    if can_batch and config.max_batch_size == 0 and default_max_batch_size > 0:
+        config.max_batch_size = default_max_batch_size
         log.warning(
             "autofilled max_batch_size to %d for model '%s' which supports batching",
-            DEFAULT_MAX_BATCH_SIZE,
+            default_max_batch_size,
             config.name,
         )
     if (
@@ -346,13 +350,18 @@ def _resolve(future: asyncio.Future[Any], outcome: Any) -> None:
 
 
 class OnnxRuntimeBackend:
+    def __init__(self, default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE) -> None:
+        # --backend-config [onnxruntime,]default-max-batch-size: what auto-complete gives a
+        # model that can batch.
+        self._default_max_batch_size = default_max_batch_size
+
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.onnx")
         first = await asyncio.to_thread(_create_session, path, ctx.config)
         config = ctx.config
         if ctx.auto_complete:
             config.name = config.name or ctx.model_name
-            auto_complete(config, first)
+            auto_complete(config, first, self._default_max_batch_size)
         spec = ctx.finalize(config)
         names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
         rest = await asyncio.gather(

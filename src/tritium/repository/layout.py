@@ -19,6 +19,20 @@ class ModelLocation:
     scratch: Path | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RepositoryLayout:
+    """How the repositories are read (Triton's flags): ``auto_complete`` completes configs
+    from the model files (not --disable-auto-complete-config), ``load_threads`` models load
+    at once (--model-load-thread-count), ``config_name`` picks
+    ``<model>/configs/<name>.pbtxt`` over config.pbtxt (--model-config-name),
+    ``load_retries`` tries a version that failed to load again (--model-load-retry-count)."""
+
+    auto_complete: bool = True
+    load_threads: int = 4
+    config_name: str = ""
+    load_retries: int = 0
+
+
 def scan(repositories: list[Path]) -> dict[str, ModelLocation]:
     """Every model directory across the repositories; a name found twice is unavailable."""
     found: dict[str, list[Path]] = {}

@@ -23,7 +23,7 @@ from ..warmup import warm_up
 from ..scheduling.rate_limiter import RateLimiter
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
-from .layout import ModelLocation, scan, select_versions, version_dirs
+from .layout import ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
 from .names import version_from_string
 from .records import ModelRecord, VersionRecord, failure, index_rows, refresh, was_unloaded
 from ..config.spec import ModelSpec, build_spec, infer_backend, normalize
@@ -44,12 +44,12 @@ class ModelRepositoryManager:
         self,
         repositories: list[Path],
         backends: Mapping[str, Backend],
-        auto_complete: bool = True,
-        load_threads: int = 4,
         unload_timeout: float | None = None,
         dispatch: Dispatch | None = None,
+        layout: RepositoryLayout | None = None,
     ) -> None:
         self._repositories = repositories
+        self._layout = layout or RepositoryLayout()  # how the repositories are read
         self._dispatch = dispatch  # given to ensembles: how their steps reach their models
         # --rate-limit=execution_count: the server's limiter, which every instance joins
         # (set by the server before anything loads; None: rate limiting is off).
@@ -57,8 +57,8 @@ class ModelRepositoryManager:
         # How long an unload waits for a model's executions before killing its instances.
         self._unload_timeout = unload_timeout
         self._backends = backends
-        self._auto_complete = auto_complete
-        self._load_slots = asyncio.Semaphore(max(load_threads, 1))
+        self._auto_complete = self._layout.auto_complete
+        self._load_slots = asyncio.Semaphore(max(self._layout.load_threads, 1))
         self._records: dict[str, ModelRecord] = {}
         self._known: set[str] = set()  # model directories seen in the repositories
         self._retiring: set[asyncio.Task[None]] = set()
@@ -243,7 +243,9 @@ class ModelRepositoryManager:
         if override is not None:
             config, path, text = override, None, ""
         else:
-            config, path, text = await asyncio.to_thread(read_config, location.path)
+            config, path, text = await asyncio.to_thread(
+                read_config, location.path, self._layout.config_name
+            )
         if path is None and override is None and not self._auto_complete:
             raise invalid_arg(
                 f"unable to find the model configuration file "
@@ -339,8 +341,6 @@ class ModelRepositoryManager:
     ) -> None:
         version = int(version_dir.name)
         entry = record.versions[version]
-        own = ModelConfig()
-        own.CopyFrom(config)
 
         def finalize(completed: ModelConfig) -> ModelSpec:
             # Every backend comes through here once auto-complete is done: refuse the fields
@@ -361,30 +361,34 @@ class ModelRepositoryManager:
             refresh(record)
             log.info("model '%s' version %d is ready again", record.name, version)
 
-        ctx = LoadContext(
-            record.name,
-            version,
-            model_dir,
-            version_dir,
-            own,
-            self._auto_complete,
-            finalize,
-            on_failure,
-            composing=functools.partial(self.composing_spec, record.name),
-            on_recovered=on_recovered,
-        )
+        def context() -> LoadContext:  # a fresh copy of the config for each attempt
+            own = ModelConfig()
+            own.CopyFrom(config)
+            return LoadContext(
+                record.name,
+                version,
+                model_dir,
+                version_dir,
+                own,
+                self._auto_complete,
+                finalize,
+                on_failure,
+                composing=functools.partial(self.composing_spec, record.name),
+                on_recovered=on_recovered,
+            )
+
         started = time.monotonic()
-        try:
-            spec, instances = await backend.load(ctx)
-            await warm_up(spec, instances, model_dir, version)  # before READY; closes on failure
-        except ServerError as exc:
-            entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
-            log.error("failed to load '%s' version %d: %s", record.name, version, exc.message)
-            return
-        except Exception as exc:
-            entry.state, entry.reason = ModelState.UNAVAILABLE, f"{type(exc).__name__}: {exc}"
-            log.error("failed to load '%s' version %d: %s", record.name, version, entry.reason)
-            return
+        for attempt in range(self._layout.load_retries + 1):  # Triton: --model-load-retry-count
+            try:
+                spec, instances = await backend.load(context())
+                await warm_up(spec, instances, model_dir, version)  # before READY
+                break
+            except Exception as exc:
+                reason = exc.message if isinstance(exc, ServerError) else _describe(exc)
+                log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+                if attempt == self._layout.load_retries:
+                    entry.state, entry.reason = ModelState.UNAVAILABLE, reason
+                    return
         try:
             entry.model = Model(spec, version, instances, self._dispatch, self.limiter)
         except ServerError as exc:  # the rate limiter's resource counts cannot serve it
@@ -467,7 +471,11 @@ class ModelRepositoryManager:
         )
 
 
-__all__ = ["ModelRepositoryManager", "version_from_string"]
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+__all__ = ["ModelRepositoryManager", "RepositoryLayout", "version_from_string"]
 
 
 def _configure_metrics(model: Model, settings: MetricsSettings, load_seconds: float) -> None:

@@ -92,6 +92,8 @@ def _model_api(method: str, rest: list[str]) -> HttpApi:
 
 
 def _repository_api(rest: list[str]) -> HttpApi:
+    if len(rest) in (2, 4) and rest[-1] in ("index", "load", "unload"):
+        rest = rest[1:]  # /v2/repository/{repo}/...: a repository name (see HttpApp)
     if len(rest) == 3 and rest[0] == "models" and rest[2] in ("load", "unload"):
         return HttpApi(ApiGroup.MODEL_REPOSITORY, rest[2], unquote(rest[1]), True)
     return HttpApi(ApiGroup.MODEL_REPOSITORY, "repository_index")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from dataclasses import replace
 from collections.abc import Awaitable, Coroutine
 from typing import Any
 from urllib.parse import unquote
@@ -12,11 +13,13 @@ from urllib.parse import unquote
 import orjson
 
 from ...access import AccessControl
-from ...errors import invalid_arg
+from ...errors import invalid_arg, unsupported
 from ...server import InferenceServer, http_update
+from ...types import ClientRequest
+from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
 from ..tensors import decode_off_loop
-from .codec import decode_request, encode_response
+from .codec import OutputPlan, decode_request, encode_response
 from .errors import render_error
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
 from .messages import HttpRequest, HttpResponse, HttpStreamResponse, Result, orjson_error
@@ -49,6 +52,9 @@ class HttpApp:
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
+        # --http-header-forward-pattern: matching request headers become string parameters.
+        pattern = server.options.http_header_forward_pattern if server is not None else ""
+        self._forward = compile_forward_pattern(pattern)
 
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose >= 1 (changeable at run time)
@@ -76,6 +82,7 @@ class HttpApp:
             Route("POST", "/v2/repository/index", self._index, g.MODEL_REPOSITORY),
             Route("POST", "/v2/repository/models/{model}/load", self._load, g.MODEL_REPOSITORY),
             Route("POST", "/v2/repository/models/{model}/unload", self._unload, g.MODEL_REPOSITORY),
+            *self._named_repository_routes(),
             Route(ANY_METHOD, "/v2/systemsharedmemory/{rest*}", self._system_shm, g.SHARED_MEMORY),
             Route(ANY_METHOD, "/v2/cudasharedmemory/{rest*}", self._cuda_shm, g.SHARED_MEMORY),
         ]
@@ -90,6 +97,17 @@ class HttpApp:
                 Route("POST", base + "/generate_stream", self._generate_stream, g.INFERENCE),
             ]
         return routes
+
+    def _named_repository_routes(self) -> list[Route]:
+        """``/v2/repository/{repo}/...`` as Triton answers it (http_server.cc): the index
+        ignores the repository name; load and unload refuse one (UNSUPPORTED)."""
+        group = ApiGroup.MODEL_REPOSITORY
+        base = "/v2/repository/{repo}"
+        return [
+            Route("POST", base + "/index", self._index, group),
+            Route("POST", base + "/models/{model}/load", _named_repository, group),
+            Route("POST", base + "/models/{model}/unload", _named_repository, group),
+        ]
 
     @staticmethod
     def _expect(request: HttpRequest, method: str) -> HttpResponse | None:
@@ -191,7 +209,9 @@ class HttpApp:
         ready = False
         if request.body.strip():
             doc = _parse_json(request.body)
-            ready = bool(doc.get("ready", False)) if isinstance(doc, dict) else False
+            ready = doc.get("ready", False) if isinstance(doc, dict) else False
+            if not isinstance(ready, bool):
+                raise invalid_arg("Invalid value for 'ready': expected a boolean")
         return _json(self.server.repository_index(ready))
 
     async def _generate_once(self, request: HttpRequest) -> HttpResponse:
@@ -216,9 +236,20 @@ class HttpApp:
                 header_length = int(header)
             except ValueError:
                 raise invalid_arg("Inference-Header-Content-Length must be an integer") from None
-        inference, plan = await decode_off_loop(
-            len(request.body), decode_request, request.body, header_length, name, _version(version)
-        )
+        if header_length == 0:  # a raw binary request: the body is the one input's bytes
+            inference = self.server.raw_request(name, _version(version), request.body)
+            plan = OutputPlan(binary_default=True)  # Triton answers it in binary
+        else:
+            inference, plan = await decode_off_loop(
+                len(request.body),
+                decode_request,
+                request.body,
+                header_length,
+                name,
+                _version(version),
+            )
+        if self._forward is not None:
+            inference = self._forwarded(inference, request)
         response = await self.server.infer(inference, _DECOUPLED)
         head, parts, json_length = encode_response(response, plan)
         if json_length < 0:
@@ -230,6 +261,22 @@ class HttpApp:
             [(b"Inference-Header-Content-Length", b"%d" % json_length)],
             compressible=True,
         )
+
+
+    def _forwarded(self, inference: ClientRequest, request: HttpRequest) -> ClientRequest:
+        """The request with the headers the pattern finds as parameters, by the rules of the
+        gRPC front-end (grpc/metadata.py:forwarded_parameters: never names the server reads as
+        request options); a header's value wins over a parameter of the same name, as in
+        Triton, where forwarded headers are appended after the request's own."""
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.items()]
+        found = forwarded_parameters(self._forward, headers)
+        if not found:
+            return inference
+        return replace(inference, parameters={**inference.parameters, **found})
+
+
+def _named_repository(request: HttpRequest) -> HttpResponse:
+    raise unsupported("'repository_name' specification is not supported")
 
 
 def _version(text: str) -> int:

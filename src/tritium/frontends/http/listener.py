@@ -146,10 +146,15 @@ class HttpListener:
 
 
 async def listen_http(
-    app: Any, where: tuple[str, int], limits: HttpLimits, tls: ssl.SSLContext | None = None
+    app: Any,
+    where: tuple[str, int],
+    limits: HttpLimits,
+    tls: ssl.SSLContext | None = None,
+    reuse_port: bool = False,
 ) -> HttpListener:
     """Serve ``app`` (a handler, with an optional ``render_error``) on ``where``: every
-    address it resolves to, as ``loop.create_server`` does."""
+    address it resolves to, as ``loop.create_server`` does. ``reuse_port``: SO_REUSEPORT, so
+    several servers share the port (--reuse-http-port)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(
         where[0] or None, where[1], type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -160,6 +165,8 @@ async def listen_http(
             sock = socket.socket(family, kind, proto)
             socks.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)

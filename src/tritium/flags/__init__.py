@@ -1,0 +1,52 @@
+"""Every ``tritonserver`` flag and tritium's decision for it (``table.py``), put on the
+parser by ``parser.py``; ``docs/flags.md`` is ``markdown()`` (``python -m tritium.flags``)."""
+
+from __future__ import annotations
+
+from .backend_config import SETTINGS
+from .table import FLAGS, GROUPS, Decision, Flag
+
+__all__ = ["FLAGS", "GROUPS", "Decision", "Flag", "markdown"]
+
+_HEAD = """# Flags
+
+Generated from `src/tritium/flags/table.py` by `python -m tritium.flags`; a unit test keeps
+this page equal to it. Every flag of `tritonserver --help` (Triton's
+`src/command_line_parser.cc`) is listed under Triton's group, with tritium's decision:
+
+- **implemented**: it does what it does in Triton;
+- **accepted: tuning only**: in Triton it only sizes a pool or a thread count that tritium
+  does not have; accepted, logged once at `--log-verbose=1`;
+- **GPU only**: accepted, one warning at start says it has no effect without a GPU;
+- **refused**: the server does not start, and says why;
+- **not implemented yet**: refused with "not implemented yet in tritium" until the work that
+  owns it lands.
+
+Flags marked *(tritium)* are tritium's own; Triton has no such flag. Boolean flags take
+`--flag=true|false` (a bare `--flag` means true).
+"""
+
+
+def markdown() -> str:
+    lines = [_HEAD]
+    for group in GROUPS:
+        members = [f for f in FLAGS if f.group == group]
+        if not members:
+            continue
+        lines += [f"## {group}", "", "| Flag | Value | tritium | Why |", "|---|---|---|---|"]
+        for flag in members:
+            name = f"`--{flag.name}`" + ("" if flag.triton else " *(tritium)*")
+            value = f"`{flag.value}`" if flag.value else ""
+            lines.append(f"| {name} | {value} | {flag.decision.value} | {flag.reason} |")
+        lines.append("")
+    lines += [
+        "## `--backend-config` settings",
+        "",
+        "| Backend | Setting | tritium | Why |",
+        "|---|---|---|---|",
+    ]
+    for (backend, setting), (decision, reason) in SETTINGS.items():
+        lines.append(f"| {backend or '(all)'} | `{setting}` | {decision.value} | {reason} |")
+    lines.append("")
+    lines.append("Any other setting, or a backend tritium does not serve, is refused at start.")
+    return "\n".join(lines) + "\n"

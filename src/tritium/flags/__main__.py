@@ -1,0 +1,5 @@
+"""``python -m tritium.flags``: print docs/flags.md."""
+
+from . import markdown
+
+print(markdown(), end="")
