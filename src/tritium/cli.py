@@ -15,6 +15,8 @@ from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
 from .frontends.grpc.metadata import compile_forward_pattern
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
+from .tracing import TraceConfig
+from .tracing.flags import trace_config
 
 log = logging.getLogger("tritium")
 
@@ -100,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="accepted for Triton compatibility; tritium computes metrics when they are scraped",
     )
     _access_flags(serve)
+    _trace_flags(serve)
     serve.add_argument(
         "--ports-file",
         default="",
@@ -423,7 +426,50 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         **_http_limit_options(args),
         **_grpc_transport_options(args),
         **_access_options(args),  # type: ignore[arg-type]
+        trace=_trace_options(args),
     )
+
+
+def _trace_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[<mode>,]<setting>=<value>",
+        help="a trace setting (repeatable): level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
+        "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N",
+    )
+    serve.add_argument("--trace-file", help="deprecated: --trace-config triton,file=PATH")
+    serve.add_argument(
+        "--trace-level",
+        action="append",
+        default=[],
+        help="deprecated: --trace-config level=OFF|TIMESTAMPS|TENSORS (repeatable)",
+    )
+    serve.add_argument("--trace-rate", type=int, help="deprecated: --trace-config rate=N")
+    serve.add_argument("--trace-count", type=int, help="deprecated: --trace-config count=N")
+    serve.add_argument(
+        "--trace-log-frequency",
+        type=int,
+        help="deprecated: --trace-config triton,log-frequency=N",
+    )
+
+
+def _trace_options(args: argparse.Namespace) -> TraceConfig:
+    try:
+        return trace_config(
+            args.trace_config,
+            {
+                "level": args.trace_level,
+                "file": args.trace_file,
+                "rate": args.trace_rate,
+                "count": args.trace_count,
+                "log-frequency": args.trace_log_frequency,
+            },
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _http_limit_options(args: argparse.Namespace) -> dict[str, Any]:

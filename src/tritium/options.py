@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .access import Restriction
+from .tracing import TraceConfig
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
 
@@ -82,3 +83,5 @@ class ServerOptions:
     # Python execution environments (issue 14): where EXECUTION_ENV_PATH archives are unpacked
     # (content-keyed, private to the user); "" = <system temp>/tritium-python-envs-<uid>.
     python_env_cache_dir: str = ""
+    # Tracing (issue 15): --trace-config and the deprecated --trace-* flags (tritium.tracing).
+    trace: TraceConfig = TraceConfig()

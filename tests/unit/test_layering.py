@@ -104,7 +104,7 @@ def test_serving_imports_no_ml_runtime() -> None:
 LAYERS: list[set[str]] = [
     {"__init__", "errors", "types"},
     {"tensor_codec", "stats", "parameters", "audit", "classification"},
-    {"access"},
+    {"access", "tracing"},
     {"request", "options", "metrics"},
     {"cache", "shm", "config"},
     {"backends"},

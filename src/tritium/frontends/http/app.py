@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Awaitable, Coroutine
+import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from urllib.parse import unquote
 
@@ -13,7 +14,7 @@ import orjson
 
 from ...access import AccessControl
 from ...errors import invalid_arg
-from ...server import InferenceServer
+from ...server import InferenceServer, Trace
 from .access import HttpGuard
 from ..tensors import decode_off_loop
 from .codec import decode_request, encode_response
@@ -45,6 +46,7 @@ class HttpApp:
 
     def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
         self.server = server
+        self.tracer = server.tracer  # read by each connection (HTTP_RECV_* while tracing)
         self.router = Router(self._routes())
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
@@ -74,6 +76,10 @@ class HttpApp:
             Route("POST", "/v2/repository/models/{model}/unload", self._unload, g.MODEL_REPOSITORY),
             Route(ANY_METHOD, "/v2/systemsharedmemory/{rest*}", self._system_shm, g.SHARED_MEMORY),
             Route(ANY_METHOD, "/v2/cudasharedmemory/{rest*}", self._cuda_shm, g.SHARED_MEMORY),
+            Route("GET", "/v2/trace/setting", self._trace, g.TRACE),
+            Route("POST", "/v2/trace/setting", self._trace, g.TRACE),
+            Route("GET", _MODEL + "/trace/setting", self._trace, g.TRACE),
+            Route("POST", _MODEL + "/trace/setting", self._trace, g.TRACE),
         ]
         for base in (_MODEL, _VERSION):  # every model route, with and without a version
             routes += [
@@ -112,7 +118,15 @@ class HttpApp:
 
     def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
         params = request.params
+        if self.tracer.active:
+            return self._traced_infer(request, params["model"], params.get("version", ""))
         return self._infer(request, params["model"], params.get("version", ""))
+
+    def _trace(self, request: HttpRequest) -> HttpResponse:
+        """The trace extension: GET reads a setting, POST changes it and reads it."""
+        update = _trace_update(request.body) if request.method == "POST" else None
+        shown = self.server.trace_setting(request.params.get("model", ""), update)
+        return _json({k: v if k == "trace_level" else v[-1] for k, v in shown.items()})
 
     async def _load(self, request: HttpRequest) -> HttpResponse:
         """The repository extension's load; ``file:`` contents arrive base64-encoded."""
@@ -196,7 +210,33 @@ class HttpApp:
         stream.request = self.server.stream(inference, stream)
         return stream
 
-    async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+    async def _traced_infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+        """An inference the tracer may sample: the trace gets the read times, and ends once
+        the response is written (HTTP_SEND_*) or the request failed."""
+        headers = request.headers
+        traceparent = headers.get(b"traceparent")
+        tracestate = headers.get(b"tracestate")
+        trace = self.tracer.sample(
+            name,
+            None if traceparent is None else traceparent.decode("latin-1"),
+            None if tracestate is None else tracestate.decode("latin-1"),
+        )
+        if trace is None:
+            return await self._infer(request, name, version)
+        if request.received is not None:
+            trace.stamp("HTTP_RECV_START", request.received[0])
+            trace.stamp("HTTP_RECV_END", request.received[1])
+        try:
+            response = await self._infer(request, name, version, trace)
+        except BaseException:
+            trace.end()
+            raise
+        response.on_sent = _sent(trace)
+        return response
+
+    async def _infer(
+        self, request: HttpRequest, name: str, version: str, trace: Trace | None = None
+    ) -> HttpResponse:
         header = request.headers.get(b"inference-header-content-length")
         header_length = None
         if header is not None:
@@ -207,7 +247,9 @@ class HttpApp:
         inference, plan = await decode_off_loop(
             len(request.body), decode_request, request.body, header_length, name, _version(version)
         )
-        response = await self.server.infer(inference, _DECOUPLED)
+        response = await self.server.infer(inference, _DECOUPLED, trace)
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         head, parts, json_length = encode_response(response, plan)
         if json_length < 0:
             return HttpResponse(200, [head], _JSON, compressible=True)
@@ -218,6 +260,44 @@ class HttpApp:
             [(b"Inference-Header-Content-Length", b"%d" % json_length)],
             compressible=True,
         )
+
+
+def _sent(trace: Trace) -> Callable[[int, int], None]:
+    def sent(start: int, end: int) -> None:
+        if start:
+            trace.stamp("HTTP_SEND_START", start)
+            trace.stamp("HTTP_SEND_END", end)
+        trace.end()
+
+    return sent
+
+
+_TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency")
+
+
+def _trace_update(body: bytes | bytearray) -> dict[str, list[str] | None]:
+    """A trace-setting POST body (empty: no change) as setting name -> values (None:
+    clear). ``trace_level`` is an array of strings, the others strings, as Triton reads them;
+    other keys are ignored, as Triton does."""
+    doc = _parse_json(body) if body.strip() else {}
+    if not isinstance(doc, dict):
+        raise invalid_arg("trace setting request must be a JSON object")
+    update: dict[str, list[str] | None] = {}
+    for key in _TRACE_KEYS:
+        if key not in doc:
+            continue
+        value = doc[key]
+        if value is None:
+            update[key] = None
+        elif key == "trace_level":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise invalid_arg("'trace_level' must be an array of strings")
+            update[key] = value
+        elif isinstance(value, str):
+            update[key] = [value]
+        else:
+            raise invalid_arg(f"'{key}' must be a string")
+    return update
 
 
 def _version(text: str) -> int:
