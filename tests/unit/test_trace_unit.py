@@ -303,3 +303,27 @@ def test_opentelemetry_flags() -> None:
 def test_bad_trace_config_is_refused(value: str, message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("(", r"\(")):
         trace_config([value], NO_DEPRECATED)
+
+
+def test_serve_flags_reach_server_options() -> None:
+    from tritium.cli import build_parser, options_from_args
+
+    args = build_parser().parse_args(
+        ["serve", "--model-repository", "/m", "--trace-file", "/tmp/x.json", "--trace-level",
+         "TIMESTAMPS", "--trace-rate", "3", "--trace-config", "count=5",
+         "--trace-config", "triton,log-frequency=10"]
+    )
+    assert options_from_args(args).trace.values == TraceValues(
+        TraceLevel.TIMESTAMPS, 3, 5, 10, "/tmp/x.json"
+    )
+    bad = build_parser().parse_args(["serve", "--model-repository", "/m", "--trace-config", "x"])
+    with pytest.raises(SystemExit, match="trace-config option format"):
+        options_from_args(bad)
+
+
+def test_opentelemetry_mode_without_sdk_fails_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.trace", None)
+    with pytest.raises(RuntimeError, match="needs the OpenTelemetry SDK"):
+        TraceManager(TraceConfig(TraceValues(mode=TraceMode.OPENTELEMETRY)))
