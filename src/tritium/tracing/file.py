@@ -45,8 +45,7 @@ class TraceFile:
                 handle.write(b"[")
             else:
                 handle.write(b",")
-            handle.write(_joined(traces))
-            handle.flush()
+            handle.write(_joined(traces))  # buffered: the array is whole once closed
         except OSError as exc:
             self._failed = True
             log.error("failed writing trace file '%s': %s", self.path, exc)
