@@ -79,8 +79,11 @@ class InferenceRequest:
         "cancelled",
         "extra_outputs",
         "classify",
-        "trace",
     )
+    # Its trace when it is traced (then it is a TracedRequest, whose slot this is): what its
+    # children's traces (ensemble steps, BLS calls) hang from. A class default, so an
+    # untraced request spends nothing on it.
+    trace: Trace | None = None
 
     def __init__(
         self,
@@ -118,9 +121,6 @@ class InferenceRequest:
         # The classification extension: set when the client asked for classes of an output;
         # applied by the sender to what the client receives (not to the cache or a capture).
         self.classify: Classifier | None = None
-        # Its trace when it is traced (then it is a TracedRequest): what its children's
-        # traces (ensemble steps, BLS calls) hang from.
-        self.trace: Trace | None = None
 
     # -- the client's values -----------------------------------------------------------------
     @property
@@ -209,7 +209,7 @@ class TracedRequest(InferenceRequest):
     come from the backend's ``timing`` measured from the start of the execution; an ensemble
     request has none (its steps compute, each in its own child trace)."""
 
-    __slots__ = ()
+    __slots__ = ("trace",)
 
     def traced(self, trace: Trace, version: int) -> None:
         """Named and stamped once its model version is resolved (by InferenceServer)."""

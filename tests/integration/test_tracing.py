@@ -6,6 +6,7 @@ TENSORS, and the OpenTelemetry mode's spans received by an in-test OTLP collecto
 
 from __future__ import annotations
 
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -258,16 +259,24 @@ def test_rate_count_and_log_frequency(repos: list[Path], tmp_path: Path) -> None
         c = clients.client("http", server.url("http"))
         for _ in range(8):
             _infer_simple(c, "http")
-        assert [_count(Path(f"{trace_file}.{i}")) for i in (0, 1)] == [2, 2]
+        # A trace is complete just after its response is written: wait for the file.
+        assert [_count(_written(Path(f"{trace_file}.{i}"))) for i in (0, 1)] == [2, 2]
         assert not Path(f"{trace_file}.2").exists()
         c.update_trace_settings(settings={"trace_count": "1", "trace_rate": "1"})
         for _ in range(3):
             _infer_simple(c, "http")
-        assert _count(Path(f"{trace_file}.2")) == 1
+        assert _count(_written(Path(f"{trace_file}.2"))) == 1
         assert c.get_trace_settings()["trace_count"] == "0"
     finally:
         assert server.stop() == 0
     assert not Path(f"{trace_file}.3").exists()
+
+
+def _written(path: Path, timeout: float = 30.0) -> Path:
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return path
 
 
 def _count(path: Path) -> int:

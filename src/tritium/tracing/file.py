@@ -13,6 +13,7 @@ appended to the file as they complete.
 from __future__ import annotations
 
 import logging
+import os
 from typing import IO, Any
 
 import orjson
@@ -54,9 +55,10 @@ class TraceFile:
         """Write traces as a whole array to ``<path>.<index>``, the next index."""
         name = f"{self.path}.{self.index}"
         self.index += 1
-        try:
-            with open(name, "wb") as handle:
+        try:  # whole or not at all: a reader never sees half a file
+            with open(name + ".tmp", "wb") as handle:
                 handle.write(b"[" + _joined(traces) + b"]")
+            os.replace(name + ".tmp", name)
         except OSError as exc:
             log.error("failed writing trace file '%s': %s", name, exc)
 

@@ -46,11 +46,15 @@ class HttpApp:
 
     def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
         self.server = server
-        self.tracer = server.tracer  # read by each connection (HTTP_RECV_* while tracing)
         self.router = Router(self._routes())
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
+
+    @property
+    def tracer(self) -> Any:
+        """The server's TraceManager: each connection reads it (HTTP_RECV_* while tracing)."""
+        return self.server.tracer
 
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
         if self._guard is not None:
@@ -118,7 +122,7 @@ class HttpApp:
 
     def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
         params = request.params
-        if self.tracer.active:
+        if self.server.tracer.active:
             return self._traced_infer(request, params["model"], params.get("version", ""))
         return self._infer(request, params["model"], params.get("version", ""))
 
@@ -216,7 +220,7 @@ class HttpApp:
         headers = request.headers
         traceparent = headers.get(b"traceparent")
         tracestate = headers.get(b"tracestate")
-        trace = self.tracer.sample(
+        trace = self.server.tracer.sample(
             name,
             None if traceparent is None else traceparent.decode("latin-1"),
             None if tracestate is None else tracestate.decode("latin-1"),
