@@ -19,6 +19,8 @@ from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
 from .logsettings import LOG_FORMATS, LevelFilter, LogSettings, TritonFormatter
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
+from .tracing import TraceConfig
+from .tracing.flags import trace_config
 
 log = logging.getLogger("tritium")
 
@@ -103,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="e.g. local,size=1048576: the response cache and its size in bytes",
     )
     _access_flags(serve)
+    _trace_flags(serve)
     serve.add_argument(
         "--ports-file",
         default="",
@@ -473,6 +476,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         rate_limit_resources=tuple(args.rate_limit_resource),
         **_access_options(args),  # type: ignore[arg-type]
         **serve_options(args),
+        trace=_trace_options(args),
     )
 
 
@@ -538,6 +542,48 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer > 0, got '{text}'")
     return value
+
+
+def _trace_flags(serve: argparse.ArgumentParser) -> None:
+    serve.add_argument(
+        "--trace-config",
+        action="append",
+        default=[],
+        metavar="[<mode>,]<setting>=<value>",
+        help="a trace setting (repeatable): level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
+        "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N",
+    )
+    serve.add_argument("--trace-file", help="deprecated: --trace-config triton,file=PATH")
+    serve.add_argument(
+        "--trace-level",
+        action="append",
+        default=[],
+        help="deprecated: --trace-config level=OFF|TIMESTAMPS|TENSORS (repeatable)",
+    )
+    serve.add_argument("--trace-rate", type=int, help="deprecated: --trace-config rate=N")
+    serve.add_argument("--trace-count", type=int, help="deprecated: --trace-config count=N")
+    serve.add_argument(
+        "--trace-log-frequency",
+        type=int,
+        help="deprecated: --trace-config triton,log-frequency=N",
+    )
+
+
+def _trace_options(args: argparse.Namespace) -> TraceConfig:
+    try:
+        return trace_config(
+            args.trace_config,
+            {
+                "level": args.trace_level,
+                "file": args.trace_file,
+                "rate": args.trace_rate,
+                "count": args.trace_count,
+                "log-frequency": args.trace_log_frequency,
+            },
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def _http_limit_options(args: argparse.Namespace) -> dict[str, Any]:

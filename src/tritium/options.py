@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .access import Restriction
 from .metrics_config import MetricsSettings
+from .tracing import TraceConfig
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
 
@@ -106,3 +107,5 @@ class ServerOptions:
     reuse_http_port: bool = False
     http_header_forward_pattern: str = ""  # regex; matching headers become parameters
     onnxruntime_default_max_batch_size: int = 4  # --backend-config default-max-batch-size
+    # Tracing (issue 15): --trace-config and the deprecated --trace-* flags (tritium.tracing).
+    trace: TraceConfig = TraceConfig()

@@ -9,8 +9,9 @@ through explicit states::
         └────────────────────┴──── finish(): DONE, CANCELLED or FAILED ◀─────────┘
 
 Each transition is a method here, and these methods are the one place where a request's own
-statistics (queue and request durations, pending count, success or failure; later, trace
-events) are recorded. What is per execution rather than per request (``ModelStats.executed``:
+statistics (queue and request durations, pending count, success or failure) and, for a
+traced request (``TracedRequest``), its trace timestamps are recorded. What is per execution
+rather than per request (``ModelStats.executed``:
 execution count, batch sizes, compute times) is recorded by the scheduler that ran it.
 Every inference answers through one ``ResponseSender``: 0..N responses, then the final flag
 (Triton's response sender).
@@ -29,6 +30,7 @@ from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOpt
 
 if TYPE_CHECKING:
     from .classification import Classifier
+    from .tracing import Trace
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 
@@ -78,6 +80,10 @@ class InferenceRequest:
         "extra_outputs",
         "classify",
     )
+    # Its trace when it is traced (then it is a TracedRequest, whose slot this is): what its
+    # children's traces (ensemble steps, BLS calls) hang from. A class default, so an
+    # untraced request spends nothing on it.
+    trace: Trace | None = None
 
     def __init__(
         self,
@@ -193,6 +199,58 @@ class InferenceRequest:
         assert self.sender is not None
         response = InferenceResponse(self.model_name, version, self.id, error=error)
         self.sender.send(response, True)
+
+
+class TracedRequest(InferenceRequest):
+    """A request whose transitions also stamp its trace (Triton core's REQUEST_START,
+    QUEUE_START, COMPUTE_START, COMPUTE_INPUT_END, COMPUTE_OUTPUT_START, COMPUTE_END,
+    REQUEST_END; at level TENSORS its QUEUE_INPUT and BACKEND_OUTPUT tensors). Only a traced
+    request is of this class, so an untraced one pays nothing for tracing. The compute stamps
+    come from the backend's ``timing`` measured from the start of the execution; an ensemble
+    request has none (its steps compute, each in its own child trace)."""
+
+    __slots__ = ("trace",)
+
+    def traced(self, trace: Trace, version: int) -> None:
+        """Named and stamped once its model version is resolved (by InferenceServer)."""
+        self.trace = trace
+        trace.model_name = self.model_name
+        trace.model_version = version
+        trace.request_id = self.client.id
+        trace.stamp("REQUEST_START", self.arrival_ns)
+
+    def queued(self, stats: ModelStats) -> None:
+        super().queued(stats)
+        trace = self.trace
+        assert trace is not None
+        trace.group.hold()  # let go in finish()
+        trace.stamp("QUEUE_START", time.perf_counter_ns())
+        if trace.group.tensors:
+            for tensor in self.inputs:
+                trace.tensor("QUEUE_INPUT", tensor)
+
+    def finish(self, error: Exception | None) -> None:
+        if self.state in _ENDED or self.state is RequestState.RECEIVED:
+            super().finish(error)
+            return
+        super().finish(error)
+        trace = self.trace
+        assert trace is not None
+        end = time.perf_counter_ns()
+        start, timing = self.start_ns, self.timing
+        if start and timing is not None and self.model.spec.ensemble is None:
+            compute_input = start + timing[0]
+            compute_output = min(compute_input + timing[1], end)
+            trace.stamp("COMPUTE_START", start)
+            trace.stamp("COMPUTE_INPUT_END", min(compute_input, end))
+            trace.stamp("COMPUTE_OUTPUT_START", compute_output)
+            trace.stamp("COMPUTE_END", min(compute_output + timing[2], end))
+        last = self.sender.last if self.sender is not None else None
+        if error is None and last is not None and trace.group.tensors:
+            for tensor in last.outputs:
+                trace.tensor("BACKEND_OUTPUT", tensor)
+        trace.stamp("REQUEST_END", end)
+        trace.group.release()
 
 
 FinishHook = Callable[[InferenceRequest, Exception | None, InferenceResponse | None], None]

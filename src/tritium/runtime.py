@@ -39,7 +39,12 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
     except (OSError, ValueError) as exc:
         log.error("error: access control: %s", exc)
         return 1
-    server = InferenceServer(options)
+    try:
+        server = InferenceServer(options)
+    except RuntimeError as exc:  # e.g. tracing's opentelemetry mode without its SDK
+        log.error("error: creating server: %s", exc)
+        access.close()
+        return 1
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:

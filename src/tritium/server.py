@@ -43,17 +43,19 @@ from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
 from .parameters import parse_parameters
 from .raw_input import raw_tensor
-from .request import InferenceRequest, ResponseCallback, ResponseSender
+from .request import InferenceRequest, ResponseCallback, ResponseSender, TracedRequest
+from .tracing import Trace, TraceManager, parse_update
 from .types import ClientRequest, InferenceResponse
 
-# The facade front-ends import: the server, and the request/sender types and version parsing
-# they hand to it.
+# The facade front-ends import: the server, and the request/sender/trace types and version
+# parsing they hand to it.
 __all__ = [
     "EXTENSIONS",
     "InferenceRequest",
     "InferenceServer",
     "LogUpdate",
     "ResponseSender",
+    "Trace",
     "grpc_update",
     "http_update",
     "parse_version",
@@ -77,6 +79,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 )
 
@@ -134,6 +137,8 @@ class InferenceServer:
         )
         self._cache = ResponseCache(options.cache_size) if options.cache_size > 0 else None
         self.shm = SharedMemoryManager(options.allow_client_shm)
+        # The trace extension; front-ends read ``tracer.active`` once per request.
+        self.tracer = TraceManager(options.trace)
         self._live = False
         self._accepting = False
         self._inflight = 0
@@ -170,6 +175,7 @@ class InferenceServer:
         await self.control.stop()
         remaining = max(deadline - loop.time(), _FINALIZE_GRACE_S)
         await self.repository.unload_all(timeout=remaining)
+        await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
         self._live = False
 
     # -- health and metadata -----------------------------------------------------------------
@@ -293,6 +299,18 @@ class InferenceServer:
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.repository.index(ready_only)
 
+    # -- trace extension -----------------------------------------------------------------------
+    def trace_setting(
+        self, model_name: str = "", update: dict[str, list[str] | None] | None = None
+    ) -> dict[str, list[str]]:
+        """The trace extension: a model's (or the global) trace setting, after ``update``
+        (setting name -> its values; None or an empty list clears a model's own value)."""
+        if model_name and not self.repository.loaded(model_name, -1):
+            raise invalid_arg(f"Request for unknown model : {model_name}")
+        if update:
+            self.tracer.update(model_name, parse_update(update))
+        return self.tracer.settings(model_name)
+
     # -- inference ---------------------------------------------------------------------------
     def raw_request(self, name: str, version: int, body: bytes | bytearray) -> ClientRequest:
         """A raw binary request (the binary extension's ``Inference-Header-Content-Length:
@@ -303,18 +321,28 @@ class InferenceServer:
         return ClientRequest(name, version, inputs=(tensor,))
 
     def request(
-        self, client: ClientRequest, parent: InferenceRequest | None = None
+        self,
+        client: ClientRequest,
+        parent: InferenceRequest | None = None,
+        trace: Trace | None = None,
     ) -> InferenceRequest:
         """The server's state for one inference (Triton's InferenceRequestNew): its model
         version resolved (the one lookup of the request) and its parameters parsed. An
-        ensemble step's request (``parent``) carries its ensemble request's options and
-        parameters. Errors raise."""
+        ensemble step's or BLS call's request (``parent``) carries its parent's options and
+        parameters, and a child of its trace. ``trace``: the front-end sampled this request
+        for tracing. Errors raise."""
         model = self._model(client.model_name, client.model_version)
         if parent is None:
             options, parameters = parse_parameters(client.parameters)
         else:
             options, parameters = parent.options, parent.parameters
-        request = InferenceRequest(client, options, parameters, parent)
+            if parent.trace is not None:
+                trace = parent.trace.child()
+        if trace is None:
+            request = InferenceRequest(client, options, parameters, parent)
+        else:
+            request = TracedRequest(client, options, parameters, parent)
+            request.traced(trace, model.version)
         request.model = model
         request.model_version = model.version  # the version that serves it, from now on
         request.decoupled = model.spec.decoupled
@@ -350,10 +378,12 @@ class InferenceServer:
                 return
         model.scheduler.submit(request)
 
-    async def infer(self, client: ClientRequest, decoupled_error: str) -> InferenceResponse:
+    async def infer(
+        self, client: ClientRequest, decoupled_error: str, trace: Trace | None = None
+    ) -> InferenceResponse:
         """A unary call: one non-decoupled inference awaited on the event loop; errors raise
         (``decoupled_error``: the front-end's message for a decoupled model)."""
-        request = self.request(client)
+        request = self.request(client, None, trace)
         if request.decoupled:
             raise unsupported(decoupled_error)
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
@@ -367,10 +397,12 @@ class InferenceServer:
             raise response.error
         return response
 
-    def stream(self, client: ClientRequest, callback: ResponseCallback) -> InferenceRequest:
+    def stream(
+        self, client: ClientRequest, callback: ResponseCallback, trace: Trace | None = None
+    ) -> InferenceRequest:
         """A streamed call: responses (0..N for a decoupled model, then the final flag) go to
         ``callback(response_or_None, final)`` on the loop; errors before scheduling raise."""
-        request = self.request(client)
+        request = self.request(client, None, trace)
         self.submit(request, ResponseSender(callback))
         return request
 

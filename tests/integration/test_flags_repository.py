@@ -268,6 +268,7 @@ EXTENSIONS = [
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
     "logging",
 ]
 
@@ -276,9 +277,8 @@ EXTENSIONS = [
 def test_server_metadata_lists_the_extensions_that_work(
     server: ServerProcess, protocol: str
 ) -> None:
-    """Every extension listed is served (each has its tests). trace joins the list (server.py
-    EXTENSIONS and here) in the change that serves it; cuda_shared_memory never does without a
-    GPU."""
+    """Every extension listed is served (each has its tests); cuda_shared_memory never is
+    without a GPU."""
     meta = client(protocol, server.url(protocol)).get_server_metadata()
     extensions = meta["extensions"] if protocol == "http" else list(meta.extensions)
     assert extensions == EXTENSIONS

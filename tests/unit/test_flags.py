@@ -119,6 +119,8 @@ def test_every_triton_flag_parses(flag) -> None:  # type: ignore[no-untyped-def]
         value = "summary_latencies=true"
     elif flag.name == "rate-limit":
         value = "execution_count"
+    elif flag.name in ("trace-config", "trace-level"):
+        value = "level=OFF" if flag.name == "trace-config" else "OFF"
     elif flag.name == "grpc-infer-response-compression-level":
         value = "low"
     elif flag.name == "http-restricted-api" or flag.name == "grpc-restricted-protocol":
@@ -170,8 +172,6 @@ def test_not_yet_flags_say_so() -> None:
     options_from_args(_parse("--model-namespacing=false"))  # what tritium does
     with pytest.raises(SystemExit, match="--model-namespacing=true: not implemented yet"):
         options_from_args(_parse("--model-namespacing=true"))
-    with pytest.raises(SystemExit, match="--trace-config is not implemented yet"):
-        options_from_args(_parse("--trace-config", "level=TIMESTAMPS"))
 
 
 def test_implemented_flags_reach_the_options() -> None:

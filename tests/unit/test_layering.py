@@ -114,7 +114,7 @@ LAYERS: list[set[str]] = [
         "logtable",
         "raw_input",
     },
-    {"access", "metrics_latency"},
+    {"access", "metrics_latency", "tracing"},
     {"request", "options", "metrics"},
     {"cache", "shm", "config"},
     {"backends"},

@@ -72,7 +72,6 @@ _NO_GPU = "no effect without a GPU: tritium runs every model on the CPU"
 _SAGEMAKER = "tritium has no SageMaker front-end"
 _VERTEX = "tritium has no Vertex AI front-end"
 _THREADS = "tritium serves {} on its one event loop; Triton's thread count only sizes a pool"
-_TRACING = "issue 15 item 3 (tracing)"
 
 
 def _f(
@@ -231,8 +230,10 @@ FLAGS: tuple[Flag, ...] = (
        "(docs/metrics.md); any other setting stops the start",
        "A metrics setting: <setting>=<value> (repeatable)."),
     # -- Tracing -----------------------------------------------------------------------------
-    _not_yet("trace-config", "Tracing", "<string>,<string>=<string>", _TRACING,
-             "A trace setting: [<mode>,]<setting>=<value> (repeatable)."),
+    _f("trace-config", "Tracing", "<string>,<string>=<string>", I,
+       "triton (trace file) and opentelemetry (OTLP/HTTP) modes; an unknown setting stops "
+       "the start",
+       "A trace setting: [<mode>,]<setting>=<value> (repeatable)."),
     # -- Backend -----------------------------------------------------------------------------
     _f("backend-directory", "Backend", _S, R,
        "tritium's backends are built in; it loads no backend shared libraries",
@@ -283,12 +284,16 @@ FLAGS: tuple[Flag, ...] = (
        "DEPRECATED: use --disable-auto-complete-config."),
     _f("response-cache-byte-size", "DEPRECATED", _I, I, "as --cache-config local,size=<bytes>",
        "DEPRECATED: use --cache-config."),
-    _not_yet("trace-file", "DEPRECATED", _S, _TRACING, "DEPRECATED: --trace-config triton,file=."),
-    _not_yet("trace-level", "DEPRECATED", _S, _TRACING, "DEPRECATED: --trace-config level=."),
-    _not_yet("trace-rate", "DEPRECATED", _I, _TRACING, "DEPRECATED: --trace-config rate=."),
-    _not_yet("trace-count", "DEPRECATED", _I, _TRACING, "DEPRECATED: --trace-config count=."),
-    _not_yet("trace-log-frequency", "DEPRECATED", _I, _TRACING,
-             "DEPRECATED: --trace-config triton,log-frequency=."),
+    _f("trace-file", "DEPRECATED", _S, I, "read as --trace-config (which wins)",
+       "DEPRECATED: --trace-config triton,file=."),
+    _f("trace-level", "DEPRECATED", _S, I, "read as --trace-config (which wins)",
+       "DEPRECATED: --trace-config level=."),
+    _f("trace-rate", "DEPRECATED", _I, I, "read as --trace-config (which wins)",
+       "DEPRECATED: --trace-config rate=."),
+    _f("trace-count", "DEPRECATED", _I, I, "read as --trace-config (which wins)",
+       "DEPRECATED: --trace-config count=."),
+    _f("trace-log-frequency", "DEPRECATED", _I, I, "read as --trace-config (which wins)",
+       "DEPRECATED: --trace-config triton,log-frequency=."),
     # -- tritium's own -----------------------------------------------------------------------
     _own("grpc-max-concurrent-streams", "GRPC", _I, "HTTP/2 streams per connection (0: 1024)"),
     _own("grpc-stream-inflight-limit", "GRPC", _I,

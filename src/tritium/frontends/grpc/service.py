@@ -11,6 +11,7 @@ in short steps off the event loop.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -19,8 +20,8 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import unsupported
-from ...server import InferenceRequest, InferenceServer, ResponseSender, grpc_update
-from ...types import InferenceResponse
+from ...server import InferenceRequest, InferenceServer, ResponseSender, Trace, grpc_update
+from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .call import ServerCall
 from .codec import decode_message, encode_response
@@ -31,7 +32,7 @@ from .status import RpcError, StatusCode
 from .stream import stream_infer
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
-_NOT_YET = frozenset({"TraceSetting"})
+_NOT_YET: frozenset[str] = frozenset()
 _KINDS = {
     (False, False): Kind.UNARY,
     (False, True): Kind.SERVER_STREAM,
@@ -174,11 +175,42 @@ class InferenceService:
             models=[pb.RepositoryIndexResponse.ModelIndex(**row) for row in rows]
         )
 
+    async def TraceSetting(self, request: Any, call: ServerCall) -> Any:
+        """The trace extension: an empty value list clears a model's own value."""
+        update = {k: list(v.value) or None for k, v in request.settings.items()}
+        shown = self._server.trace_setting(request.model_name, update or None)
+        value = pb.TraceSettingResponse.SettingValue
+        return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in shown.items()})
+
     async def ModelInfer(self, request: bytes, call: ServerCall) -> Any:
         forwarded = self.forwarded(call)
+        began = time.perf_counter_ns() if self._server.tracer.active else 0
         _, inference = await decode_off_loop(len(request), decode_message, request, forwarded)
-        response = await self._server.infer(inference, _DECOUPLED)
-        return encode_response(response)
+        trace = self._sample(inference, call, began) if began else None
+        if trace is None:
+            response = await self._server.infer(inference, _DECOUPLED)
+            return encode_response(response)
+        try:  # on this path the transport writes the answer: SEND_* frame its encoding
+            response = await self._server.infer(inference, _DECOUPLED, trace)
+            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+            trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
+            answer = encode_response(response).SerializeToString()
+            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
+            return answer
+        finally:
+            trace.end()
+
+    def _sample(self, client: ClientRequest, call: ServerCall, began: int) -> Trace | None:
+        """A trace of this call's request when the tracer samples it (GRPC_WAITREAD_*: from
+        the handler's start to the decoded message)."""
+        metadata = call.metadata
+        trace = self._server.tracer.sample(
+            client.model_name, metadata.get("traceparent"), metadata.get("tracestate")
+        )
+        if trace is not None:
+            trace.stamp("GRPC_WAITREAD_START", began)
+            trace.stamp("GRPC_WAITREAD_END", time.perf_counter_ns())
+        return trace
 
     def model_infer_now(self, raw: bytes, call: ServerCall) -> bool:
         """ModelInfer without a task: decode here, submit, answer from the response
@@ -186,13 +218,19 @@ class InferenceService:
         if len(raw) >= OFFLOAD_BYTES:
             return False
         server = self._server
+        began = time.perf_counter_ns() if server.tracer.active else 0
+        trace = None
         try:
             _, client = decode_message(raw, self.forwarded(call))
-            request = server.request(client)
+            if began:
+                trace = self._sample(client, call, began)
+            request = server.request(client, None, trace)
             if request.decoupled:
                 raise unsupported(_DECOUPLED)
-            server.submit(request, ResponseSender(_UnaryAnswer(call, request)))
+            server.submit(request, ResponseSender(_UnaryAnswer(call, request, trace)))
         except Exception as exc:
+            if trace is not None:
+                trace.end()
             call.finish(*status_of(exc))
         return True
 
@@ -205,12 +243,15 @@ class _UnaryAnswer:
     """The response callback of a fast-path ModelInfer: writes the answer and its status;
     a cancelled call (reset, deadline, connection lost) cancels the request."""
 
-    __slots__ = ("_call", "_request", "_kept")
+    __slots__ = ("_call", "_request", "_kept", "_trace")
 
-    def __init__(self, call: ServerCall, request: InferenceRequest) -> None:
+    def __init__(
+        self, call: ServerCall, request: InferenceRequest, trace: Trace | None = None
+    ) -> None:
         self._call = call
         self._request = request
         self._kept: InferenceResponse | None = None
+        self._trace = trace
         call.on_cancel = request.cancel
 
     def __call__(self, response: InferenceResponse | None, final: bool) -> None:
@@ -222,13 +263,29 @@ class _UnaryAnswer:
         call.on_cancel = None
         if response is None:
             response = self._kept or InferenceResponse(self._request.model_name, "", "")
-        if response.error is not None:
+        trace = self._trace
+        if trace is not None:
+            self._traced_answer(trace, response)
+        elif response.error is not None:
             call.finish(*status_of(response.error))
-            return
+        else:
+            self._answer(response)
+
+    def _answer(self, response: InferenceResponse) -> None:
         try:
-            call.answer(encode_response(response).SerializeToString())
+            self._call.answer(encode_response(response).SerializeToString())
         except Exception as exc:
-            call.finish(*status_of(exc))
+            self._call.finish(*status_of(exc))
+
+    def _traced_answer(self, trace: Trace, response: InferenceResponse) -> None:
+        trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+        if response.error is not None:
+            self._call.finish(*status_of(response.error))
+        else:
+            trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
+            self._answer(response)
+            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
+        trace.end()
 
 
 class HealthService:

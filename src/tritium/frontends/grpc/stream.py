@@ -19,13 +19,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import ErrorKind, ServerError
-from ...server import InferenceRequest, InferenceServer, ResponseSender, parse_version
+from ...server import InferenceRequest, InferenceServer, ResponseSender, Trace, parse_version
 from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
@@ -152,11 +153,16 @@ class StreamSession:
         self, message: pb.ModelInferRequest | None, client: ClientRequest | ServerError
     ) -> None:
         self._outstanding += 1
+        trace = None
         try:
             if isinstance(client, ServerError):
                 raise client
-            request = self._server.request(client)  # the one model lookup
+            if self._server.tracer.active:
+                trace = _sample(self._server, client, self._call)
+            request = self._server.request(client, None, trace)  # the one model lookup
         except ServerError as exc:
+            if trace is not None:
+                trace.end()
             self._ordered_error(exc, message.id if message is not None else "")
             return
         assert message is not None
@@ -168,12 +174,16 @@ class StreamSession:
             callback = self._decoupled_callback(request, empty_final)
         else:
             callback = self._ordered_callback(request)
+        if trace is not None:
+            callback = _traced(callback, trace)
         self._active.add(request)
         try:
             self._server.submit(request, ResponseSender(callback))
         except ServerError as exc:
             self._active.discard(request)
             if decoupled:
+                if trace is not None:
+                    trace.end()
                 self._write(_Item(_error_message(exc, request.id), exc.kind, True))
             else:
                 callback(InferenceResponse(request.model_name, "", request.id, error=exc), True)
@@ -264,6 +274,37 @@ class StreamSession:
             request.cancel()
         self._active.clear()
         self._wake()
+
+
+def _sample(server: InferenceServer, client: ClientRequest, call: ServerCall) -> Trace | None:
+    """A trace of a stream's request when the tracer samples it; its message has been read
+    (GRPC_WAITREAD_* mark its start in the server)."""
+    metadata = call.metadata
+    trace = server.tracer.sample(
+        client.model_name, metadata.get("traceparent"), metadata.get("tracestate")
+    )
+    if trace is not None:
+        now = time.perf_counter_ns()
+        trace.stamp("GRPC_WAITREAD_START", now)
+        trace.stamp("GRPC_WAITREAD_END", now)
+    return trace
+
+
+def _traced(callback: Any, trace: Trace) -> Any:
+    """The callback of a traced request: its final response's writing is stamped
+    (INFER_RESPONSE_COMPLETE, GRPC_SEND_*), then the trace ends."""
+
+    def on_response(response: InferenceResponse | None, final: bool) -> None:
+        if not final:
+            callback(response, final)
+            return
+        trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+        trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
+        callback(response, final)
+        trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
+        trace.end()
+
+    return on_response
 
 
 def _decode(

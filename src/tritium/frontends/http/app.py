@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import base64
 import logging
+import time
 from dataclasses import replace
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 from urllib.parse import unquote
 
@@ -14,7 +15,7 @@ import orjson
 
 from ...access import AccessControl
 from ...errors import invalid_arg, unsupported
-from ...server import InferenceServer, http_update
+from ...server import InferenceServer, Trace, http_update
 from ...types import ClientRequest
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
@@ -56,6 +57,11 @@ class HttpApp:
         pattern = server.options.http_header_forward_pattern if server is not None else ""
         self._forward = compile_forward_pattern(pattern)
 
+    @property
+    def tracer(self) -> Any:
+        """The server's TraceManager: each connection reads it (HTTP_RECV_* while tracing)."""
+        return self.server.tracer
+
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose >= 1 (changeable at run time)
             log.debug("HTTP request: %s %s", request.method, request.path)
@@ -85,6 +91,10 @@ class HttpApp:
             *self._named_repository_routes(),
             Route(ANY_METHOD, "/v2/systemsharedmemory/{rest*}", self._system_shm, g.SHARED_MEMORY),
             Route(ANY_METHOD, "/v2/cudasharedmemory/{rest*}", self._cuda_shm, g.SHARED_MEMORY),
+            Route("GET", "/v2/trace/setting", self._trace, g.TRACE),
+            Route("POST", "/v2/trace/setting", self._trace, g.TRACE),
+            Route("GET", _MODEL + "/trace/setting", self._trace, g.TRACE),
+            Route("POST", _MODEL + "/trace/setting", self._trace, g.TRACE),
         ]
         for base in (_MODEL, _VERSION):  # every model route, with and without a version
             routes += [
@@ -142,7 +152,15 @@ class HttpApp:
 
     def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
         params = request.params
+        if self.server.tracer.active:
+            return self._traced_infer(request, params["model"], params.get("version", ""))
         return self._infer(request, params["model"], params.get("version", ""))
+
+    def _trace(self, request: HttpRequest) -> HttpResponse:
+        """The trace extension: GET reads a setting, POST changes it and reads it."""
+        update = _trace_update(request.body) if request.method == "POST" else None
+        shown = self.server.trace_setting(request.params.get("model", ""), update)
+        return _json({k: v if k == "trace_level" else v[-1] for k, v in shown.items()})
 
     async def _load(self, request: HttpRequest) -> HttpResponse:
         """The repository extension's load; ``file:`` contents arrive base64-encoded."""
@@ -228,7 +246,33 @@ class HttpApp:
         stream.request = self.server.stream(inference, stream)
         return stream
 
-    async def _infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+    async def _traced_infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+        """An inference the tracer may sample: the trace gets the read times, and ends once
+        the response is written (HTTP_SEND_*) or the request failed."""
+        headers = request.headers
+        traceparent = headers.get(b"traceparent")
+        tracestate = headers.get(b"tracestate")
+        trace = self.server.tracer.sample(
+            name,
+            None if traceparent is None else traceparent.decode("latin-1"),
+            None if tracestate is None else tracestate.decode("latin-1"),
+        )
+        if trace is None:
+            return await self._infer(request, name, version)
+        if request.received is not None:
+            trace.stamp("HTTP_RECV_START", request.received[0])
+            trace.stamp("HTTP_RECV_END", request.received[1])
+        try:
+            response = await self._infer(request, name, version, trace)
+        except BaseException:
+            trace.end()
+            raise
+        response.on_sent = _sent(trace)
+        return response
+
+    async def _infer(
+        self, request: HttpRequest, name: str, version: str, trace: Trace | None = None
+    ) -> HttpResponse:
         header = request.headers.get(b"inference-header-content-length")
         header_length = None
         if header is not None:
@@ -250,7 +294,9 @@ class HttpApp:
             )
         if self._forward is not None:
             inference = self._forwarded(inference, request)
-        response = await self.server.infer(inference, _DECOUPLED)
+        response = await self.server.infer(inference, _DECOUPLED, trace)
+        if trace is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         head, parts, json_length = encode_response(response, plan)
         if json_length < 0:
             return HttpResponse(200, [head], _JSON, compressible=True)
@@ -277,6 +323,44 @@ class HttpApp:
 
 def _named_repository(request: HttpRequest) -> HttpResponse:
     raise unsupported("'repository_name' specification is not supported")
+
+
+def _sent(trace: Trace) -> Callable[[int, int], None]:
+    def sent(start: int, end: int) -> None:
+        if start:
+            trace.stamp("HTTP_SEND_START", start)
+            trace.stamp("HTTP_SEND_END", end)
+        trace.end()
+
+    return sent
+
+
+_TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency")
+
+
+def _trace_update(body: bytes | bytearray) -> dict[str, list[str] | None]:
+    """A trace-setting POST body (empty: no change) as setting name -> values (None:
+    clear). ``trace_level`` is an array of strings, the others strings, as Triton reads them;
+    other keys are ignored, as Triton does."""
+    doc = _parse_json(body) if body.strip() else {}
+    if not isinstance(doc, dict):
+        raise invalid_arg("trace setting request must be a JSON object")
+    update: dict[str, list[str] | None] = {}
+    for key in _TRACE_KEYS:
+        if key not in doc:
+            continue
+        value = doc[key]
+        if value is None:
+            update[key] = None
+        elif key == "trace_level":
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise invalid_arg("'trace_level' must be an array of strings")
+            update[key] = value
+        elif isinstance(value, str):
+            update[key] = [value]
+        else:
+            raise invalid_arg(f"'{key}' must be a string")
+    return update
 
 
 def _version(text: str) -> int:

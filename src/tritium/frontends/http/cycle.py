@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 from .messages import (
@@ -105,6 +106,8 @@ class RequestCycle:
     def _send(self, response: HttpResponse) -> None:
         conn = self._conn
         if conn is None:
+            if response.on_sent is not None:
+                response.on_sent(0, 0)
             return
         parts = response.body
         headers = response.headers
@@ -116,7 +119,13 @@ class RequestCycle:
                 parts = [packed[0]]
                 length = len(packed[0])
                 headers = [*headers, (b"Content-Encoding", packed[1])]
-        conn.write([response_head(response, headers, length, self.keep_alive), *parts])
+        head = response_head(response, headers, length, self.keep_alive)
+        if response.on_sent is None:
+            conn.write([head, *parts])
+            return
+        started = time.perf_counter_ns()
+        conn.write([head, *parts])
+        response.on_sent(started, time.perf_counter_ns())
 
     async def _stream(self, response: HttpStreamResponse) -> None:
         """Write a response chunk by chunk, waiting whenever the client reads slowly."""

@@ -41,6 +41,8 @@ class HttpRequest:
     body: bytes | bytearray  # a large body is gathered into a bytearray as it arrives
     peer: str = ""  # the client's address, "host:port" ("" when unknown)
     params: dict[str, str] = field(default_factory=dict)  # captured by the route's pattern
+    # (first byte, last byte) read times, perf_counter_ns, when tracing is on (HTTP_RECV_*)
+    received: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -53,6 +55,9 @@ class HttpResponse:
     # inference responses only: tritonclient's aio client reads every other answer as plain
     # JSON, whatever Accept-Encoding aiohttp sent.
     compressible: bool = False
+    # Told (start, end) perf_counter_ns of the write once the response is written, or (0, 0)
+    # when it cannot be (a traced inference's HTTP_SEND_* stamps).
+    on_sent: Callable[[int, int], None] | None = None
 
 
 @dataclass(slots=True)

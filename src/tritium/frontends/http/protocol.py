@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from typing import Any
 
@@ -35,8 +36,17 @@ def render_internal(exc: BaseException) -> HttpResponse:
     return error_response(500, f"{type(exc).__name__}: {exc}")
 
 
+class _NoTracing:
+    active = False
+
+
+_NO_TRACING = _NoTracing()
+
+
 class HttpProtocol(asyncio.Protocol):
     __slots__ = (
+        "_tracer",
+        "_recv_ns",
         "handler",
         "render_error",
         "flow",
@@ -71,6 +81,10 @@ class HttpProtocol(asyncio.Protocol):
     ) -> None:
         self.handler = handler
         self.render_error = render_error
+        # The server's TraceManager when the handler serves inferences: while it traces,
+        # each request's read times are taken (HTTP_RECV_START/END).
+        self._tracer = getattr(handler, "tracer", _NO_TRACING)
+        self._recv_ns = 0
         self._limits = limits
         self._parser: Any = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
@@ -186,6 +200,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         self._messages += 1
         self._state = _HEAD
+        self._recv_ns = time.perf_counter_ns() if self._tracer.active else 0
         self._timed = _IDLE
         self._url = b""
         self._headers = {}
@@ -269,6 +284,8 @@ class HttpProtocol(asyncio.Protocol):
         body = parts[0] if len(parts) == 1 else b"".join(parts)
         url = self._url.decode("latin-1")
         request = HttpRequest(parser.get_method().decode(), url, self._headers, body, self._peer)
+        if self._recv_ns:
+            request.received = (self._recv_ns, time.perf_counter_ns())
         self._enqueue(RequestCycle(self, request, parser.should_keep_alive()))
 
     def _decoded_or_refused(self, keep_alive: bool) -> RequestCycle:
@@ -285,6 +302,8 @@ class HttpProtocol(asyncio.Protocol):
             method = self._parser.get_method().decode()
             url = self._url.decode("latin-1")
             request = HttpRequest(method, url, self._headers, body, self._peer)
+            if self._recv_ns:
+                request.received = (self._recv_ns, time.perf_counter_ns())
             self._drop_message()
             return RequestCycle(self, request, keep_alive)
         self._drop_message()
