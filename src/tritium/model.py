@@ -57,6 +57,7 @@ class Model:
         self.version = version
         self.version_str = str(version)
         self.instances = instances
+        self.namespace = ""  # its repository's path under --model-namespacing (set on load)
         self.stats = ModelStats(self.name, self.version_str)
         # Registering with the rate limiter may fail the load (resource counts too low).
         self._limiter = limiter if instances and spec.ensemble is None else None

@@ -109,3 +109,6 @@ class ServerOptions:
     onnxruntime_default_max_batch_size: int = 4  # --backend-config default-max-batch-size
     # Tracing (issue 15): --trace-config and the deprecated --trace-* flags (tritium.tracing).
     trace: TraceConfig = TraceConfig()
+    # Model namespacing (issue 15 item 5): --model-namespacing, one model per (repository,
+    # name); a bare name held by several repositories is ambiguous (tritium.repository).
+    model_namespacing: bool = False

@@ -122,6 +122,7 @@ class InferenceServer:
                 load_threads=options.model_load_thread_count,
                 config_name=options.model_config_name,
                 load_retries=options.model_load_retry_count,
+                namespacing=options.model_namespacing,
             ),
         )
         if options.rate_limit == "execution_count":
@@ -286,12 +287,13 @@ class InferenceServer:
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
         return self._model(name, parse_version(version)).spec.config_json
 
-    def _model(self, name: str, version: int) -> Model:
-        """The ready model version a request names. A name that can never be loaded (not one
-        safe path component: see repository/names.py) is INVALID_ARG rather than NOT_FOUND;
-        checked only on a miss, so served names cost nothing."""
+    def _model(self, name: str, version: int, near: str | None = None) -> Model:
+        """The ready model version a request names (``near``: an ensemble step's namespace,
+        looked in first). A name that can never be loaded (not one safe path component: see
+        repository/names.py) is INVALID_ARG rather than NOT_FOUND; checked only on a miss, so
+        served names cost nothing."""
         try:
-            return self.repository.get(name, version)
+            return self.repository.get(name, version, near)
         except ServerError:
             check_model_name(name)
             raise
@@ -331,7 +333,8 @@ class InferenceServer:
         ensemble step's or BLS call's request (``parent``) carries its parent's options and
         parameters, and a child of its trace. ``trace``: the front-end sampled this request
         for tracing. Errors raise."""
-        model = self._model(client.model_name, client.model_version)
+        near = parent.model.namespace if parent is not None and parent.model else None
+        model = self._model(client.model_name, client.model_version, near)
         if parent is None:
             options, parameters = parse_parameters(client.parameters)
         else:

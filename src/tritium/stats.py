@@ -103,11 +103,16 @@ class ModelStats:
         self.first_response: Histogram | None = None  # ms, observed by the ResponseSender
         self.load_seconds = 0.0
 
-    def configure(self, settings: MetricsSettings, spec: MetricSpec, cache: bool) -> None:
+    def configure(
+        self, settings: MetricsSettings, spec: MetricSpec, cache: bool, namespace: str = ""
+    ) -> None:
         """The metric settings of this version (Triton's MetricModelReporter creation): the
         config's metric_tags become ``_<key>`` labels; ``cache``: this model uses the
-        response cache (its cache families are served from the start)."""
+        response cache (its cache families are served from the start); ``namespace``: its
+        repository under --model-namespacing, a ``namespace`` label as Triton's."""
         labels = {"model": self.name, "version": self.version}
+        if namespace:
+            labels["namespace"] = namespace
         labels.update((f"_{key}", value) for key, value in spec.tags)
         self.labels = _label_text(labels)
         self.counter_latencies = settings.counter_latencies

@@ -170,7 +170,7 @@ def test_start_up_notices(flag_server: ServerProcess) -> None:
     [
         ("--allow-sagemaker=true", "tritium has no SageMaker front-end"),
         ("--vertex-ai-port=8080", "tritium has no Vertex AI front-end"),
-        ("--model-namespacing=true", "--model-namespacing=true: not implemented yet"),
+        ("--allow-vertex-ai=true", "tritium has no Vertex AI front-end"),
         ("--backend-config=tensorflow,version=2", "no settings for backend 'tensorflow'"),
     ],
 )

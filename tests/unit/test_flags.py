@@ -168,10 +168,11 @@ def test_cloud_front_ends_are_refused_only_when_enabled() -> None:
         options_from_args(_parse("--sagemaker-port=8080"))
 
 
-def test_not_yet_flags_say_so() -> None:
-    options_from_args(_parse("--model-namespacing=false"))  # what tritium does
-    with pytest.raises(SystemExit, match="--model-namespacing=true: not implemented yet"):
-        options_from_args(_parse("--model-namespacing=true"))
+def test_model_namespacing_reaches_the_options() -> None:
+    assert not options_from_args(_parse("--model-namespacing=false")).model_namespacing
+    assert not options_from_args(_parse()).model_namespacing
+    assert options_from_args(_parse("--model-namespacing=true")).model_namespacing
+    assert options_from_args(_parse("--model-namespacing")).model_namespacing
 
 
 def test_implemented_flags_reach_the_options() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tritium.config.model_config import ModelConfig
-from tritium.repository.layout import scan, select_versions, version_dirs
+from tritium.repository.layout import ModelId, scan, select_versions, version_dirs
 
 
 def make_dirs(root: Path, *names: str) -> None:
@@ -79,9 +79,10 @@ def test_scan_models_across_repositories(tmp_path: Path) -> None:
     make_dirs(tmp_path / "b", "m3")
     (tmp_path / "a" / "README.md").write_text("not a model")
     locations = scan([tmp_path / "a", tmp_path / "b"])
-    assert sorted(locations) == ["m1", "m2", "m3"]
-    assert locations["m1"].path == tmp_path / "a" / "m1"
-    assert locations["m3"].path == tmp_path / "b" / "m3"
+    assert sorted(k.name for k in locations) == ["m1", "m2", "m3"]
+    assert all(k.namespace == "" for k in locations)
+    assert locations[ModelId("", "m1")].path == tmp_path / "a" / "m1"
+    assert locations[ModelId("", "m3")].path == tmp_path / "b" / "m3"
     assert all(loc.problem == "" for loc in locations.values())
 
 
@@ -89,19 +90,19 @@ def test_scan_duplicate_names_are_unavailable(tmp_path: Path) -> None:
     make_dirs(tmp_path / "a", "dup", "only_a")
     make_dirs(tmp_path / "b", "dup", "only_b")
     locations = scan([tmp_path / "a", tmp_path / "b"])
-    dup = locations["dup"]
+    dup = locations[ModelId("", "dup")]
     assert dup.path is None
     assert "dup" in dup.problem
     assert str(tmp_path / "a") in dup.problem
     assert str(tmp_path / "b") in dup.problem
-    assert locations["only_a"].path == tmp_path / "a" / "only_a"
-    assert locations["only_b"].path == tmp_path / "b" / "only_b"
+    assert locations[ModelId("", "only_a")].path == tmp_path / "a" / "only_a"
+    assert locations[ModelId("", "only_b")].path == tmp_path / "b" / "only_b"
 
 
 def test_scan_missing_repository_is_skipped(tmp_path: Path) -> None:
     make_dirs(tmp_path / "a", "m1")
     locations = scan([tmp_path / "missing", tmp_path / "a"])
-    assert list(locations) == ["m1"]
+    assert list(locations) == [ModelId("", "m1")]
 
 
 def test_same_repository_given_twice_is_not_a_duplicate(tmp_path: Path) -> None:
@@ -114,5 +115,20 @@ def test_same_repository_given_twice_is_not_a_duplicate(tmp_path: Path) -> None:
         ["serve", "--model-repository", repo, "--model-repository", repo]
     )
     locations = scan(list(options_from_args(args).model_repositories))
-    assert locations["m1"].path == tmp_path / "a" / "m1"
-    assert locations["m1"].problem == ""
+    assert locations[ModelId("", "m1")].path == tmp_path / "a" / "m1"
+    assert locations[ModelId("", "m1")].problem == ""
+
+
+def test_scan_with_namespacing_keeps_each_repository_copy(tmp_path: Path) -> None:
+    """--model-namespacing: each repository is a namespace (its path); a name in two of them
+    is two models, each loadable."""
+    make_dirs(tmp_path / "a", "dup", "only_a")
+    make_dirs(tmp_path / "b", "dup")
+    locations = scan([tmp_path / "a", tmp_path / "b"], namespacing=True)
+    a, b = str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve())
+    assert sorted(locations) == sorted(
+        [ModelId(a, "dup"), ModelId(a, "only_a"), ModelId(b, "dup")]
+    )
+    assert locations[ModelId(b, "dup")].path == (tmp_path / "b" / "dup").resolve()
+    assert locations[ModelId(b, "dup")].key == ModelId(b, "dup")
+    assert all(loc.problem == "" for loc in locations.values())

@@ -58,6 +58,12 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
         help="try a model version that fails to load again, up to this many times",
     )
     _flag(serve, "--reuse-http-port", False, "SO_REUSEPORT on the HTTP socket")
+    _flag(
+        serve,
+        "--model-namespacing",
+        False,
+        "each repository is a namespace: one model name may be served from several",
+    )
     serve.add_argument(
         "--http-header-forward-pattern",
         default="",
@@ -92,6 +98,7 @@ def serve_options(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model_config_name": args.model_config_name or "",
         "model_load_retry_count": args.model_load_retry_count,
+        "model_namespacing": args.model_namespacing,
         "reuse_http_port": args.reuse_http_port,
         "http_header_forward_pattern": args.http_header_forward_pattern,
         "onnxruntime_default_max_batch_size": backends.onnxruntime_max_batch_size,

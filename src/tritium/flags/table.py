@@ -133,9 +133,8 @@ FLAGS: tuple[Flag, ...] = (
     _f("model-load-retry-count", "Model Repository", _I, I,
        "a version that fails to load is tried again that many times",
        "Number of retries to load a model."),
-    _f("model-namespacing", "Model Repository", _B, R,
-       "not implemented yet in tritium: a model name found in several repositories is "
-       "unavailable, as without the flag (false is accepted)",
+    _f("model-namespacing", "Model Repository", _B, I,
+       "each repository is a namespace; a name held by several is ambiguous in a request",
        "Models with the same name may be served from different repositories."),
     _f("enable-peer-access", "Model Repository", _B, G, "CUDA peer access between GPUs; "
        + _NO_GPU, "Try to enable peer access between GPUs."),

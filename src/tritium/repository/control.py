@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
 from ..config.model_config import ModelConfig, config_from_json
-from .layout import ModelLocation
+from .layout import ModelId, ModelLocation
 from .manager import ModelRepositoryManager
 from .names import check_model_name, check_override_key
 
@@ -38,7 +38,7 @@ class ModelControl:
         self._poll_secs = poll_secs
         self._startup = startup
         self._poller: asyncio.Task[None] | None = None
-        self._signatures: dict[str, tuple[object, ...]] = {}
+        self._signatures: dict[ModelId, tuple[object, ...]] = {}
         self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
         self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
 
@@ -81,30 +81,32 @@ class ModelControl:
             if not isinstance(content, bytes):
                 raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
         try:
-            location, override = self._resolve(name, config_json, files)
+            locations, override = self._resolve(name, config_json, files)
         except ServerError as exc:  # Triton logs the detail; the client gets its summary
             log.error("failed to load '%s': %s", name, exc.message)
             raise internal(
                 f"failed to load '{name}', failed to poll from model repository: {exc.message}"
             ) from None
-        reason = await self._finish(self.manager.load(location, override))
+        # Under --model-namespacing a name may be in several repositories: all are loaded.
+        reasons = [await self._finish(self.manager.load(loc, override)) for loc in locations]
+        reason = "; ".join(r for r in reasons if r)
         if reason:
             raise internal(f"failed to load '{name}', {reason}")
 
     def _resolve(
         self, name: str, config_json: str | None, files: dict[str, bytes] | None
-    ) -> tuple[ModelLocation, ModelConfig | None]:
+    ) -> tuple[list[ModelLocation], ModelConfig | None]:
         if files and config_json is None:
             raise invalid_arg("the 'config' parameter is required with 'file:' overrides")
         override = None
         if config_json is not None:
             override = config_from_json(config_json)
         if files:
-            return self._materialize(name, files), override
-        location = self.manager.scan().get(name)
-        if location is None:
+            return [self._materialize(name, files)], override
+        locations = [loc for k, loc in self.manager.scan().items() if k.name == name]
+        if not locations:
             raise invalid_arg(f"no model '{name}' in the model repositories")
-        return location, override
+        return locations, override
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self.mode != "explicit":
@@ -128,12 +130,12 @@ class ModelControl:
         return ModelLocation(name, root, scratch=holder)
 
     # -- poll mode -----------------------------------------------------------------------------
-    def _snapshot(self) -> dict[str, tuple[object, ...]]:
+    def _snapshot(self) -> dict[ModelId, tuple[object, ...]]:
         """Per model directory: every file's path, size and mtime."""
-        signatures: dict[str, tuple[object, ...]] = {}
-        for name, location in self.manager.scan().items():
+        signatures: dict[ModelId, tuple[object, ...]] = {}
+        for key, location in self.manager.scan().items():
             if location.path is None:
-                signatures[name] = ("ambiguous",)
+                signatures[key] = ("ambiguous",)
                 continue
             entries = []
             for path in sorted(location.path.rglob("*")):
@@ -144,7 +146,7 @@ class ModelControl:
                 except OSError:
                     continue
                 entries.append((str(path), stat.st_size, stat.st_mtime_ns))
-            signatures[name] = tuple(entries)
+            signatures[key] = tuple(entries)
         return signatures
 
     async def _poll(self) -> None:
@@ -160,13 +162,13 @@ class ModelControl:
     async def _poll_once(self) -> None:
         current = await asyncio.to_thread(self._snapshot)
         locations = self.manager.scan()
-        for name in self._signatures.keys() - current.keys():
-            log.info("model '%s' left the repository: unloading", name)
-            await self.manager.unload(name)
-        for name, signature in current.items():
-            if self._signatures.get(name) != signature:
-                log.info("model '%s' changed in the repository: loading", name)
-                await self.manager.load(locations[name])
+        for key in self._signatures.keys() - current.keys():
+            log.info("model '%s' left the repository: unloading", key.name)
+            await self.manager.unload_id(key)
+        for key, signature in current.items():
+            if self._signatures.get(key) != signature:
+                log.info("model '%s' changed in the repository: loading", key.name)
+                await self.manager.load(locations[key])
         self._signatures = current
 
 

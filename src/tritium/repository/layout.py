@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ..config.model_config import ModelConfig
 from .names import is_version_dir
+
+
+class ModelId(NamedTuple):
+    """A model's identity (Triton's ModelIdentifier): with --model-namespacing the namespace
+    is the path of the repository that holds it, else '' for every model."""
+
+    namespace: str
+    name: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +26,11 @@ class ModelLocation:
     # A model materialised from a load request's ``file:`` overrides: the directory that holds
     # it, removed once no model uses it (unload, or a reload that replaced it).
     scratch: Path | None = None
+    namespace: str = ""  # its repository's path under --model-namespacing
+
+    @property
+    def key(self) -> ModelId:
+        return ModelId(self.namespace, self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,24 +45,29 @@ class RepositoryLayout:
     load_threads: int = 4
     config_name: str = ""
     load_retries: int = 0
+    namespacing: bool = False  # --model-namespacing: one model per (repository, name)
 
 
-def scan(repositories: list[Path]) -> dict[str, ModelLocation]:
-    """Every model directory across the repositories; a name found twice is unavailable."""
-    found: dict[str, list[Path]] = {}
+def scan(repositories: list[Path], namespacing: bool = False) -> dict[ModelId, ModelLocation]:
+    """Every model directory across the repositories. Without namespacing every model is in
+    the namespace '' and a name found twice is unavailable; with it, each repository is a
+    namespace of its own (Triton's ``Poll``)."""
+    found: dict[ModelId, list[Path]] = {}
     for repo in dict.fromkeys(p.resolve() for p in repositories):  # the same one twice is one
         if not repo.is_dir():
             continue
+        namespace = str(repo) if namespacing else ""
         for entry in sorted(repo.iterdir()):
             if entry.is_dir() and not entry.name.startswith("."):
-                found.setdefault(entry.name, []).append(entry)
+                found.setdefault(ModelId(namespace, entry.name), []).append(entry)
     locations = {}
-    for name, paths in found.items():
+    for key, paths in found.items():
+        name = key.name
         if len(paths) == 1:
-            locations[name] = ModelLocation(name, paths[0])
+            locations[key] = ModelLocation(name, paths[0], namespace=key.namespace)
         else:
             where = ", ".join(str(p.parent) for p in paths)
-            locations[name] = ModelLocation(
+            locations[key] = ModelLocation(
                 name, None, f"model '{name}' appears in multiple repositories: {where}"
             )
     return locations

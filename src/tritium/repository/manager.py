@@ -23,8 +23,9 @@ from ..warmup import warm_up
 from ..scheduling.rate_limiter import RateLimiter
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
-from .layout import ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
+from .layout import ModelId, ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
 from .names import version_from_string
+from .namespaces import NameIndex, composing_id
 from .records import ModelRecord, VersionRecord, failure, index_rows, refresh, was_unloaded
 from ..config.spec import ModelSpec, build_spec, infer_backend, normalize
 
@@ -59,31 +60,32 @@ class ModelRepositoryManager:
         self._backends = backends
         self._auto_complete = self._layout.auto_complete
         self._load_slots = asyncio.Semaphore(max(self._layout.load_threads, 1))
-        self._records: dict[str, ModelRecord] = {}
-        self._known: set[str] = set()  # model directories seen in the repositories
+        self._records: dict[ModelId, ModelRecord] = {}
+        self._names = NameIndex(self._layout.namespacing)  # name -> its records, for lookups
+        self._known: set[ModelId] = set()  # model directories seen in the repositories
         self._retiring: set[asyncio.Task[None]] = set()
         self._retiring_models: set[Model] = set()  # old versions closing after a reload
         # Loads in progress (name -> done), so an ensemble can wait for its composing models,
         # and what each loading ensemble waits for (to refuse a cycle between ensembles).
-        self._loading: dict[str, asyncio.Future[None]] = {}
-        self._waiting_on: dict[str, set[str]] = {}
-        self._locks: dict[str, _NameLock] = {}
+        self._loading: dict[ModelId, asyncio.Future[None]] = {}
+        self._waiting_on: dict[ModelId, set[ModelId]] = {}
+        self._locks: dict[ModelId, _NameLock] = {}
         # --metrics-config (and whether the server has a response cache), set by the server.
         self.metrics = MetricsSettings()
 
     # -- loading -----------------------------------------------------------------------------
-    def scan(self) -> dict[str, ModelLocation]:
-        locations = scan(self._repositories)
+    def scan(self) -> dict[ModelId, ModelLocation]:
+        locations = scan(self._repositories, self._layout.namespacing)
         self._known = set(locations)
         return locations
 
     async def load_all(self, names: set[str] | None = None) -> None:
         """Load every model of the repositories (or only ``names``)."""
         locations = self.scan()
-        chosen = [loc for n, loc in locations.items() if names is None or n in names]
+        chosen = [loc for k, loc in locations.items() if names is None or k.name in names]
         loop = asyncio.get_running_loop()
         for location in chosen:  # registered first: an ensemble may wait for any of them
-            self._loading.setdefault(location.name, loop.create_future())
+            self._loading.setdefault(location.key, loop.create_future())
         await asyncio.gather(*(self._load(loc) for loc in chosen))
 
     async def load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
@@ -93,11 +95,11 @@ class ModelRepositoryManager:
 
         Loads and unloads of one name run one at a time, in arrival order (two at once would
         race to replace the record, and the loser's instances would never be closed)."""
-        name = location.name
-        async with self._exclusive(name):
+        key = location.key
+        async with self._exclusive(key):
             reason = await self._load_record(location, override)
         if not reason:
-            await self._reload_dependents(name)
+            await self._reload_dependents(key)
         return reason
 
     async def _load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
@@ -105,30 +107,30 @@ class ModelRepositoryManager:
         ensemble to recheck): not queued behind requests, which wait for it instead."""
         reason = await self._load_record(location, override)
         if not reason:
-            await self._reload_dependents(location.name)
+            await self._reload_dependents(location.key)
         return reason
 
     @contextlib.asynccontextmanager
-    async def _exclusive(self, name: str) -> AsyncIterator[None]:
-        """Hold ``name``'s lock, once any load of it the manager started itself is done."""
-        entry = self._locks.setdefault(name, _NameLock())
+    async def _exclusive(self, key: ModelId) -> AsyncIterator[None]:
+        """Hold ``key``'s lock, once any load of it the manager started itself is done."""
+        entry = self._locks.setdefault(key, _NameLock())
         entry.users += 1
         try:
             async with entry.lock:
-                while (busy := self._loading.get(name)) is not None and not busy.done():
+                while (busy := self._loading.get(key)) is not None and not busy.done():
                     await asyncio.shield(busy)
                 yield
         finally:
             entry.users -= 1
             if not entry.users:
-                del self._locks[name]
+                del self._locks[key]
 
     async def _load_record(self, location: ModelLocation, override: ModelConfig | None) -> str:
-        name = location.name
-        record = ModelRecord(name, location=location)
-        done = self._loading.get(name)
+        name, key = location.name, location.key
+        record = ModelRecord(name, location=location, namespace=location.namespace)
+        done = self._loading.get(key)
         if done is None or done.done():
-            done = self._loading[name] = asyncio.get_running_loop().create_future()
+            done = self._loading[key] = asyncio.get_running_loop().create_future()
         try:
             await self._load_versions(record, location, override)
         except ServerError as exc:
@@ -137,17 +139,18 @@ class ModelRepositoryManager:
             log.exception("failed to load '%s'", name)
             self._fail_model(record, f"{type(exc).__name__}: {exc}")
         finally:
-            self._waiting_on.pop(name, None)
-            if self._loading.get(name) is done:
-                del self._loading[name]
+            self._waiting_on.pop(key, None)
+            if self._loading.get(key) is done:
+                del self._loading[key]
             if not done.done():  # a load the manager started may overlap a request's
                 done.set_result(None)
         reason = failure(record)
-        old = self._records.get(name)
+        old = self._records.get(key)
         if reason and old is not None and old.ready:
             self._retire(record)  # keep serving the old model
         else:
-            self._records[name] = record
+            self._records[key] = record
+            self._names.store(record)
             if old is not None:
                 self._retire(old)
             if reason and not record.depends:
@@ -157,24 +160,33 @@ class ModelRepositoryManager:
     async def unload(self, name: str, dependents: bool = False) -> None:
         """Stop routing requests to the model and unload it once its in-flight requests are
         done (this waits for them). ``dependents`` (an ensemble): also unload its composing
-        models that no other loaded ensemble uses. Queued behind loads of the same name."""
-        async with self._exclusive(name):
-            await self._unload(name, dependents)
+        models that no other loaded ensemble uses. Queued behind loads of the same name. Under
+        --model-namespacing every namespace's model of that name goes (as Triton's)."""
+        keys = self._names.keys(name, (*self._records, *self._loading, *self._locks))
+        for key in keys:
+            await self.unload_id(key, dependents)
 
-    async def _unload(self, name: str, dependents: bool = False) -> None:
-        record = self._records.get(name)
+    async def unload_id(self, key: ModelId, dependents: bool = False) -> None:
+        """Unload one model (one namespace's, under --model-namespacing)."""
+        async with self._exclusive(key):
+            await self._unload(key, dependents)
+
+    async def _unload(self, key: ModelId, dependents: bool = False) -> None:
+        record = self._records.get(key)
         if record is None:
             return
         models = [e.model for e in record.versions.values() if e.model is not None]
         for entry in record.versions.values():
             entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, "unloaded", None
         refresh(record)
-        for other in self._records.values():  # Triton: an ensemble goes with its parts
-            if name in other.depends and other.ready:
+        for other in list(self._records.values()):  # Triton: an ensemble goes with its parts
+            if key in other.depends and other.ready:
                 log.info(
-                    "unloading ensemble '%s': composing model '%s' was unloaded", other.name, name
+                    "unloading ensemble '%s': composing model '%s' was unloaded",
+                    other.name,
+                    key.name,
                 )
-                await self._unload(other.name)
+                await self._unload(other.key)
         if dependents:
             used = {n for r in self._records.values() if r.ready for n in r.depends}
             for part in sorted(record.depends - used):
@@ -184,14 +196,16 @@ class ModelRepositoryManager:
             record.location = None  # its files go with it: nothing may reload from there
         await self._close(models, location)
 
-    async def _reload_dependents(self, name: str) -> None:
+    async def _reload_dependents(self, key: ModelId) -> None:
         """A composing model was (re)loaded: reload the ensembles built on it, so they check
         its new configuration (and come back if its unload had taken them down)."""
         for other in list(self._records.values()):
-            if name in other.depends and other.location is not None:
-                if other.name not in self._loading:
+            if key in other.depends and other.location is not None:
+                if other.key not in self._loading:
                     log.info(
-                        "reloading ensemble '%s': composing model '%s' changed", other.name, name
+                        "reloading ensemble '%s': composing model '%s' changed",
+                        other.name,
+                        key.name,
                     )
                     await self._load(other.location)
 
@@ -267,8 +281,11 @@ class ModelRepositoryManager:
             )
         problem = ConfigProblem(record.name, path, text)
         if config.platform == "ensemble":
-            record.depends = frozenset(s.model_name for s in config.ensemble_scheduling.step)
-            await self._load_composing(record.name, record.depends)
+            record.depends = frozenset(
+                self._composing_id(record.namespace, s.model_name)
+                for s in config.ensemble_scheduling.step
+            )
+            await self._load_composing(record.key, record.depends)
         for version in served:
             record.versions[version] = VersionRecord(version)
         loads = (
@@ -281,27 +298,33 @@ class ModelRepositoryManager:
         async with self._load_slots:
             await asyncio.gather(*loads)
 
-    async def _load_composing(self, ensemble: str, names: frozenset[str]) -> None:
+    def _composing_id(self, namespace: str, name: str) -> ModelId:
+        """Which model an ensemble's step names (its own namespace first)."""
+        return composing_id(namespace, name, (*self._records, *self._known), self._names.on)
+
+    async def _load_composing(self, ensemble: ModelId, keys: frozenset[ModelId]) -> None:
         """Wait for the composing models being loaded; load those never loaded or unloaded
         since (Triton loads an ensemble's composing models with it). A cycle between
         ensembles fails."""
-        self._waiting_on[ensemble] = set(names)
+        self._waiting_on[ensemble] = set(keys)
         cycle = self._cycle(ensemble, ensemble, [ensemble])
         if cycle:
-            raise invalid_arg("circular dependency between ensembles: " + " -> ".join(cycle))
+            raise invalid_arg(
+                "circular dependency between ensembles: " + " -> ".join(k.name for k in cycle)
+            )
         locations = None
         waits: list[asyncio.Future[Any]] = []
-        for name in sorted(names):
-            if name in self._loading:
-                waits.append(asyncio.shield(self._loading[name]))
-            elif name not in self._records or was_unloaded(self._records[name]):
+        for key in sorted(keys):
+            if key in self._loading:
+                waits.append(asyncio.shield(self._loading[key]))
+            elif key not in self._records or was_unloaded(self._records[key]):
                 locations = locations or self.scan()
-                if name in locations:
-                    self._loading[name] = asyncio.get_running_loop().create_future()
-                    waits.append(asyncio.ensure_future(self._load(locations[name])))
+                if key in locations:
+                    self._loading[key] = asyncio.get_running_loop().create_future()
+                    waits.append(asyncio.ensure_future(self._load(locations[key])))
         await asyncio.gather(*waits)
 
-    def _cycle(self, start: str, current: str, path: list[str]) -> list[str]:
+    def _cycle(self, start: ModelId, current: ModelId, path: list[ModelId]) -> list[ModelId]:
         for name in sorted(self._waiting_on.get(current, ())):
             if name == start:
                 return [*path, name]
@@ -311,9 +334,11 @@ class ModelRepositoryManager:
                     return found
         return []
 
-    def composing_spec(self, ensemble: str, name: str, version: int) -> ModelSpec:
-        """A composing model's spec for an ensemble's checks, or Triton's reason it has none."""
-        record = self._records.get(name)
+    def composing_spec(self, owner: ModelId, name: str, version: int) -> ModelSpec:
+        """A composing model's spec for an ensemble's checks, or Triton's reason it has none
+        (the ensemble's own namespace first under --model-namespacing)."""
+        ensemble = owner.name
+        record = self._records.get(self._composing_id(owner.namespace, name))
         if record is None:
             raise not_found(f"ensemble '{ensemble}' depends on '{name}' which is not loaded")
         if not record.ready:
@@ -373,7 +398,7 @@ class ModelRepositoryManager:
                 self._auto_complete,
                 finalize,
                 on_failure,
-                composing=functools.partial(self.composing_spec, record.name),
+                composing=functools.partial(self.composing_spec, record.key),
                 on_recovered=on_recovered,
             )
 
@@ -391,6 +416,7 @@ class ModelRepositoryManager:
                     return
         try:
             entry.model = Model(spec, version, instances, self._dispatch, self.limiter)
+            entry.model.namespace = record.namespace
         except ServerError as exc:  # the rate limiter's resource counts cannot serve it
             await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
             entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
@@ -421,9 +447,10 @@ class ModelRepositoryManager:
         )
 
     # -- lookups -----------------------------------------------------------------------------
-    def get(self, name: str, version: int = -1) -> Model:
-        """The ready model version a request is for, or Triton's error for why not."""
-        record = self._records.get(name)
+    def get(self, name: str, version: int = -1, near: str | None = None) -> Model:
+        """The ready model version a request is for, or Triton's error for why not. ``near``:
+        the namespace of the ensemble whose step asks (looked in first)."""
+        record = self._names.find(name, near)
         if record is None:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version < 0 or version == 0:
@@ -441,14 +468,16 @@ class ModelRepositoryManager:
 
     def loaded(self, name: str, version: int) -> list[Model]:
         """Ready model versions: all of them (no name), one model's, or one version."""
-        records = [self._records[name]] if name in self._records else []
         if not name:
-            records = [self._records[n] for n in sorted(self._records)]
+            records = [self._records[k] for k in sorted(self._records, key=_by_name)]
+        else:
+            found = self._names.find(name)
+            records = [found] if found is not None else []
         models = [m for r in records for _, m in sorted(r.ready.items())]
         return [m for m in models if version <= 0 or m.version == version]
 
     def ready_versions(self, name: str) -> list[int]:
-        record = self._records.get(name)
+        record = self._names.find(name)
         return sorted(record.ready) if record else []
 
     def failures(self) -> list[str]:
@@ -471,6 +500,10 @@ class ModelRepositoryManager:
         )
 
 
+def _by_name(key: ModelId) -> tuple[str, str]:
+    return key.name, key.namespace
+
+
 def _describe(exc: Exception) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -483,5 +516,5 @@ def _configure_metrics(model: Model, settings: MetricsSettings, load_seconds: fl
     ModelLifeCycle reports the load time when the version becomes READY)."""
     spec = model.spec
     cache = settings.response_cache and spec.config.response_cache.enable and not spec.decoupled
-    model.stats.configure(settings, spec.metrics, cache)
+    model.stats.configure(settings, spec.metrics, cache, model.namespace)
     model.stats.load_seconds = load_seconds

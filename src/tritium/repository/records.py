@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ..model import Model, ModelState
-from .layout import ModelLocation
+from .layout import ModelId, ModelLocation
 
 
 @dataclass(slots=True)
@@ -27,7 +27,12 @@ class ModelRecord:
     ready: dict[int, Model] = field(default_factory=dict)  # ready versions, for lookups
     latest: Model | None = None
     location: ModelLocation | None = None
-    depends: frozenset[str] = frozenset()  # an ensemble's composing models
+    depends: frozenset[ModelId] = frozenset()  # an ensemble's composing models
+    namespace: str = ""  # its repository's path under --model-namespacing
+
+    @property
+    def key(self) -> ModelId:
+        return ModelId(self.namespace, self.name)
 
 
 def refresh(record: ModelRecord) -> None:
@@ -41,12 +46,13 @@ def refresh(record: ModelRecord) -> None:
 
 
 def index_rows(
-    records: Mapping[str, ModelRecord], known: Iterable[str], ready_only: bool
+    records: Mapping[ModelId, ModelRecord], known: Iterable[ModelId], ready_only: bool
 ) -> list[dict[str, str]]:
-    """The repository index: one entry per model version (or per model that has none)."""
+    """The repository index: one entry per model version (or per model that has none). A
+    name in several namespaces is listed once per namespace, by name only (as Triton's)."""
     rows: list[dict[str, str]] = []
-    for name in sorted(records.keys() | set(known)):
-        record = records.get(name)
+    for key in sorted(records.keys() | set(known), key=lambda k: (k.name, k.namespace)):
+        name, record = key.name, records.get(key)
         if record is None:  # on disk, never loaded (explicit mode)
             if not ready_only:
                 rows.append({"name": name})
