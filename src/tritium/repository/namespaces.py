@@ -53,7 +53,7 @@ class NameIndex:
                 if record.namespace == near:
                     return record
         # A model unloaded everywhere but one namespace has left Triton's global map.
-        live = [r for r in records if not was_unloaded(r)]
+        live = [r for r in records if not (r.versions and was_unloaded(r))]
         if len(live) > 1:
             raise invalid_arg(ambiguous(name, len(live)))
         return (live or records)[0]
