@@ -385,3 +385,38 @@ def test_opentelemetry_settings_and_forced_propagation(otel: Any) -> None:
     finally:
         c.update_trace_settings(settings={"trace_count": None})
     assert c.get_trace_settings()["trace_count"] == "-1"
+
+
+
+def test_opentelemetry_bls_calls_are_children(example_repo: Path, tmp_path: Path) -> None:
+    """A BLS model's calls (``bls_pipeline`` → ``simple``, then ``bls_double``) hang under the
+    traced request that made them, as ensemble steps do."""
+    from models import build_test_repository
+
+    repo = build_test_repository(tmp_path / "bls", ["bls_pipeline", "bls_double"])
+    with OtlpCollector() as collector:
+        server = ServerProcess(
+            [repo, example_repo],
+            "--model-control-mode", "explicit",
+            "--load-model", "bls_pipeline", "--load-model", "bls_double", "--load-model", "simple",
+            "--trace-config", "mode=opentelemetry",
+            "--trace-config", f"opentelemetry,url={collector.url}",
+            "--trace-config", "opentelemetry,bsp_schedule_delay=50",
+            "--trace-config", "level=TIMESTAMPS",
+            "--trace-config", "rate=1",
+        )  # fmt: skip
+        try:
+            c = clients.client("http", server.url("http"))
+            a = np.arange(16, dtype=np.int32)
+            inputs = [
+                clients.make_input("http", "INPUT0", a, "INT32"),
+                clients.make_input("http", "INPUT1", a, "INT32"),
+            ]
+            c.infer("bls_pipeline", inputs)
+            spans = collector.wait_for(lambda got: len(got) >= 7)
+        finally:
+            server.stop()
+    tree = _tree(spans)
+    assert tree["InferRequest"] == ["bls_pipeline"]
+    assert tree["bls_pipeline"] == ["bls_double", "compute", "simple"]
+    assert {s.trace_id for s in spans} == {spans[0].trace_id}

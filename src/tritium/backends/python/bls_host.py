@@ -18,13 +18,16 @@ import json
 import logging
 import os
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ErrorKind, ServerError
 from ...request import InferenceRequest, ResponseSender
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from . import ipc, shm_tensors
 from .process import StubProcess
+
+if TYPE_CHECKING:
+    from ...tracing import Trace
 
 log = logging.getLogger("tritium")
 
@@ -55,7 +58,10 @@ class BlsDispatch(Protocol):
     """What BLS needs of the server: its two steps for a request, and model control."""
 
     def request(
-        self, client: ClientRequest, parent: InferenceRequest | None = None
+        self,
+        client: ClientRequest,
+        parent: InferenceRequest | None = None,
+        trace: Trace | None = None,
     ) -> InferenceRequest: ...
 
     def submit(self, request: InferenceRequest, sender: ResponseSender) -> None: ...
@@ -81,6 +87,8 @@ class BlsHost:
             shm_tensors.SegmentNames(os.getpid(), stub.pid or 0)
         )
         self.in_flight: Callable[[], list[int]] = list  # the stub's executions (batch ids)
+        # The requests of one of those executions (the parents of its BLS calls).
+        self.batch_requests: Callable[[int], list[InferenceRequest]] = lambda _batch: []
         stub.bls = self
 
     def on_frame(self, kind: int, body: Any, buffers: ipc.Buffers) -> None:
@@ -103,8 +111,11 @@ class BlsHost:
         except (ValueError, TypeError, KeyError) as exc:
             self._fail(call_id, model_name, str(exc))
             return
+        if parent == _NO_PARENT:  # sent from a model's own thread: the one execution running
+            batches = self.in_flight()
+            parent = batches[0] if len(batches) == 1 else _NO_PARENT
         try:
-            request = self._dispatch.request(client)
+            request = self._dispatch.request(client, None, self._child_trace(parent))
         except ServerError as exc:
             if exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.UNAVAILABLE):
                 reason = (
@@ -117,15 +128,21 @@ class BlsHost:
         if request.decoupled and not decoupled:
             self._fail(call_id, model_name, _decoupled_refusal(model_name))
             return
-        if parent == _NO_PARENT:  # sent from a model's own thread: the one execution running
-            batches = self.in_flight()
-            parent = batches[0] if len(batches) == 1 else _NO_PARENT
         self._children[call_id] = (request, parent)
         try:
             self._dispatch.submit(request, ResponseSender(self._callback(call_id)))
         except ServerError as exc:
             self._children.pop(call_id, None)
             self._fail(call_id, model_name, str(exc))
+
+    def _child_trace(self, parent: int) -> Trace | None:
+        """A child of the parent request's trace when it is traced (a span under its model
+        span, or a trace-file entry with its ``parent_id``). An execution of several traced
+        requests gives no single parent: its BLS calls are not traced."""
+        if parent == _NO_PARENT:
+            return None
+        traced = [r.trace for r in self.batch_requests(parent) if r.trace is not None]
+        return traced[0].child() if len(traced) == 1 else None
 
     def _client(self, wire: BlsRequestWire, buffers: ipc.Buffers) -> ClientRequest:
         (_, _, _, model_name, version, request_id, correlation_id, flags, timeout_us, inputs,

@@ -92,6 +92,11 @@ class PythonInstance:
         self._bls = stub.bls  # attached when the stub started (BLS may run in initialize)
         if self._bls is not None:
             self._bls.in_flight = lambda: list(self._batches)
+            self._bls.batch_requests = self._batch_requests
+
+    def _batch_requests(self, batch_id: int) -> list[InferenceRequest]:
+        entry = self._batches.get(batch_id)
+        return [] if entry is None else entry[1]
 
     @property
     def stub_pid(self) -> int | None:
