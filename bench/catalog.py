@@ -26,6 +26,7 @@ from bench.scenarios import (
     batching,
     ensembles,
     foundation,
+    handoff,
     sequence,
     shm,
     streaming,
@@ -43,11 +44,12 @@ ISSUES = {
         ensembles.ISSUE,
         transport.ISSUE,
         sequence.ISSUE,
+        handoff.ISSUE,
     )
 }
 # `make bench` runs these; batching and shm run with --issue (each starts servers of its own
 # for minutes).
-DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc", "sequence")
+DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc", "sequence", "handoff")
 # The servers of their own that scenarios name (Scenario.target), from every list.
 TARGETS: dict[str, Target] = {
     name: target for issue in ISSUES.values() for name, target in issue.targets.items()
@@ -71,7 +73,11 @@ BASELINES: dict[str, Callable[[Path, float], dict[str, Any]]] = {
     ENSEMBLE: ensembles.baseline,
 }
 # Models whose baseline is another's (the same model.onnx and session options): measured once.
-BASELINE_SAME_AS = {"mlp_nobatch": "mlp", **transport.BASELINE_SAME_AS}
+BASELINE_SAME_AS = {
+    "mlp_nobatch": "mlp",
+    **transport.BASELINE_SAME_AS,
+    **handoff.BASELINE_SAME_AS,
+}
 
 
 def contract_of(model: str) -> Contract:

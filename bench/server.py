@@ -81,9 +81,18 @@ def model_stats(server: Server, model: str) -> dict[str, int] | None:
             "inference_count": sum(int(s.get("inference_count", 0)) for s in stats),
             "execution_count": sum(int(s.get("execution_count", 0)) for s in stats),
             "batch_rows": sum(batch_rows(s) for s in stats),
+            **{k: sum(compute_ns(s, k) for s in stats) for k in COMPUTE_KEYS},
         }
     except (urllib.error.URLError, ConnectionError, ValueError, KeyError, TypeError):
         return None
+
+
+COMPUTE_KEYS = ("compute_input", "compute_infer", "compute_output")
+
+
+def compute_ns(stats: dict, key: str) -> int:
+    """The total ns of one ``inference_stats`` duration (compute_input etc.) of a model."""
+    return int(((stats.get("inference_stats") or {}).get(key) or {}).get("ns", 0))
 
 
 def batch_rows(stats: dict) -> int:

@@ -128,6 +128,7 @@ def test_scenario_lists_are_consistent() -> None:
         "ensembles",
         "grpc",
         "sequence",
+        "handoff",
     ]
     assert set(DEFAULT_ISSUES) <= set(ISSUES)
     for name, issue in ISSUES.items():
