@@ -24,7 +24,12 @@ Variants:
   frame of one request (INT32 [1, 16] × 2, wired as ``PythonInstance._wire`` does) → the
   model's ``execute`` → EXEC_DONE back on the loop, its outputs unpacked. Minus the
   model's in-process ``execute`` (``stub-model``: the same call in this process), it is the
-  hand-off round trip of the stub path alone.
+  hand-off round trip of the stub path alone;
+* ``stub-inproc``: the Python work of that round trip without the processes and the socket:
+  the same EXECUTE frame built, parsed by a ``Stub`` in this process (the model's
+  ``execute`` included), its EXEC_DONE frame parsed back and unpacked. Its CPU minus
+  ``stub-model``'s is what the hand-off costs in Python; ``stub`` minus ``stub-inproc`` is
+  the kernel's share (system calls, wake-ups, waiting for a CPU).
 
 Run: ``PYTHONPATH=src .venv/bin/python bench/channel_floor.py [--seconds 1 --repeats 5]``;
 ``make bench`` runs it with the defaults. Writes ``bench/results/channel_floor.json``.
@@ -352,6 +357,43 @@ def run_stub(seconds: float) -> dict[str, float]:
     }
 
 
+def run_stub_inproc(seconds: float) -> dict[str, float]:
+    import numpy as np
+    from tritium.backends.python import ipc, pb_utils, stub
+
+    sys.modules["triton_python_backend_utils"] = pb_utils
+    answers: list[list[Any]] = []
+    frame = getattr(ipc, "frame", lambda *a: ipc.join(ipc.encode(*a)))  # older trees: A/B runs
+
+    class Captured(ipc.BlockingChannel):
+        def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
+            answers.append(frame(kind, body, buffers))
+
+    left, right = socket.socketpair()
+    model = stub.Stub(Captured(left), 0, "add_sub_python_0_0")
+    model.init(_add_sub_init())
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    to_stub, to_server = ipc.FrameReader(), ipc.FrameReader()
+
+    def round_trip() -> None:
+        buffers: list[Any] = []
+        inputs = [(n, ipc.pack_array(a, buffers)) for n in ("INPUT0", "INPUT1")]
+        wire = ("", 0, 0, 0, inputs, ["OUTPUT0", "OUTPUT1"], "{}")
+        ((_, body, bufs),) = to_stub.feed(b"".join(frame(ipc.EXECUTE, [(1, [wire])], buffers)))
+        model.execute_all(body, bufs)
+        ((_, done, out),) = to_server.feed(b"".join(answers.pop()))
+        for _name, packed in done[0][2][0][0]:
+            ipc.unpack_array(packed, out)
+
+    try:
+        cpu0 = time.process_time()
+        n, wall = closed_loop(round_trip, seconds)
+        return {"us": wall * 1e6 / n, "cpu_us": (time.process_time() - cpu0) * 1e6 / n}
+    finally:
+        left.close()
+        right.close()
+
+
 def run_stub_model(seconds: float) -> dict[str, float]:
     """The same ``execute`` of add_sub_python in this process (pb_utils request per call)."""
     from bench.baselines import baseline_python  # noqa: PLC0415
@@ -369,6 +411,7 @@ def variants(spin_us: float) -> dict[str, Callable[[float], dict[str, float]]]:
         "uvloop-protocol": lambda s: run_uvloop(s, "protocol"),
         "uvloop-reader": lambda s: run_uvloop(s, "reader"),
         "stub": run_stub,
+        "stub-inproc": run_stub_inproc,
         "stub-model": run_stub_model,
     }
 
