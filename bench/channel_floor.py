@@ -19,6 +19,7 @@ Variants:
 * ``uvloop-protocol``: the server side as the server speaks to a stub today, an
   ``asyncio.Protocol`` on a uvloop loop (``data_received`` → future), the echo side blocking;
 * ``uvloop-reader``: the server side with ``loop.add_reader`` and a plain ``recv``;
+* ``uvloop-pipe``: the server side on uvloop's pipe transports, the echo side on two pipes;
 * ``stub``: the real thing without HTTP: the server's ``StubProcess`` on uvloop and a real
   stub running ``examples/model_repository/add_sub_python``; each round trip is one EXECUTE
   frame of one request (INT32 [1, 16] × 2, wired as ``PythonInstance._wire`` does) → the
@@ -271,6 +272,37 @@ async def _async_loop(round_trip: Callable[[], Any], seconds: float) -> tuple[in
     return n, time.perf_counter() - t0
 
 
+async def _uvloop_pipes(rfd: int, wfd: int, seconds: float) -> tuple[int, float]:
+    loop = asyncio.get_running_loop()
+    proto = _Echoed()
+    await loop.connect_read_pipe(lambda: proto, os.fdopen(rfd, "rb", buffering=0))
+    writer, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(wfd, "wb", buffering=0))
+    frame = b"x" * FRAME
+
+    async def round_trip() -> None:
+        proto.waiter = loop.create_future()
+        writer.write(frame)
+        await proto.waiter
+
+    result = await _async_loop(round_trip, seconds)
+    writer.close()
+    return result
+
+
+def run_uvloop_pipe(seconds: float) -> dict[str, float]:
+    import uvloop
+
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    pid = _forked(lambda: (os.close(w1), os.close(r2), echo_pipe(r1, w2)))
+    os.close(r1)
+    os.close(w2)
+    try:
+        return _measure(pid, lambda: uvloop.run(_uvloop_pipes(r2, w1, seconds)))
+    finally:
+        os.waitpid(pid, 0)
+
+
 def run_uvloop(seconds: float, how: str) -> dict[str, float]:
     import uvloop
 
@@ -410,6 +442,7 @@ def variants(spin_us: float) -> dict[str, Callable[[float], dict[str, float]]]:
         "socket-spin": lambda s: run_socket(s, spin_us / 1e6),
         "uvloop-protocol": lambda s: run_uvloop(s, "protocol"),
         "uvloop-reader": lambda s: run_uvloop(s, "reader"),
+        "uvloop-pipe": run_uvloop_pipe,
         "stub": run_stub,
         "stub-inproc": run_stub_inproc,
         "stub-model": run_stub_model,
