@@ -55,12 +55,14 @@ FRAME = 64  # bytes: a small EXECUTE frame's order of magnitude (the header, a f
 RESULTS = Path(__file__).resolve().parent / "results" / "channel_floor.json"
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench package
 
-
-def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from bench.stub_probe import (  # noqa: E402 - after the path
+    async_closed_loop,
+    closed_loop,
+    cpu_seconds,
+    run_stub,
+    run_stub_inproc,
+    run_stub_model,
+)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -120,18 +122,6 @@ def echo_eventfd(shared: mmap.mmap, to_child: int, to_parent: int) -> None:
 
 
 # -- server sides (this process) ---------------------------------------------------------------
-def closed_loop(round_trip: Callable[[], None], seconds: float) -> tuple[int, float]:
-    for _ in range(200):
-        round_trip()
-    n, t0 = 0, time.perf_counter()
-    deadline = t0 + seconds
-    while time.perf_counter() < deadline:
-        for _ in range(50):
-            round_trip()
-        n += 50
-    return n, time.perf_counter() - t0
-
-
 def _forked(child: Callable[[], None]) -> int:
     pid = os.fork()
     if pid == 0:
@@ -143,9 +133,9 @@ def _forked(child: Callable[[], None]) -> int:
 
 
 def _measure(pid: int, run: Callable[[], tuple[int, float]]) -> dict[str, float]:
-    cpu0 = _cpu(os.getpid()) + _cpu(pid)
+    cpu0 = cpu_seconds(os.getpid()) + cpu_seconds(pid)
     n, wall = run()
-    cpu = _cpu(os.getpid()) + _cpu(pid) - cpu0
+    cpu = cpu_seconds(os.getpid()) + cpu_seconds(pid) - cpu0
     return {"us": wall * 1e6 / n, "cpu_us": cpu * 1e6 / n}
 
 
@@ -231,7 +221,7 @@ async def _uvloop_protocol(parent: socket.socket, seconds: float) -> tuple[int, 
         transport.write(frame)
         await proto.waiter
 
-    result = await _async_loop(round_trip, seconds)
+    result = await async_closed_loop(round_trip, seconds)
     transport.close()
     return result
 
@@ -254,22 +244,10 @@ async def _uvloop_reader(parent: socket.socket, seconds: float) -> tuple[int, fl
         parent.send(frame)
         await waiter[0]
 
-    result = await _async_loop(round_trip, seconds)
+    result = await async_closed_loop(round_trip, seconds)
     loop.remove_reader(parent.fileno())
     parent.close()
     return result
-
-
-async def _async_loop(round_trip: Callable[[], Any], seconds: float) -> tuple[int, float]:
-    for _ in range(200):
-        await round_trip()
-    n, t0 = 0, time.perf_counter()
-    deadline = t0 + seconds
-    while time.perf_counter() < deadline:
-        for _ in range(50):
-            await round_trip()
-        n += 50
-    return n, time.perf_counter() - t0
 
 
 async def _uvloop_pipes(rfd: int, wfd: int, seconds: float) -> tuple[int, float]:
@@ -284,7 +262,7 @@ async def _uvloop_pipes(rfd: int, wfd: int, seconds: float) -> tuple[int, float]
         writer.write(frame)
         await proto.waiter
 
-    result = await _async_loop(round_trip, seconds)
+    result = await async_closed_loop(round_trip, seconds)
     writer.close()
     return result
 
@@ -314,124 +292,6 @@ def run_uvloop(seconds: float, how: str) -> dict[str, float]:
         return _measure(pid, lambda: uvloop.run(side(parent, seconds)))
     finally:
         os.waitpid(pid, 0)
-
-
-ADD_SUB = Path(__file__).resolve().parent.parent / "examples/model_repository/add_sub_python"
-
-
-def _add_sub_init() -> dict[str, Any]:
-    from bench.baselines import load_config  # noqa: PLC0415 - bench imports only when used
-    from google.protobuf import json_format
-
-    config = json_format.MessageToJson(load_config(ADD_SUB), preserving_proto_field_name=True)
-    args = {
-        "model_config": config,
-        "model_instance_kind": "CPU",
-        "model_instance_name": "add_sub_python_0_0",
-        "model_instance_device_id": "0",
-        "model_repository": str(ADD_SUB),
-        "model_version": "1",
-        "model_name": "add_sub_python",
-    }
-    return {"path": str(ADD_SUB / "1" / "model.py"), "args": args}
-
-
-async def _stub_loop(seconds: float) -> tuple[int, float, float]:
-    import numpy as np
-    from tritium.backends.python import ipc
-    from tritium.backends.python.process import StubProcess
-
-    loop = asyncio.get_running_loop()
-    stub = StubProcess("add_sub_python_0_0")
-    await stub.start()
-    await stub.call(ipc.INIT, _add_sub_init(), timeout=60)
-    waiter: list[asyncio.Future[Any] | None] = [None]
-
-    def done(entry: Any, buffers: Any) -> None:
-        _, error, wired = entry
-        assert error is None, error
-        for _name, packed in wired[0][0]:
-            ipc.unpack_array(packed, buffers)
-        assert waiter[0] is not None
-        waiter[0].set_result(None)
-
-    stub.on_batch_done = done
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    ids = iter(range(1 << 62))
-
-    async def round_trip() -> None:
-        buffers: list[Any] = []
-        inputs = [(n, ipc.pack_array(a, buffers)) for n in ("INPUT0", "INPUT1")]
-        wire = ("", 0, 0, 0, inputs, ["OUTPUT0", "OUTPUT1"], "{}")
-        waiter[0] = loop.create_future()
-        stub.send(ipc.EXECUTE, [(next(ids), [wire])], buffers)
-        await waiter[0]
-
-    try:
-        assert stub.pid is not None
-        cpu0 = _cpu(stub.pid)
-        n, wall = await _async_loop(round_trip, seconds)
-        return n, wall, _cpu(stub.pid) - cpu0
-    finally:
-        await stub.stop()
-
-
-def run_stub(seconds: float) -> dict[str, float]:
-    import uvloop
-
-    cpu0 = _cpu(os.getpid())
-    n, wall, stub_cpu = uvloop.run(_stub_loop(seconds))
-    server_cpu = _cpu(os.getpid()) - cpu0
-    return {
-        "us": wall * 1e6 / n,
-        "cpu_us": (server_cpu + stub_cpu) * 1e6 / n,
-        "stub_cpu_us": stub_cpu * 1e6 / n,
-    }
-
-
-def run_stub_inproc(seconds: float) -> dict[str, float]:
-    import numpy as np
-    from tritium.backends.python import ipc, pb_utils, stub
-
-    sys.modules["triton_python_backend_utils"] = pb_utils
-    answers: list[list[Any]] = []
-    frame = getattr(ipc, "frame", lambda *a: ipc.join(ipc.encode(*a)))  # older trees: A/B runs
-
-    class Captured(ipc.BlockingChannel):
-        def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
-            answers.append(frame(kind, body, buffers))
-
-    left, right = socket.socketpair()
-    model = stub.Stub(Captured(left), 0, "add_sub_python_0_0")
-    model.init(_add_sub_init())
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    to_stub, to_server = ipc.FrameReader(), ipc.FrameReader()
-
-    def round_trip() -> None:
-        buffers: list[Any] = []
-        inputs = [(n, ipc.pack_array(a, buffers)) for n in ("INPUT0", "INPUT1")]
-        wire = ("", 0, 0, 0, inputs, ["OUTPUT0", "OUTPUT1"], "{}")
-        ((_, body, bufs),) = to_stub.feed(b"".join(frame(ipc.EXECUTE, [(1, [wire])], buffers)))
-        model.execute_all(body, bufs)
-        ((_, done, out),) = to_server.feed(b"".join(answers.pop()))
-        for _name, packed in done[0][2][0][0]:
-            ipc.unpack_array(packed, out)
-
-    try:
-        cpu0 = time.process_time()
-        n, wall = closed_loop(round_trip, seconds)
-        return {"us": wall * 1e6 / n, "cpu_us": (time.process_time() - cpu0) * 1e6 / n}
-    finally:
-        left.close()
-        right.close()
-
-
-def run_stub_model(seconds: float) -> dict[str, float]:
-    """The same ``execute`` of add_sub_python in this process (pb_utils request per call)."""
-    from bench.baselines import baseline_python  # noqa: PLC0415
-
-    result = baseline_python(ADD_SUB, seconds)
-    return {"us": result["us_per_call"], "cpu_us": result["cpu_us_per_call"]}
 
 
 def variants(spin_us: float) -> dict[str, Callable[[float], dict[str, float]]]:
