@@ -132,4 +132,5 @@ def add_ratios(row: dict[str, Any], baseline: dict[str, Any] | None) -> None:
     if not baseline or "infer_per_s" not in row:
         return
     row["throughput_ratio"] = row["infer_per_s"] / baseline["calls_per_s"]
+    row["baseline_us"] = baseline["us_per_call"]
     row["cpu_ratio"] = (row["server_cpu_us"] + row["stub_cpu_us"]) / baseline["cpu_us_per_call"]

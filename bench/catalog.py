@@ -28,6 +28,7 @@ from bench.scenarios import (
     bls,
     ensembles,
     foundation,
+    handoff,
     sequence,
     shm,
     streaming,
@@ -46,11 +47,12 @@ ISSUES = {
         transport.ISSUE,
         sequence.ISSUE,
         bls.ISSUE,
+        handoff.ISSUE,
     )
 }
 # `make bench` runs these; batching and shm run with --issue (each starts servers of its own
 # for minutes).
-DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc", "sequence", "bls")
+DEFAULT_ISSUES = ("foundation", "streaming", "ensembles", "grpc", "sequence", "bls", "handoff")
 # The servers of their own that scenarios name (Scenario.target), from every list.
 TARGETS: dict[str, Target] = {
     name: target for issue in ISSUES.values() for name, target in issue.targets.items()
@@ -79,6 +81,7 @@ BASELINE_SAME_AS = {
     "mlp_nobatch": "mlp",
     BLS_PIPELINE: ENSEMBLE,  # the same pipeline in-process
     **transport.BASELINE_SAME_AS,
+    **handoff.BASELINE_SAME_AS,
 }
 
 

@@ -103,11 +103,15 @@ def stats_delta(start: dict[str, int] | None, end: dict[str, int] | None) -> dic
         # READY = false fillers included: above avg_batch when some rows were not requests
         rows = end["batch_rows"] - start["batch_rows"]
         delta["avg_exec_batch"] = rows / executions if executions else None
-    if "compute_ns" in start and "compute_ns" in end:
-        # the model's own compute time per inference, as the statistics extension counts it
-        # (each request of a batch carries its execution's time): the BLS list's child
-        spent = (end["compute_ns"] - start["compute_ns"]) / 1e3
-        delta["compute_us"] = spent / inferences if inferences else None
+    if "compute_infer" in start and "compute_infer" in end and inferences:
+        # the server's time per request around the backend (Python: the stub round trip;
+        # inference_stats sum each request's compute durations, as Triton's)
+        delta["compute_us"] = {
+            k.removeprefix("compute_"): (end[k] - start[k]) / inferences / 1e3
+            for k in ("compute_input", "compute_infer", "compute_output")
+        }
+        # their sum: the model's own compute time per inference (the BLS list's child)
+        delta["compute_total_us"] = sum(delta["compute_us"].values())
     return delta
 
 

@@ -81,10 +81,18 @@ def model_stats(server: Server, model: str) -> dict[str, int] | None:
             "inference_count": sum(int(s.get("inference_count", 0)) for s in stats),
             "execution_count": sum(int(s.get("execution_count", 0)) for s in stats),
             "batch_rows": sum(batch_rows(s) for s in stats),
-            "compute_ns": sum(compute_ns(s) for s in stats),
+            **{k: sum(compute_ns(s, k) for s in stats) for k in COMPUTE_KEYS},
         }
     except (urllib.error.URLError, ConnectionError, ValueError, KeyError, TypeError):
         return None
+
+
+COMPUTE_KEYS = ("compute_input", "compute_infer", "compute_output")
+
+
+def compute_ns(stats: dict, key: str) -> int:
+    """The total ns of one ``inference_stats`` duration (compute_input etc.) of a model."""
+    return int(((stats.get("inference_stats") or {}).get(key) or {}).get("ns", 0))
 
 
 def batch_rows(stats: dict) -> int:
@@ -94,14 +102,6 @@ def batch_rows(stats: dict) -> int:
         int(b.get("batch_size", 0)) * int((b.get("compute_infer") or {}).get("count", 0))
         for b in stats.get("batch_stats") or []
     )
-
-
-def compute_ns(stats: dict) -> int:
-    """The time the model's executions spent computing (input + infer + output, summed over
-    its successful inferences' ``inference_stats``), in ns."""
-    inference = stats.get("inference_stats") or {}
-    parts = ("compute_input", "compute_infer", "compute_output")
-    return sum(int((inference.get(p) or {}).get("ns", 0)) for p in parts)
 
 
 def models_stats(server: Server, models: tuple[str, ...]) -> dict[str, dict[str, int] | None]:

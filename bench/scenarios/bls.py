@@ -288,7 +288,7 @@ def add_call_costs(row: dict[str, Any]) -> None:
     calls = row["calls_per_request"]
     row["server_cpu_us_per_call"] = row["server_cpu_us"] / calls
     row["stub_cpu_us_per_call"] = row["stub_cpu_us"] / calls
-    compute = (row.get("composing_stats") or {}).get(row["child"], {}).get("compute_us")
+    compute = (row.get("composing_stats") or {}).get(row["child"], {}).get("compute_total_us")
     row["child_compute_us"] = compute
     if compute is not None and "call_mean_us" in row:
         row["overhead_us"] = row["call_mean_us"] - compute

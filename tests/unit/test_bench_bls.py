@@ -18,7 +18,7 @@ from bench.catalog import BASELINE_SAME_AS, CONTRACTS, ISSUES  # noqa: E402
 from bench.common import BLS_PIPELINE, ENSEMBLE, STEPS, Scenario  # noqa: E402
 from bench.engine import stats_delta  # noqa: E402
 from bench.scenarios import bls  # noqa: E402
-from bench.server import compute_ns  # noqa: E402
+from bench.server import COMPUTE_KEYS, compute_ns  # noqa: E402
 
 
 def test_matrix_pairs_each_ensemble_cell_with_the_bls_model_then_the_call_rows() -> None:
@@ -102,7 +102,7 @@ def test_bls_rows_are_divided_by_the_ensemble_row_of_their_cell() -> None:
 
 
 def test_call_rows_get_cpu_per_call_and_the_overhead_over_the_childs_compute() -> None:
-    stats = {bls.ONNX_CHILD: {"compute_us": 40.0}}
+    stats = {bls.ONNX_CHILD: {"compute_total_us": 40.0}}
     row = _row(
         bls.PARENT,
         child=bls.ONNX_CHILD,
@@ -130,12 +130,18 @@ def test_compute_time_per_inference_from_the_statistics() -> None:
             "queue": {"count": 4, "ns": 99_999},  # not compute
         }
     }
-    assert compute_ns(stats) == 10_000 and compute_ns({}) == 0
-    start = {"inference_count": 10, "execution_count": 10, "compute_ns": 5_000}
-    end = {"inference_count": 14, "execution_count": 12, "compute_ns": 45_000}
-    assert stats_delta(start, end)["compute_us"] == 10.0  # 40 µs over 4 inferences
-    older = {"inference_count": 14, "execution_count": 12}  # a server without compute_ns
-    assert "compute_us" not in stats_delta(start, older)
+    assert sum(compute_ns(stats, k) for k in COMPUTE_KEYS) == 10_000
+    assert compute_ns({}, "compute_infer") == 0
+    start = {"inference_count": 10, "execution_count": 10}
+    start.update(dict.fromkeys(COMPUTE_KEYS, 0))
+    start["compute_infer"] = 5_000
+    end = {"inference_count": 14, "execution_count": 12}
+    end.update({"compute_input": 4_000, "compute_infer": 37_000, "compute_output": 4_000})
+    delta = stats_delta(start, end)
+    assert delta["compute_total_us"] == 10.0  # 40 µs over 4 inferences
+    older = {"inference_count": 14, "execution_count": 12}  # a server without them
+    assert "compute_total_us" not in stats_delta(start, older)
+
 
 
 def test_models_written_into_the_bench_repository(tmp_path: Path) -> None:

@@ -129,6 +129,7 @@ def test_scenario_lists_are_consistent() -> None:
         "grpc",
         "sequence",
         "bls",
+        "handoff",
     ]
     assert set(DEFAULT_ISSUES) <= set(ISSUES)
     for name, issue in ISSUES.items():

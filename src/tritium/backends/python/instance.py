@@ -217,7 +217,10 @@ class PythonInstance:
             response.error = ServerError(kind, message)
             return response
         assert tensors is not None  # no error message: the stub sent the outputs
-        wanted = set(requested_names(self._spec, request))
+        if request.outputs or request.extra_outputs:
+            wanted: Any = set(requested_names(self._spec, request))
+        else:  # the common case: every configured output (a dict answers ``in``)
+            wanted = self._spec.outputs
         try:
             response.outputs = [
                 output_tensor(self._spec, n, ipc.unpack_array(t, buffers))

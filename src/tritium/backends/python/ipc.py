@@ -45,8 +45,21 @@ ResponseWire = tuple[list[tuple[str, PackedArray]] | None, str | None, Any]
 ExecDone = tuple[int, str | None, list[ResponseWire | None] | None]
 
 
+# The common case's lookups, done once: a native fixed-size dtype → its wire name, and back.
+_WIRE_OF: dict[np.dtype, str] = {
+    t.dtype: t.wire for t in DataType if t is not DataType.BYTES and t is not DataType.BF16
+}
+_DTYPE_OF: dict[str, np.dtype] = {wire: dtype for dtype, wire in _WIRE_OF.items()}
+_COPY_BELOW = 1 << 16  # smaller tensors are copied into bytes (cheaper than a memoryview)
+
+
 def pack_array(array: Any, buffers: Buffers) -> PackedArray:
     """Describe ``array`` in the payload and queue its bytes as an out-of-band buffer."""
+    if type(array) is np.ndarray and array.flags.c_contiguous:
+        wire = _WIRE_OF.get(array.dtype)
+        if wire is not None and array.nbytes < _COPY_BELOW:  # the hot path: one copy, small
+            buffers.append(array.tobytes())
+            return (wire, array.shape, len(buffers) - 1)
     array = np.asarray(array)
     datatype = DataType.from_numpy(array.dtype)
     if datatype is None:
@@ -57,6 +70,9 @@ def pack_array(array: Any, buffers: Buffers) -> PackedArray:
 
 def unpack_array(packed: PackedArray, buffers: Buffers) -> np.ndarray:
     wire, shape, index = packed
+    dtype = _DTYPE_OF.get(wire)
+    if dtype is not None:  # the hot path: a fixed-size type numpy knows
+        return np.frombuffer(buffers[index], dtype=dtype).reshape(shape)
     datatype = DataType.from_wire(wire)
     assert datatype is not None
     buf = buffers[index]
@@ -65,21 +81,35 @@ def unpack_array(packed: PackedArray, buffers: Buffers) -> np.ndarray:
     return np.frombuffer(buf, dtype=datatype.dtype).reshape(shape)
 
 
+def _nbytes(buf: Any) -> int:
+    return len(buf) if isinstance(buf, (bytes, bytearray)) else buf.nbytes
+
+
 def encode(kind: int, body: Any, buffers: Buffers | None = None) -> list[Any]:
     payload = marshal.dumps((kind, body))
     buffers = buffers or []
     head = _HEAD.pack(len(payload), len(buffers))
     if buffers:
-        head += struct.pack(
-            f"<{len(buffers)}Q", *(len(b) if isinstance(b, bytes) else b.nbytes for b in buffers)
-        )
+        head += struct.pack(f"<{len(buffers)}Q", *map(_nbytes, buffers))
     return [head, payload, *buffers]
 
 
 def join(parts: list[Any]) -> list[Any]:
     """Small frames as one bytes object (one write); large ones as they are (no copy)."""
-    size = sum(len(p) if isinstance(p, bytes) else p.nbytes for p in parts)
+    size = sum(map(_nbytes, parts))
     return [b"".join(parts)] if size < _SMALL else parts
+
+
+def frame(kind: int, body: Any, buffers: Buffers | None = None) -> list[Any]:
+    """``join(encode(...))`` in one pass: the parts of one frame to write."""
+    payload = marshal.dumps((kind, body))
+    if not buffers:
+        return [_HEAD.pack(len(payload), 0) + payload]
+    lens = list(map(_nbytes, buffers))
+    head = _HEAD.pack(len(payload), len(lens)) + struct.pack(f"<{len(lens)}Q", *lens)
+    if sum(lens) + len(payload) < _SMALL:
+        return [b"".join((head, payload, *buffers))]
+    return [head, payload, *buffers]
 
 
 class FrameReader:
@@ -157,7 +187,7 @@ class BlockingChannel:
         return bool(select.select([self._sock], [], [], 0)[0])
 
     def send(self, kind: int, body: Any, buffers: Buffers | None = None) -> None:
-        parts = join(encode(kind, body, buffers))
+        parts = frame(kind, body, buffers)
         if len(parts) == 1:
             self._sock.sendall(parts[0])
         else:

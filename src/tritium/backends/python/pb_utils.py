@@ -152,6 +152,9 @@ def triton_to_numpy_type(data_type: int) -> type[Any] | None:
 
 def numpy_to_triton_type(data_type: Any) -> int | None:
     """numpy type or dtype -> TRITONSERVER_DataType code (None when unsupported)."""
+    code = _NUMPY_TO_CODE.get(data_type) if isinstance(data_type, np.dtype) else None
+    if code is not None:  # the common case: an array's dtype (Tensor(name, array))
+        return code
     try:
         dt = np.dtype(data_type)
     except TypeError:
@@ -342,8 +345,8 @@ class _Capsule:
 
 def _parameters_to_json(parameters: object) -> str:
     """Triton's PyParametersToJSON: None or a dict of str -> bool/int/str."""
-    if parameters is None:
-        parameters = {}
+    if parameters is None or (type(parameters) is dict and not parameters):
+        return "{}"  # the common case, without json (every response of most models)
     if not isinstance(parameters, dict):
         raise TritonModelException(f"Expect dict, got {type(parameters)}")
     for key, value in parameters.items():
@@ -702,7 +705,10 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 
 
 def get_input_tensor_by_name(inference_request: InferenceRequest, name: str) -> Tensor | None:
-    return next((t for t in inference_request.inputs() if t.name() == name), None)
+    for tensor in inference_request.inputs():  # a loop: cheaper than next(genexpr) per call
+        if tensor.name() == name:
+            return tensor
+    return None
 
 
 def get_output_tensor_by_name(inference_response: InferenceResponse, name: str) -> Tensor | None:

@@ -115,7 +115,7 @@ class StubProcess(asyncio.Protocol):
     # calls -----------------------------------------------------------------------------------
     def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
         assert self._transport is not None
-        parts = ipc.join(ipc.encode(kind, body, buffers))
+        parts = ipc.frame(kind, body, buffers)
         if len(parts) == 1:
             self._transport.write(parts[0])
         else:

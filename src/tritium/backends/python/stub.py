@@ -187,7 +187,9 @@ class Stub:
         try:
             requests = [self._make_request(batch_id, i, w, buffers) for i, w in enumerate(wires)]
             result = self._model.execute(requests)
-            if self._execute_is_async or inspect.isawaitable(result):
+            if self._execute_is_async or (
+                type(result) is not list and result is not None and inspect.isawaitable(result)
+            ):
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
