@@ -13,7 +13,7 @@ from typing import Any
 
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
-from .flags.parser import add_table_flags, check_table_flags, group_help
+from .flags.parser import add_table_flags, check_table_flags, group_help, non_negative_int
 from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
 from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
@@ -191,13 +191,13 @@ def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--grpc-max-connection-age",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=defaults.grpc_max_connection_age_ms,
         help="ms a connection lives before GOAWAY (0: no limit)",
     )
     serve.add_argument(
         "--grpc-max-connection-age-grace",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=defaults.grpc_max_connection_age_grace_ms,
         help="ms in-flight calls get after the age's GOAWAY (0: no limit)",
     )
@@ -232,7 +232,7 @@ def _stub_restart_flags(serve: argparse.ArgumentParser) -> None:
     defaults = ServerOptions()
     serve.add_argument(
         "--model-instance-max-restarts",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=defaults.model_instance_max_restarts,
         help="tritium: restart a crashed Python model instance (stub process) at most this "
         "many times within --model-instance-restart-window-secs, after which it stays "
@@ -287,16 +287,6 @@ def _rate_limit_resource(text: str) -> tuple[str, int, int]:
         "--rate-limit-resource option format is '<resource_name>:<count>:<device>' or "
         f"'<resource_name>:<count>'. Got {text}"
     )
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'")
-    return value
 
 
 def _positive_float(text: str) -> float:

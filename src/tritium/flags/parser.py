@@ -29,6 +29,17 @@ class Notice:
     message: str
 
 
+def non_negative_int(text: str) -> int:
+    """An integer >= 0 (counts, sizes, timeouts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'")
+    return value
+
+
 def parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):

@@ -12,23 +12,13 @@ from typing import Any
 
 from ..frontends.grpc.metadata import compile_forward_pattern
 from .backend_config import parse_backend_config
-from .parser import Notice, parse_bool
+from .parser import Notice, non_negative_int, parse_bool
 
 
 def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
     parser.add_argument(
         name, type=parse_bool, nargs="?", const=True, default=default, help=help_text
     )
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got '{text}'")
-    return value
 
 
 def _config_name(text: str) -> str:
@@ -53,7 +43,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--model-load-retry-count",
-        type=_count,
+        type=non_negative_int,
         default=0,
         help="try a model version that fails to load again, up to this many times",
     )
