@@ -13,7 +13,8 @@ from typing import Any
 
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
-from .flags.parser import add_table_flags, check_table_flags, group_help, non_negative_int
+from .flags.parser import add_table_flags, check_table_flags, group_help
+from .flags.parser import non_negative_int, parse_bool
 from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
 from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
@@ -27,17 +28,10 @@ log = logging.getLogger("tritium")
 __all__ = ["LevelFilter", "TritonFormatter", "build_parser", "main", "options_from_args"]
 
 
-def _bool(text: str) -> bool:
-    value = text.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
-
-
 def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
-    parser.add_argument(name, type=_bool, nargs="?", const=True, default=default, help=help_text)
+    parser.add_argument(
+        name, type=parse_bool, nargs="?", const=True, default=default, help=help_text
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--strict-model-config",
-        type=_bool,
+        type=parse_bool,
         nargs="?",
         const=True,
         default=None,

@@ -225,6 +225,14 @@ class BlsClient:
         return response
 
     def exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        started = self._begin(request, decoupled)
+        if not isinstance(started, tuple):
+            return started  # an error response, or a decoupled call's iterator
+        return self._single(*started)
+
+    def _begin(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """Send the request: (call id, call) to wait on; for a decoupled call its
+        ``ResponseIterator``; an error response if the inputs could not be sent."""
         try:
             call_id, call = self.start(request, decoupled)
         except _InputsFailed as exc:
@@ -232,7 +240,7 @@ class BlsClient:
             return ResponseIterator(self, 0, None, response) if decoupled else response
         if decoupled:
             return ResponseIterator(self, call_id, call)
-        return self._single(call_id, call)
+        return call_id, call
 
     def _single(self, call_id: int, call: _Call) -> pb_utils.InferenceResponse:
         """A non-decoupled call: its one response (a flag-only final may follow it)."""
@@ -245,15 +253,11 @@ class BlsClient:
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         """Sent at once; the wait runs on a worker thread, so many run in parallel."""
-        try:
-            call_id, call = self.start(request, decoupled)
-        except _InputsFailed as exc:
-            response = _error(str(exc))
-            return ResponseIterator(self, 0, None, response) if decoupled else response
-        if decoupled:
-            return ResponseIterator(self, call_id, call)
+        started = self._begin(request, decoupled)
+        if not isinstance(started, tuple):
+            return started
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor(), self._single, call_id, call)
+        return await loop.run_in_executor(self._executor(), self._single, *started)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._pool_lock:
