@@ -14,7 +14,7 @@ from typing import Any
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
 from .flags.parser import add_table_flags, check_table_flags, group_help
-from .flags.parser import non_negative_int, parse_bool
+from .flags.parser import bool_flag, non_negative_int, parse_bool
 from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
 from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
@@ -26,12 +26,6 @@ from .tracing.flags import trace_config
 log = logging.getLogger("tritium")
 
 __all__ = ["LevelFilter", "TritonFormatter", "build_parser", "main", "options_from_args"]
-
-
-def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
-    parser.add_argument(
-        name, type=parse_bool, nargs="?", const=True, default=default, help=help_text
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,11 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="path of a model repository (repeatable)",
     )
     serve.add_argument("--id", default="triton", help="server identifier in server metadata")
-    _flag(serve, "--allow-http", True, "serve HTTP/REST")
+    bool_flag(serve, "--allow-http", True, "serve HTTP/REST")
     serve.add_argument("--http-address", default="0.0.0.0")
     serve.add_argument("--http-port", type=int, default=8000)
     serve.add_argument("--http-max-input-size", type=int, default=DEFAULT_MAX_INPUT_SIZE)
-    _flag(serve, "--allow-grpc", True, "serve gRPC")
+    bool_flag(serve, "--allow-grpc", True, "serve gRPC")
     serve.add_argument("--grpc-address", default="0.0.0.0")
     serve.add_argument("--grpc-port", type=int, default=8001)
     _grpc_flags(serve)
@@ -65,8 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     _python_env_flags(serve)
     _rate_limit_flags(serve)
     _metrics_flags(serve)
-    _flag(serve, "--exit-on-error", True, "exit if any model fails to load at startup")
-    _flag(serve, "--strict-readiness", True, "ready only when every model is ready")
+    bool_flag(serve, "--exit-on-error", True, "exit if any model fails to load at startup")
+    bool_flag(serve, "--strict-readiness", True, "ready only when every model is ready")
     serve.add_argument(
         "--disable-auto-complete-config",
         action="store_true",
@@ -83,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
     serve.add_argument("--model-load-thread-count", type=int, default=4)
     _log_flags(serve)
-    _flag(serve, "--allow-client-shm", False, "let clients register shared-memory regions")
+    bool_flag(serve, "--allow-client-shm", False, "let clients register shared-memory regions")
     serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
     serve.add_argument("--repository-poll-secs", type=float, default=15.0)
     serve.add_argument(
@@ -125,7 +119,7 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
         default=defaults.grpc_keepalive_timeout_ms,
         help="ms to wait for a keepalive ping's acknowledgement",
     )
-    _flag(
+    bool_flag(
         serve,
         "--grpc-keepalive-permit-without-calls",
         False,
@@ -166,8 +160,8 @@ _COMPRESSION_LEVELS = ("none", "low", "medium", "high")
 def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
     """The gRPC transport (issue 12): TLS, compression, connection age, forwarded headers."""
     defaults = ServerOptions()
-    _flag(serve, "--grpc-use-ssl", False, "serve gRPC over TLS")
-    _flag(serve, "--grpc-use-ssl-mutual", False, "TLS with client certificates (implies SSL)")
+    bool_flag(serve, "--grpc-use-ssl", False, "serve gRPC over TLS")
+    bool_flag(serve, "--grpc-use-ssl-mutual", False, "TLS with client certificates (implies SSL)")
     serve.add_argument("--grpc-server-cert", default="", help="PEM certificate chain file")
     serve.add_argument("--grpc-server-key", default="", help="PEM private key file")
     serve.add_argument("--grpc-root-cert", default="", help="PEM CA bundle for client certs")
@@ -177,7 +171,7 @@ def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
         default=defaults.grpc_infer_response_compression_level,
         help="compress inference responses for clients that accept gzip/deflate",
     )
-    _flag(serve, "--reuse-grpc-port", False, "SO_REUSEPORT on the gRPC socket")
+    bool_flag(serve, "--reuse-grpc-port", False, "SO_REUSEPORT on the gRPC socket")
     serve.add_argument(
         "--grpc-header-forward-pattern",
         default="",
@@ -466,8 +460,8 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
 
 def _metrics_flags(serve: argparse.ArgumentParser) -> None:
     """Triton's metrics flags (its "Metrics" group)."""
-    _flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
-    _flag(
+    bool_flag(serve, "--allow-metrics", True, "serve Prometheus metrics")
+    bool_flag(
         serve,
         "--allow-cpu-metrics",
         True,
@@ -602,9 +596,9 @@ def _log_flags(serve: argparse.ArgumentParser) -> None:
         default=0,
         help="verbose logging level; >= 1 shows verbose records (pb_utils.Logger.log_verbose)",
     )
-    _flag(serve, "--log-info", True, "log INFO-level records")
-    _flag(serve, "--log-warning", True, "log WARNING-level records")
-    _flag(serve, "--log-error", True, "log ERROR-level records")
+    bool_flag(serve, "--log-info", True, "log INFO-level records")
+    bool_flag(serve, "--log-warning", True, "log WARNING-level records")
+    bool_flag(serve, "--log-error", True, "log ERROR-level records")
     serve.add_argument(
         "--log-format",
         type=_log_format,

@@ -40,6 +40,15 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def bool_flag(
+    parser: argparse.ArgumentParser, name: str, default: bool, help_text: str
+) -> None:
+    """A Triton boolean flag: ``--flag`` (true), ``--flag=true|false`` (and 1/0, yes/no)."""
+    parser.add_argument(
+        name, type=parse_bool, nargs="?", const=True, default=default, help=help_text
+    )
+
+
 def parse_bool(text: str) -> bool:
     value = text.strip().lower()
     if value in ("1", "true", "yes", "on"):

@@ -12,13 +12,7 @@ from typing import Any
 
 from ..frontends.grpc.metadata import compile_forward_pattern
 from .backend_config import parse_backend_config
-from .parser import Notice, non_negative_int, parse_bool
-
-
-def _flag(parser: argparse.ArgumentParser, name: str, default: bool, help_text: str) -> None:
-    parser.add_argument(
-        name, type=parse_bool, nargs="?", const=True, default=default, help=help_text
-    )
+from .parser import Notice, bool_flag, non_negative_int
 
 
 def _config_name(text: str) -> str:
@@ -47,8 +41,8 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
         default=0,
         help="try a model version that fails to load again, up to this many times",
     )
-    _flag(serve, "--reuse-http-port", False, "SO_REUSEPORT on the HTTP socket")
-    _flag(
+    bool_flag(serve, "--reuse-http-port", False, "SO_REUSEPORT on the HTTP socket")
+    bool_flag(
         serve,
         "--model-namespacing",
         False,
