@@ -246,6 +246,9 @@ class OldestWorker(Worker):
         super().__init__(owner, index, instance)
         config = owner.config
         self._in_flight = [False] * config.slots
+        # Slots with an entry to look at and nothing in flight, in the order they became so
+        # (a pump visits only these, not every candidate slot).
+        self._waiting: dict[int, None] = {}
         self._slot_of: dict[int, int] = {}  # id(request) -> its slot, while in the batcher
         self._policy = DynamicBatchPolicy(
             BatchConfig(
@@ -256,14 +259,23 @@ class OldestWorker(Worker):
             )
         )
 
+    def enqueue(self, slot: int, entry: Entry, pump: bool = True) -> None:
+        if not self._in_flight[slot]:
+            self._waiting[slot] = None
+        super().enqueue(slot, entry, pump)
+
     def pump(self) -> None:
         if self._closed:
             return
         now = time.perf_counter_ns()
-        for slot, lane in enumerate(self._lanes):
+        waiting = self._waiting
+        while waiting:
+            slot = next(iter(waiting))
+            del waiting[slot]
             if self._in_flight[slot]:
                 continue
-            self._settle_heads(slot)
+            self._settle_heads(slot)  # may free the slot and queue a backlogged sequence
+            lane = self._lanes[slot]
             if not lane:
                 continue
             request = lane.popleft()
@@ -286,6 +298,8 @@ class OldestWorker(Worker):
         for request in real:
             slot = self._slot_of.pop(id(request))
             self._in_flight[slot] = False
+            if self._lanes[slot]:
+                self._waiting[slot] = None
             if request.flags & END_FLAG:
                 self._free(slot)
 
