@@ -281,3 +281,22 @@ def model_stats(protocol: str, server: ServerProcess, model: str) -> Stats:
             for b in stats.get("batch_stats", [])
         },
     )
+
+
+@contextmanager
+def serving(
+    tmp_path_factory: pytest.TempPathFactory, label: str, models: list[str]
+) -> Iterator[ServerProcess]:
+    """A server over a fresh test repository of ``models``, ready, stopped afterwards (the
+    module-scoped ``srv`` fixture of each sequence test module)."""
+    from pathlib import Path
+
+    from models import build_test_repository
+
+    repo = build_test_repository(tmp_path_factory.mktemp(label) / "repo", models)
+    proc = ServerProcess([Path(repo)])
+    try:
+        proc.wait_live(90.0, endpoint="ready")
+        yield proc
+    finally:
+        proc.stop()

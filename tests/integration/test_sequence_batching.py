@@ -15,13 +15,12 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from models import build_test_repository
 from seq_clients import (
+    serving,
     TRANSPORTS,
     Step,
     StreamTransport,
@@ -51,13 +50,8 @@ _ids = itertools.count(1000)  # every sequence of this module has its own correl
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = build_test_repository(tmp_path_factory.mktemp("sequence") / "repo", MODELS)
-    proc = ServerProcess([Path(repo)])
-    try:
-        proc.wait_live(90.0, endpoint="ready")
+    with serving(tmp_path_factory, "sequence", MODELS) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def _run_sequence(t: Transport, model: str, seq_id: int | str, values: list[int]) -> list[Step]:

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
-from models import build_test_repository
-from seq_clients import TRANSPORTS, Transport, expect_error, open_transport
+from seq_clients import TRANSPORTS, Transport, expect_error, open_transport, serving
 from server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -37,13 +35,8 @@ _ids = itertools.count(5000)
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = build_test_repository(tmp_path_factory.mktemp("seqerrors") / "repo", MODELS)
-    proc = ServerProcess([Path(repo)])
-    try:
-        proc.wait_live(90.0, endpoint="ready")
+    with serving(tmp_path_factory, "seqerrors", MODELS) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(params=TRANSPORTS)

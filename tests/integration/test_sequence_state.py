@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from models import build_test_repository
-from seq_clients import TRANSPORTS, Transport, model_stats, open_transport
+from seq_clients import TRANSPORTS, Transport, model_stats, open_transport, serving
 from sequence_models import SEQ_ABANDON_CANDIDATES, SEQ_INITIAL_STATE, SEQ_SHORT_IDLE_US
 from server_process import ServerProcess
 
@@ -30,13 +29,8 @@ _ids = itertools.count(9000)
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = build_test_repository(tmp_path_factory.mktemp("seqstate") / "repo", MODELS)
-    proc = ServerProcess([Path(repo)])
-    try:
-        proc.wait_live(90.0, endpoint="ready")
+    with serving(tmp_path_factory, "seqstate", MODELS) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def _sums(t: Transport, model: str, seq: int | str, values: list[float], **kw: object) -> list:
