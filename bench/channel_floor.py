@@ -26,6 +26,10 @@ Variants:
   model's ``execute`` → EXEC_DONE back on the loop, its outputs unpacked. Minus the
   model's in-process ``execute`` (``stub-model``: the same call in this process), it is the
   hand-off round trip of the stub path alone;
+* ``socket-1cpu``, ``stub-1cpu``: ``socket`` and ``stub`` with both processes on one CPU (the
+  last this process may use; the child inherits it): no CPU ever wakes another, so the
+  difference to the plain variant is what waking the other CPU costs (on a virtual machine
+  whose idle vCPUs halt, most of a small frame's round trip);
 * ``stub-inproc``: the Python work of that round trip without the processes and the socket:
   the same EXECUTE frame built, parsed by a ``Stub`` in this process (the model's
   ``execute`` included), its EXEC_DONE frame parsed back and unpacked. Its CPU minus
@@ -294,9 +298,24 @@ def run_uvloop(seconds: float, how: str) -> dict[str, float]:
         os.waitpid(pid, 0)
 
 
+def on_one_cpu(run: Callable[[float], dict[str, float]]) -> Callable[[float], dict[str, float]]:
+    """``run`` with this process, and the child it starts (which inherits it), on one CPU."""
+
+    def pinned(seconds: float) -> dict[str, float]:
+        allowed = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {max(allowed)})
+        try:
+            return run(seconds)
+        finally:
+            os.sched_setaffinity(0, allowed)
+
+    return pinned
+
+
 def variants(spin_us: float) -> dict[str, Callable[[float], dict[str, float]]]:
     return {
         "socket": run_socket,
+        "socket-1cpu": on_one_cpu(run_socket),
         "pipe": run_pipe,
         "eventfd": run_eventfd,
         "socket-spin": lambda s: run_socket(s, spin_us / 1e6),
@@ -304,6 +323,7 @@ def variants(spin_us: float) -> dict[str, Callable[[float], dict[str, float]]]:
         "uvloop-reader": lambda s: run_uvloop(s, "reader"),
         "uvloop-pipe": run_uvloop_pipe,
         "stub": run_stub,
+        "stub-1cpu": on_one_cpu(run_stub),
         "stub-inproc": run_stub_inproc,
         "stub-model": run_stub_model,
     }

@@ -32,13 +32,20 @@ class Server(ServerProcess):
 
     statistics = True  # answers the statistics extension (a bare gRPC floor does not)
 
-    def __init__(self, repository: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        repository: Path,
+        workdir: Path,
+        extra_args: tuple[str, ...] = (),
+        cpus: frozenset[int] | None = None,
+    ) -> None:
         super().__init__(
             [repository],
             *extra_args,
             wait_ready=False,
             workdir=workdir,
             start_timeout=START_TIMEOUT,
+            cpus=cpus,
         )
 
     @property

@@ -7,6 +7,7 @@ the HTTP health endpoint, never by reading logs.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -30,7 +31,9 @@ def server_command(repositories: list[Path], *args: str) -> list[str]:
 class ServerProcess:
     """``workdir``: where the ports file and the log go, kept after ``stop`` (the benchmark
     reads the log tail after stopping); by default a temporary directory removed by ``stop``.
-    ``start_timeout``: how long the server may take to load its models and bind."""
+    ``start_timeout``: how long the server may take to load its models and bind. ``cpus``:
+    the CPUs the server (and the stub processes it starts, which inherit them) may run on;
+    None: all of them."""
 
     def __init__(
         self,
@@ -39,6 +42,7 @@ class ServerProcess:
         wait_ready: bool = True,
         workdir: Path | None = None,
         start_timeout: float = 60.0,
+        cpus: frozenset[int] | None = None,
     ) -> None:
         self._dir = None if workdir else tempfile.TemporaryDirectory(prefix="tritium-test-")
         directory = workdir or Path(self._dir.name)
@@ -46,7 +50,12 @@ class ServerProcess:
         self.log_path = directory / "server.log"
         command = server_command(repositories, "--ports-file", str(self.ports_file), *args)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+        )
         self.ports: dict[str, int] = {}
         try:
             self._wait_ports(start_timeout)
