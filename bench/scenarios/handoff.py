@@ -201,7 +201,9 @@ def table(rows: Rows) -> list[str]:
 
 
 NOTE = (
-    "All rows on the run's server over binary HTTP, closed loop. server µs/req: the server's "
+    "All rows over binary HTTP, closed loop, on the run's server except the `one-cpu` row (a "
+    "server of its own whose process and stubs run on the machine's last CPU only). "
+    "server µs/req: the server's "
     "compute_input + compute_infer + compute_output per request (statistics extension), for "
     "a Python model the stub round trip around execute(). The hand-off round trip is that "
     "minus the in-process execute() of the same model.py (the baseline). "
