@@ -3,6 +3,7 @@ socket) and large tensors through shared-memory segments."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import threading
@@ -10,8 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from tritium.backends.python import bls_host, ipc, shm_tensors
-from tritium.backends.python.bls_client import FrameMux
+from tritium.backends.python import bls_host, ipc, pb_utils, shm_tensors
+from tritium.backends.python.bls_client import BlsClient, FrameMux
 
 
 @pytest.fixture
@@ -75,6 +76,112 @@ def test_a_closed_server_ends_every_wait(pair) -> None:  # type: ignore[no-untyp
         mux.next_answer(1, call)
     with pytest.raises(EOFError):
         mux.next_command()
+
+
+def test_an_async_waiter_is_woken_by_whichever_thread_routes_its_answer(pair) -> None:  # type: ignore[no-untyped-def]
+    """``take_answer`` arms a wake-up when nothing has arrived; a thread reading for its own
+    call routes the other call's answer and calls it (no thread waits for the armed call)."""
+    server, stub = pair
+    mux = FrameMux(stub, lambda key: None)
+    mine, theirs = mux.register(1), mux.register(2)
+    woken = threading.Event()
+    assert mux.take_answer(2, theirs, woken.set) is None
+    reader = threading.Thread(target=mux.next_answer, args=(1, mine))
+    reader.start()
+    server.send(ipc.BLS_RESPONSE, (2, "for the waiter", True))
+    server.send(ipc.BLS_RESPONSE, (1, "for the reader", True))
+    reader.join(10)
+    assert woken.wait(10)
+    frame = mux.take_answer(2, theirs, lambda: None)
+    assert frame is not None and frame[1] == (2, "for the waiter", True)
+    assert mux._calls == {}  # both finals ended their registrations
+
+
+def test_frames_that_came_in_one_read_are_all_routed(pair) -> None:  # type: ignore[no-untyped-def]
+    """A reader routes every frame its read brought in: a frame left in the buffer would make
+    the socket look idle, and an async waiter for it would never be woken."""
+    server, stub = pair
+    mux = FrameMux(stub, lambda key: None)
+    first, second = mux.register(1), mux.register(2)
+    woken = threading.Event()
+    assert mux.take_answer(2, second, woken.set) is None
+    both = [
+        *ipc.frame(ipc.BLS_RESPONSE, (1, "a", True)),
+        *ipc.frame(ipc.BLS_RESPONSE, (2, "b", True)),
+    ]
+    server._sock.sendall(b"".join(both))
+    assert mux.next_answer(1, first)[1] == (1, "a", True)
+    assert woken.is_set() and not stub.buffered()
+    assert mux.take_answer(2, second, lambda: None) is not None
+
+
+def test_a_closed_server_wakes_the_async_waiters(pair) -> None:  # type: ignore[no-untyped-def]
+    server, stub = pair
+    mux = FrameMux(stub, lambda key: None)
+    call = mux.register(1)
+    woken = threading.Event()
+    assert mux.take_answer(1, call, woken.set) is None
+    server._sock.close()
+    mux.poll()
+    assert woken.is_set()
+    with pytest.raises(EOFError):
+        mux.take_answer(1, call, lambda: None)
+
+
+def _bls_client(stub: ipc.BlockingChannel) -> tuple[FrameMux, BlsClient]:
+    mux = FrameMux(stub, lambda key: None)
+    segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), 54321))
+    client = BlsClient(mux, stub.send, segments, "parent_0_0")
+    client.enabled = True
+    return mux, client
+
+
+def test_async_exec_waits_on_the_loop_without_a_thread(pair) -> None:  # type: ignore[no-untyped-def]
+    """Many ``async_exec`` calls at once: each is sent at once and answered through the loop's
+    own reads of the socket; no thread is started for them."""
+    server, stub = pair
+    mux, client = _bls_client(stub)
+
+    async def run() -> list[object]:
+        request = pb_utils.InferenceRequest(
+            model_name="child", inputs=[], requested_output_names=[]
+        )
+        calls = [asyncio.ensure_future(client.async_exec(request, False)) for _ in range(5)]
+        await asyncio.sleep(0)  # every call sent
+        threads = threading.active_count()
+        ids = [server.recv()[1][0] for _ in calls]
+        for call_id in reversed(ids):  # answered in another order than sent
+            server.send(ipc.BLS_RESPONSE, (call_id, ([], None, f'{{"id": {call_id}}}'), True))
+        responses = await asyncio.wait_for(asyncio.gather(*calls), 10)
+        assert threading.active_count() == threads
+        return [r.parameters() for r in responses]
+
+    answers = asyncio.run(run())
+    assert answers == [f'{{"id": {i}}}' for i in range(1, 6)]
+    assert mux._calls == {}
+
+
+def test_a_cancelled_async_exec_drops_the_answers_still_to_come(pair) -> None:  # type: ignore[no-untyped-def]
+    server, stub = pair
+    mux, client = _bls_client(stub)
+
+    async def run() -> None:
+        request = pb_utils.InferenceRequest(
+            model_name="child", inputs=[], requested_output_names=[]
+        )
+        call = asyncio.ensure_future(client.async_exec(request, False))
+        await asyncio.sleep(0)
+        call_id = server.recv()[1][0]
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert mux._calls == {}
+        server.send(ipc.BLS_RESPONSE, (call_id, ([], None, None), True))
+        server.send(ipc.IS_READY, None)
+        assert mux.next_command()[0] == ipc.IS_READY  # the late answer was read and dropped
+        assert mux._calls == {}
+
+    asyncio.run(run())
 
 
 @pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")

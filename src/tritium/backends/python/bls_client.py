@@ -4,9 +4,12 @@ The stub's one socket now carries frames for several readers: the main loop want
 server's commands (EXECUTE, IS_READY, ...), and any thread blocked in ``exec`` wants its child
 request's responses, possibly while the main thread is itself inside ``execute``. ``FrameMux``
 reads as leader/follower: whichever waiting thread finds no reader becomes the reader, reads
-one frame, hands it to whoever it is for, and wakes the others; so a model may call ``exec``
-from ``execute``, from its own threads, or from many coroutines at once (``async_exec``, each
-awaited on a worker thread of ``_POOL``) without a dedicated reader thread on the hot path.
+the frames that have arrived, hands each to whoever it is for, and wakes the others; so a
+model may call ``exec`` from ``execute`` or from its own threads without a dedicated reader
+thread on the hot path. ``async_exec`` waits on the event loop instead of a thread: while any
+of its calls is out, the loop watches the socket (``add_reader``) and reads what arrives
+itself (``FrameMux.poll``), and a call's answer, whichever thread routes it, resolves the
+future the coroutine awaits (``FrameMux.take_answer``); many calls at once cost no thread.
 
 ``BlsClient`` is what ``pb_utils`` calls (``pb_utils._set_bls``): it sends BLS_REQUEST frames
 (tensors inline or, when large, in shared memory: ``shm_tensors``) and turns BLS_RESPONSE
@@ -21,7 +24,6 @@ import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
@@ -36,7 +38,6 @@ _TYPE_CODE = {
     t.wire: getattr(pb_utils, "TYPE_STRING" if t is DataType.BYTES else f"TYPE_{t.wire}")
     for t in DataType
 }
-_POOL_WORKERS = 64  # async_exec calls awaited at once (more wait their turn; all are sent)
 Frame = tuple[int, Any, ipc.Buffers]
 _REPLIES = (ipc.BLS_REPLY, ipc.CALL_REPLY)  # one answer, by call id (CALL_REPLY: stub_observe)
 _ANSWERS = (ipc.BLS_RESPONSE, *_REPLIES)
@@ -47,13 +48,15 @@ class _InputsFailed(Exception):
 
 
 class _Call:
-    """One child request (or control request) waiting for its answers."""
+    """One child request (or control request) waiting for its answers; ``wake``: what to call
+    when the next one arrives (an ``async_exec`` waiting on its loop), or None."""
 
-    __slots__ = ("answers", "done")
+    __slots__ = ("answers", "done", "wake")
 
     def __init__(self) -> None:
         self.answers: deque[Frame] = deque()
         self.done = False
+        self.wake: Callable[[], None] | None = None
 
 
 class FrameMux:
@@ -89,6 +92,32 @@ class FrameMux:
                 self._calls.pop(call_id, None)
         return frame
 
+    def take_answer(self, call_id: int, call: _Call, wake: Callable[[], None]) -> Frame | None:
+        """The next answer to ``call`` if it has arrived (its registration ends with the final
+        one); else None, and ``wake`` is called, by whichever thread routes it, once it does
+        or once the server is gone. EOFError when the server is gone and nothing is left."""
+        with self._cond:
+            if call.answers:
+                call.wake = None
+                frame = call.answers.popleft()
+                if frame[0] in _REPLIES or frame[1][2]:
+                    self._calls.pop(call_id, None)
+                return frame
+            if self._closed:
+                raise EOFError("server closed the connection")
+            call.wake = wake
+            return None
+
+    def forget(self, call_id: int) -> None:
+        """Nobody waits for ``call_id`` any more: its answers are dropped as they come."""
+        with self._cond:
+            call = self._calls.pop(call_id, None)
+            if call is not None:
+                call.wake = None
+
+    def fileno(self) -> int:
+        return self._channel.fileno()
+
     def poll(self) -> None:
         """Route the frames that have arrived, without waiting: a model busy in ``execute``
         (nobody reading) asking ``is_cancelled()`` still sees the server's CANCEL."""
@@ -97,23 +126,29 @@ class FrameMux:
                 self._read_one()
 
     def _read_one(self) -> None:
-        """Read one frame as the reader (called holding the condition, released while
-        reading) and route it; wake the waiting threads."""
+        """Read a frame as the reader (called holding the condition, released while
+        reading), and the frames that came in the same read, and route them; wake the
+        waiting threads (and a closed socket wakes every ``async_exec`` waiting too)."""
         cond = self._cond
         self._reading = True
         cond.release()
-        frame: Frame | None = None
+        frames: list[Frame] = []
+        closed = False
         try:
-            frame = self._channel.recv()
+            frames.append(self._channel.recv())
+            while self._channel.buffered():  # no one else would read those: the socket is
+                frames.append(self._channel.recv())  # drained, nothing makes it readable
         except (EOFError, OSError):
-            pass
+            closed = True
         finally:
             cond.acquire()
             self._reading = False
-        if frame is None:
-            self._closed = True
-        else:
+        for frame in frames:
             self._route(frame)
+        if closed:
+            self._closed = True
+            for call in self._calls.values():
+                self._wake(call)
         if self._waiters:
             cond.notify_all()
 
@@ -137,10 +172,18 @@ class FrameMux:
             call = self._calls.get(body[0])
             if call is not None:
                 call.answers.append(frame)
+                self._wake(call)
         elif kind == ipc.CANCEL:
             self._on_cancel(body)
         else:
             self._commands.append(frame)
+
+    @staticmethod
+    def _wake(call: _Call) -> None:
+        wake = call.wake
+        if wake is not None:
+            call.wake = None
+            wake()
 
 
 class BlsClient:
@@ -158,8 +201,8 @@ class BlsClient:
         self.segments = segments
         self._instance = instance_name
         self._ids = itertools.count(1)
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._watching: dict[asyncio.AbstractEventLoop, int] = {}  # loop → its async calls
+        self._watch_lock = threading.Lock()
         self.enabled = False  # exec is refused until initialize returned, and in finalize
 
     # -- inference ---------------------------------------------------------------------------
@@ -201,13 +244,21 @@ class BlsClient:
         if call.done:
             raise StopIteration
         try:
-            _, body, buffers = self._mux.next_answer(call_id, call)
+            frame = self._mux.next_answer(call_id, call)
         except EOFError:
-            call.done = True
-            return _error("BLS request failed: the server closed the connection"), True
+            return self._gone(call)
+        return self._answered(call, frame)
+
+    def _answered(self, call: _Call, frame: Frame) -> tuple[Any, bool]:
+        _, body, buffers = frame
         _, payload, final = body
         call.done = bool(final)
         return (None if payload is None else self._response(payload, buffers)), call.done
+
+    @staticmethod
+    def _gone(call: _Call) -> tuple[Any, bool]:
+        call.done = True
+        return _error("BLS request failed: the server closed the connection"), True
 
     def _response(self, payload: Any, buffers: ipc.Buffers) -> pb_utils.InferenceResponse:
         tensors, message, extra = payload
@@ -252,18 +303,56 @@ class BlsClient:
         return last if last is not None else _error("Unexpected empty response.")
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """Sent at once; the wait runs on a worker thread, so many run in parallel."""
+        """Sent at once; awaited on the running loop (no thread), so many run at once."""
         started = self._begin(request, decoupled)
         if not isinstance(started, tuple):
             return started
+        call_id, call = started
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor(), self._single, *started)
+        self._watch(loop)
+        try:
+            last = None
+            while not call.done:
+                try:
+                    frame = await self._next_frame(loop, call_id, call)
+                except EOFError:
+                    response, _ = self._gone(call)
+                else:
+                    response, _ = self._answered(call, frame)
+                if response is not None:
+                    last = response
+            return last if last is not None else _error("Unexpected empty response.")
+        except BaseException:  # cancelled: the answers still to come are dropped
+            self._mux.forget(call_id)
+            raise
+        finally:
+            self._unwatch(loop)
 
-    def _executor(self) -> ThreadPoolExecutor:
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(_POOL_WORKERS, thread_name_prefix="tritium-bls")
-            return self._pool
+    async def _next_frame(
+        self, loop: asyncio.AbstractEventLoop, call_id: int, call: _Call
+    ) -> Frame:
+        while True:
+            arrived = loop.create_future()
+            frame = self._mux.take_answer(call_id, call, _waker(loop, arrived))
+            if frame is not None:
+                return frame
+            await arrived
+
+    def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
+        """While ``loop`` has a call out, it reads the frames that arrive (nobody else may)."""
+        with self._watch_lock:
+            count = self._watching.get(loop, 0)
+            if not count:
+                loop.add_reader(self._mux.fileno(), self._mux.poll)
+            self._watching[loop] = count + 1
+
+    def _unwatch(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._watch_lock:
+            count = self._watching.pop(loop) - 1
+            if count:
+                self._watching[loop] = count
+            elif not loop.is_closed():
+                loop.remove_reader(self._mux.fileno())
 
     def cancel(self, call_id: int) -> None:
         self._send(ipc.BLS_CANCEL, call_id, None)
@@ -320,6 +409,25 @@ class ResponseIterator:
     def cancel(self) -> None:
         if not self._finished:
             self._client.cancel(self._id)
+
+
+def _waker(loop: asyncio.AbstractEventLoop, arrived: asyncio.Future[None]) -> Callable[[], None]:
+    """What resolves ``arrived`` from the thread that routes the answer: directly on the
+    loop's own thread (its ``poll``), through ``call_soon_threadsafe`` from any other."""
+    owner = threading.get_ident()  # the loop's thread: async_exec runs on it
+
+    def wake() -> None:
+        if threading.get_ident() == owner:
+            _resolve(arrived)
+        else:
+            loop.call_soon_threadsafe(_resolve, arrived)
+
+    return wake
+
+
+def _resolve(arrived: asyncio.Future[None]) -> None:
+    if not arrived.done():
+        arrived.set_result(None)
 
 
 def _error(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:

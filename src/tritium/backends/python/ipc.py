@@ -180,6 +180,13 @@ class BlockingChannel:
         buffers = [self._take(n) for n in lens]
         return kind, body, buffers
 
+    def fileno(self) -> int:
+        return self._sock.fileno()
+
+    def buffered(self) -> bool:
+        """Whether bytes already read are waiting in the buffer (a frame, or its start)."""
+        return len(self._buf) > self._pos
+
     def readable(self) -> bool:
         """Whether a frame has (begun to) arrive: ``recv`` would not wait long."""
         if len(self._buf) > self._pos:
