@@ -55,4 +55,4 @@ def test_compare_puts_each_figure_on_its_own_row() -> None:
     assert "hand-off round trip at c1: 120.0 µs" in lines
     assert "server and stub on one CPU (one-cpu): 110.0 µs" in lines
     assert "1.10× batching off" in lines
-    assert "would gain at most 1.25×" in lines
+    assert "would gain at most 1.25×, 1.50× with a client that cost nothing too" in lines
