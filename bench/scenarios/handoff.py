@@ -100,10 +100,13 @@ def batching_ceiling(row: dict[str, Any]) -> float | None:
     return float(sum(parts)) / (parts[0] + parts[2])
 
 
-def free_client_ceiling(row: dict[str, Any]) -> float:
+def free_client_ceiling(row: dict[str, Any]) -> float | None:
     """(server + stub) ÷ server CPU per inference: the batching ceiling when the client's
     CPU is not the machine's (a C++ client on other cores)."""
-    return float(row["server_cpu_us"] + row["stub_cpu_us"]) / row["server_cpu_us"]
+    server, stub = row.get("server_cpu_us"), row.get("stub_cpu_us")
+    if not server or stub is None:
+        return None
+    return float(server + stub) / server
 
 
 def _cpus_busy(row: dict[str, Any]) -> float:
@@ -180,13 +183,14 @@ def goal_lines(rows: Rows) -> list[str]:
     )
     off = _row(rows, PYTHON_MODEL, 16)
     ceiling = None if off is None else off.get("batching_ceiling")
-    if off is not None and ceiling is not None:
+    free = None if off is None else free_client_ceiling(off)
+    if off is not None and ceiling is not None and free is not None:
         lines.append(
             f"- batching ceiling at c16: server {off['server_cpu_us']:.0f} + stub "
             f"{off['stub_cpu_us']:.0f} + client {off['client_cpu_us']:.0f} µs of CPU per "
             f"inference with batching off ({_cpus_busy(off):.2f} of {os.cpu_count()} CPUs "
             f"busy); a batch that made the stub free would gain at most {ceiling:.2f}×, "
-            f"{free_client_ceiling(off):.2f}× with a client that cost nothing too"
+            f"{free:.2f}× with a client that cost nothing too"
         )
     return lines
 
