@@ -7,7 +7,6 @@ the HTTP health endpoint, never by reading logs.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,6 +25,12 @@ def server_command(repositories: list[Path], *args: str) -> list[str]:
     for service in ("http", "grpc", "metrics"):
         command += [f"--{service}-address", "127.0.0.1", f"--{service}-port", "0"]
     return [*command, *args]
+
+
+_ON_CPUS = (
+    "import os, sys; os.sched_setaffinity(0, {int(c) for c in sys.argv[1].split(',')}); "
+    "os.execv(sys.argv[2], sys.argv[2:])"
+)
 
 
 class ServerProcess:
@@ -50,12 +55,9 @@ class ServerProcess:
         self.log_path = directory / "server.log"
         command = server_command(repositories, "--ports-file", str(self.ports_file), *args)
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            command,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
-        )
+        if cpus is not None:  # set in a small Python that then becomes the server (exec)
+            command = [sys.executable, "-c", _ON_CPUS, ",".join(map(str, sorted(cpus))), *command]
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
         self.ports: dict[str, int] = {}
         try:
             self._wait_ports(start_timeout)
