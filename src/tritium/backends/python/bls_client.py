@@ -300,7 +300,7 @@ class BlsClient:
             response, _ = self.next_response(call_id, call)
             if response is not None:
                 last = response
-        return last if last is not None else _error("Unexpected empty response.")
+        return _single_answer(last)
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         """Sent at once; awaited on the running loop (no thread), so many run at once."""
@@ -321,7 +321,7 @@ class BlsClient:
                     response, _ = self._answered(call, frame)
                 if response is not None:
                     last = response
-            return last if last is not None else _error("Unexpected empty response.")
+            return _single_answer(last)
         except BaseException:  # cancelled: the answers still to come are dropped
             self._mux.forget(call_id)
             raise
@@ -428,6 +428,11 @@ def _waker(loop: asyncio.AbstractEventLoop, arrived: asyncio.Future[None]) -> Ca
 def _resolve(arrived: asyncio.Future[None]) -> None:
     if not arrived.done():
         arrived.set_result(None)
+
+
+def _single_answer(last: pb_utils.InferenceResponse | None) -> pb_utils.InferenceResponse:
+    """A non-decoupled call's answer: its last response, or Triton's error if none came."""
+    return last if last is not None else _error("Unexpected empty response.")
 
 
 def _error(message: str, code: int = pb_utils.TritonError.INTERNAL) -> pb_utils.InferenceResponse:
