@@ -15,21 +15,29 @@ PROM_DIR := build/prometheus
 
 .PHONY: serve test models bench lint clean fuzz interop-deps ops-deps ops-unpack test-ops
 
-$(VENV)/.installed: pyproject.toml
+# `make serve` installs what serving needs (the runtime dependencies) and the `models` extra
+# that builds the example models; `make test`, `lint` and `bench` add the test extras.
+$(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[models]'
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.runtime
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
 venv: $(VENV)/.installed
 
-models: $(VENV)/.installed
+models: $(VENV)/.runtime
 	$(PY) examples/build_models.py --repository $(REPO)
 
 serve: models
 	$(PY) -m tritium serve --model-repository $(REPO) $(ARGS)
 
-test: $(VENV)/.installed interop-deps
+# Everything the suite starts is installed first: grpc-js (interop-deps) and Prometheus with
+# promtool (ops-deps), so the dashboard and alert tests run instead of skipping.
+test: $(VENV)/.installed interop-deps ops-deps
 	$(PY) -m pytest $(ARGS)
 
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
@@ -77,7 +85,7 @@ test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
 
-bench: models
+bench: $(VENV)/.installed models
 	$(PY) bench/run.py $(ARGS)
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py

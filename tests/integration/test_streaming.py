@@ -248,18 +248,14 @@ def test_stream_order_when_later_requests_finish_first(srv: ServerProcess) -> No
     # a slow one finish first inside the server, yet must be written after it.
     delays = [800, 5, 5, 5, 5, 400, 5, 5, 400, 5, 1, 1]
     with stream(srv) as (client, responses):
-        start = time.monotonic()
         for i, delay in enumerate(delays):
             client.async_stream_infer(
                 "slow_identity_int32", int32_inputs([delay, i, -i]), request_id=f"r{i}"
             )
         results = responses.results(len(delays))
-        elapsed = time.monotonic() - start
     assert [r.get_response().id for r in results] == [f"r{i}" for i in range(len(delays))]
     for i, (result, delay) in enumerate(zip(results, delays, strict=True)):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.array([delay, i, -i]))
-    # The requests were in flight together (4 instances), not run one after the other.
-    assert elapsed < 0.85 * sum(delays) / 1000, f"{elapsed:.2f}s: requests were serialized"
 
 
 def test_many_streams_at_once(srv: ServerProcess) -> None:
@@ -736,6 +732,7 @@ def test_cancelled_requests_leave_the_queue(srv: ServerProcess) -> None:
     that is then dropped, or by unary calls that are then cancelled, are not executed: a request
     sent afterwards waits for the one running at most, not for all of them."""
     queued, x = 8, np.arange(3, dtype=np.float32)
+    executions_before = _executions(srv, "slow")
     client = grpcclient.InferenceServerClient(srv.grpc_url)
     client.start_stream(Responses())
     for i in range(queued):
@@ -756,13 +753,19 @@ def test_cancelled_requests_leave_the_queue(srv: ServerProcess) -> None:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     asyncio.run(asyncio.wait_for(cancel_unary_calls(), WAIT_S))
-    start = time.monotonic()
     with grpcclient.InferenceServerClient(srv.grpc_url) as sync:
         result = sync.infer("slow", [tensor(grpcclient, "INPUT0", x, "FP32")])
-    elapsed = time.monotonic() - start
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x)
-    # Nothing dropped: about 2 × 8 × 0.5 s of queued work ahead of it.
-    assert elapsed < 2.5, f"{elapsed:.1f}s: the cancelled requests were executed anyway"
+    # Of the 2 × 8 cancelled requests, at most the one running at each cancellation was
+    # executed, then the request above: the rest left the queue unexecuted.
+    executed = _executions(srv, "slow") - executions_before
+    assert 1 <= executed <= 3, f"{executed} executions: cancelled requests were executed"
+
+
+def _executions(srv: ServerProcess, model: str) -> int:
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        stats = c.get_inference_statistics(model_name=model).model_stats
+    return sum(s.execution_count for s in stats)
 
 
 def test_aio_unary_cancel_and_deadline(srv: ServerProcess) -> None:

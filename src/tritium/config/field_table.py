@@ -243,7 +243,8 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     ),
     "ensemble_scheduling.step.model_namespace": (
         _R,
-        "reserved by Triton for internal use; tritium has no model namespaces",
+        "reserved by Triton for internal use (with --model-namespacing an ensemble step "
+        "already looks in its own namespace first)",
     ),
     "instance_group": (_I, "one model instance per count"),
     "instance_group.name": (_I, "names the instances"),
