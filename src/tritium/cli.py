@@ -13,6 +13,7 @@ from typing import Any
 
 from .access import GRPC_HEADER_PREFIX, parse_restrictions
 from .cache import parse_cache_config
+from .flags.cors import add_cors_flags, cors_options
 from .flags.parser import add_table_flags, check_table_flags, group_help
 from .flags.parser import bool_flag, non_negative_int, parse_bool
 from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
@@ -56,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     _grpc_transport_flags(serve)
     _stub_restart_flags(serve)
     _http_limit_flags(serve)
+    add_cors_flags(serve)
     _python_env_flags(serve)
     _rate_limit_flags(serve)
     _metrics_flags(serve)
@@ -448,6 +450,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         model_instance_restart_window_secs=args.model_instance_restart_window_secs,
         python_env_cache_dir=args.python_env_cache_dir,
         **_http_limit_options(args),
+        **cors_options(args),
         **_metrics_options(args),
         **_grpc_transport_options(args),
         rate_limit=args.rate_limit,

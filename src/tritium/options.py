@@ -112,3 +112,9 @@ class ServerOptions:
     # Model namespacing (issue 15 item 5): --model-namespacing, one model per (repository,
     # name); a bare name held by several repositories is ambiguous (tritium.repository).
     model_namespacing: bool = False
+    # CORS for browser clients (tritium's own, issue 21; frontends/http/cors.py): no origin
+    # allowed means CORS is off; headers allowed beyond cors.py's defaults; preflight max age.
+    http_cors_allow_origins: tuple[str, ...] = ()
+    http_cors_allow_headers: tuple[str, ...] = ()
+    http_cors_max_age_secs: int = 600
+    http_cors_allow_credentials: bool = False

@@ -20,6 +20,7 @@ from ...types import ClientRequest
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
 from ..tensors import decode_off_loop
+from .cors import cors_policy
 from .codec import OutputPlan, decode_request, encode_response
 from .errors import render_error
 from .generate import GenerateStream, build_request, generate_once, sse_chunks
@@ -56,6 +57,9 @@ class HttpApp:
         # --http-header-forward-pattern: matching request headers become string parameters.
         pattern = server.options.http_header_forward_pattern if server is not None else ""
         self._forward = compile_forward_pattern(pattern)
+        # --http-cors-*: browsers' preflights answered here, the origin's headers added to
+        # every answer by the request cycle (HttpProtocol reads this attribute).
+        self.cors = cors_policy(server.options) if server is not None else None
 
     @property
     def tracer(self) -> Any:
@@ -65,6 +69,9 @@ class HttpApp:
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose >= 1 (changeable at run time)
             log.debug("HTTP request: %s %s", request.method, request.path)
+        cors = self.cors
+        if cors is not None and cors.is_preflight(request.method, request.headers):
+            return cors.preflight(request.headers)  # before the guard: it has no credentials
         if self._guard is not None:
             return self._guard(request, self._route)
         return self._route(request)

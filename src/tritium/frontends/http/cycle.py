@@ -119,6 +119,8 @@ class RequestCycle:
                 parts = [packed[0]]
                 length = len(packed[0])
                 headers = [*headers, (b"Content-Encoding", packed[1])]
+        if conn.cors is not None:
+            headers = [*headers, *self._origin_headers(conn)]
         head = response_head(response, headers, length, self.keep_alive)
         if response.on_sent is None:
             conn.write([head, *parts])
@@ -127,13 +129,20 @@ class RequestCycle:
         conn.write([head, *parts])
         response.on_sent(started, time.perf_counter_ns())
 
+    def _origin_headers(self, conn: HttpProtocol) -> list[tuple[bytes, bytes]]:
+        """CORS's headers for the request's Origin (cors.py), on every answer the API gives
+        while CORS is on; none on the transport's own errors (no request was read whole)."""
+        if conn.cors is None or self.request is None:
+            return []
+        return conn.cors.response_headers(self.request.headers.get(b"origin"))
+
     async def _stream(self, response: HttpStreamResponse) -> None:
         """Write a response chunk by chunk, waiting whenever the client reads slowly."""
         conn = self._conn
         if conn is None:
             return
         flow = conn.flow
-        conn.write([stream_head(response, self.keep_alive)])
+        conn.write([stream_head(response, self.keep_alive, self._origin_headers(conn))])
         try:
             async for chunk in response.chunks:
                 if self._conn is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import zlib
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ COMPRESS_MIN_BYTES = 1024
 
 REASONS = {
     200: b"OK",
+    204: b"No Content",
     400: b"Bad Request",
     401: b"Unauthorized",
     403: b"Forbidden",
@@ -111,17 +112,21 @@ def response_head(
         head.append(b"Content-Type: " + response.content_type + b"\r\n")
     for name, value in headers:
         head.append(name + b": " + value + b"\r\n")
-    head.append(b"Content-Length: %d\r\n" % length)
+    if status != 204:  # RFC 9110 8.6: a 204 has no Content-Length
+        head.append(b"Content-Length: %d\r\n" % length)
     if not keep_alive:
         head.append(b"Connection: close\r\n")
     head.append(b"\r\n")
     return b"".join(head)
 
 
-def stream_head(response: HttpStreamResponse, keep_alive: bool) -> bytes:
+def stream_head(
+    response: HttpStreamResponse, keep_alive: bool, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> bytes:
     head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nTransfer-Encoding: chunked\r\n" % (
         response.status,
         REASONS.get(response.status, b"Error"),
         response.content_type,
     )
+    head += b"".join(name + b": " + value + b"\r\n" for name, value in headers)
     return head + (b"\r\n" if keep_alive else b"Connection: close\r\n\r\n")

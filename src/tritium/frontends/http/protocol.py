@@ -18,6 +18,7 @@ from typing import Any
 import httptools
 
 from ...access import format_peer
+from .cors import CorsPolicy
 from .cycle import RequestCycle
 from .flow import FlowControl
 from .inflate import BodyRejected, Inflater, too_large
@@ -49,6 +50,7 @@ class HttpProtocol(asyncio.Protocol):
         "_recv_ns",
         "handler",
         "render_error",
+        "cors",
         "flow",
         "_limits",
         "_parser",
@@ -81,6 +83,8 @@ class HttpProtocol(asyncio.Protocol):
     ) -> None:
         self.handler = handler
         self.render_error = render_error
+        # The handler's CORS policy (HttpApp.cors; None: off): its headers go on every answer.
+        self.cors: CorsPolicy | None = getattr(handler, "cors", None)
         # The server's TraceManager when the handler serves inferences: while it traces,
         # each request's read times are taken (HTTP_RECV_START/END).
         self._tracer = getattr(handler, "tracer", _NO_TRACING)
