@@ -35,9 +35,9 @@ models: $(VENV)/.runtime
 serve: models
 	$(PY) -m tritium serve --model-repository $(REPO) $(ARGS)
 
-# Everything the suite starts is installed first: grpc-js (interop-deps) and Prometheus with
-# promtool (ops-deps), so the dashboard and alert tests run instead of skipping.
-test: $(VENV)/.installed interop-deps ops-deps
+# Everything the suite starts is installed first: grpc-js (interop-deps), Prometheus with
+# promtool (ops-deps) and Chromium (browser-deps), so those tests run instead of skipping.
+test: $(VENV)/.installed interop-deps ops-deps browser-deps
 	$(PY) -m pytest $(ARGS)
 
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
@@ -58,6 +58,19 @@ $(NODE_INTEROP)/node_modules/.installed: $(NODE_INTEROP)/package.json \
 		npm install --prefix $(NODE_INTEROP) --no-audit --no-fund --ignore-scripts; \
 	fi
 	touch $@
+
+# Headless Chromium for the browser tests of CORS (tests/integration/test_cors.py): Debian's
+# package, installed when missing (as root, or with sudo); apt's lists are refreshed only if
+# the install fails. Without it the browser tests skip and say why.
+.PHONY: browser-deps
+browser-deps:
+	@if command -v chromium >/dev/null 2>&1; then \
+		echo "browser-deps: using $$(command -v chromium)"; \
+	else \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y chromium || \
+			{ $$SUDO apt-get update -q && $$SUDO apt-get install -y chromium; }; \
+	fi
 
 # The dashboard and alert-rule tests (deploy/; tests/integration/test_ops_prometheus.py):
 # promtool and a real Prometheus. The system's when both are on PATH; otherwise Debian's
