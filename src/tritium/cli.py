@@ -21,6 +21,7 @@ from .frontends.grpc.metadata import compile_forward_pattern
 from .metrics_config import MetricsConfigError, parse_metrics_config
 from .logsettings import LOG_FORMATS, LevelFilter, LogSettings, TritonFormatter
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
+from .repository.layout import repository_text_problem
 from .tracing import TraceConfig
 from .tracing.flags import trace_config
 
@@ -416,7 +417,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     if args.strict_model_config is not None:
         auto_complete = auto_complete and not args.strict_model_config
     return ServerOptions(
-        model_repositories=tuple(Path(p) for p in args.model_repository),
+        model_repositories=_repositories(args.model_repository),
         server_id=args.id,
         allow_http=args.allow_http,
         http_address=args.http_address,
@@ -459,6 +460,17 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         **serve_options(args),
         trace=_trace_options(args),
     )
+
+
+def _repositories(values: list[str]) -> tuple[Path, ...]:
+    """The --model-repository paths; an empty one or a cloud URL stops the start here (the
+    directories themselves are checked when the server is created)."""
+    for text in values:
+        problem = repository_text_problem(text)
+        if problem:
+            shown = f"--model-repository {text}" if text else "--model-repository"
+            raise SystemExit(f"error: {shown}: {problem}")
+    return tuple(Path(text) for text in values)
 
 
 def _metrics_flags(serve: argparse.ArgumentParser) -> None:

@@ -41,7 +41,8 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         return 1
     try:
         server = InferenceServer(options)
-    except RuntimeError as exc:  # e.g. tracing's opentelemetry mode without its SDK
+    except RuntimeError as exc:  # a repository path that is not a directory; tracing's
+        # opentelemetry mode without its SDK
         log.error("error: creating server: %s", exc)
         access.close()
         return 1

@@ -37,6 +37,7 @@ from .options import ServerOptions
 from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
 from .repository.control import ModelControl
+from .repository.layout import repository_problem
 from .repository.manager import ModelRepositoryManager, RepositoryLayout
 from .repository.names import check_model_name
 from .repository.names import version_from_string as parse_version
@@ -95,9 +96,19 @@ def _log_settings(options: ServerOptions) -> LogSettings:
     )
 
 
+def _check_repositories(options: ServerOptions) -> None:
+    for path in options.model_repositories:
+        problem = repository_problem(path)
+        if problem:
+            raise RuntimeError(f"--model-repository {path}: {problem}")
+
+
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
+        """Raises RuntimeError when a repository path cannot be read (Triton's ServerNew
+        fails the same way, before any model loads)."""
         self.options = options
+        _check_repositories(options)
         restarts = RestartPolicy(
             options.model_instance_max_restarts, options.model_instance_restart_window_secs
         )

@@ -8,7 +8,14 @@ from pathlib import Path
 import pytest
 
 from tritium.config.model_config import ModelConfig
-from tritium.repository.layout import ModelId, scan, select_versions, version_dirs
+from tritium.repository.layout import (
+    ModelId,
+    repository_problem,
+    repository_text_problem,
+    scan,
+    select_versions,
+    version_dirs,
+)
 
 
 def make_dirs(root: Path, *names: str) -> None:
@@ -132,3 +139,36 @@ def test_scan_with_namespacing_keeps_each_repository_copy(tmp_path: Path) -> Non
     assert locations[ModelId(b, "dup")].path == (tmp_path / "b" / "dup").resolve()
     assert locations[ModelId(b, "dup")].key == ModelId(b, "dup")
     assert all(loc.problem == "" for loc in locations.values())
+
+
+# ------------------------------------------------------- --model-repository paths at start
+
+
+def test_a_directory_is_a_repository(tmp_path: Path) -> None:
+    assert repository_problem(tmp_path) == ""
+
+
+def test_a_missing_path_fails_to_stat(tmp_path: Path) -> None:
+    missing = tmp_path / "missing"
+    assert repository_problem(missing) == (
+        f"failed to stat file {missing}: No such file or directory"
+    )
+
+
+def test_a_file_is_not_a_valid_directory(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    assert repository_problem(tmp_path / "f") == "repository path is not a valid directory"
+
+
+@pytest.mark.parametrize("text", ["s3://b/m", "gs://b/m", "as://a/c/m", "S3://B/M"])
+def test_cloud_urls_are_not_local_paths(text: str) -> None:
+    assert "cloud model repositories" in repository_text_problem(text)
+
+
+@pytest.mark.parametrize("text", ["/models", "models", "./s3://odd", "s3:/folded"])
+def test_local_looking_text_is_left_to_the_path_check(text: str) -> None:
+    assert repository_text_problem(text) == ""
+
+
+def test_an_empty_path_is_refused() -> None:
+    assert repository_text_problem("") == "the path is empty"

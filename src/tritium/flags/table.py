@@ -111,7 +111,9 @@ FLAGS: tuple[Flag, ...] = (
     # -- Model Repository ----------------------------------------------------------------------
     _f("model-store", "Model Repository", _S, I, "alias of --model-repository",
        "Equivalent to --model-repository."),
-    _f("model-repository", "Model Repository", _S, I, "repeatable",
+    _f("model-repository", "Model Repository", _S, I,
+       "repeatable; local directories only: a missing path, a file or a cloud URL (s3://, "
+       "gs://, as://) stops the start",
        "Path to a model repository directory; may be given several times."),
     _f("exit-on-error", "Model Repository", _B, I, "exit if a model fails to load at start",
        "Exit the server if an error occurs during initialization."),

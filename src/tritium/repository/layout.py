@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -46,6 +48,43 @@ class RepositoryLayout:
     config_name: str = ""
     load_retries: int = 0
     namespacing: bool = False  # --model-namespacing: one model per (repository, name)
+
+
+# Triton's cloud file systems (``s3://``, ``gs://``, ``as://``): tritium reads local paths only.
+CLOUD_PREFIXES = ("s3://", "gs://", "as://")
+
+
+def repository_text_problem(text: str) -> str:
+    """Why a --model-repository value cannot be served, judged on the flag's text ('' when it
+    may be a local path): an empty one, or a cloud URL (checked before ``Path`` folds the '//'
+    away and turns '' into '.')."""
+    if not text:
+        return "the path is empty"
+    if text.lower().startswith(CLOUD_PREFIXES):
+        return (
+            "cloud model repositories (s3://, gs://, as://) are not supported by tritium: it "
+            "runs on the CPU and serves local directories only"
+        )
+    return ""
+
+
+def repository_problem(path: Path) -> str:
+    """Why ``path`` cannot be a model repository ('' when it can). Triton's
+    ModelRepositoryManager::Create checks every path before any model loads, in every model
+    control mode: a missing one fails with "failed to stat file", a file with "repository path
+    is not a valid directory". tritium also checks that the directory can be listed."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return f"failed to stat file {path}: {exc.strerror}"
+    if not stat.S_ISDIR(mode):
+        return "repository path is not a valid directory"
+    try:
+        with os.scandir(path):
+            pass
+    except OSError as exc:
+        return f"cannot list the directory {path}: {exc.strerror}"
+    return ""
 
 
 def scan(repositories: list[Path], namespacing: bool = False) -> dict[ModelId, ModelLocation]:
