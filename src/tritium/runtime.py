@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import ssl
 from dataclasses import replace
 
@@ -16,7 +17,8 @@ from .frontends.grpc.tls import server_ssl_context
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
 from .frontends.http.limits import HttpLimits
-from .frontends.http.listener import HttpListener, https_context, listen_http
+from .frontends.http.listener import HttpListener, https_context, serve_http
+from .frontends.sockets import BindError, Endpoint, bind, bound_port, port_collision
 from .options import ServerOptions
 from .server import InferenceServer
 
@@ -46,21 +48,23 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         log.error("error: creating server: %s", exc)
         access.close()
         return 1
+    try:  # before the models load: a port in use stops the start at once
+        bound = await bind_all(options)
+    except OSError as exc:
+        log.error("error: %s", exc)
+        await server.stop()  # nothing loaded yet: removes its scratch directory
+        access.close()
+        return 1
     stop = asyncio.Event()
     install_signal_handlers(stop)
     try:
         await server.start()
     except RuntimeError as exc:
         log.error("error: creating server: Internal - %s", exc)
+        _close(bound)
         access.close()
         return 1
-    try:
-        listeners, grpc_server, ports = await _bind(server, options, (tls, grpc_tls), access)
-    except OSError as exc:
-        log.error("error: failed to start the front-ends: %s", exc)
-        await server.stop()
-        access.close()
-        return 1
+    listeners, grpc_server, ports = await _serve(server, options, (tls, grpc_tls), access, bound)
     if ports_file:
         write_ports(ports_file, ports)
     await stop.wait()
@@ -77,53 +81,80 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
     return 0
 
 
-async def _bind(
+def endpoints(options: ServerOptions) -> dict[str, Endpoint]:
+    """The enabled front-ends and where each listens (the metrics endpoint defaults to the
+    HTTP address, or every address when HTTP is off)."""
+    found: dict[str, Endpoint] = {}
+    if options.allow_http:
+        found["http"] = Endpoint(
+            "HTTP", "--http-address", "--http-port", options.http_address, options.http_port
+        )
+    if options.allow_metrics:
+        flag = "--metrics-address" if options.metrics_address else "--http-address"
+        address = options.metrics_address or (
+            options.http_address if options.allow_http else "0.0.0.0"
+        )
+        found["metrics"] = Endpoint(
+            "Metrics", flag, "--metrics-port", address, options.metrics_port
+        )
+    if options.allow_grpc:
+        found["grpc"] = Endpoint(
+            "GRPC", "--grpc-address", "--grpc-port", options.grpc_address, options.grpc_port
+        )
+    return found
+
+
+async def bind_all(options: ServerOptions) -> dict[str, list[socket.socket]]:
+    """Listen on every enabled front-end's address, before any model loads; raises OSError
+    (``BindError``: the message names the flag and the address)."""
+    wanted = endpoints(options)
+    collision = port_collision(list(wanted.values()))
+    if collision:
+        raise BindError(collision)
+    reuse = {"http": options.reuse_http_port, "grpc": options.reuse_grpc_port}
+    bound: dict[str, list[socket.socket]] = {}
+    try:
+        for name, endpoint in wanted.items():
+            bound[name] = await bind(endpoint, reuse.get(name, False))
+    except BaseException:
+        _close(bound)
+        raise
+    return bound
+
+
+def _close(bound: dict[str, list[socket.socket]]) -> None:
+    for socks in bound.values():
+        for sock in socks:
+            sock.close()
+
+
+async def _serve(
     server: InferenceServer,
     options: ServerOptions,
     tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None],
     access: AccessControl,
+    bound: dict[str, list[socket.socket]],
 ) -> tuple[list[HttpListener], GrpcListener | None, dict[str, int]]:
-    """Listen on every enabled front-end (``tls``: HTTP's and gRPC's); the bound ports."""
+    """Start accepting on every bound front-end (``tls``: HTTP's and gRPC's); the ports."""
     http_tls, grpc_tls = tls
-    ports: dict[str, int] = {}
+    where = endpoints(options)
+    ports = {name: bound_port(socks) for name, socks in bound.items()}
     listeners: list[HttpListener] = []
-    if options.allow_http:
-        listener = await listen_http(
-            HttpApp(server, access),
-            (options.http_address, options.http_port),
-            HttpLimits.from_options(options),
-            http_tls,
-            options.reuse_http_port,
-        )
-        listeners.append(listener)
-        ports["http"] = listener.sockets[0].getsockname()[1]
+    if "http" in bound:
+        limits = HttpLimits.from_options(options)
+        listeners.append(serve_http(bound["http"], HttpApp(server, access), limits, http_tls))
         scheme = "HTTPS" if http_tls is not None else "HTTP"
-        log.info("Started %sService at %s:%d", scheme, options.http_address, ports["http"])
-    if options.allow_metrics:
-        address = options.metrics_address or (
-            options.http_address if options.allow_http else "0.0.0.0"
-        )
+        log.info("Started %sService at %s:%d", scheme, where["http"].address, ports["http"])
+    if "metrics" in bound:
         limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
-        listener = await listen_http(MetricsApp(server), (address, options.metrics_port), limits)
-        listeners.append(listener)
-        ports["metrics"] = listener.sockets[0].getsockname()[1]
-        log.info("Started Metrics Service at %s:%d", address, ports["metrics"])
+        listeners.append(serve_http(bound["metrics"], MetricsApp(server), limits))
+        log.info("Started Metrics Service at %s:%d", where["metrics"].address, ports["metrics"])
     grpc_server: GrpcListener | None = None
-    if options.allow_grpc:
-        grpc_server, ports["grpc"] = await _bind_grpc(server, options, access, grpc_tls)
-        log.info("Started GRPCInferenceService at %s:%d", options.grpc_address, ports["grpc"])
+    if "grpc" in bound:
+        grpc_server = GrpcListener(server, access)
+        await grpc_server.serve(bound["grpc"], grpc_tls)
+        log.info("Started GRPCInferenceService at %s:%d", where["grpc"].address, ports["grpc"])
     return listeners, grpc_server, ports
-
-
-async def _bind_grpc(
-    server: InferenceServer,
-    options: ServerOptions,
-    access: AccessControl,
-    tls: ssl.SSLContext | None,
-) -> tuple[GrpcListener, int]:
-    """tritium's own HTTP/2 + gRPC server on this event loop; the listener and its port."""
-    listener = GrpcListener(server, access)
-    return listener, await listener.listen(options.grpc_address, options.grpc_port, tls)
 
 
 def write_ports(path: str, ports: dict[str, int]) -> None:

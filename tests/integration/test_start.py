@@ -5,10 +5,15 @@ Triton's behaviour, from its sources: ``ModelRepositoryManager::Create`` checks 
 repository path before loading anything, in every model control mode ("failed to stat file
 <path>" for a missing one, "repository path is not a valid directory" for a file), and
 ``main.cc`` exits with "error: creating server: ...".
+
+The listening ports are bound before the models load (Triton binds them after, and reports a
+port in use as "failed to start HTTP service: Unavailable - Socket '0.0.0.0:8000' already in
+use"): tritium says the same, with the flag to change, before loading anything.
 """
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
@@ -78,3 +83,47 @@ def test_cloud_repositories_are_refused(url: str) -> None:
     assert f"--model-repository {url}: cloud model repositories" in done.stderr
     assert "not supported by tritium" in done.stderr
     assert "local directories only" in done.stderr
+
+
+# -------------------------------------------------- 2. the ports, before any model loads
+
+SERVICES = {"http": "HTTP", "grpc": "GRPC", "metrics": "Metrics"}
+
+
+@pytest.mark.parametrize("service", sorted(SERVICES))
+def test_a_port_in_use_stops_the_start_before_any_model_loads(
+    good_repo: Path, service: str
+) -> None:
+    with socket.socket() as taken:  # another program holds the port
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run_to_exit([good_repo], f"--{service}-port", str(port))
+    assert done.returncode != 0
+    assert (
+        f"failed to start {SERVICES[service]} service: --{service}-port {port}: "
+        f"address 127.0.0.1:{port} already in use"
+    ) in done.stderr
+    output = done.stdout + done.stderr
+    assert "successfully loaded" not in output, output
+    assert "Started " not in output, output
+
+
+def test_two_services_on_one_port_stop_the_start(good_repo: Path) -> None:
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    done = run_to_exit([good_repo], "--http-port", str(port), "--grpc-port", str(port))
+    assert done.returncode != 0
+    assert (
+        "--http-port and --grpc-port: the server cannot listen to HTTP requests and GRPC "
+        f"requests at the same address and port 127.0.0.1:{port}"
+    ) in done.stderr
+    assert "successfully loaded" not in done.stdout + done.stderr
+
+
+def test_an_address_the_machine_lacks_names_the_address_flag(good_repo: Path) -> None:
+    done = run_to_exit([good_repo], "--grpc-address", "192.0.2.1")  # TEST-NET-1
+    assert done.returncode != 0
+    assert "failed to start GRPC service: --grpc-address 192.0.2.1: address" in done.stderr
+    assert "successfully loaded" not in done.stdout + done.stderr

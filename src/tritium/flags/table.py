@@ -71,6 +71,7 @@ _B, _I, _S, _F = "boolean", "integer", "string", "float"
 _NO_GPU = "no effect without a GPU: tritium runs every model on the CPU"
 _SAGEMAKER = "tritium has no SageMaker front-end"
 _VERTEX = "tritium has no Vertex AI front-end"
+_PORT = "bound before the models load: a port in use stops the start, naming this flag"
 _THREADS = "tritium serves {} on its one event loop; Triton's thread count only sizes a pool"
 
 
@@ -143,7 +144,7 @@ FLAGS: tuple[Flag, ...] = (
     # -- HTTP --------------------------------------------------------------------------------
     _f("allow-http", "HTTP", _B, I, "serve HTTP/REST", "Listen for HTTP requests."),
     _f("http-address", "HTTP", _S, I, "bind address", "Address the HTTP server binds to."),
-    _f("http-port", "HTTP", _I, I, "bind port", "Port of the HTTP server."),
+    _f("http-port", "HTTP", _I, I, _PORT, "Port of the HTTP server."),
     _f("reuse-http-port", "HTTP", _B, I, "SO_REUSEPORT on the HTTP socket",
        "Let several servers listen on the same HTTP port."),
     _f("http-header-forward-pattern", "HTTP", _S, I,
@@ -158,7 +159,7 @@ FLAGS: tuple[Flag, ...] = (
     # -- GRPC --------------------------------------------------------------------------------
     _f("allow-grpc", "GRPC", _B, I, "serve gRPC", "Listen for GRPC requests."),
     _f("grpc-address", "GRPC", _S, I, "bind address", "Address the GRPC server binds to."),
-    _f("grpc-port", "GRPC", _I, I, "bind port", "Port of the GRPC server."),
+    _f("grpc-port", "GRPC", _I, I, _PORT, "Port of the GRPC server."),
     _f("reuse-grpc-port", "GRPC", _B, I, "SO_REUSEPORT on the gRPC socket",
        "Let several servers listen on the same GRPC port."),
     _f("grpc-header-forward-pattern", "GRPC", _S, I,
@@ -222,7 +223,7 @@ FLAGS: tuple[Flag, ...] = (
        "Provide CPU metrics."),
     _f("metrics-address", "Metrics", _S, I, "default: --http-address",
        "Address the metrics server binds to."),
-    _f("metrics-port", "Metrics", _I, I, "bind port", "Port reporting Prometheus metrics."),
+    _f("metrics-port", "Metrics", _I, I, _PORT, "Port reporting Prometheus metrics."),
     _f("metrics-interval-ms", "Metrics", _F, I,
        "the nv_cpu_* families are sampled from /proc at most once per interval",
        "Milliseconds between metric collections."),

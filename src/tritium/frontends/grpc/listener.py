@@ -14,6 +14,7 @@ from .connection import GrpcConnection
 from .dispatch import Dispatcher
 from .guard import RpcGuard
 from .service import method_table
+from ..sockets import BACKLOG, Endpoint, bind, bound_port
 
 DEFAULT_MAX_STREAMS = 1024  # --grpc-max-concurrent-streams 0: tritium's bound per connection
 
@@ -28,25 +29,25 @@ class GrpcListener:
         guard = RpcGuard(access) if access is not None and access.guards_grpc else None
         self.dispatch = Dispatcher(method_table(server), options, guard)
         self.connections: set[GrpcConnection] = set()
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._idle: asyncio.Event | None = None
 
     async def listen(self, host: str, port: int, tls: ssl.SSLContext | None) -> int:
-        """Binds and serves; the bound port."""
+        """Binds and serves; the bound port. Raises OSError (``BindError``)."""
+        endpoint = Endpoint("GRPC", "--grpc-address", "--grpc-port", host, port)
+        return await self.serve(await bind(endpoint, self.options.reuse_grpc_port), tls)
+
+    async def serve(self, socks: list[socket.socket], tls: ssl.SSLContext | None) -> int:
+        """Start accepting on sockets already listening (``frontends/sockets.py:bind``); the
+        port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            lambda: GrpcConnection(self),
-            host=host or None,
-            port=port,
-            ssl=tls,
-            reuse_address=True,
-            reuse_port=self.options.reuse_grpc_port or None,
-            backlog=1024,
-        )
-        for sock in self._server.sockets:
-            if sock.family in (socket.AF_INET, socket.AF_INET6):
-                return int(sock.getsockname()[1])
-        raise OSError("the gRPC socket has no address")
+        for sock in socks:
+            self._servers.append(
+                await loop.create_server(
+                    lambda: GrpcConnection(self), sock=sock, ssl=tls, backlog=BACKLOG
+                )
+            )
+        return bound_port(socks)
 
     def connection_closed(self) -> None:
         if self._idle is not None and not self.connections:
@@ -54,8 +55,8 @@ class GrpcListener:
 
     def drain(self) -> None:
         """Stop accepting, and GOAWAY to every client: calls in flight go on."""
-        if self._server is not None:
-            self._server.close()
+        for listening in self._servers:
+            listening.close()
         for conn in list(self.connections):
             conn.drain(None)
 

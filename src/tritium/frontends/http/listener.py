@@ -19,6 +19,7 @@ import ssl
 from typing import Any
 
 from ...options import ServerOptions
+from ..sockets import Endpoint, bind
 from .limits import HttpLimits
 from .protocol import HttpProtocol, render_internal
 
@@ -154,28 +155,15 @@ async def listen_http(
 ) -> HttpListener:
     """Serve ``app`` (a handler, with an optional ``render_error``) on ``where``: every
     address it resolves to, as ``loop.create_server`` does. ``reuse_port``: SO_REUSEPORT, so
-    several servers share the port (--reuse-http-port)."""
-    loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(
-        where[0] or None, where[1], type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-    )
-    socks: list[socket.socket] = []
-    try:
-        for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
-            socks.append(sock)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if reuse_port:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
-            sock.listen(1024)
-            sock.setblocking(False)
-    except OSError:
-        for sock in socks:
-            sock.close()
-        raise
+    several servers share the port (--reuse-http-port). Raises OSError (``BindError``)."""
+    endpoint = Endpoint("HTTP", "--http-address", "--http-port", *where)
+    return serve_http(await bind(endpoint, reuse_port), app, limits, tls)
+
+
+def serve_http(
+    socks: list[socket.socket], app: Any, limits: HttpLimits, tls: ssl.SSLContext | None = None
+) -> HttpListener:
+    """Start accepting on sockets already listening (``frontends/sockets.py:bind``)."""
     listener = HttpListener(socks, app, limits, tls)
     listener.start()
     return listener

@@ -1,0 +1,120 @@
+"""The listening sockets of every front-end, bound and listening before any model loads.
+
+A port that is taken, or an address the machine does not have, stops the start at once with
+the flag to change (Triton binds its endpoints only after loading every model, and says
+"failed to start HTTP service: Unavailable - Socket '0.0.0.0:8000' already in use "). The
+sockets listen from then on, so nothing can take the port meanwhile; connections wait in the
+backlog until the front-ends start accepting, once the models are loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+BACKLOG = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where one front-end listens, and the flags that say so."""
+
+    service: str  # Triton's name for it in start-up messages: "HTTP", "GRPC", "Metrics"
+    address_flag: str  # e.g. "--http-address" (the metrics endpoint's default is HTTP's)
+    port_flag: str  # e.g. "--http-port"
+    address: str  # as given
+    port: int
+
+
+class BindError(OSError):
+    """A front-end cannot listen: the message names the service, the flag and the address."""
+
+
+def port_collision(endpoints: Sequence[Endpoint]) -> str:
+    """Triton's CheckPortCollision: two services on the same address and port ('' if none).
+    Port 0 (any free port) never collides."""
+    for index, first in enumerate(endpoints):
+        for second in endpoints[index + 1 :]:
+            if first.port and (first.address, first.port) == (second.address, second.port):
+                return (
+                    f"{first.port_flag} and {second.port_flag}: the server cannot listen to "
+                    f"{first.service} requests and {second.service} requests at the same "
+                    f"address and port {first.address}:{first.port}"
+                )
+    return ""
+
+
+async def bind(endpoint: Endpoint, reuse_port: bool = False) -> list[socket.socket]:
+    """Listening, non-blocking sockets for every address ``endpoint.address`` resolves to
+    (one per address family, as ``loop.create_server`` makes). ``reuse_port``: SO_REUSEPORT,
+    so several servers share the port. Raises BindError."""
+    loop = asyncio.get_running_loop()
+    host = endpoint.address or None
+    try:
+        infos = await loop.getaddrinfo(
+            host, endpoint.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror as exc:
+        raise BindError(
+            f"failed to start {endpoint.service} service: {endpoint.address_flag} "
+            f"{endpoint.address}: cannot resolve the address: {exc.strerror}"
+        ) from None
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            if socks and not endpoint.port:  # port 0: every family on the first one's port
+                address = (address[0], bound_port(socks), *address[2:])
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            _listen(sock, address, endpoint, reuse_port)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    return socks
+
+
+def _listen(
+    sock: socket.socket, address: tuple[object, ...], endpoint: Endpoint, reuse: bool
+) -> None:
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if sock.family == socket.AF_INET6:
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+    try:
+        sock.bind(address)
+        sock.listen(BACKLOG)
+    except OSError as exc:
+        raise BindError(
+            f"failed to start {endpoint.service} service: {bind_problem(endpoint, address, exc)}"
+        ) from None
+    sock.setblocking(False)
+
+
+def bind_problem(endpoint: Endpoint, address: tuple[object, ...], exc: OSError) -> str:
+    """Why ``address`` (a resolved socket address of ``endpoint``) cannot be listened on,
+    naming the flag to change."""
+    where = shown_address(address)
+    port = f"{endpoint.port_flag} {endpoint.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return f"{port}: address {where} already in use"
+    if exc.errno == errno.EACCES:
+        return f"{port}: permission denied to listen on {where}"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{endpoint.address_flag} {endpoint.address}: address {where} is not available"
+    return f"{endpoint.address_flag} {endpoint.address}, {port}: {where}: {exc.strerror}"
+
+
+def shown_address(address: tuple[object, ...]) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    host, port = str(address[0]), address[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def bound_port(socks: Sequence[socket.socket]) -> int:
+    """The port the sockets listen on (the same for every family)."""
+    return int(socks[0].getsockname()[1])
