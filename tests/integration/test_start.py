@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from clients import client
 from models import build_test_repository
-from server_process import server_command
+from server_process import ServerProcess, server_command
 
 START_TIMEOUT_S = 120.0
 MODEL = "identity_fp32"
@@ -127,3 +130,59 @@ def test_an_address_the_machine_lacks_names_the_address_flag(good_repo: Path) ->
     assert done.returncode != 0
     assert "failed to start GRPC service: --grpc-address 192.0.2.1: address" in done.stderr
     assert "successfully loaded" not in done.stdout + done.stderr
+
+
+# ------------------------------------- 3. --backend-directory, --repoagent-directory
+
+
+@pytest.fixture(scope="module")
+def qa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Started as Triton's QA scripts start tritonserver, over a repository that also holds a
+    model of a backend tritium does not have."""
+    repo = build_test_repository(tmp_path_factory.mktemp("qa") / "repo", [MODEL])
+    torch_model = repo / "torch_model"
+    (torch_model / "1").mkdir(parents=True)
+    (torch_model / "1" / "model.pt").write_bytes(b"not read")
+    (torch_model / "config.pbtxt").write_text('backend: "pytorch"\nmax_batch_size: 0\n')
+    proc = ServerProcess(
+        [repo],
+        "--backend-directory=/opt/tritonserver/backends",
+        "--repoagent-directory=/opt/tritonserver/repoagents",
+        "--exit-on-error=false",
+    )
+    yield proc
+    proc.stop()
+
+
+def index_rows(server: ServerProcess, protocol: str) -> list[dict[str, Any]]:
+    c = client(protocol, server.url(protocol))
+    try:
+        if protocol == "http":
+            return list(c.get_model_repository_index())
+        return list(c.get_model_repository_index(as_json=True).get("models", []))
+    finally:
+        c.close()
+
+
+def test_directory_flags_start_with_one_warning_each(qa_server: ServerProcess) -> None:
+    log = qa_server.log_text()
+    backends = [line for line in log.splitlines() if "--backend-directory=" in line]
+    agents = [line for line in log.splitlines() if "--repoagent-directory=" in line]
+    assert len(backends) == 1 and len(agents) == 1, log
+    assert backends[0].startswith("W"), backends  # a warning record
+    assert "built in" in backends[0] and "not read" in backends[0], backends
+    assert "not read" in agents[0], agents
+    assert f"successfully loaded '{MODEL}'" in log  # the other models serve
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_backend_not_built_in_is_unavailable_naming_it(
+    qa_server: ServerProcess, protocol: str
+) -> None:
+    rows = {row["name"]: row for row in index_rows(qa_server, protocol)}
+    torch_row = rows["torch_model"]
+    assert torch_row["state"] == "UNAVAILABLE", torch_row
+    reason = torch_row["reason"]
+    assert "unable to find backend 'pytorch' for model 'torch_model'" in reason, reason
+    assert "built in (ensemble, onnxruntime, python)" in reason, reason
+    assert rows[MODEL]["state"] == "READY", rows

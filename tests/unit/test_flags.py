@@ -230,3 +230,15 @@ def test_backend_config_settings() -> None:
 def test_docs_flags_md_is_the_table() -> None:
     page = (ROOT / "docs" / "flags.md").read_text(encoding="utf-8")
     assert page == markdown(), "docs/flags.md is stale: python -m tritium.flags > docs/flags.md"
+
+
+def test_built_in_directory_flags_log_one_warning_each() -> None:
+    """Triton's QA command lines pass --backend-directory and --repoagent-directory: tritium
+    starts, saying its backends are built in and the directories are not read."""
+    args = _parse("--backend-directory=/opt/b", "--repoagent-directory=/opt/r")
+    notices = check_table_flags(args)
+    assert [n.level for n in notices] == [logging.WARNING, logging.WARNING]
+    assert notices[0].message.startswith("--backend-directory=/opt/b: ")
+    assert "(ensemble, onnxruntime, python) are built in" in notices[0].message
+    assert notices[1].message.startswith("--repoagent-directory=/opt/r: ")
+    assert all("not read" in n.message for n in notices)

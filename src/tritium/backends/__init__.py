@@ -2,13 +2,14 @@
 
 A server that serves only Python models never imports onnxruntime: each backend's module is
 imported the first time a model asks for it. A backend whose runtime is missing makes the
-models that need it UNAVAILABLE with the reason; the others serve.
+models that need it UNAVAILABLE with the reason; the others serve. A model of a backend
+tritium does not have fails with ``unknown_backend``'s reason.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..errors import unavailable
@@ -19,6 +20,20 @@ _BACKENDS = {
     "python": (".python.backend", "PythonBackend"),
     "ensemble": (".ensemble", "EnsembleBackend"),
 }
+
+
+def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
+    """The load failure of a model whose backend tritium does not have: the backends are built
+    in (there are no backend libraries to find, and --backend-directory is not read)."""
+    if not name:
+        return (
+            f"unable to determine the backend of model '{model}': set 'backend' or 'platform' "
+            "in its configuration"
+        )
+    return (
+        f"unable to find backend '{name}' for model '{model}': tritium's backends are built in "
+        f"({', '.join(sorted(served))}); it loads no backend libraries"
+    )
 
 
 class BackendRegistry(Mapping[str, Any]):

@@ -18,6 +18,9 @@ this page equal to it. Every flag of `tritonserver --help` (Triton's
 - **accepted: tuning only**: in Triton it only sizes a pool or a thread count that tritium
   does not have; accepted, logged once at `--log-verbose=1`;
 - **GPU only**: accepted, one warning at start says it has no effect without a GPU;
+- **accepted: built in**: a directory of shared libraries (backends, repository agents) that
+  tritium has built in; accepted so Triton's command lines start, one warning at start says the
+  directory is not read;
 - **refused**: the server does not start, and says why;
 - **not implemented yet**: refused with "not implemented yet in tritium" until the work that
   owns it lands.

@@ -1,10 +1,11 @@
 """The flag table on ``tritium serve``'s argparse parser.
 
 ``add_table_flags`` defines every flag of the table that no ``cli.py`` function defined (the
-GPU-only, tuning, refused and not-yet ones), with Triton's value syntax checked as Triton
-checks it; ``check_table_flags`` turns what was given into refusals (``SystemExit`` with the
-reason) and notices (log lines for start-up); ``group_help`` files every flag under its
-Triton group so ``--help`` reads as ``tritonserver --help`` does.
+GPU-only, tuning, built-in, refused and not-yet ones), with Triton's value syntax checked as
+Triton checks it; ``check_table_flags`` turns what was given into refusals (``SystemExit`` with
+the reason) and notices (log lines for start-up: a warning for GPU-only and built-in ones, a
+verbose line for tuning ones); ``group_help`` files every flag under its Triton group so
+``--help`` reads as ``tritonserver --help`` does.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def check_table_flags(args: argparse.Namespace) -> list[Notice]:
                 continue  # "no such front-end" is what tritium does
             raise SystemExit(f"error: {shown}: {flag.reason}")
         _check_value(flag, values)
-        if decision is Decision.GPU_ONLY:
+        if decision in (Decision.GPU_ONLY, Decision.BUILT_IN):
             notices.append(Notice(logging.WARNING, f"{shown}: {flag.reason}"))
         elif decision is Decision.TUNING:
             notices.append(Notice(logging.DEBUG, f"{shown} accepted: {flag.reason}"))

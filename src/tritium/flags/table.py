@@ -9,7 +9,9 @@ names against a copy of that list and against ``tritium serve``'s parser, and
 A flag is never accepted and then ignored: it is implemented; or accepted because, in Triton
 too, it only tunes a resource tritium does not have (a thread pool, an allocation pool: logged
 once at verbose level, the reason says why); or GPU-only (accepted, one log line at start says
-it has no effect without a GPU); or refused with a message naming the reason; or not
+it has no effect without a GPU); or, for a directory of shared libraries that tritium has built
+in, accepted with one warning at start saying so and that the directory is not read (Triton's
+QA command lines pass them); or refused with a message naming the reason; or not
 implemented yet because another piece of work owns it (refused with "not implemented yet").
 """
 
@@ -23,6 +25,7 @@ class Decision(enum.Enum):
     IMPLEMENTED = "implemented"
     TUNING = "accepted: tuning only"
     GPU_ONLY = "GPU only"
+    BUILT_IN = "accepted: built in"
     REFUSED = "refused"
     NOT_YET = "not implemented yet"
 
@@ -60,10 +63,11 @@ GROUPS = (
     "tritium",
 )
 
-I, T, G, R, N = (  # noqa: E741 - one letter per decision keeps the table readable
+I, T, G, B, R, N = (  # noqa: E741 - one letter per decision keeps the table readable
     Decision.IMPLEMENTED,
     Decision.TUNING,
     Decision.GPU_ONLY,
+    Decision.BUILT_IN,
     Decision.REFUSED,
     Decision.NOT_YET,
 )
@@ -237,15 +241,17 @@ FLAGS: tuple[Flag, ...] = (
        "the start",
        "A trace setting: [<mode>,]<setting>=<value> (repeatable)."),
     # -- Backend -----------------------------------------------------------------------------
-    _f("backend-directory", "Backend", _S, R,
-       "tritium's backends are built in; it loads no backend shared libraries",
+    _f("backend-directory", "Backend", _S, B,
+       "tritium's backends (ensemble, onnxruntime, python) are built in: the directory is "
+       "not read; a model of any other backend is UNAVAILABLE, naming it",
        "Directory searched for backend shared libraries."),
     _f("backend-config", "Backend", "<string>,<string>=<string>", I,
        "the settings tritium honours, per backend (docs/flags.md); any other is refused",
        "A backend setting: [<backend>,]<setting>=<value> (repeatable)."),
     # -- Repository Agent --------------------------------------------------------------------
-    _f("repoagent-directory", "Repository Agent", _S, R,
-       "tritium has no repository agents (shared libraries)",
+    _f("repoagent-directory", "Repository Agent", _S, B,
+       "tritium has no repository agents: the directory is not read; a model that names "
+       "one (model_repository_agents) fails to load",
        "Directory searched for repository agent shared libraries."),
     # -- Response Cache ----------------------------------------------------------------------
     _f("cache-config", "Response Cache", "<string>,<string>=<string>", I,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..backends import unknown_backend
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from ..model import Model, ModelState
@@ -275,10 +276,8 @@ class ModelRepositoryManager:
             )
         backend = self._backends.get(config.backend)
         if backend is None:
-            raise invalid_arg(
-                f"unable to find backend '{config.backend or config.platform}' for model "
-                f"'{record.name}'; tritium serves {', '.join(sorted(self._backends))}"
-            )
+            name = config.backend or config.platform
+            raise invalid_arg(unknown_backend(name, record.name, self._backends))
         problem = ConfigProblem(record.name, path, text)
         if config.platform == "ensemble":
             record.depends = frozenset(
