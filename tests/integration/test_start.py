@@ -61,9 +61,7 @@ def test_every_repository_must_exist(good_repo: Path, tmp_path: Path) -> None:
     """Several repositories: one missing stops the start, even in explicit mode with nothing
     to load from it (Triton checks each path)."""
     missing = tmp_path / "gone"
-    done = run_to_exit(
-        [good_repo, missing], "--model-control-mode=explicit", "--load-model", MODEL
-    )
+    done = run_to_exit([good_repo, missing], "--model-control-mode=explicit", "--load-model", MODEL)
     assert done.returncode != 0
     assert f"--model-repository {missing}: failed to stat file" in done.stderr
     assert "successfully loaded" not in done.stdout + done.stderr
@@ -74,9 +72,7 @@ def test_a_file_is_not_a_repository(tmp_path: Path) -> None:
     a_file.write_text("not a directory")
     done = run_to_exit([a_file])
     assert done.returncode != 0
-    assert f"--model-repository {a_file}: repository path is not a valid directory" in (
-        done.stderr
-    )
+    assert f"--model-repository {a_file}: repository path is not a valid directory" in (done.stderr)
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/models", "gs://bucket/models", "as://acct/c/m"])

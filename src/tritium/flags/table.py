@@ -124,7 +124,9 @@ FLAGS: tuple[Flag, ...] = (
        "Exit the server if an error occurs during initialization."),
     _f("disable-auto-complete-config", "Model Repository", "", I,
        "configs are used as written", "Do not auto-complete model configurations."),
-    _f("strict-readiness", "Model Repository", _B, I, "ready only when every model is",
+    _f("strict-readiness", "Model Repository", _B, I,
+       "ready only when every model is (a model unloaded on purpose does not count; one that "
+       "failed to load does, even once unloaded, as in Triton)",
        "Ready only when the server is responsive and every model is available."),
     _f("model-control-mode", "Model Repository", _S, I, "none, poll or explicit",
        "Model management mode: none, poll or explicit."),

@@ -27,7 +27,16 @@ from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelId, ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
 from .names import version_from_string
 from .namespaces import NameIndex, composing_id
-from .records import ModelRecord, VersionRecord, failure, index_rows, refresh, was_unloaded
+from .records import (
+    ModelRecord,
+    VersionRecord,
+    failure,
+    index_rows,
+    refresh,
+    strictly_ready,
+    unload_versions,
+    was_unloaded,
+)
 from ..config.spec import ModelSpec, build_spec, infer_backend, normalize
 
 log = logging.getLogger("tritium")
@@ -176,10 +185,7 @@ class ModelRepositoryManager:
         record = self._records.get(key)
         if record is None:
             return
-        models = [e.model for e in record.versions.values() if e.model is not None]
-        for entry in record.versions.values():
-            entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, "unloaded", None
-        refresh(record)
+        models = unload_versions(record)
         for other in list(self._records.values()):  # Triton: an ensemble goes with its parts
             if key in other.depends and other.ready:
                 log.info(
@@ -494,9 +500,8 @@ class ModelRepositoryManager:
         return index_rows(self._records, self._known, ready_only)
 
     def all_ready(self) -> bool:
-        return not self.failures() and all(
-            e.state is ModelState.READY for r in self._records.values() for e in r.versions.values()
-        )
+        """Strict readiness: models unloaded on purpose do not count, failed ones do."""
+        return strictly_ready(self._records.values())
 
 
 def _by_name(key: ModelId) -> tuple[str, str]:

@@ -10,6 +10,10 @@ from ..model import Model, ModelState
 from .layout import ModelId, ModelLocation
 
 
+# The reason of a version unloaded on purpose (Triton's deleter sets the same text).
+UNLOADED = "unloaded"
+
+
 @dataclass(slots=True)
 class VersionRecord:
     version: int
@@ -89,4 +93,30 @@ def failure(record: ModelRecord) -> str:
 
 def was_unloaded(record: ModelRecord) -> bool:
     """Every version of the model was unloaded (rather than failing to load)."""
-    return not record.ready and all(e.reason == "unloaded" for e in record.versions.values())
+    return not record.ready and all(e.reason == UNLOADED for e in record.versions.values())
+
+
+def unload_versions(record: ModelRecord) -> list[Model]:
+    """Mark the versions that were serving UNAVAILABLE "unloaded" and return their models to
+    close. A version that failed to load keeps its state and reason: Triton's
+    ModelLifeCycle::AsyncUnload releases only the versions that have a model."""
+    models = [e.model for e in record.versions.values() if e.model is not None]
+    for entry in record.versions.values():
+        if entry.model is not None:
+            entry.state, entry.reason, entry.model = ModelState.UNAVAILABLE, UNLOADED, None
+    refresh(record)
+    return models
+
+
+def strictly_ready(records: Iterable[ModelRecord]) -> bool:
+    """Triton's strict readiness (InferenceServer::IsReady): every model has a version, and
+    every version is READY (a crashed instance makes it UNAVAILABLE) or was unloaded on purpose
+    (explicitly, or by poll mode when it left the repository). A version that failed to load,
+    or a model that failed before it had versions, is not ready."""
+    for record in records:
+        if not record.versions:
+            return False
+        for entry in record.versions.values():
+            if entry.state is not ModelState.READY and entry.reason != UNLOADED:
+                return False
+    return True
