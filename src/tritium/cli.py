@@ -18,6 +18,7 @@ from .flags.parser import add_table_flags, check_table_flags, group_help
 from .flags.parser import bool_flag, non_negative_int, parse_bool
 from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
 from .frontends.grpc.metadata import compile_forward_pattern
+from .frontends.sockets import listen_host
 from .metrics_config import MetricsConfigError, parse_metrics_config
 from .logsettings import LOG_FORMATS, LevelFilter, LogSettings, TritonFormatter
 from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
@@ -413,6 +414,7 @@ def _access_options(args: argparse.Namespace) -> dict[str, object]:
 
 def options_from_args(args: argparse.Namespace) -> ServerOptions:
     check_table_flags(args)
+    _check_addresses(args)
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
         auto_complete = auto_complete and not args.strict_model_config
@@ -460,6 +462,20 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         **serve_options(args),
         trace=_trace_options(args),
     )
+
+
+def _check_addresses(args: argparse.Namespace) -> None:
+    """Triton's address syntax (``ipv6:[::1]``, ``[::1]``, a host): a value of a form tritium
+    cannot bind stops the start here."""
+    for flag, value in (
+        ("--http-address", args.http_address),
+        ("--grpc-address", args.grpc_address),
+        ("--metrics-address", args.metrics_address),
+    ):
+        try:
+            listen_host(value)
+        except ValueError as exc:
+            raise SystemExit(f"error: {flag} {value}: {exc}") from None
 
 
 def _repositories(values: list[str]) -> tuple[Path, ...]:

@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import socket
 import subprocess
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from clients import client
+import numpy as np
+
+from clients import client, make_input
 from models import build_test_repository
 from server_process import ServerProcess, server_command
 
@@ -182,3 +186,62 @@ def test_a_backend_not_built_in_is_unavailable_naming_it(
     assert "unable to find backend 'pytorch' for model 'torch_model'" in reason, reason
     assert "built in (ensemble, onnxruntime, python)" in reason, reason
     assert rows[MODEL]["state"] == "READY", rows
+
+
+# -------------------------------------------------------- 5. Triton's ipv6:[::1] syntax
+
+
+def has_ipv6_loopback() -> bool:
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def wait_ready_at(url: str) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://{url}/v2/health/ready", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"not ready at {url}")
+
+
+@pytest.mark.skipif(not has_ipv6_loopback(), reason="this machine has no IPv6 loopback")
+def test_triton_ipv6_address_syntax_serves_on_the_ipv6_loopback(good_repo: Path) -> None:
+    server = ServerProcess(
+        [good_repo],
+        *("--http-address", "ipv6:[::1]", "--grpc-address", "ipv6:[::1]"),
+        *("--metrics-address", "ipv6:[::1]"),
+        wait_ready=False,
+    )
+    try:
+        urls = {name: f"[::1]:{port}" for name, port in server.ports.items()}
+        wait_ready_at(urls["http"])
+        data = np.array([1.5, -2.0], dtype=np.float32)
+        for protocol in ("http", "grpc"):
+            c = client(protocol, urls[protocol])
+            try:
+                assert c.is_server_ready()
+                result = c.infer(MODEL, [make_input(protocol, "INPUT0", data, "FP32")])
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+            finally:
+                c.close()
+        with urllib.request.urlopen(f"http://{urls['metrics']}/metrics", timeout=10) as answer:
+            assert b"nv_inference_request_success" in answer.read()
+        for port in server.ports.values():  # the address written, not every address
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", port), timeout=5).close()
+        log = server.log_text()
+        assert f"Started HTTPService at ipv6:[::1]:{server.ports['http']}" in log
+        assert f"Started GRPCInferenceService at ipv6:[::1]:{server.ports['grpc']}" in log
+    finally:
+        server.stop()

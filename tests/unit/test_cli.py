@@ -72,3 +72,20 @@ def test_boolean_flags_take_triton_spellings() -> None:
     assert not _options("--strict-model-config=true").auto_complete_config
     assert not _options("--disable-auto-complete-config").auto_complete_config
     assert _options("--strict-model-config=false").auto_complete_config
+
+
+def test_triton_ipv6_address_syntax_is_accepted_as_given() -> None:
+    options = _options("--http-address", "ipv6:[::1]", "--grpc-address", "ipv6:[::1]")
+    assert (options.http_address, options.grpc_address) == ("ipv6:[::1]", "ipv6:[::1]")
+
+
+@pytest.mark.parametrize("flag", ["--http-address", "--grpc-address", "--metrics-address"])
+def test_an_address_tritium_cannot_bind_stops_at_the_flag(flag: str) -> None:
+    with pytest.raises(SystemExit, match=f"{flag} ipv6:localhost: 'localhost' is not an IPv6"):
+        _options(flag, "ipv6:localhost")
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/models", "gs://b/m", "as://a/c/m"])
+def test_cloud_repositories_are_refused_naming_the_flag(url: str) -> None:
+    with pytest.raises(SystemExit, match=f"--model-repository {url}: cloud model repositories"):
+        options_from_args(build_parser().parse_args(["serve", "--model-repository", url]))

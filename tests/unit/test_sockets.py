@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import re
 import socket
 
 import pytest
@@ -14,6 +15,7 @@ from tritium.frontends.sockets import (
     Endpoint,
     bind,
     bind_problem,
+    listen_host,
     port_collision,
     shown_address,
 )
@@ -95,3 +97,47 @@ def test_an_unresolvable_address_names_the_address_flag() -> None:
             await bind(endpoint)
 
     asyncio.run(main())
+
+
+# ------------------------------------------------------- Triton's address syntax
+
+
+@pytest.mark.parametrize(
+    ("given", "host"),
+    [
+        ("ipv6:[::1]", "::1"),  # Triton's documented form (--http-address)
+        ("ipv6:::1", "::1"),
+        ("IPv6:[::]", "::"),
+        ("ipv6:", "::"),
+        ("[::1]", "::1"),  # gRPC's form
+        ("ipv6:[fe80::1%lo]", "fe80::1%lo"),
+        ("ipv4:127.0.0.1", "127.0.0.1"),
+        ("::1", "::1"),
+        ("0.0.0.0", "0.0.0.0"),
+        ("localhost", "localhost"),
+        ("", ""),
+    ],
+)
+def test_address_syntax(given: str, host: str) -> None:
+    assert listen_host(given) == host
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("ipv6:127.0.0.1", "'127.0.0.1' is not an IPv6 address (e.g. ipv6:[::1])"),
+        ("ipv6:[localhost]", "'[localhost]' is not an IPv6 address"),
+        ("ipv4:::1", "'::1' is not an IPv4 address (e.g. ipv4:127.0.0.1)"),
+        ("[127.0.0.1]", "'[127.0.0.1]' is not an IPv6 address"),
+        ("unix:/tmp/s", "unix domain sockets are not supported by tritium"),
+    ],
+)
+def test_address_syntax_errors(given: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        listen_host(given)
+
+
+def test_the_same_host_in_two_spellings_collides() -> None:
+    first = Endpoint("HTTP", "--http-address", "--http-port", "ipv6:[::1]", 8000)
+    second = Endpoint("GRPC", "--grpc-address", "--grpc-port", "[::1]", 8000)
+    assert "at the same address and port ipv6:[::1]:8000" in port_collision([first, second])

@@ -75,6 +75,9 @@ _B, _I, _S, _F = "boolean", "integer", "string", "float"
 _NO_GPU = "no effect without a GPU: tritium runs every model on the CPU"
 _SAGEMAKER = "tritium has no SageMaker front-end"
 _VERTEX = "tritium has no Vertex AI front-end"
+_ADDRESS = (
+    "a host or address; Triton's ipv6:[::1] form (and [::1]) binds that IPv6 address only"
+)
 _PORT = "bound before the models load: a port in use stops the start, naming this flag"
 _THREADS = "tritium serves {} on its one event loop; Triton's thread count only sizes a pool"
 
@@ -149,7 +152,7 @@ FLAGS: tuple[Flag, ...] = (
        + _NO_GPU, "Try to enable peer access between GPUs."),
     # -- HTTP --------------------------------------------------------------------------------
     _f("allow-http", "HTTP", _B, I, "serve HTTP/REST", "Listen for HTTP requests."),
-    _f("http-address", "HTTP", _S, I, "bind address", "Address the HTTP server binds to."),
+    _f("http-address", "HTTP", _S, I, _ADDRESS, "Address the HTTP server binds to."),
     _f("http-port", "HTTP", _I, I, _PORT, "Port of the HTTP server."),
     _f("reuse-http-port", "HTTP", _B, I, "SO_REUSEPORT on the HTTP socket",
        "Let several servers listen on the same HTTP port."),
@@ -164,7 +167,7 @@ FLAGS: tuple[Flag, ...] = (
        "API groups that need a header", "Restricted HTTP APIs: <apis>:<key>=<value>."),
     # -- GRPC --------------------------------------------------------------------------------
     _f("allow-grpc", "GRPC", _B, I, "serve gRPC", "Listen for GRPC requests."),
-    _f("grpc-address", "GRPC", _S, I, "bind address", "Address the GRPC server binds to."),
+    _f("grpc-address", "GRPC", _S, I, _ADDRESS, "Address the GRPC server binds to."),
     _f("grpc-port", "GRPC", _I, I, _PORT, "Port of the GRPC server."),
     _f("reuse-grpc-port", "GRPC", _B, I, "SO_REUSEPORT on the gRPC socket",
        "Let several servers listen on the same GRPC port."),
@@ -227,7 +230,7 @@ FLAGS: tuple[Flag, ...] = (
     _f("allow-gpu-metrics", "Metrics", _B, G, _NO_GPU, "Provide GPU metrics."),
     _f("allow-cpu-metrics", "Metrics", _B, I, "the nv_cpu_* families",
        "Provide CPU metrics."),
-    _f("metrics-address", "Metrics", _S, I, "default: --http-address",
+    _f("metrics-address", "Metrics", _S, I, "default: --http-address; " + _ADDRESS,
        "Address the metrics server binds to."),
     _f("metrics-port", "Metrics", _I, I, _PORT, "Port reporting Prometheus metrics."),
     _f("metrics-interval-ms", "Metrics", _F, I,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,12 +34,52 @@ class BindError(OSError):
     """A front-end cannot listen: the message names the service, the flag and the address."""
 
 
+def listen_host(address: str) -> str:
+    """The host to bind for an address flag's value, in Triton's syntax: ``ipv6:<address>``
+    (documented for --http-address, as libevhtp reads it: ``ipv6:[::1]``), ``ipv4:<address>``,
+    an IPv6 address in brackets (gRPC's own syntax, ``[::1]``), or a host name or address as
+    is. Raises ValueError for a prefix not followed by an address of its family, and for
+    ``unix:`` (tritium listens on TCP only).
+
+    Triton's libevhtp parses ``ipv6:[::1]`` with inet_pton, which fails on the brackets and
+    leaves the socket bound to every IPv6 address (``::``); tritium binds the address written."""
+    lowered = address.lower()
+    if lowered.startswith("unix:"):
+        raise ValueError("unix domain sockets are not supported by tritium: give a TCP address")
+    if lowered.startswith("ipv6:"):
+        return _literal(address[5:] or "::", 6, "ipv6:[::1]")
+    if lowered.startswith("ipv4:"):
+        return _literal(address[5:] or "0.0.0.0", 4, "ipv4:127.0.0.1")
+    if address.startswith("["):
+        return _literal(address, 6, "[::1]")
+    return address
+
+
+def _literal(text: str, version: int, example: str) -> str:
+    host = text[1:-1] if text.startswith("[") and text.endswith("]") else text
+    try:
+        parsed = ipaddress.ip_address(host)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.version != version:
+        raise ValueError(f"'{text}' is not an IPv{version} address (e.g. {example})")
+    return host
+
+
+def _host_of(address: str) -> str:
+    try:
+        return listen_host(address)
+    except ValueError:
+        return address
+
+
 def port_collision(endpoints: Sequence[Endpoint]) -> str:
     """Triton's CheckPortCollision: two services on the same address and port ('' if none).
     Port 0 (any free port) never collides."""
     for index, first in enumerate(endpoints):
         for second in endpoints[index + 1 :]:
-            if first.port and (first.address, first.port) == (second.address, second.port):
+            same_host = _host_of(first.address) == _host_of(second.address)
+            if first.port and same_host and first.port == second.port:
                 return (
                     f"{first.port_flag} and {second.port_flag}: the server cannot listen to "
                     f"{first.service} requests and {second.service} requests at the same "
@@ -52,7 +93,13 @@ async def bind(endpoint: Endpoint, reuse_port: bool = False) -> list[socket.sock
     (one per address family, as ``loop.create_server`` makes). ``reuse_port``: SO_REUSEPORT,
     so several servers share the port. Raises BindError."""
     loop = asyncio.get_running_loop()
-    host = endpoint.address or None
+    try:
+        host = listen_host(endpoint.address) or None
+    except ValueError as exc:
+        raise BindError(
+            f"failed to start {endpoint.service} service: {endpoint.address_flag} "
+            f"{endpoint.address}: {exc}"
+        ) from None
     try:
         infos = await loop.getaddrinfo(
             host, endpoint.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
