@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .access import Restriction
-from .metrics_config import MetricsSettings
+from .access.policy import Restriction
+from .metrics.settings import MetricsSettings
 from .tracing import TraceConfig
 
 DEFAULT_MAX_INPUT_SIZE = 1 << 26  # 64 MiB, Triton's --http-max-input-size
@@ -101,7 +101,7 @@ class ServerOptions:
     # (appended; "" = the console); both shown by GET /v2/logging, the format changeable there.
     log_format: str = "default"
     log_file: str = ""
-    # Flags and repository odds and ends (issue 15 items 1 and 5; see tritium/flags).
+    # Flags and repository odds and ends (issue 15 items 1 and 5; see tritium/cli/flags).
     model_config_name: str = ""  # <model>/configs/<name>.pbtxt when it exists
     model_load_retry_count: int = 0
     reuse_http_port: bool = False

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ErrorKind, ServerError, internal
-from .stats import ModelStats
+from .metrics.stats import ModelStats
 from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOptions, Tensor
 
 if TYPE_CHECKING:
-    from .classification import Classifier
+    from .extensions.classification import Classifier
     from .tracing import Trace
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]

@@ -11,7 +11,7 @@ import socket
 import ssl
 from dataclasses import replace
 
-from .access import AccessControl, build_access
+from .access.policy import AccessControl, build_access
 from .frontends.grpc.listener import GrpcListener
 from .frontends.grpc.tls import server_ssl_context
 from .frontends.http.app import HttpApp

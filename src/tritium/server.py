@@ -17,9 +17,9 @@ from . import TRITON_VERSION
 from .backends import BackendRegistry
 from .backends.python.observer import ModelLogLevels, Observability
 from .backends.python.supervisor import RestartPolicy
-from .classification import classifier_for
-from .cache import ResponseCache, cache_key
-from .custom_metrics import CustomMetrics
+from .extensions.classification import classifier_for
+from .extensions.cache import ResponseCache, cache_key
+from .metrics.custom import CustomMetrics
 from .errors import (
     ErrorKind,
     ServerError,
@@ -29,12 +29,12 @@ from .errors import (
     unavailable,
     unsupported,
 )
-from .logsettings import LogSettings, LogUpdate, grpc_update, http_update, installed
-from .logtable import model_table, terminal_width
-from .metrics import FAMILY_NAMES
-from .model import Model
+from .logs.settings import LogSettings, LogUpdate, grpc_update, http_update, installed
+from .logs.table import model_table, terminal_width
+from .metrics.render import FAMILY_NAMES
+from .repository.model import Model
 from .options import ServerOptions
-from .shm import CUDA_UNSUPPORTED, SharedMemoryManager
+from .extensions.shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
 from .repository.control import ModelControl
 from .repository.layout import repository_problem
@@ -42,8 +42,8 @@ from .repository.manager import ModelRepositoryManager, RepositoryLayout
 from .repository.names import check_model_name
 from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
-from .parameters import parse_parameters
-from .raw_input import raw_tensor
+from .extensions.parameters import parse_parameters
+from .extensions.raw_input import raw_tensor
 from .request import InferenceRequest, ResponseCallback, ResponseSender, TracedRequest
 from .tracing import Trace, TraceManager, parse_update
 from .types import ClientRequest, InferenceResponse

@@ -11,7 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from tritium.errors import ServerError
 from tritium.frontends.grpc.codec import decode_request
-from tritium.parameters import parse_parameters
+from tritium.extensions.parameters import parse_parameters
 
 
 def check_grpc_message(msg: pb.ModelInferRequest) -> None:

@@ -16,7 +16,7 @@ from fuzz_harness import FuzzFailure, Target, byte_inputs, check_rejection
 
 from tritium.errors import ServerError
 from tritium.frontends.http.codec import decode_request
-from tritium.parameters import parse_parameters
+from tritium.extensions.parameters import parse_parameters
 from tritium.frontends.http.limits import HttpLimits
 from tritium.frontends.http.messages import HttpRequest, HttpResponse, HttpStreamResponse
 from tritium.frontends.http.protocol import HttpProtocol

@@ -25,7 +25,7 @@ from tritium.config.model_config import (  # noqa: E402
     parse_config_text,
     read_config,
 )
-from tritium.parameters import parse_parameters  # noqa: E402
+from tritium.extensions.parameters import parse_parameters  # noqa: E402
 from tritium.config.spec import build_spec, normalize  # noqa: E402
 from tritium.types import ClientRequest  # noqa: E402
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tritonclient.grpc import service_pb2
 
-from tritium.access import (
+from tritium.access.policy import (
     GRPC_HEADER_PREFIX,
     AccessPolicy,
     ApiGroup,
@@ -30,8 +30,8 @@ from tritium.access import (
     parse_tokens,
     peer_host,
 )
-from tritium.audit import AuditEvent, AuditLog
-from tritium.cli import build_parser, options_from_args
+from tritium.access.audit import AuditEvent, AuditLog
+from tritium.cli.main import build_parser, options_from_args
 from tritium.frontends.grpc.guard import rpc_group
 from tritium.frontends.http.access import http_api
 

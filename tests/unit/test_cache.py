@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tritium.cache import ResponseCache, cache_key, parse_cache_config
+from tritium.extensions.cache import ResponseCache, cache_key, parse_cache_config
 from tritium.request import InferenceRequest
 from tritium.types import ClientRequest, DataType, RequestedOutput, Tensor
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritium.classification import Classifier, classifier_for, classify, read_labels
+from tritium.extensions.classification import Classifier, classifier_for, classify, read_labels
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.spec import build_spec, normalize
 from tritium.errors import ErrorKind, ServerError

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritium.cli import build_parser, options_from_args
+from tritium.cli.main import build_parser, options_from_args
 
 
 def _options(*flags: str):  # type: ignore[no-untyped-def]

@@ -19,7 +19,7 @@ from tritium.frontends.grpc import wire
 from tritium.frontends.http import codec as http_codec
 from tritium.frontends.http import json_data
 from tritium.frontends.tensors import numeric_array
-from tritium.parameters import parse_parameters
+from tritium.extensions.parameters import parse_parameters
 from tritium.types import DataType, RequestFlag
 
 

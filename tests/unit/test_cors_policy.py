@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from http_fakes import connect, responses, run, until
 
-from tritium.access import ApiGroup, Restriction
-from tritium.cli import build_parser, options_from_args
+from tritium.access.policy import ApiGroup, Restriction
+from tritium.cli.main import build_parser, options_from_args
 from tritium.frontends.http.cors import (
     MAX_ORIGIN_BYTES,
     MAX_REQUESTED_HEADERS,

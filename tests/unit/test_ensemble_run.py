@@ -14,7 +14,7 @@ from test_ensemble_plan import ensemble, ident, plan_of, step
 
 from tritium.errors import ErrorKind, internal
 from tritium.scheduling.ensemble import EnsembleScheduler
-from tritium.stats import ModelStats
+from tritium.metrics.stats import ModelStats
 from tritium.request import InferenceRequest
 from tritium.types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 

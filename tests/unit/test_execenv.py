@@ -31,7 +31,7 @@ from tritium.backends.python.execenv import (
     compatibility_problem,
     env_path_parameter,
 )
-from tritium.cli import build_parser, options_from_args
+from tritium.cli.main import build_parser, options_from_args
 from tritium.config.model_config import ModelConfig
 from tritium.errors import ErrorKind, ServerError
 from tritium.options import ServerOptions

@@ -1,4 +1,4 @@
-"""The flag table (tritium/flags) against Triton's flag list and against the parser: every
+"""The flag table (tritium/cli/flags) against Triton's flag list and against the parser: every
 ``tritonserver`` flag has a decision, every decision is what the parser does."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tritium.cli import build_parser, options_from_args
-from tritium.flags import FLAGS, GROUPS, Decision, markdown
-from tritium.flags.backend_config import parse_backend_config
-from tritium.flags.parser import check_table_flags, parser_flags
+from tritium.cli.main import build_parser, options_from_args
+from tritium.cli.flags import FLAGS, GROUPS, Decision, markdown
+from tritium.cli.flags.backend_config import parse_backend_config
+from tritium.cli.flags.parser import check_table_flags, parser_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,7 +229,7 @@ def test_backend_config_settings() -> None:
 
 def test_docs_flags_md_is_the_table() -> None:
     page = (ROOT / "docs" / "flags.md").read_text(encoding="utf-8")
-    assert page == markdown(), "docs/flags.md is stale: python -m tritium.flags > docs/flags.md"
+    assert page == markdown(), "docs/flags.md is stale: python -m tritium.cli.flags > docs/flags.md"
 
 
 def test_built_in_directory_flags_log_one_warning_each() -> None:

@@ -26,7 +26,7 @@ from tritium.frontends.grpc.metadata import (
     parse_timeout,
     response_compression,
 )
-from tritium.parameters import RESERVED
+from tritium.extensions.parameters import RESERVED
 
 # ---------------------------------------------------------------- header forwarding
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tritium.cli import build_parser, options_from_args
+from tritium.cli.main import build_parser, options_from_args
 from tritium.frontends.http.limits import HttpLimits
 from tritium.options import ServerOptions
 

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
-from tritium.cli import build_parser, options_from_args
-from tritium.latency import AGE_BUCKETS, MAX_AGE_NS, Histogram, SlidingSummary
-from tritium.metrics import CpuSampler
-from tritium.metrics_config import (
+from tritium.cli.main import build_parser, options_from_args
+from tritium.metrics.latency import AGE_BUCKETS, MAX_AGE_NS, Histogram, SlidingSummary
+from tritium.metrics.render import CpuSampler
+from tritium.metrics.settings import (
     DEFAULT_QUANTILES,
     MetricsConfigError,
     MetricsSettings,

@@ -114,7 +114,7 @@ def test_scan_missing_repository_is_skipped(tmp_path: Path) -> None:
 
 def test_same_repository_given_twice_is_not_a_duplicate(tmp_path: Path) -> None:
     """tritonserver keeps --model-repository paths in a set: repeating one path is harmless."""
-    from tritium.cli import build_parser, options_from_args
+    from tritium.cli.main import build_parser, options_from_args
 
     make_dirs(tmp_path / "a", "m1")
     repo = str(tmp_path / "a")

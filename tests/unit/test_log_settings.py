@@ -13,9 +13,9 @@ import pytest
 
 from tritium.backends.python import ipc
 from tritium.backends.python.observer import ModelLogLevels
-from tritium.cli import _setup_logging, build_parser, options_from_args
+from tritium.cli.main import _setup_logging, build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
-from tritium.logsettings import (
+from tritium.logs.settings import (
     LevelFilter,
     LogSettings,
     LogUpdate,
@@ -24,7 +24,7 @@ from tritium.logsettings import (
     grpc_update,
     http_update,
 )
-from tritium.logtable import model_table, render_table
+from tritium.logs.table import model_table, render_table
 
 
 def _record(level: int, message: str = "msg", created: float = 1_700_000_000.25) -> Any:

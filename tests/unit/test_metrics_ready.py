@@ -3,11 +3,11 @@ version the server is meant to serve (the alert rule "a model not ready" reads i
 
 from __future__ import annotations
 
-from tritium import metrics
+from tritium.metrics.render import render
 
 
 def _ready_lines(index: list[dict[str, str]]) -> list[str]:
-    text = metrics.render([], None, index=index).decode()
+    text = render([], None, index=index).decode()
     return [line for line in text.splitlines() if line.startswith("tritium_model_ready")]
 
 
@@ -32,7 +32,7 @@ def test_never_loaded_and_unloaded_models_are_left_out() -> None:
         {"name": "gone", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"},
     ]
     assert _ready_lines(index) == []
-    assert b"tritium_model_ready" not in metrics.render([], None, index=index)
+    assert b"tritium_model_ready" not in render([], None, index=index)
 
 
 def test_label_values_are_escaped() -> None:

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tritium import metrics
+from tritium.metrics import render as prometheus
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.model_metrics import MetricSpec, metric_spec
 from tritium.errors import ServerError
-from tritium.metrics_config import MetricsSettings
-from tritium.stats import ModelStats
+from tritium.metrics.settings import MetricsSettings
+from tritium.metrics.stats import ModelStats
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 TAGS = (("team", "search"), ("tier", 'gold "1"\\x'))
@@ -67,7 +67,7 @@ def _stats(name: str, settings: MetricsSettings, cache: bool) -> ModelStats:
 
 def render(settings: MetricsSettings, cpu: bool = True) -> dict[str, Any]:
     models = [_stats("plain", settings, False), _stats("cached", settings, True)]
-    text = metrics.render(models, metrics.CpuSampler() if cpu else None).decode()
+    text = prometheus.render(models, prometheus.CpuSampler() if cpu else None).decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -103,7 +103,7 @@ def test_every_family_documented_as_served_is_rendered_and_no_other() -> None:
 
 
 def test_label_values_are_escaped_and_sorted_by_name() -> None:
-    text = metrics.render([_stats("plain", MetricsSettings(), False)]).decode()
+    text = prometheus.render([_stats("plain", MetricsSettings(), False)]).decode()
     line = next(x for x in text.splitlines() if x.startswith("nv_inference_count{"))
     assert line == (
         'nv_inference_count{_team="search",_tier="gold \\"1\\"\\\\x",model="plain",version="1"} 1'

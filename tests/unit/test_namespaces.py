@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tritium.errors import ErrorKind, ServerError
-from tritium.model import ModelState
+from tritium.repository.model import ModelState
 from tritium.repository.layout import ModelId
 from tritium.repository.namespaces import NameIndex, composing_id
 from tritium.repository.records import ModelRecord, VersionRecord

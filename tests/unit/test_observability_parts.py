@@ -16,9 +16,10 @@ from tritium.backends.python import ipc
 from tritium.backends.python.bls_client import FrameMux
 from tritium.backends.python.observer import ModelLogLevels, Observability, StubObserver
 from tritium.backends.python.stub_observe import MAX_LOGS, Outbox, ServerCalls
-from tritium.cli import LevelFilter, TritonFormatter, build_parser, options_from_args
-from tritium.custom_metrics import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricError
-from tritium.metrics import FAMILY_NAMES, escape_help, escape_label, format_value, render
+from tritium.cli.main import build_parser, options_from_args
+from tritium.logs.settings import LevelFilter, TritonFormatter
+from tritium.metrics.custom import COUNTER, GAUGE, HISTOGRAM, CustomMetrics, MetricError
+from tritium.metrics.render import FAMILY_NAMES, escape_help, escape_label, format_value, render
 
 A, B = "stub-a", "stub-b"  # two owners: two stub processes
 

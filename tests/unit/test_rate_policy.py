@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
-from tritium.cli import build_parser, options_from_args
+from tritium.cli.main import build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
 from tritium.options import ServerOptions
 from tritium.scheduling.common import limited

@@ -1,5 +1,5 @@
-"""Raw binary requests (tritium.raw_input): the one input deduced as Triton core does, and
---reuse-http-port on the HTTP listener."""
+"""Raw binary requests (tritium.extensions.raw_input): the one input deduced as Triton core
+does, and --reuse-http-port on the HTTP listener."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from tritium.errors import ServerError
 from tritium.frontends.http.limits import HttpLimits
 from tritium.frontends.http.listener import listen_http
-from tritium.raw_input import raw_tensor
+from tritium.extensions.raw_input import raw_tensor
 from tritium.types import DataType
 
 

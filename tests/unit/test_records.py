@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from tritium.model import Model, ModelState
+from tritium.repository.model import Model, ModelState
 from tritium.repository.records import (
     UNLOADED,
     ModelRecord,

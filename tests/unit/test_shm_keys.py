@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from tritium.errors import ErrorKind, ServerError
-from tritium.shm import NAME_MAX, SharedMemoryManager, posix_shm_name
+from tritium.extensions.shm import NAME_MAX, SharedMemoryManager, posix_shm_name
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 from google.protobuf import text_format
 from tritium.backends.python.backend import execution_timeout
 from tritium.backends.python.supervisor import CrashHistory, RestartPolicy, VersionHealth
-from tritium.cli import build_parser, options_from_args
+from tritium.cli.main import build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
 from tritium.config.model_config import ConfigProblem, ModelConfig
 from tritium.config.spec import ModelSpec, build_spec, normalize

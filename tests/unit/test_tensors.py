@@ -14,7 +14,7 @@ from tritium.errors import ErrorKind, ServerError
 from tritium.frontends.http.codec import OutputPlan, decode_request, encode_response
 from tritium.frontends.tensors import parse_shape, tensor_bytes, tensor_from_buffer
 from tritium.tensor_codec import deserialize_bytes, serialize_bytes
-from tritium.parameters import parse_parameters
+from tritium.extensions.parameters import parse_parameters
 from tritium.types import DataType, InferenceResponse, Tensor
 
 BYTES_CASES = [

@@ -306,7 +306,7 @@ def test_bad_trace_config_is_refused(value: str, message: str) -> None:
 
 
 def test_serve_flags_reach_server_options() -> None:
-    from tritium.cli import build_parser, options_from_args
+    from tritium.cli.main import build_parser, options_from_args
 
     args = build_parser().parse_args(
         ["serve", "--model-repository", "/m", "--trace-file", "/tmp/x.json", "--trace-level",

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..classification import read_labels
+from ..extensions.classification import read_labels
 from ..types import DataType
 from .model_config import (
     BACKEND_DEFAULTS,

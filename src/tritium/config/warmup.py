@@ -1,6 +1,6 @@
 """``model_warmup``: the samples a model version runs on each of its instances before it is
 READY, checked against the model's spec and turned into tensors. Pure (a file read aside);
-``tritium/warmup.py`` runs them.
+``tritium/repository/warmup.py`` runs them.
 
 Triton's rules (core ``backend_model_instance.cc``, ``GenerateWarmupData``):
 

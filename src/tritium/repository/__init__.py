@@ -1,1 +1,2 @@
-"""Model repositories: layout scan, config.pbtxt parsing and normalisation, load manager."""
+"""Model repositories: layout scan, names checks, the load manager and model control modes;
+a loaded version (``model.py:Model``) and its warm-up (``warmup.py``)."""

@@ -17,10 +17,10 @@ from typing import Any
 from ..backends import unknown_backend
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
-from ..model import Model, ModelState
-from ..metrics_config import MetricsSettings
+from .model import Model, ModelState
+from ..metrics.settings import MetricsSettings
 from ..scheduling.ensemble import Dispatch
-from ..warmup import warm_up
+from .warmup import warm_up
 from ..scheduling.rate_limiter import RateLimiter
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from ..model import Model, ModelState
+from .model import Model, ModelState
 from .layout import ModelId, ModelLocation
 
 

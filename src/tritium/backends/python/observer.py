@@ -14,7 +14,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ...custom_metrics import CustomMetrics, MetricError
+from ...metrics.custom import CustomMetrics, MetricError
 from . import ipc
 
 if TYPE_CHECKING:

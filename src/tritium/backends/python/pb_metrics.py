@@ -1,7 +1,7 @@
 """``pb_utils.MetricFamily`` and its ``Metric``: Triton's custom metrics API for Python models.
 
 The objects here only check arguments (with Triton's error texts) and hold handles; the values
-live in a ``tritium.custom_metrics.CustomMetrics`` registry reached through a *backend*:
+live in a ``tritium.metrics.custom.CustomMetrics`` registry reached through a *backend*:
 
 * in a stub process, ``stub_observe.RemoteMetrics`` (installed with ``_set_backend``): creating a
   family or a metric and reading ``value()`` are round trips to the server (errors come back
@@ -24,7 +24,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from ...custom_metrics import (
+from ...metrics.custom import (
     COUNTER,
     GAUGE,
     HISTOGRAM,

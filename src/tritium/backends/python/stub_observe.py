@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ...custom_metrics import MetricError, bucket_index
+from ...metrics.custom import MetricError, bucket_index
 from . import ipc
 from .bls_client import FrameMux
 

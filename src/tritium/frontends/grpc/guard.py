@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...access import AccessControl, AccessPolicy, ApiGroup, RefusalKind, Verdict
-from ...audit import AuditEvent, AuditLog
+from ...access.policy import AccessControl, AccessPolicy, ApiGroup, RefusalKind, Verdict
+from ...access.audit import AuditEvent, AuditLog
 from .status import RpcError, StatusCode
 
 SERVICE = "/inference.GRPCInferenceService/"

@@ -7,7 +7,7 @@ import asyncio
 import socket
 import ssl
 
-from ...access import AccessControl
+from ...access.policy import AccessControl
 from ...options import ServerOptions
 from ...server import InferenceServer
 from .connection import GrpcConnection

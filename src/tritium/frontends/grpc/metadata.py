@@ -45,8 +45,9 @@ TRANSPORT_METADATA = frozenset(
         "x-envoy-peer-metadata",
     }
 )
-# The parameters tritium's core reads as request options (tritium.parameters.RESERVED; a front
-# end may not import it, a unit test keeps the two equal), and Triton's other reserved names.
+# The parameters tritium's core reads as request options (tritium.extensions.parameters.RESERVED;
+# a front end may not import it, a unit test keeps the two equal), and Triton's other reserved
+# names.
 RESERVED_PARAMETERS = frozenset(
     {"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"}
 )

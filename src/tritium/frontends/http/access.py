@@ -15,8 +15,8 @@ from urllib.parse import unquote
 
 import orjson
 
-from ...access import AccessControl, ApiGroup, Refusal, RefusalKind, Verdict
-from ...audit import AuditEvent
+from ...access.policy import AccessControl, ApiGroup, Refusal, RefusalKind, Verdict
+from ...access.audit import AuditEvent
 from ...errors import ServerError
 from .messages import HttpRequest, HttpResponse, HttpStreamResponse, orjson_error
 

@@ -13,7 +13,7 @@ from urllib.parse import unquote
 
 import orjson
 
-from ...access import AccessControl
+from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
 from ...server import InferenceServer, Trace, http_update
 from ...types import ClientRequest

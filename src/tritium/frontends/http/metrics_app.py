@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ... import metrics
+from ...metrics.render import CONTENT_TYPE, CpuSampler, render
 from ...server import InferenceServer
 from .messages import HttpRequest, HttpResponse
 
@@ -12,7 +12,7 @@ class MetricsApp:
         self._server = server
         options = server.options
         self._cpu = (
-            metrics.CpuSampler(options.metrics_interval_ms / 1000)
+            CpuSampler(options.metrics_interval_ms / 1000)
             if options.allow_cpu_metrics
             else None
         )
@@ -23,7 +23,7 @@ class MetricsApp:
         if request.method != "GET":
             return HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
         server = self._server
-        body = metrics.render(
+        body = render(
             server.stats_snapshot(), self._cpu, server.custom_metrics, server.repository_index()
         )
-        return HttpResponse(200, [body], metrics.CONTENT_TYPE)
+        return HttpResponse(200, [body], CONTENT_TYPE)

@@ -17,7 +17,7 @@ from typing import Any
 
 import httptools
 
-from ...access import format_peer
+from ...access.policy import format_peer
 from .cors import CorsPolicy
 from .cycle import RequestCycle
 from .flow import FlowControl

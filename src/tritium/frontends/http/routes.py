@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from ...access import ApiGroup
+from ...access.policy import ApiGroup
 from .messages import Handler, HttpResponse
 
 __all__ = ["ANY_METHOD", "NOT_ALLOWED", "NOT_FOUND", "ApiGroup", "Route", "Router"]

@@ -11,24 +11,24 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from .access import GRPC_HEADER_PREFIX, parse_restrictions
-from .cache import parse_cache_config
+from ..access.policy import GRPC_HEADER_PREFIX, parse_restrictions
+from ..extensions.cache import parse_cache_config
 from .flags.cors import add_cors_flags, cors_options
 from .flags.parser import add_table_flags, check_table_flags, group_help
 from .flags.parser import bool_flag, non_negative_int, parse_bool
 from .flags.serve import add_serve_flags, cache_config_values, serve_notices, serve_options
-from .frontends.grpc.metadata import compile_forward_pattern
-from .frontends.sockets import listen_host
-from .metrics_config import MetricsConfigError, parse_metrics_config
-from .logsettings import LOG_FORMATS, LevelFilter, LogSettings, TritonFormatter
-from .options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
-from .repository.layout import repository_text_problem
-from .tracing import TraceConfig
-from .tracing.flags import trace_config
+from ..frontends.grpc.metadata import compile_forward_pattern
+from ..frontends.sockets import listen_host
+from ..metrics.settings import MetricsConfigError, parse_metrics_config
+from ..logs.settings import LOG_FORMATS, LogSettings
+from ..options import DEFAULT_MAX_INPUT_SIZE, ServerOptions
+from ..repository.layout import repository_text_problem
+from ..tracing import TraceConfig
+from ..tracing.flags import trace_config
 
 log = logging.getLogger("tritium")
 
-__all__ = ["LevelFilter", "TritonFormatter", "build_parser", "main", "options_from_args"]
+__all__ = ["build_parser", "main", "options_from_args"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -685,7 +685,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(options)
     for notice in check_table_flags(args) + serve_notices(args):
         log.log(notice.level, "%s", notice.message)
-    from .runtime import run  # imported late: argument errors stay fast
+    from ..runtime import run  # imported late: argument errors stay fast
 
     try:
         import uvloop

@@ -14,8 +14,8 @@ from math import prod
 
 import numpy as np
 
-from .errors import invalid_arg
-from .types import DataType, Tensor
+from ..errors import invalid_arg
+from ..types import DataType, Tensor
 
 
 def raw_tensor(

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import invalid_arg
-from .types import DataType, InferenceResponse, RequestedOutput, Tensor
+from ..errors import invalid_arg
+from ..types import DataType, InferenceResponse, RequestedOutput, Tensor
 
 PARAMETER = "classification"
 

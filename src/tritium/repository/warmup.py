@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
-from .backends.base import ModelInstance
-from .config.spec import ModelSpec
-from .config.warmup import WarmupSample, sample_tensors, warmup_samples
-from .errors import ServerError, invalid_arg
-from .request import InferenceRequest, ResponseSender
-from .types import ClientRequest, InferenceResponse, Tensor
+from ..backends.base import ModelInstance
+from ..config.spec import ModelSpec
+from ..config.warmup import WarmupSample, sample_tensors, warmup_samples
+from ..errors import ServerError, invalid_arg
+from ..request import InferenceRequest, ResponseSender
+from ..types import ClientRequest, InferenceResponse, Tensor
 
 log = logging.getLogger("tritium")
 

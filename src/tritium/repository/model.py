@@ -8,20 +8,20 @@ import enum
 import logging
 from collections.abc import Sequence
 
-from .backends.base import ModelInstance
-from .errors import invalid_arg
-from .config.spec import IOSpec, ModelSpec
-from .scheduling.base import Scheduler
-from .scheduling.batch_policy import BatchConfig
-from .scheduling.direct import DirectScheduler
-from .scheduling.dynamic import DynamicBatcher
-from .scheduling.ensemble import Dispatch, EnsembleScheduler
-from .scheduling.rate_limiter import Gate, RateLimiter
-from .scheduling.rate_policy import InstanceLimits
-from .scheduling.sequence import SequenceScheduler
-from .stats import ModelStats
-from .request import InferenceRequest
-from .types import Tensor
+from ..backends.base import ModelInstance
+from ..errors import invalid_arg
+from ..config.spec import IOSpec, ModelSpec
+from ..scheduling.base import Scheduler
+from ..scheduling.batch_policy import BatchConfig
+from ..scheduling.direct import DirectScheduler
+from ..scheduling.dynamic import DynamicBatcher
+from ..scheduling.ensemble import Dispatch, EnsembleScheduler
+from ..scheduling.rate_limiter import Gate, RateLimiter
+from ..scheduling.rate_policy import InstanceLimits
+from ..scheduling.sequence import SequenceScheduler
+from ..metrics.stats import ModelStats
+from ..request import InferenceRequest
+from ..types import Tensor
 
 log = logging.getLogger("tritium")
 # After the instances were killed, how long closing may still take (their executions are

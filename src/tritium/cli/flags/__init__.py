@@ -1,5 +1,5 @@
 """Every ``tritonserver`` flag and tritium's decision for it (``table.py``), put on the
-parser by ``parser.py``; ``docs/flags.md`` is ``markdown()`` (``python -m tritium.flags``)."""
+parser by ``parser.py``; ``docs/flags.md`` is ``markdown()`` (``python -m tritium.cli.flags``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ __all__ = ["FLAGS", "GROUPS", "Decision", "Flag", "markdown"]
 
 _HEAD = """# Flags
 
-Generated from `src/tritium/flags/table.py` by `python -m tritium.flags`; a unit test keeps
+Generated from `src/tritium/cli/flags/table.py` by `python -m tritium.cli.flags`; a unit test keeps
 this page equal to it. Every flag of `tritonserver --help` (Triton's
 `src/command_line_parser.cc`) is listed under Triton's group, with tritium's decision:
 

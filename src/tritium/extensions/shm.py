@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ErrorKind, ServerError, invalid_arg, not_found, unsupported
-from .tensor_codec import deserialize_bytes, object_array, raw_bytes
-from .request import InferenceRequest
-from .types import DataType, InferenceResponse, ShmRef, Tensor
+from ..errors import ErrorKind, ServerError, invalid_arg, not_found, unsupported
+from ..tensor_codec import deserialize_bytes, object_array, raw_bytes
+from ..request import InferenceRequest
+from ..types import DataType, InferenceResponse, ShmRef, Tensor
 
 DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."

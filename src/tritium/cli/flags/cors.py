@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..frontends.http.cors import DEFAULT_MAX_AGE_SECS, CorsPolicy, parse_origin
+from ...frontends.http.cors import DEFAULT_MAX_AGE_SECS, CorsPolicy, parse_origin
 from .parser import bool_flag, non_negative_int
 
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
-from .errors import internal, invalid_arg, unavailable, unsupported
+from ..errors import internal, invalid_arg, unavailable, unsupported
 
 LOG_FORMATS = ("default", "ISO8601")
 _MAX_VERBOSE = (1 << 31) - 1  # Triton keeps the level as an int32

@@ -12,10 +12,10 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .latency import Histogram, SlidingSummary
-from .metrics_config import MetricsSettings
+from .settings import MetricsSettings
 
 if TYPE_CHECKING:
-    from .config.model_metrics import MetricSpec
+    from ..config.model_metrics import MetricSpec
 
 
 class FinishedRequest(Protocol):

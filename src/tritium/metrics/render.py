@@ -10,10 +10,10 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from .custom_metrics import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
-from .metrics_latency import number as _number
-from .metrics_latency import render_first_response as _first_response
-from .metrics_latency import render_summaries as _summaries
+from .custom import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
+from .render_latency import number as _number
+from .render_latency import render_first_response as _first_response
+from .render_latency import render_summaries as _summaries
 from .stats import DURATION_BUCKETS_US, ModelStats
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import invalid_arg
-from .types import RequestFlag, RequestOptions
+from ..errors import invalid_arg
+from ..types import RequestFlag, RequestOptions
 
 RESERVED = frozenset({"sequence_id", "sequence_start", "sequence_end", "priority", "timeout"})
 _FLAGS = {"sequence_start": RequestFlag.SEQUENCE_START, "sequence_end": RequestFlag.SEQUENCE_END}

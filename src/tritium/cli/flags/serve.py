@@ -10,7 +10,7 @@ import logging
 import re
 from typing import Any
 
-from ..frontends.grpc.metadata import compile_forward_pattern
+from ...frontends.grpc.metadata import compile_forward_pattern
 from .backend_config import parse_backend_config
 from .parser import Notice, bool_flag, non_negative_int
 

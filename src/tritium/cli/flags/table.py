@@ -4,7 +4,7 @@ The authority is the option table of Triton's ``src/command_line_parser.cc``
 (``TritonParser::SetupOptions``, server commit e1db8a603d86): names, value syntax (Triton's
 ``arg_desc``), groups (``SetupOptionGroups``) and help texts, abridged. A unit test holds the
 names against a copy of that list and against ``tritium serve``'s parser, and
-``docs/flags.md`` is generated from this table (``python -m tritium.flags``).
+``docs/flags.md`` is generated from this table (``python -m tritium.cli.flags``).
 
 A flag is never accepted and then ignored: it is implemented; or accepted because, in Triton
 too, it only tunes a resource tritium does not have (a thread pool, an allocation pool: logged

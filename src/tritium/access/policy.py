@@ -27,7 +27,7 @@ from urllib.parse import unquote
 from .audit import AuditLog
 
 if TYPE_CHECKING:
-    from .options import ServerOptions
+    from ..options import ServerOptions
 
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # Triton's kRestrictedProtocolHeaderTemplate
 MAX_TOKEN_FILE_BYTES = 1 << 20

@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 from collections import OrderedDict
 
-from .tensor_codec import raw_bytes
-from .request import InferenceRequest
-from .types import Tensor
+from ..tensor_codec import raw_bytes
+from ..request import InferenceRequest
+from ..types import Tensor
 
 
 def cache_key(request: InferenceRequest) -> bytes:

@@ -1,5 +1,0 @@
-"""``python -m tritium.flags``: print docs/flags.md."""
-
-from . import markdown
-
-print(markdown(), end="")
