@@ -194,3 +194,58 @@ def test_imports_only_go_down_the_layers(path: Path) -> None:
                 f"{path.relative_to(SRC)} ({own}, layer {LAYER_OF[own]}) imports {target} "
                 f"(layer {LAYER_OF[target]})"
             )
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module -> the tritium modules it imports when it runs (late imports in functions too;
+    ``if TYPE_CHECKING:`` blocks skipped). A package stands for its ``__init__``."""
+    graph: dict[str, set[str]] = {}
+    for path in ALL_MODULES:
+        own = _module_name(path)
+        targets = {
+            module
+            for level, name, names in _runtime_imports(path)
+            for module in _tritium_modules(path, level, name, names)
+        }
+        graph[own] = targets - {own}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """Not even one held by a late import inside a function (pb_metrics once imported
+    pb_utils that way; the error types it shares with it are in pb_errors now)."""
+    graph = _module_graph()
+    assert "backends.python.pb_errors" in graph["backends.python.pb_metrics"]
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b", "c"}, "b": {"c"}, "c": set()}) is None

@@ -33,6 +33,7 @@ from ...metrics.custom import (
     MetricError,
     bucket_index,
 )
+from .pb_errors import TritonModelException
 
 
 class MetricsBackend(Protocol):
@@ -108,8 +109,6 @@ def _local_registry() -> CustomMetrics | None:
 
 
 def _error(message: str) -> Exception:
-    from .pb_utils import TritonModelException  # pb_utils imports this module
-
     return TritonModelException(message)
 
 

@@ -41,6 +41,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+# Re-exported: Triton's names. MetricFamily and Metric live in pb_metrics (values in the
+# server's registry, see there), the error types in pb_errors (which pb_metrics raises too).
+from .pb_errors import TritonError as TritonError
+from .pb_errors import TritonModelException as TritonModelException
+from .pb_metrics import Metric as Metric
+from .pb_metrics import MetricFamily as MetricFamily
+
 try:  # numpy has no native bfloat16
     import ml_dtypes as _ml_dtypes
 
@@ -96,42 +103,6 @@ TRITON_STRING_TO_NUMPY: dict[str, type[Any]] = {
 }
 if _BF16 is not None:
     TRITON_STRING_TO_NUMPY["TYPE_BF16"] = _BF16.type
-
-
-# ------------------------------------------------------------------------------ errors
-
-
-class TritonModelException(Exception):
-    """Raised wherever Triton's python backend raises ``TritonModelException``."""
-
-    def message(self) -> str:
-        return str(self)
-
-
-class TritonError:
-    """An error carried by an ``InferenceResponse`` (not an exception)."""
-
-    UNKNOWN, INTERNAL, NOT_FOUND, INVALID_ARG = 0, 1, 2, 3
-    UNAVAILABLE, UNSUPPORTED, ALREADY_EXISTS, CANCELLED = 4, 5, 6, 7
-
-    def __init__(self, message: str, code: int = INTERNAL) -> None:
-        if not isinstance(message, str):
-            raise TypeError("TritonError message must be a str")
-        if isinstance(code, bool) or not isinstance(code, int) or not 0 <= code <= 7:
-            raise TypeError("TritonError code must be one of the TritonError codes")
-        self._message, self._code = message, int(code)
-
-    def message(self) -> str:
-        return self._message
-
-    def code(self) -> int:
-        return self._code
-
-    def __str__(self) -> str:
-        return self._message
-
-    def __repr__(self) -> str:
-        return f"TritonError({self._message!r}, code={self._code})"
 
 
 # ------------------------------------------------------------------------------ dtypes
@@ -905,8 +876,3 @@ class Logger:
     def log_verbose(message: object) -> None:
         _log(message, LogLevel.VERBOSE, 1)
 
-
-# ------------------------------------------------------------------------------ metrics
-# MetricFamily and Metric live in pb_metrics (values in the server's registry, see there).
-
-from .pb_metrics import Metric, MetricFamily  # noqa: E402, F401 - re-exported, last
