@@ -30,11 +30,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT))  # tests.support
+sys.path.insert(0, str(ROOT / "examples"))  # build_models, a script importing its siblings
 
 from build_models import build_examples  # noqa: E402
-from server_process import ServerProcess  # noqa: E402
+from tests.support.server_process import ServerProcess  # noqa: E402
 
 MIB = 1 << 20
 

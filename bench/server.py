@@ -1,4 +1,4 @@
-"""The server under test, started with the tests' helper (tests/server_process.py
+"""The server under test, started with the tests' helper (tests/support/server_process.py
 ``ServerProcess``: ``python -m tritium serve`` on 127.0.0.1, every port 0, ``--ports-file``),
 and what the bench reads from it: readiness of its models, their statistics, its idle CPU.
 Also the bench's copy of the example model repository, and a repository of only some of its
@@ -16,11 +16,9 @@ import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from bench.common import BUILD_MODELS, ROOT, CpuSnapshot
+from bench.common import BUILD_MODELS, CpuSnapshot
 
-if str(ROOT / "tests") not in sys.path:
-    sys.path.append(str(ROOT / "tests"))
-from server_process import ServerProcess  # noqa: E402 - tests/server_process.py
+from tests.support.server_process import ServerProcess
 
 START_TIMEOUT = 120.0  # loading every example model (Python stubs included) and binding
 

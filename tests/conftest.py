@@ -9,13 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+# examples/ is a folder of scripts that import each other by name (build_models.py imports
+# image_models.py), not a package: its folder goes on sys.path, for build_models here and for
+# the tests that compare against its references (test_ensembles.py, test_image_examples.py).
 sys.path.insert(0, str(ROOT / "examples"))
 
 from build_models import build_examples  # noqa: E402
-from models import build_test_repository  # noqa: E402
-from server_process import ServerProcess  # noqa: E402
 
 # Models every healthy shared server has; crash/bad models get servers of their own.
 GOOD_TEST_MODELS = [

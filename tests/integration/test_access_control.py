@@ -29,10 +29,10 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
-from clients import client, make_input
+from tests.support.clients import client, make_input
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT_S = 30.0

@@ -1,5 +1,5 @@
 """BLS: Python models that call other models with ``pb_utils.InferenceRequest(...).exec()``,
-driven by HTTP and gRPC clients (models: tests/bls_models.py)."""
+driven by HTTP and gRPC clients (models: tests/support/bls_models.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from clients import client, make_input
-from models import build_test_repository
-from sequence_models import SEEN_FIELDS
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.sequence_models import SEEN_FIELDS
+from tests.support.server_process import ServerProcess
 
 _BLS_MODELS = [
     "bls_double",

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
+from tests.support.clients import client, make_input
 from PIL import Image
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 ENSEMBLE, BLS = "image_classifier", "image_classifier_bls"

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
-from models import SLOW_SECONDS
-from server_process import ServerProcess
+from tests.support.models import SLOW_SECONDS
+from tests.support.server_process import ServerProcess
 
 _PROBE_CONFIG = """\
 backend: "python"

@@ -2,9 +2,9 @@
 (``InferRequestedOutput(name, class_count=N)``), as Triton answers it: the output becomes a
 BYTES tensor of ``"score:index[:label]"`` strings, top N per batch element, highest first.
 
-Models: ``classify_batched`` (tests/classify_models.py: batched, FP32 output with a label file
-whose third line is empty and which has four labels for five classes, INT32 output without
-labels) and the non-batched ``identity_<type>`` models.
+Models: ``classify_batched`` (tests/support/classify_models.py: batched, FP32 output with a
+label file whose third line is empty and which has four labels for five classes, INT32 output
+without labels) and the non-batched ``identity_<type>`` models.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from clients import client, make_input, module
-from server_process import ServerProcess
+from tests.support.clients import client, make_input, module
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 

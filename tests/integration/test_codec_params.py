@@ -10,8 +10,8 @@ from typing import Any
 
 import grpc
 import pytest
-from clients import assert_simple_works, client
-from server_process import ServerProcess
+from tests.support.clients import assert_simple_works, client
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 from tritium.frontends.grpc.codec import set_parameters

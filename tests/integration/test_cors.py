@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 MODEL = "identity_fp32"
 INFER = f"/v2/models/{MODEL}/infer"

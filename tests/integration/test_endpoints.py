@@ -21,8 +21,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
-import clients
-from server_process import ServerProcess
+from tests.support import clients
+from tests.support.server_process import ServerProcess
 
 SIMPLE_IO = ["INPUT0", "INPUT1"], ["OUTPUT0", "OUTPUT1"]
 VERSIONED = {

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT_S = 30.0

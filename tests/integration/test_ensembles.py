@@ -9,7 +9,7 @@ dynamic batcher; a decoupled first step streams one ensemble response per respon
 an ensemble may be a step of another; and in explicit model control an ensemble loads its
 composing models, goes down with one of them and comes back with it.
 
-The test ensembles are built by tests/ensemble_models.py. Expected values are computed here
+The test ensembles are built by tests/support/ensemble_models.py. Expected values are computed here
 from the inputs sent; nothing is timed against a speed.
 """
 
@@ -29,10 +29,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from build_models import composing_reference
-from clients import client, make_input, module
-from ensemble_models import WINDOW_SLEEP_S, build_ensemble_repository
+from tests.support.clients import client, make_input, module
+from tests.support.ensemble_models import WINDOW_SLEEP_S, build_ensemble_repository
 from PIL import Image
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 WAIT_S = 30.0  # upper bound of any single wait for an answer

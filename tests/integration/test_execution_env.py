@@ -1,7 +1,7 @@
 """EXECUTION_ENV_PATH end to end (HTTP and gRPC): a model runs under its execution
 environment's interpreter and sees that environment's packages, not the server's.
 
-Environments are built here without network (tests/python_envs.py): ``venv_a`` (a venv
+Environments are built here without network (tests/support/python_envs.py): ``venv_a`` (a venv
 directory, ``tritium_envprobe`` 2.0) is used in place; ``venv_b`` (``tritium_envprobe`` 3.0)
 is packed as a conda-pack-like ``.tar.gz``, named through ``$$TRITON_MODEL_DIRECTORY`` by one
 model and by absolute path (a copy, same content) by another: it is unpacked once, into one
@@ -23,10 +23,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from python_envs import make_venv, member, numpy_only_dir, pack, write_probe_model
-from server_process import ServerProcess
-from stub_procs import stub_pids, wait_until
+from tests.support.clients import client, make_input
+from tests.support.python_envs import make_venv, member, numpy_only_dir, pack, write_probe_model
+from tests.support.server_process import ServerProcess
+from tests.support.stub_procs import stub_pids, wait_until
 from tritonclient.utils import InferenceServerException
 
 ARCHIVE = "env.tar.gz"

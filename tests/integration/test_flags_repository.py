@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from clients import client, make_input
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 _IDENTITY = """\
 import triton_python_backend_utils as pb_utils

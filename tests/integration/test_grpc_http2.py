@@ -1,5 +1,6 @@
 """gRPC semantics on the wire (issue 12, items 2 and 5), driven by a raw-socket HTTP/2 client
-(tests/h2client.py, on ``h2``) so every frame boundary, header and flag is the test's choice:
+(tests/support/h2client.py, on ``h2``) so every frame boundary, header and flag is the test's
+choice:
 messages cut across DATA frames or packed several to a frame, trailers and Trailers-Only with
 percent-encoded grpc-message, grpc-timeout, RST_STREAM, message compression both ways, the
 receive-size bound, unknown methods, content-type and method checks.
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grpc_raw import (
+from tests.support.grpc_raw import (
     DEADLINE_EXCEEDED,
     GZIP,
     INFER,
@@ -35,10 +36,10 @@ from grpc_raw import (
     start_server,
     stream_responses,
 )
-from h2client import H2Client, grpc_message
+from tests.support.h2client import H2Client, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
 """HTTP/2 done properly by the gRPC transport (issue 12, items 3 and 5), seen from a raw
-socket (tests/h2client.py): flow control both ways, SETTINGS, an HPACK bomb, pings and the
+socket (tests/support/h2client.py): flow control both ways, SETTINGS, an HPACK bomb, pings and the
 ping-strike policy, keepalive, GOAWAY on connection age and on shutdown, a bad preface and
 malformed frames. Every wait is bounded; nothing is timed."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grpc_raw import (
+from tests.support.grpc_raw import (
     ENHANCE_YOUR_CALM,
     FRAME_SIZE_ERROR,
     INFER,
@@ -29,10 +29,10 @@ from grpc_raw import (
     stream_responses,
 )
 from h2.settings import SettingCodes
-from h2client import DATA, HEADERS, PREFACE, H2Client, grpc_message, raw_frame
+from tests.support.h2client import DATA, HEADERS, PREFACE, H2Client, grpc_message, raw_frame
 from tritonclient.grpc import service_pb2 as pb
 
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 
 MAX_STREAMS = 64
 STREAM_INFLIGHT = 4

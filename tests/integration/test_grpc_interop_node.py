@@ -3,7 +3,8 @@
 tritonclient and grpcio's stubs share grpcio's C core; grpc-js is a separate HTTP/2 (Node's
 nghttp2) and gRPC stack, so these tests catch a server that only works with the client it was
 written against. The messages are still tritonclient's generated protobuf classes
-(tests/grpc_messages.py); tests/interop/node/client.js moves the bytes (tests/node_grpc.py).
+(tests/support/grpc_messages.py); tests/interop/node/client.js moves the bytes
+(tests/support/node_grpc.py).
 Here, on the shared server: unary calls, unknown methods, bidirectional streams with requests
 written while responses arrive (non-decoupled and decoupled models, several streams on one
 connection), deadlines, cancellation and request compression. TLS and response compression,
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from grpc_health.v1 import health_pb2
-from grpc_messages import (
+from tests.support.grpc_messages import (
     assert_simple_answer,
     output,
     repeat_request,
@@ -26,7 +27,7 @@ from grpc_messages import (
     square_request,
     stream_responses,
 )
-from node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
+from tests.support.node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
     NEEDS_NODE,
     CANCELLED,
     DEADLINE_EXCEEDED,
@@ -41,7 +42,7 @@ from node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
     run_node,
     window_gates,
 )
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 pytestmark = NEEDS_NODE

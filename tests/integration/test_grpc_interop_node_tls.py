@@ -8,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from certs import Certs, have_openssl, make_certs
-from grpc_messages import assert_simple_answer, simple_request, stream_responses
-from node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
+from tests.support.certs import Certs, have_openssl, make_certs
+from tests.support.grpc_messages import assert_simple_answer, simple_request, stream_responses
+from tests.support.node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
     NEEDS_NODE,
     OK,
     UNAVAILABLE,
@@ -20,7 +20,7 @@ from node_grpc import (  # noqa: F401 (grpc_js_installed: an autouse fixture)
     grpc_js_installed,
     run_node,
 )
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 pytestmark = NEEDS_NODE

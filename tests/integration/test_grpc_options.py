@@ -24,9 +24,14 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from clients import add_sub_inputs, make_input, simple_grpc_infer_aio, simple_grpc_infer_client
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.clients import (
+    add_sub_inputs,
+    make_input,
+    simple_grpc_infer_aio,
+    simple_grpc_infer_client,
+)
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 # Forward my_header*, and try to forward what must never be: grpc's own metadata, te,

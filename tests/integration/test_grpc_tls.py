@@ -2,7 +2,7 @@
 ``--grpc-server-key``, ``--grpc-root-cert``, ``--grpc-use-ssl-mutual``), driven the way Triton's
 own ``simple_grpc_infer_client.py --ssl --root-certificates … [--private-key …
 --certificate-chain …]`` drives it, with the official tritonclient (sync and aio). Certificates
-come from tests/certs.py (openssl, at test time)."""
+come from tests/support/certs.py (openssl, at test time)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
-from certs import Certs, have_openssl, make_certs
-from clients import add_sub_inputs, simple_grpc_infer_aio, simple_grpc_infer_client
-from server_process import ServerProcess
+from tests.support.certs import Certs, have_openssl, make_certs
+from tests.support.clients import add_sub_inputs, simple_grpc_infer_aio, simple_grpc_infer_client
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.skipif(not have_openssl(), reason="openssl makes the certificates")

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from clients import assert_simple_works, client
-from server_process import ServerProcess
+from tests.support.clients import assert_simple_works, client
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 LIMIT = 1 << 20

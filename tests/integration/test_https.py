@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import tritonclient.http as httpclient
-from clients import assert_simple_works
-from server_process import ServerProcess
+from tests.support.clients import assert_simple_works
+from tests.support.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

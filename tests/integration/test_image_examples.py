@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.model_config_pb2 as mc
-from clients import client, module
+from tests.support.clients import client, module
 from image_models import DENSENET_LABELS, INCEPTION_LABELS, densenet_reference
 from PIL import Image
-from server_process import ServerProcess
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype

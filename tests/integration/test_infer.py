@@ -26,9 +26,9 @@ import tritonclient.http.aio as httpaio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException, deserialize_bytes_tensor
 
-import clients
-from models import IDENTITY_MODELS
-from server_process import ServerProcess
+from tests.support import clients
+from tests.support.models import IDENTITY_MODELS
+from tests.support.server_process import ServerProcess
 
 ADD_SUB_MODELS = ["simple", "add_sub_python", "async_add_sub"]
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from models import BAD_CONFIG_LINE, BAD_FIELD_LINE, build_test_repository
-from server_process import ServerProcess, server_command
-from stub_procs import is_running, stub_pids
+from tests.support.clients import client, make_input
+from tests.support.models import BAD_CONFIG_LINE, BAD_FIELD_LINE, build_test_repository
+from tests.support.server_process import ServerProcess, server_command
+from tests.support.stub_procs import is_running, stub_pids
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")

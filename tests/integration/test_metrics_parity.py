@@ -18,8 +18,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
-import clients
-from server_process import ServerProcess, server_command
+from tests.support import clients
+from tests.support.server_process import ServerProcess, server_command
 
 TAGGED = "simple_tagged"
 CACHED = "simple_cached"

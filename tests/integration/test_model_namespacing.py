@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from clients import client, make_input
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.server_process import ServerProcess
 
 _MODEL = """\
 import triton_python_backend_utils as pb_utils

@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
+from tests.support.clients import client, make_input
 from prometheus_client.parser import text_string_to_metric_families
-from server_process import ServerProcess
-from stub_procs import wait_until
+from tests.support.server_process import ServerProcess
+from tests.support.stub_procs import wait_until
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from tritonclient.utils import InferenceServerException
 
-import clients
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support import clients
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

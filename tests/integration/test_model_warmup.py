@@ -2,7 +2,7 @@
 on every instance before the version is READY (a request during warm-up does not see it
 ready), with zero, random and file data (BYTES included); warm-up is not in the statistics
 nor the metrics; a failing warm-up leaves the model UNAVAILABLE with Triton's reason while
-the others serve; ONNX and sequence models warm up too. Models: tests/warmup_models.py."""
+the others serve; ONNX and sequence models warm up too. Models: tests/support/warmup_models.py."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from seq_clients import model_stats
-from sequence_models import SEEN_FIELDS
-from server_process import ServerProcess
-from warmup_models import (
+from tests.support.clients import client, make_input
+from tests.support.seq_clients import model_stats
+from tests.support.sequence_models import SEEN_FIELDS
+from tests.support.server_process import ServerProcess
+from tests.support.warmup_models import (
     FILE_INPUT0,
     FILE_INPUT1,
     WARM_INSTANCES,

@@ -27,9 +27,9 @@ from urllib.parse import quote
 import grpc
 import numpy as np
 import pytest
-from clients import client, make_input
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 

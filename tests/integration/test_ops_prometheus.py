@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from tritonclient.utils import InferenceServerException
 
-import clients
-from models import build_test_repository
-from prometheus_process import INSTALL_HINT, PrometheusProcess, binary
-from server_process import ServerProcess
+from tests.support import clients
+from tests.support.models import build_test_repository
+from tests.support.prometheus_process import INSTALL_HINT, PrometheusProcess, binary
+from tests.support.server_process import ServerProcess
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "tritium.json"

@@ -15,8 +15,8 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
-from models import RAGGED_MODEL, RAGGED_PREFERRED_BATCH, build_test_repository
-from server_process import ServerProcess
+from tests.support.models import RAGGED_MODEL, RAGGED_PREFERRED_BATCH, build_test_repository
+from tests.support.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

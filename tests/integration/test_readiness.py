@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from clients import client
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.clients import client
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 PROTOCOLS = ("http", "grpc")
 GOOD = "identity_fp32"

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from models import model_files
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.models import model_files
+from tests.support.server_process import ServerProcess
 
 PROTOCOLS = ("http", "grpc")
 GOOD = "identity_fp32"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-import clients
-from server_process import ServerProcess
+from tests.support import clients
+from tests.support.server_process import ServerProcess
 
 _CONFIG = """\
 backend: "python"

@@ -1,5 +1,5 @@
 """The sequence batcher over the real server, seen from inside the model: the probe models of
-tests/sequence_models.py report per request the control values (START / END / READY /
+tests/support/sequence_models.py report per request the control values (START / END / READY /
 CORRID) the server injected, the request's slot, ``correlation_id()`` and ``flags()``, the
 batch it ran in and a per-sequence accumulator, so every test checks Triton's contract from
 the outside: in-order execution per sequence, a slot per sequence in the direct strategy
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from seq_clients import (
+from tests.support.seq_clients import (
     serving,
     TRANSPORTS,
     Step,
@@ -29,8 +29,8 @@ from seq_clients import (
     model_stats,
     open_transport,
 )
-from sequence_models import SEQ_SHORT_IDLE_US, SEQ_X2_INSTANCES
-from server_process import ServerProcess
+from tests.support.sequence_models import SEQ_SHORT_IDLE_US, SEQ_X2_INSTANCES
+from tests.support.server_process import ServerProcess
 
 MODELS = [
     "seq_echo_direct",

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from seq_clients import TRANSPORTS, Transport, expect_error, open_transport, serving
-from server_process import ServerProcess
+from tests.support.seq_clients import TRANSPORTS, Transport, expect_error, open_transport, serving
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 MODELS = ["seq_echo_direct", "seq_echo_string", "seq_echo_oldest", "seq_one_slot", "seq_state_py"]

@@ -17,9 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from seq_clients import TRANSPORTS, Transport, model_stats, open_transport, serving
-from sequence_models import SEQ_ABANDON_CANDIDATES, SEQ_INITIAL_STATE, SEQ_SHORT_IDLE_US
-from server_process import ServerProcess
+from tests.support.seq_clients import TRANSPORTS, Transport, model_stats, open_transport, serving
+from tests.support.sequence_models import (
+    SEQ_ABANDON_CANDIDATES,
+    SEQ_INITIAL_STATE,
+    SEQ_SHORT_IDLE_US,
+)
+from tests.support.server_process import ServerProcess
 
 MODELS = ["seq_state_py", "seq_state_file", "seq_state_onnx", "seq_abandon"]
 ABANDONED = 10_000  # sequences started and never ended, per round

@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
-from clients import add_sub_inputs, assert_simple_works, client, make_input, module
-from server_process import ServerProcess
+from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input, module
+from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 SHM_DIR = Path("/dev/shm")

@@ -25,9 +25,9 @@ import pytest
 
 import numpy as np
 
-from clients import client, make_input
-from models import build_test_repository
-from server_process import ServerProcess, server_command
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess, server_command
 
 START_TIMEOUT_S = 120.0
 MODEL = "identity_fp32"

@@ -16,9 +16,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-import clients
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support import clients
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 BATCHES = {"http": [1, 1, 1, 1, 1, 4], "grpc": [1, 1, 1, 1, 1, 4]}
 RAISES = 3

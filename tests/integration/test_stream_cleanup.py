@@ -16,7 +16,7 @@ import pytest
 from h2.errors import ErrorCodes
 from tritonclient.grpc import service_pb2 as pb
 
-from grpc_memory import MemoryTransport
+from tests.support.grpc_memory import MemoryTransport
 
 from tritium.frontends.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.listener import GrpcListener

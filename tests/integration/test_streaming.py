@@ -44,8 +44,8 @@ import tritonclient.http.aio as httpaio
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from models import build_test_repository
-from server_process import ServerProcess
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
 
 STREAM_TEST_MODELS = [
     "decoupled_raises",

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from models import CRASH_X2_INSTANCES, HANG_TIMEOUT_SECS, build_test_repository
-from server_process import ServerProcess
-from stub_procs import stub_pids, wait_until
+from tests.support.clients import client, make_input
+from tests.support.models import CRASH_X2_INSTANCES, HANG_TIMEOUT_SECS, build_test_repository
+from tests.support.server_process import ServerProcess
+from tests.support.stub_procs import stub_pids, wait_until
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")

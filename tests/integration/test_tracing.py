@@ -1,7 +1,7 @@
 """The trace extension and trace flags end to end, driven by tritonclient over HTTP and gRPC
 (``get_trace_settings`` / ``update_trace_settings``), as Triton's qa/L0_trace does: the
 settings API and its errors, the trace file read back and summarized as Triton's trace
-summary tool does (tests/trace_summary.py), rate / count / log-frequency, ensemble children,
+summary tool does (tests/support/trace_summary.py), rate / count / log-frequency, ensemble children,
 TENSORS, and the OpenTelemetry mode's spans received by an in-test OTLP collector."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import pytest
 from google.protobuf import json_format
 from tritonclient.utils import InferenceServerException
 
-import clients
-from ensemble_models import build_ensemble_repository
-from otlp_collector import OtlpCollector, Span
-from server_process import ServerProcess
-from trace_summary import load, merged, summarize
+from tests.support import clients
+from tests.support.ensemble_models import build_ensemble_repository
+from tests.support.otlp_collector import OtlpCollector, Span
+from tests.support.server_process import ServerProcess
+from tests.support.trace_summary import load, merged, summarize
 
 PROTOCOLS = ["http", "grpc"]
 MODELS = ("simple", "sum_diff", "add_sub_python")
@@ -391,7 +391,7 @@ def test_opentelemetry_settings_and_forced_propagation(otel: Any) -> None:
 def test_opentelemetry_bls_calls_are_children(example_repo: Path, tmp_path: Path) -> None:
     """A BLS model's calls (``bls_pipeline`` → ``simple``, then ``bls_double``) hang under the
     traced request that made them, as ensemble steps do."""
-    from models import build_test_repository
+    from tests.support.models import build_test_repository
 
     repo = build_test_repository(tmp_path / "bls", ["bls_pipeline", "bls_double"])
     with OtlpCollector() as collector:

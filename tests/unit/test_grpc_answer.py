@@ -12,7 +12,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from grpc_memory import MemoryTransport
+from tests.support.grpc_memory import MemoryTransport
 
 from tritium.frontends.grpc.call import ServerCall
 from tritium.frontends.grpc.connection import GrpcConnection

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from certs import Certs, have_openssl, make_certs
+from tests.support.certs import Certs, have_openssl, make_certs
 
 from tritium.frontends.grpc.tls import server_ssl_context
 from tritium.options import ServerOptions

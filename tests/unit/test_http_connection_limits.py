@@ -9,7 +9,7 @@ import json
 import zlib
 
 import pytest
-from http_fakes import connect, responses, run, until
+from tests.support.http_fakes import connect, responses, run, until
 
 from tritium.frontends.http.inflate import BodyRejected, Inflater
 from tritium.frontends.http.messages import HttpRequest, HttpResponse

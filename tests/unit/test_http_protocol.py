@@ -12,7 +12,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
-from http_fakes import connect, responses, run, until
+from tests.support.http_fakes import connect, responses, run, until
 
 from tritium.frontends.http.messages import HttpRequest, HttpResponse, HttpStreamResponse
 

@@ -20,7 +20,7 @@ from tritium.tracing.otel import otel_settings
 from tritium.tracing.settings import parse_update
 from tritium.tracing.trace import tensor_entry
 from tritium.types import DataType, Tensor
-from trace_summary import summarize
+from tests.support.trace_summary import summarize
 
 NO_DEPRECATED = {"level": [], "file": None, "rate": None, "count": None, "log-frequency": None}
 

@@ -1,6 +1,6 @@
 """Test-only behaviour models, generated at test time into a model repository.
 
-    from models import build_test_repository          # or tests.models
+    from tests.support.models import build_test_repository
     repo = build_test_repository(tmp_path / "repo", ["identity_fp32", "raises"])
 
 Every model is written from Python strings below (Triton-style ``config.pbtxt``
@@ -118,8 +118,8 @@ seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 
                      (implicit state FP32 [1], zero_data).
 
 classify_batched     the classification extension's model with a label file: see
-                     tests/classify_models.py.
-BLS (Python models calling other models: ``bls_*``): tests/bls_models.py documents them.
+                     tests/support/classify_models.py.
+BLS (Python models calling other models: ``bls_*``): tests/support/bls_models.py documents them.
 """
 
 from __future__ import annotations
@@ -127,9 +127,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from classify_models import CLASSIFY_SPECS
-from bls_models import BLS_SPECS
-from sequence_models import SEQUENCE_SPECS
+from .classify_models import CLASSIFY_SPECS
+from .bls_models import BLS_SPECS
+from .sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
 # Public constants
@@ -822,9 +822,9 @@ _SPECS.update(
     }
 )
 
-# Sequence batching: tests/sequence_models.py (documented above).
+# Sequence batching: tests/support/sequence_models.py (documented above).
 _SPECS.update(SEQUENCE_SPECS)
-# The classification extension: tests/classify_models.py (documented there).
+# The classification extension: tests/support/classify_models.py (documented there).
 _SPECS.update(CLASSIFY_SPECS)
 
 
@@ -899,7 +899,7 @@ _SPECS[RAGGED_MODEL] = lambda name: {
 }
 
 
-# BLS (models calling models): tests/bls_models.py documents them.
+# BLS (models calling models): tests/support/bls_models.py documents them.
 _SPECS.update(BLS_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)

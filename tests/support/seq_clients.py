@@ -26,9 +26,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
-from sequence_models import SEEN_FIELDS
+from .sequence_models import SEEN_FIELDS
 from tritonclient.utils import InferenceServerException
-from server_process import ServerProcess
+from .server_process import ServerProcess
 
 WAIT_S = 60.0
 TRANSPORTS = ["http", "http_json", "grpc", "grpc_stream", "http_aio", "grpc_aio"]
@@ -45,7 +45,7 @@ def protocol_of(transport: str) -> str:
 
 @dataclass
 class Step:
-    """One answered request of a probe model (tests/sequence_models.py)."""
+    """One answered request of a probe model (tests/support/sequence_models.py)."""
 
     result: Any
 
@@ -291,7 +291,7 @@ def serving(
     module-scoped ``srv`` fixture of each sequence test module)."""
     from pathlib import Path
 
-    from models import build_test_repository
+    from .models import build_test_repository
 
     repo = build_test_repository(tmp_path_factory.mktemp(label) / "repo", models)
     proc = ServerProcess([Path(repo)])

@@ -5,7 +5,7 @@ transport), so a test passing through it shows interoperability, not one stack a
 itself. Protobuf stays here: requests are serialised with tritonclient's generated classes and
 the script moves bytes; responses come back as bytes for the test to decode.
 
-    from node_grpc import NodeCall, run_node
+    from tests.support.node_grpc import NodeCall, run_node
     run = run_node(server.grpc_url, [NodeCall.unary(INFER, request)])
     run.calls[0].status  # 0: OK
 """
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from google.protobuf.message import Message
 
-NODE_DIR = Path(__file__).resolve().parent / "interop" / "node"
+NODE_DIR = Path(__file__).resolve().parents[1] / "interop" / "node"
 CLIENT = NODE_DIR / "client.js"
 SERVICE = "/inference.GRPCInferenceService/"
 GZIP, DEFLATE = 2, 1  # grpc-js's grpc.default_compression_algorithm values

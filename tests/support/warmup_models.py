@@ -15,11 +15,11 @@ warm_raises      python; execute raises ValueError("warm-up boom").
 warm_short_file  identity; INPUT0's data file holds 3 bytes where 16 are needed.
 warm_escape      identity; input_data_file "../config.pbtxt".
 warm_bad_dtype   identity; the sample gives INPUT0 as TYPE_INT32 (the model takes FP32).
-warm_onnx        onnxruntime (tests/models.py ``onnx_partial_cfg``: INPUT0 FP32 [4] -> x2,
+warm_onnx        onnxruntime (tests/support/models.py ``onnx_partial_cfg``: INPUT0 FP32 [4] -> x2,
                  max_batch_size 2) with a batch_size 2 random_data sample.
 warm_decoupled   python, decoupled: two responses then a flag-only final per request, with a
                  "decoupled sample" (Triton's L0_warmup decoupled case).
-warm_seq         tests/sequence_models.py ``seq_echo_x2`` (direct, 2 instances) with a
+warm_seq         tests/support/sequence_models.py ``seq_echo_x2`` (direct, 2 instances) with a
                  sample naming INPUT0 and the START and READY controls, count 2.
 """
 
@@ -30,7 +30,7 @@ import struct
 from pathlib import Path
 
 import numpy as np
-from models import model_files
+from .models import model_files
 
 WARM_INSTANCES = 2
 WARM_COUNT = 3  # count of the "zeros" sample

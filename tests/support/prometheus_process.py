@@ -23,7 +23,7 @@ INSTALL_HINT = "`make test-ops` installs them from Debian's prometheus package"
 
 
 # Where `make test-ops` unpacks Debian's package when the system has no prometheus.
-UNPACKED = Path(__file__).resolve().parent.parent / "build" / "prometheus" / "usr" / "bin"
+UNPACKED = Path(__file__).resolve().parents[2] / "build" / "prometheus" / "usr" / "bin"
 
 
 def binary(name: str) -> str | None:

@@ -1,5 +1,5 @@
 """Sequence-batching test models (``sequence_batching`` in config.pbtxt), registered in
-tests/models.py (``build_test_repository``), which documents each of them.
+tests/support/models.py (``build_test_repository``), which documents each of them.
 
 Every Python one runs the ``seq_probe`` source below: a model that reports, per request, what
 the sequence batcher gave it (control values, slot, correlation ID, flags, batch size,
@@ -64,7 +64,7 @@ def _text(value):
 
 
 class TritonPythonModel:
-    """Reports what the sequence batcher gave each request (tests/sequence_models.py)."""
+    """Reports what the sequence batcher gave each request (tests/support/sequence_models.py)."""
 
     def initialize(self, args):
         config = json.loads(args["model_config"])

@@ -1,4 +1,4 @@
-"""Classification-extension test models, registered in tests/models.py
+"""Classification-extension test models, registered in tests/support/models.py
 (``build_test_repository``).
 
 classify_batched   python, ``max_batch_size: 8``: INPUT0 FP32 [5] -> OUTPUT0 FP32 [5] (INPUT0

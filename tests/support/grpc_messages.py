@@ -2,7 +2,7 @@
 that drive the gRPC endpoint below tritonclient's API (another client stack, raw sockets).
 
 The models are the examples' ``simple``, ``square_int32`` and ``repeat_int32`` and the test
-model ``slow`` (tests/models.py)."""
+model ``slow`` (tests/support/models.py)."""
 
 from __future__ import annotations
 

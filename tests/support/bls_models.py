@@ -1,5 +1,5 @@
 """BLS test models (Python models that call other models with ``pb_utils.InferenceRequest``),
-registered in tests/models.py (``build_test_repository``). They call the examples ``simple``
+registered in tests/support/models.py (``build_test_repository``). They call the examples ``simple``
 (ONNX add/sub) and ``square_int32`` (decoupled), the test models ``raises``,
 ``identity_fp32``, ``identity_onnx_fp32``, ``seq_echo_direct`` and each other:
 

@@ -1,12 +1,12 @@
 """Ensemble test models, generated at test time into a model repository.
 
-    from ensemble_models import build_ensemble_repository
+    from tests.support.ensemble_models import build_ensemble_repository
     repo = build_ensemble_repository(tmp_path / "repo")
 
 Ensembles (``platform: "ensemble"``) and the small Python models only they use. Some
 ensembles also step through models from elsewhere: the example ``add_sub_python``
 (examples/model_repository) and the test models ``identity_fp32`` and ``raises``
-(tests/models.py, written here too by ``build_ensemble_repository``). Lower-case tensor
+(tests/support/models.py, written here too by ``build_ensemble_repository``). Lower-case tensor
 names are an ensemble's internal tensors.
 
 sum_diff             ensemble, max_batch_size 8: ``A``, ``B`` INT32 [16] -> ``add_sub_python``
@@ -37,14 +37,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from models import build_test_repository
+from .models import build_test_repository
 
 WINDOW_SLEEP_S = 0.4
 BATCH_SLEEP_S = 0.05
 BATCH_QUEUE_DELAY_US = 20000
 BATCH_PREFERRED = 4
 
-# Models from tests/models.py that the ensembles below step through.
+# Models from tests/support/models.py that the ensembles below step through.
 TEST_MODEL_DEPENDENCIES = ("identity_fp32", "raises")
 # Models from examples/model_repository that the ensembles below step through.
 EXAMPLE_MODEL_DEPENDENCIES = ("add_sub_python",)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from server_process import ServerProcess
+from .server_process import ServerProcess
 
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
