@@ -439,3 +439,28 @@ def test_logging_is_tritons_restricted_group_and_audited(
     entries = [json.loads(line) for line in audit.read_text().splitlines()]
     mine = [e for e in entries if e["protocol"] == protocol and e["action"] == "log_settings"]
     assert [e.get("reason") or e.get("outcome") for e in mine] == ["restricted", "ok"], mine
+
+
+# ---------------------------------------------------------------- third-party loggers
+
+
+@pytest.fixture(scope="module")
+def verbose(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    """A server started with --log-verbose=1, logging to its own file."""
+    path = tmp_path_factory.mktemp("verbose") / "verbose.log"
+    proc = ServerProcess(
+        [repo], "--exit-on-error=false", "--log-verbose=1", f"--log-file={path}"
+    )
+    yield proc, path
+    proc.stop()
+
+
+def test_verbose_logging_keeps_the_http2_libraries_quiet(verbose: tuple[Any, Path]) -> None:
+    """--log-verbose=1 shows tritium's verbose records, not hpack's line per header (nor
+    h2's, hyperframe's or asyncio's debug records)."""
+    proc, path = verbose
+    infer(proc, "grpc", 61.0)
+    wait_for_line(path, r"model verbose tag61$")
+    assert lines(path, r"gRPC request: /inference\.GRPCInferenceService/ModelInfer$")
+    library = r"\d+ (hpack|table|base_events|selector_events|unix_events)\.py:\d+\]"
+    assert not lines(path, library), lines(path, library)[:5]

@@ -296,3 +296,36 @@ def test_level_changes_reach_the_live_stubs_once() -> None:
     del dead
     levels.set((False, True, True, True))  # a collected stub is forgotten
     assert len(live.sent) == 2
+
+
+@pytest.fixture
+def root_restored() -> Any:
+    """``install`` replaces the root logger's handlers: put the test runner's back."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield root
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+        handler.close()
+    for handler in handlers:
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def test_http2_libraries_stay_at_warning_whatever_the_verbosity(
+    tmp_path: Path, root_restored: logging.Logger
+) -> None:
+    path = tmp_path / "t.log"
+    settings = LogSettings(str(path), verbose=1)
+    settings.install()
+    logging.getLogger("hpack.hpack").debug("Decoded 5, consumed 1 bytes")
+    logging.getLogger("h2.connection").info("h2 internals")
+    logging.getLogger("asyncio").debug("Using selector: EpollSelector")
+    logging.getLogger("tritium").debug("gRPC request: /x")
+    logging.getLogger("hpack.table").warning("a library's warning still shows")
+    settings.apply(LogUpdate(verbose=2))  # a run-time change keeps them quiet too
+    logging.getLogger("hyperframe.frame").debug("frame internals")
+    assert re.findall(r"\] (.*)", path.read_text()) == [
+        "gRPC request: /x",
+        "a library's warning still shows",
+    ]

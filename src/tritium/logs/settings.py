@@ -24,6 +24,10 @@ LOG_FORMATS = ("default", "ISO8601")
 _MAX_VERBOSE = (1 << 31) - 1  # Triton keeps the level as an int32
 _FILE_READ_ONLY = "log file location can not be updated through network protocol"
 _BOOL_KEYS = ("log_info", "log_warning", "log_error")
+# Libraries whose DEBUG/INFO records are their own internals (hpack logs every header it
+# encodes or decodes): they stay at WARNING whatever --log-verbose is, so verbose logging
+# shows tritium's records, not a line per HTTP/2 header.
+QUIET_LIBRARIES = ("hpack", "h2", "hyperframe", "asyncio")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,8 @@ class LogSettings:
             old.close()
         root.addHandler(handler)
         root.setLevel(self.logger_level())
+        for name in QUIET_LIBRARIES:
+            logging.getLogger(name).setLevel(logging.WARNING)
         self._handler = handler
         global _installed
         _installed = self
