@@ -368,10 +368,16 @@ def _table(text: str) -> list[list[str]]:
     raise AssertionError("table without its bottom border")
 
 
-def test_startup_table_lists_models_with_their_state(log_file: Path, server: ServerProcess):
+def test_startup_table_lists_models_with_their_state(
+    log_file: Path, server: ServerProcess, repo: Path
+) -> None:
     rows = _table(log_file.read_text())
+    where = f"{repo / BROKEN / '1' / 'model.py'}(4): initialize"  # a reason of several lines
     assert rows == [
         [BROKEN, "1", "UNAVAILABLE: RuntimeError: broken on purpose"],
+        ["", "", ""],
+        ["", "", "At:"],
+        ["", "", where],
         [MODEL, "1", "READY"],
     ]
 

@@ -29,6 +29,7 @@ from typing import Any
 from ...types import DataType
 from . import bls_client, ipc, shm_tensors
 from . import pb_metrics, pb_utils
+from .stub_failure import describe
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
 
@@ -42,6 +43,7 @@ class Stub:
         self._mux = bls_client.FrameMux(channel, self._cancel)
         segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
+        self._name = name
         pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
@@ -80,15 +82,7 @@ class Stub:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _import_model(self, path: str) -> None:
-        model_path = Path(path)
-        sys.path.insert(0, str(model_path.parent))
-        spec = importlib.util.spec_from_file_location("model", model_path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"cannot import {model_path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["model"] = module
-        spec.loader.exec_module(module)
-        self._model_cls = module.TritonPythonModel
+        self._model_cls = import_model(path)
 
     def autocomplete(self, body: dict[str, Any]) -> dict[str, Any] | None:
         self._import_model(body["path"])
@@ -262,11 +256,40 @@ class Stub:
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))
             except Exception as exc:
-                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-                reply = (False, detail)
+                reply = (False, self._failure(kind, body, exc))
             self.send(ipc.REPLY, reply)
             if kind == ipc.FINALIZE:
                 return True
+
+
+    def _failure(self, kind: int, body: Any, exc: Exception) -> str:
+        """The reply's error text. The model failed to load (``import``,
+        ``auto_complete_config``, ``initialize``): Triton's reason with the model's frames, and
+        the traceback logged at the model's line (it leaves ahead of the reply)."""
+        if kind not in (ipc.AUTOCOMPLETE, ipc.INIT):
+            return "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        failure = describe(exc, str(body.get("path", "")) if isinstance(body, dict) else "")
+        step = " for auto-complete" if kind == ipc.AUTOCOMPLETE else ""
+        self._outbox.log(
+            "ERROR",
+            f"Failed to initialize Python stub '{self._name}'{step}: {failure.traceback}",
+            failure.where,
+        )
+        return failure.reason
+
+
+def import_model(path: str) -> Any:
+    """Import ``model.py`` as the module ``model`` (its directory on ``sys.path``, as Triton
+    puts it) and return its ``TritonPythonModel``."""
+    model_path = Path(path)
+    sys.path.insert(0, str(model_path.parent))
+    spec = importlib.util.spec_from_file_location("model", model_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {model_path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module
+    spec.loader.exec_module(module)
+    return module.TritonPythonModel
 
 
 _TYPE_CODE = {

@@ -1,0 +1,132 @@
+"""A Python model whose ``model.py`` fails to import (ImportError, SyntaxError, an exception at
+module level) or whose ``initialize`` raises: the repository index (HTTP and gRPC, official
+clients) says UNAVAILABLE with the exception text and the model's file and line in Triton's
+shape (``<Type>: <message>\\n\\nAt:\\n  <file>(<line>): <function>``), and the server log has
+the traceback, recorded at the model's ``model.py:<line>``, then the load failure."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from clients import client
+from server_process import ServerProcess
+
+PROTOCOLS = ("http", "grpc")
+
+SOURCES = {
+    # name: (model.py, the line that fails, the innermost function, the exception's text)
+    "import_missing": (
+        "import numpy as np\nimport no_such_module_for_tritium\n",
+        2,
+        "<module>",
+        "ModuleNotFoundError: No module named 'no_such_module_for_tritium'",
+    ),
+    "syntax_broken": (
+        "import numpy as np\n\n\nclass TritonPythonModel:\n    def execute(self, requests)\n"
+        "        return []\n",
+        5,
+        "<module>",
+        "SyntaxError: expected ':' (model.py, line 5)",
+    ),
+    "module_raises": (
+        "def _setup():\n    raise ValueError('no weights at module level')\n\n\n_setup()\n",
+        2,
+        "_setup",
+        "ValueError: no weights at module level",
+    ),
+    "initialize_raises": (
+        "class TritonPythonModel:\n    def initialize(self, args):\n"
+        "        raise RuntimeError('initialize broke')\n",
+        3,
+        "initialize",
+        "RuntimeError: initialize broke",
+    ),
+}
+
+
+def _config(name: str) -> str:
+    return textwrap.dedent(f"""
+        name: "{name}"
+        backend: "python"
+        max_batch_size: 0
+        input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+        output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+    """)
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("load_errors")
+    for name, (source, *_rest) in SOURCES.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(_config(name))
+        (root / name / "1" / "model.py").write_text(source)
+    return root
+
+
+@pytest.fixture(scope="module")
+def served(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
+    log_file = tmp_path_factory.mktemp("load_errors_log") / "server.log"
+    proc = ServerProcess([repo], "--exit-on-error=false", f"--log-file={log_file}")
+    yield proc, log_file
+    proc.stop()
+
+
+def _reason(proc: ServerProcess, protocol: str, name: str) -> str:
+    c = client(protocol, proc.url(protocol))
+    try:
+        if protocol == "http":
+            rows = list(c.get_model_repository_index())
+        else:
+            rows = list(c.get_model_repository_index(as_json=True).get("models", []))
+    finally:
+        c.close()
+    mine = [row for row in rows if row["name"] == name]
+    assert [row.get("state") for row in mine] == ["UNAVAILABLE"], mine
+    return str(mine[0]["reason"])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_index_reason_has_the_exception_and_the_model_line(
+    served: tuple[Any, Path], repo: Path, protocol: str, name: str
+) -> None:
+    proc, _ = served
+    _, line, function, text = SOURCES[name]
+    path = repo / name / "1" / "model.py"
+    reason = _reason(proc, protocol, name)
+    head, _, frames = reason.partition("\n\nAt:\n")
+    assert head == text
+    assert frames.splitlines()[0] == f"  {path}({line}): {function}", reason
+    assert "stub.py" not in reason and "frozen importlib" not in reason
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_log_has_the_traceback_at_the_models_line_then_the_failure(
+    served: tuple[Any, Path], repo: Path, name: str
+) -> None:
+    _, log_file = served
+    _, line, _, text = SOURCES[name]
+    path = repo / name / "1" / "model.py"
+    log = log_file.read_text()
+    record = re.search(
+        rf"^E\d{{4}} [\d:.]+ \d+ model\.py:{line}\] Failed to initialize Python stub "
+        rf"'{name}_0_0'( for auto-complete)?: (?P<body>(.*\n)+?){re.escape(text.split(' (')[0])}$",
+        log,
+        re.MULTILINE,
+    )
+    assert record, log[-4000:]
+    assert f'File "{path}", line {line}' in record["body"]
+    failed = re.search(
+        rf"^E\d{{4}} [\d:.]+ \d+ manager\.py:\d+\] failed to load '{name}' version 1: "
+        rf"{re.escape(text)}\n\nAt:\n  {re.escape(str(path))}\({line}\)",
+        log,
+        re.MULTILINE,
+    )
+    assert failed, log[-4000:]
+    assert record.start() < failed.start()  # the traceback comes first
