@@ -30,6 +30,24 @@ REFUSED = {
         "instance_group.passive",
     ),
 }
+# A refused field whose name also comes earlier in a comment, in the model's name, in a string
+# and in another message: the reason names the field's own line (LINE_MODEL_LINE).
+LINE_MODEL = "passive_line_py"
+LINE_MODEL_CONFIG = f"""\
+name: "{LINE_MODEL}"
+# passive: see below
+backend: "python"
+max_batch_size: 0
+parameters {{ key: "note" value {{ string_value: "passive: true" }} }}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+instance_group [
+  {{ count: 1 kind: KIND_CPU }},
+  {{ count: 1
+     passive: true }}
+]
+"""
+LINE_MODEL_LINE = 11
 GPU_ONLY = "cuda_py"
 GPU_ONLY_FIELD = "optimization.cuda"
 REFUSING_ENSEMBLE = "refusing_ensemble"
@@ -76,6 +94,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cuda["2/model.py"] = cuda["1/model.py"]
     _write(root, GPU_ONLY, cuda)
     _write(root, REFUSING_ENSEMBLE, {"config.pbtxt": REFUSING_ENSEMBLE_CONFIG, "1/.keep": ""})
+    line_model = model_files(GOOD)
+    line_model["config.pbtxt"] = LINE_MODEL_CONFIG
+    _write(root, LINE_MODEL, line_model)
     return root
 
 
@@ -157,3 +178,13 @@ def test_gpu_only_field_warns_once_per_load(server: ServerProcess, repo: Path) -
     assert len(warnings) == 1, warnings
     assert "accepted but ignored" in warnings[0]
     assert str(repo / GPU_ONLY / "config.pbtxt") in warnings[0]
+
+
+def test_the_reason_names_the_refused_fields_own_line(
+    server: ServerProcess, repo: Path, protocol: str
+) -> None:
+    assert LINE_MODEL_CONFIG.splitlines()[LINE_MODEL_LINE - 1].strip() == "passive: true }"
+    row = _index(server, protocol)[(LINE_MODEL, "1")]
+    assert row["state"] == "UNAVAILABLE", row
+    config = repo / LINE_MODEL / "config.pbtxt"
+    assert row["reason"].startswith(f"{config}:{LINE_MODEL_LINE}: field 'instance_group.passive': ")

@@ -13,7 +13,6 @@ from tritium.config.model_config import (
     ModelConfig,
     config_from_json,
     config_to_json,
-    line_of,
     mc,
     parse_config_text,
     read_config,
@@ -135,13 +134,6 @@ def test_config_from_json_override() -> None:
     with pytest.raises(ServerError) as info:
         config_from_json('{"no_such_field": 1}')
     assert info.value.kind is ErrorKind.INVALID_ARG
-
-
-def test_line_of() -> None:
-    text = "a\nbb\nccc\n"
-    assert line_of(text, "a") == 1
-    assert line_of(text, "ccc") == 3
-    assert line_of(text, "zzz") == 0
 
 
 # ---------------------------------------------------------------------- /config rendering

@@ -111,11 +111,9 @@ def check_fields(config: ModelConfig, problem: ConfigProblem) -> None:
 
 
 def _anchor(path: str) -> str:
-    """What to look for in config.pbtxt to find the line: the field's own name (a parameter:
-    its key, quoted)."""
-    if path.startswith("parameters."):
-        return f'"{path.removeprefix("parameters.")}"'
-    return path.rsplit(".", 1)[-1]
+    """What identifies the field's entry in config.pbtxt beyond its path: a parameter's key
+    (``parameters.<key>`` is not a path of the text: the entry is ``key: "<key>"``)."""
+    return path.removeprefix("parameters.") if path.startswith("parameters.") else ""
 
 
 def field_paths(descriptor: Any, prefix: str = "") -> Iterator[str]:

@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ..errors import ServerError, invalid_arg
+from .locate import field_line
 
 # ``mc`` (the generated model_config messages) and ``ModelConfig`` are re-exported: the rest of
 # the package reaches Triton's config schema through this module.
@@ -26,7 +27,6 @@ __all__ = [
     "ModelConfig",
     "config_from_json",
     "config_to_json",
-    "line_of",
     "mc",
     "parse_config_text",
     "read_config",
@@ -100,16 +100,10 @@ def config_from_json(text: str) -> ModelConfig:
     return config
 
 
-def line_of(text: str, needle: str) -> int:
-    """The 1-based line of the first occurrence of ``needle`` in ``text`` (0 if absent)."""
-    pos = text.find(needle)
-    return text.count("\n", 0, pos) + 1 if pos >= 0 else 0
-
-
 class ConfigProblem:
     """Builds load errors (and warnings) that point at the config file, the line and the
-    field. One is made per model load, so a warning is logged once per load, not once per
-    version."""
+    field (``locate.field_line``: the field's path, and an ``anchor`` naming the entry). One is
+    made per model load, so a warning is logged once per load, not once per version."""
 
     def __init__(self, model: str, path: Path | None, text: str) -> None:
         self._model = model
@@ -128,7 +122,7 @@ class ConfigProblem:
 
     def _where(self, field: str, message: str, anchor: str) -> str:
         where = str(self._path) if self._path else f"model '{self._model}' (auto-completed config)"
-        line = line_of(self._text, anchor or field) if self._text else 0
+        line = field_line(self._text, field, anchor) if self._text else 0
         if line:
             where += f":{line}"
         return f"{where}: field '{field}': {message}"
