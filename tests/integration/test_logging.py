@@ -408,7 +408,7 @@ def test_unopenable_log_file_stops_the_server_at_start(repo: Path, tmp_path: Pat
 
 def test_bad_log_format_flag_is_refused(repo: Path) -> None:
     done = subprocess.run(
-        server_command([repo], "--log-format=json"), capture_output=True, text=True, timeout=60
+        server_command([repo], "--log-format=xml"), capture_output=True, text=True, timeout=60
     )
     assert done.returncode != 0
     assert "invalid argument for --log-format" in done.stderr
@@ -470,3 +470,70 @@ def test_verbose_logging_keeps_the_http2_libraries_quiet(verbose: tuple[Any, Pat
     assert lines(path, r"gRPC request: /inference\.GRPCInferenceService/ModelInfer$")
     library = r"\d+ (hpack|table|base_events|selector_events|unix_events)\.py:\d+\]"
     assert not lines(path, library), lines(path, library)[:5]
+
+
+# ------------------------------------------------------------------------- json records
+
+
+def _json_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_json_format_at_run_time(settled: ServerProcess, log_file: Path, protocol: str) -> None:
+    """log_format "json" through the logging extension: from the next record on, every line
+    is one JSON object; a Python model's records name the model."""
+    value = 71.0 if protocol == "http" else 72.0
+    c = client(protocol, settled.url(protocol))
+    start = log_file.stat().st_size
+    assert settings(protocol, c, {"log_format": "json"})["log_format"] == "json"
+    infer(settled, protocol, value)
+    wanted = f"model error tag{int(value)}"
+    assert wait_until(lambda: wanted in log_file.read_text()[start:], TIMEOUT_S)
+    records = _json_lines(log_file.read_text()[start:])  # every line is an object
+    mine = [r for r in records if r["message"] == wanted]
+    assert len(mine) == 1, records
+    (record,) = mine
+    assert record["level"] == "ERROR" and record["model"] == MODEL
+    assert record["file"] == "model.py" and isinstance(record["line"], int)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", record["time"])
+    assert record["pid"] == settled.proc.pid
+    settings(protocol, c, {"log_format": "default"})
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def json_log(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The log of a server started with --log-format=json (log_broken fails to load)."""
+    path = tmp_path_factory.mktemp("json") / "json.log"
+    proc = ServerProcess([repo], "--exit-on-error=false", "--log-format=json", f"--log-file={path}")
+    try:
+        infer(proc, "grpc", 81.0)
+        assert wait_until(lambda: "model error tag81" in path.read_text(), TIMEOUT_S)
+    finally:
+        proc.stop()
+    return path
+
+
+def test_json_format_from_the_start(json_log: Path) -> None:
+    """Every line is one object, records of several lines (a traceback, the start-up table)
+    included; records about a model name it, the others say null."""
+    records = _json_lines(json_log.read_text())
+    assert {tuple(r) for r in records} == {
+        ("time", "level", "pid", "file", "line", "model", "message")
+    }
+    traceback = [r for r in records if r["message"].startswith("Failed to initialize Python stub")]
+    assert len(traceback) == 1, traceback
+    assert traceback[0]["model"] == BROKEN and traceback[0]["file"] == "model.py"
+    assert traceback[0]["line"] == 4 and traceback[0]["level"] == "ERROR"
+    assert "Traceback (most recent call last):\n" in traceback[0]["message"]
+    assert traceback[0]["message"].endswith("RuntimeError: broken on purpose")
+    failed = [r for r in records if r["message"].startswith(f"failed to load '{BROKEN}'")]
+    assert failed and all(r["model"] == BROKEN for r in failed)
+    loaded = [r for r in records if r["message"].startswith(f"successfully loaded '{MODEL}'")]
+    assert len(loaded) == 1 and loaded[0]["model"] == MODEL and loaded[0]["level"] == "INFO"
+    table = [r for r in records if "| Model " in r["message"]]
+    assert len(table) == 1 and table[0]["model"] is None
+    assert len(table[0]["message"].splitlines()) > 4
+    started = [r for r in records if r["message"].startswith("Started GRPCInferenceService")]
+    assert started and started[0]["model"] is None

@@ -4,8 +4,10 @@ protocol, the start-up table's layout, and run-time levels reaching running stub
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from tritium.cli.main import _setup_logging, build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
 from tritium.logs.settings import (
     LevelFilter,
+    about_model,
     LogSettings,
     LogUpdate,
     TritonFormatter,
@@ -52,6 +55,51 @@ def test_default_and_iso8601_layouts_follow_the_settings() -> None:
     assert formatter.format(_record(logging.CRITICAL)).startswith("2023-11-14T22:13:20Z E ")
 
 
+def test_json_layout_is_one_object_per_record() -> None:
+    settings = LogSettings(format="json")
+    formatter = TritonFormatter(settings)
+    record = _record(logging.INFO, "loaded")
+    record.__dict__.update(about_model("add_sub"))
+    line = formatter.format(record)
+    assert "\n" not in line
+    assert json.loads(line) == {
+        "time": "2023-11-14T22:13:20.250000Z",
+        "level": "INFO",
+        "pid": 4242,
+        "file": "server.py",
+        "line": 12,
+        "model": "add_sub",
+        "message": "loaded",
+    }
+    levels = (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)
+    assert [json.loads(formatter.format(_record(level)))["level"] for level in levels] == [
+        "VERBOSE",
+        "INFO",
+        "WARNING",
+        "ERROR",
+        "ERROR",
+    ]
+    assert json.loads(formatter.format(_record(logging.INFO)))["model"] is None
+    settings.apply(LogUpdate(format="default"))  # the next record follows the settings
+    assert formatter.format(_record(logging.INFO)).startswith("I1114 22:13:20.250000 4242 ")
+
+
+def test_json_keeps_tracebacks_and_odd_text_inside_the_object() -> None:
+    formatter = TritonFormatter(LogSettings(format="json"))
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        exc_info = sys.exc_info()
+    record = logging.LogRecord("tritium", logging.ERROR, "/x/m.py", 3, "a\nb", (), exc_info)
+    line = formatter.format(record)
+    assert len(line.splitlines()) == 1
+    message = json.loads(line)["message"]
+    assert message.startswith("a\nb\nTraceback (most recent call last):\n")
+    assert message.endswith("ValueError: boom")
+    odd = _record(logging.WARNING, 'quote " and \udc80 surrogate\ttab')
+    assert json.loads(formatter.format(odd))["message"] == 'quote " and \udc80 surrogate\ttab'
+
+
 def test_level_filter_follows_run_time_changes() -> None:
     settings = LogSettings()
     keep = LevelFilter(settings=settings)
@@ -76,7 +124,7 @@ def test_settings_answer_tritons_keys_and_model_levels() -> None:
     assert settings.as_dict()["log_verbose_level"] == (1 << 31) - 1  # Triton's int32
     assert settings.model_levels() == (True, True, True, True)
     with pytest.raises(ValueError):
-        LogSettings(format="json")
+        LogSettings(format="xml")
 
 
 # ----------------------------------------------------------------------------- handler
@@ -128,6 +176,8 @@ def test_log_flags_reach_the_options() -> None:
     assert (defaults.log_format, defaults.log_file) == ("default", "")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--model-repository", "r", "--log-format=iso8601"])
+    json_args = build_parser().parse_args(["serve", "--model-repository", "r", "--log-format=json"])
+    assert options_from_args(json_args).log_format == "json"
 
 
 # ----------------------------------------------------------------- the extension's checks
@@ -151,6 +201,7 @@ def test_http_update_accepts_and_skips_nulls() -> None:
             "log_format": "ISO8601",
         }
     ) == LogUpdate(False, True, False, 2, "ISO8601")
+    assert http_update({"log_format": "json"}) == LogUpdate(format="json")
 
 
 @pytest.mark.parametrize(
@@ -203,6 +254,7 @@ def test_grpc_update_checks_the_oneof_case() -> None:
             "unknown": (None, None),
         }
     ) == LogUpdate(info=True, verbose=4, format="default")
+    assert grpc_update({"log_format": ("string_param", "json")}) == LogUpdate(format="json")
     cases = [
         (
             {"log_file": (None, None)},

@@ -15,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..errors import internal, invalid_arg
+from ..logsettings import about_model
 from ..config.model_config import ModelConfig, mc
 from ..config.spec import ModelSpec
 from ..request import InferenceRequest
@@ -139,6 +140,7 @@ def auto_complete(
             "autofilled max_batch_size to %d for model '%s' which supports batching",
             default_max_batch_size,
             config.name,
+            extra=about_model(config.name),
         )
     if (
         can_batch

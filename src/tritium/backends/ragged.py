@@ -31,6 +31,7 @@ from ..config.batch_io import (
 )
 from ..config.spec import ModelSpec
 from ..errors import invalid_arg
+from ..logsettings import about_model
 
 log = logging.getLogger("tritium")
 Shape = tuple[int, ...]
@@ -46,6 +47,7 @@ def warn_batch_io(spec: ModelSpec) -> None:
             "Triton's Python backend): each request keeps its own inputs and outputs; ragged "
             "inputs only let requests of different shapes share a batch",
             spec.name,
+            extra=about_model(spec.name),
         )
 
 

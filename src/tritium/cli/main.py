@@ -635,7 +635,9 @@ def _log_flags(serve: argparse.ArgumentParser) -> None:
         type=_log_format,
         default="default",
         help='"default": records as "I1130 14:02:03.123456 <pid> <file>:<line>] <message>"; '
-        '"ISO8601": as "2024-11-30T14:02:03Z I <pid> <file>:<line>] <message>"',
+        '"ISO8601": as "2024-11-30T14:02:03Z I <pid> <file>:<line>] <message>"; "json" '
+        "(tritium's own): one JSON object per line with time, level, pid, file, line, model "
+        "and message",
     )
     serve.add_argument(
         "--log-file",

@@ -16,6 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ..errors import ServerError, invalid_arg
+from ..logsettings import about_model
 from .locate import field_line
 
 # ``mc`` (the generated model_config messages) and ``ModelConfig`` are re-exported: the rest of
@@ -118,7 +119,12 @@ class ConfigProblem:
         """Log a warning about ``field``, the first time only."""
         if field not in self._warned:
             self._warned.add(field)
-            log.warning("model '%s': %s", self._model, self._where(field, message, anchor))
+            log.warning(
+                "model '%s': %s",
+                self._model,
+                self._where(field, message, anchor),
+                extra=about_model(self._model),
+            )
 
     def _where(self, field: str, message: str, anchor: str) -> str:
         where = str(self._path) if self._path else f"model '{self._model}' (auto-completed config)"

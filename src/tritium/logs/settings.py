@@ -7,10 +7,15 @@ changes it in place, so the next record follows the new settings. Records go whe
 go: to the ``--log-file`` when one is set, else INFO and verbose records to stdout and WARNING
 and ERROR ones to stderr. ``http_update`` and ``grpc_update`` turn what a client sent into a
 ``LogUpdate`` with Triton's texts for bad values (which differ between the two protocols).
+
+Besides Triton's two layouts, tritium's ``json`` writes each record as one JSON object on one
+line (``time``, ``level``, ``pid``, ``file``, ``line``, ``model``, ``message``); a record about
+a model says which through ``extra=about_model(name)``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import time
@@ -18,9 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
+import orjson
+
 from ..errors import internal, invalid_arg, unavailable, unsupported
 
-LOG_FORMATS = ("default", "ISO8601")
+LOG_FORMATS = ("default", "ISO8601", "json")  # json: tritium's own
 _MAX_VERBOSE = (1 << 31) - 1  # Triton keeps the level as an int32
 _FILE_READ_ONLY = "log file location can not be updated through network protocol"
 _BOOL_KEYS = ("log_info", "log_warning", "log_error")
@@ -121,11 +128,20 @@ def installed() -> LogSettings | None:
     return _installed
 
 
+MODEL_KEY = "model"  # the LogRecord attribute that names the model a record is about
+
+
+def about_model(name: str) -> dict[str, str]:
+    """``extra=`` for a record about model ``name`` (the ``model`` key of a json record)."""
+    return {MODEL_KEY: name}
+
+
 class TritonFormatter(logging.Formatter):
     """Triton's layouts (common/src/logging.cc): ``default`` is ``I1130 19:41:31.224123 23177
     model.py:42] message`` (level letter, UTC month/day and time to the microsecond, process
     id, file:line); ``ISO8601`` is ``2024-11-30T19:41:31Z I 23177 model.py:42] message``.
-    Verbose records print as ``I``, as Triton's LOG_VERBOSE does."""
+    Verbose records print as ``I``, as Triton's LOG_VERBOSE does. tritium's ``json``: see
+    ``json_record``."""
 
     _LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W"}
 
@@ -134,19 +150,47 @@ class TritonFormatter(logging.Formatter):
         self._settings = settings
 
     def format(self, record: logging.LogRecord) -> str:
+        form = "default" if self._settings is None else self._settings.format
+        message = record.getMessage()
+        if record.exc_info:
+            message += "\n" + self.formatException(record.exc_info)
+        if form == "json":
+            return json_record(record, message)
         created = record.created
         letter = self._LETTERS.get(record.levelno, "E")
         where = f"{record.process} {record.filename}:{record.lineno}]"
-        if self._settings is not None and self._settings.format == "ISO8601":
+        if form == "ISO8601":
             stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(created))
-            text = f"{stamp} {letter} {where} {record.getMessage()}"
-        else:
-            stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(created))
-            micros = int(created % 1 * 1_000_000)
-            text = f"{letter}{stamp}.{micros:06d} {where} {record.getMessage()}"
-        if record.exc_info:
-            text += "\n" + self.formatException(record.exc_info)
-        return text
+            return f"{stamp} {letter} {where} {message}"
+        stamp = time.strftime("%m%d %H:%M:%S", time.gmtime(created))
+        micros = int(created % 1 * 1_000_000)
+        return f"{letter}{stamp}.{micros:06d} {where} {message}"
+
+
+_LEVEL_NAMES = {logging.DEBUG: "VERBOSE", logging.INFO: "INFO", logging.WARNING: "WARNING"}
+
+
+def json_record(record: logging.LogRecord, message: str) -> str:
+    """One line of JSON: ``time`` (ISO 8601, UTC, microseconds), ``level`` (VERBOSE, INFO,
+    WARNING or ERROR, Triton's levels), ``pid``, ``file`` and ``line`` (the source location),
+    ``model`` (the model the record is about, else null) and ``message`` (a traceback, or any
+    message of several lines, stays inside it)."""
+    created = record.created
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    model = getattr(record, MODEL_KEY, None)
+    doc = {
+        "time": f"{stamp}.{int(created % 1 * 1_000_000):06d}Z",
+        "level": _LEVEL_NAMES.get(record.levelno, "ERROR"),
+        "pid": record.process,
+        "file": record.filename,
+        "line": record.lineno,
+        "model": None if model is None else str(model),
+        "message": message,
+    }
+    try:
+        return orjson.dumps(doc).decode()
+    except TypeError:  # a lone surrogate (orjson takes valid UTF-8 only): escaped instead
+        return json.dumps(doc)
 
 
 class LevelFilter(logging.Filter):

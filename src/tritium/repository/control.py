@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
+from ..logsettings import about_model
 from ..config.model_config import ModelConfig, config_from_json
 from .layout import ModelId, ModelLocation
 from .manager import ModelRepositoryManager
@@ -83,7 +84,7 @@ class ModelControl:
         try:
             locations, override = self._resolve(name, config_json, files)
         except ServerError as exc:  # Triton logs the detail; the client gets its summary
-            log.error("failed to load '%s': %s", name, exc.message)
+            log.error("failed to load '%s': %s", name, exc.message, extra=about_model(name))
             raise internal(
                 f"failed to load '{name}', failed to poll from model repository: {exc.message}"
             ) from None
@@ -163,11 +164,17 @@ class ModelControl:
         current = await asyncio.to_thread(self._snapshot)
         locations = self.manager.scan()
         for key in self._signatures.keys() - current.keys():
-            log.info("model '%s' left the repository: unloading", key.name)
+            log.info(
+                "model '%s' left the repository: unloading", key.name, extra=about_model(key.name)
+            )
             await self.manager.unload_id(key)
         for key, signature in current.items():
             if self._signatures.get(key) != signature:
-                log.info("model '%s' changed in the repository: loading", key.name)
+                log.info(
+                    "model '%s' changed in the repository: loading",
+                    key.name,
+                    extra=about_model(key.name),
+                )
                 await self.manager.load(locations[key])
         self._signatures = current
 

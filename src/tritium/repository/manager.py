@@ -19,6 +19,7 @@ from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from .model import Model, ModelState
 from ..metrics.settings import MetricsSettings
+from ..logs.settings import about_model
 from ..scheduling.ensemble import Dispatch
 from .warmup import warm_up
 from ..scheduling.rate_limiter import RateLimiter
@@ -146,7 +147,7 @@ class ModelRepositoryManager:
         except ServerError as exc:
             self._fail_model(record, exc.message)
         except Exception as exc:  # a broken model must never stop the others
-            log.exception("failed to load '%s'", name)
+            log.exception("failed to load '%s'", name, extra=about_model(name))
             self._fail_model(record, f"{type(exc).__name__}: {exc}")
         finally:
             self._waiting_on.pop(key, None)
@@ -254,7 +255,7 @@ class ModelRepositoryManager:
 
     def _fail_model(self, record: ModelRecord, reason: str) -> None:
         record.state, record.reason = ModelState.UNAVAILABLE, reason
-        log.error("failed to load '%s': %s", record.name, reason)
+        log.error("failed to load '%s': %s", record.name, reason, extra=about_model(record.name))
 
     async def _load_versions(
         self, record: ModelRecord, location: ModelLocation, override: ModelConfig | None
@@ -382,14 +383,25 @@ class ModelRepositoryManager:
         def on_failure(reason: str) -> None:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
             refresh(record)
-            log.error("model '%s' version %d is unavailable: %s", record.name, version, reason)
+            log.error(
+                "model '%s' version %d is unavailable: %s",
+                record.name,
+                version,
+                reason,
+                extra=about_model(record.name),
+            )
 
         def on_recovered() -> None:
             if entry.model is None or entry.state is not ModelState.UNAVAILABLE:
                 return  # unloaded or unloading meanwhile: it stays so
             entry.state, entry.reason = ModelState.READY, ""
             refresh(record)
-            log.info("model '%s' version %d is ready again", record.name, version)
+            log.info(
+                "model '%s' version %d is ready again",
+                record.name,
+                version,
+                extra=about_model(record.name),
+            )
 
         def context() -> LoadContext:  # a fresh copy of the config for each attempt
             own = ModelConfig()
@@ -415,7 +427,13 @@ class ModelRepositoryManager:
                 break
             except Exception as exc:
                 reason = exc.message if isinstance(exc, ServerError) else _describe(exc)
-                log.error("failed to load '%s' version %d: %s", record.name, version, reason)
+                log.error(
+                    "failed to load '%s' version %d: %s",
+                    record.name,
+                    version,
+                    reason,
+                    extra=about_model(record.name),
+                )
                 if attempt == self._layout.load_retries:
                     entry.state, entry.reason = ModelState.UNAVAILABLE, reason
                     return
@@ -425,7 +443,13 @@ class ModelRepositoryManager:
         except ServerError as exc:  # the rate limiter's resource counts cannot serve it
             await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
             entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
-            log.error("failed to load '%s' version %d: %s", record.name, version, exc.message)
+            log.error(
+                "failed to load '%s' version %d: %s",
+                record.name,
+                version,
+                exc.message,
+                extra=about_model(record.name),
+            )
             return
         entry.state = ModelState.READY
         refresh(record)
@@ -436,6 +460,7 @@ class ModelRepositoryManager:
             record.name,
             version,
             (time.monotonic() - started) * 1000,
+            extra=about_model(record.name),
         )
 
     async def unload_all(self, timeout: float | None = None) -> None:

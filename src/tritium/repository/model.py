@@ -22,6 +22,7 @@ from ..scheduling.sequence import SequenceScheduler
 from ..metrics.stats import ModelStats
 from ..request import InferenceRequest
 from ..types import Tensor
+from ..logs.settings import about_model
 
 log = logging.getLogger("tritium")
 # After the instances were killed, how long closing may still take (their executions are
@@ -189,6 +190,7 @@ class Model:
                 self.name,
                 self.version_str,
                 timeout,
+                extra=about_model(self.name),
             )
             self._abort(
                 "the model was unloaded while executing: its executions did not finish within "

@@ -24,6 +24,7 @@ from ..config.warmup import WarmupSample, sample_tensors, warmup_samples
 from ..errors import ServerError, invalid_arg
 from ..request import InferenceRequest, ResponseSender
 from ..types import ClientRequest, InferenceResponse, Tensor
+from ..logs.settings import about_model
 
 log = logging.getLogger("tritium")
 
@@ -66,6 +67,7 @@ async def _warm_instance(
                 getattr(instance, "name", "?"),
                 sample.name,
                 iteration,
+                extra=about_model(spec.name),
             )
             errors = await _run(spec, instance, sample, tensors, version)
             if errors:

@@ -29,6 +29,7 @@ from ..backends.base import ModelInstance, send_error
 from ..config.sequence import SequenceConfig
 from ..config.spec import ModelSpec
 from ..errors import ServerError, internal, unavailable
+from ..logsettings import about_model
 from ..request import InferenceRequest
 from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, add_controls, add_state
@@ -91,6 +92,7 @@ class SequenceScheduler:
                 "before this sequence start. Previous sequence will be terminated early.",
                 cid,
                 request.model_name,
+                extra=about_model(request.model_name),
             )
         if slot is not None:
             self._workers[slot.instance].enqueue(slot.index, request)

@@ -41,10 +41,10 @@ class PythonBackend:
         self._observability = observability or Observability()
         self._bls = bls  # the server's request/submit and model control, for BLS
 
-    def _stub(self, name: str, env: PythonEnv | None) -> StubProcess:
+    def _stub(self, model: str, name: str, env: PythonEnv | None) -> StubProcess:
         """A stub process (not started) whose model logs and metrics reach the server."""
         stub = StubProcess(name, env)
-        stub.observer = StubObserver(self._observability, name)
+        stub.observer = StubObserver(self._observability, name, model)
         self._observability.log_levels.watch(stub)  # the logging extension's changes reach it
         return stub
 
@@ -53,7 +53,7 @@ class PythonBackend:
         if not path.is_file():
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
         env = await self._environment(ctx)
-        stubs: list[StubProcess] = [self._stub(f"{ctx.model_name}_0_0", env)]
+        stubs: list[StubProcess] = [self._stub(ctx.model_name, f"{ctx.model_name}_0_0", env)]
         try:
             await self._start(stubs[0])
             config = ctx.config
@@ -75,7 +75,7 @@ class PythonBackend:
             ]
             stubs[0].name = stubs[0].observer.name = names[0]
             for name in names[1:]:
-                stubs.append(self._stub(name, env))
+                stubs.append(self._stub(ctx.model_name, name, env))
             await asyncio.gather(*(self._start(s) for s in stubs[1:]))
             await asyncio.gather(*(self._init(ctx, spec, s, path) for s in stubs))
         except BaseException:
@@ -100,7 +100,7 @@ class PythonBackend:
         self, ctx: LoadContext, spec: ModelSpec, name: str, path: Any, env: PythonEnv | None
     ) -> StubProcess:
         """A new, initialised stub for instance ``name`` (a restart); killed if that fails."""
-        stub = self._stub(name, env)
+        stub = self._stub(ctx.model_name, name, env)
         try:
             await self._start(stub)
             await self._init(ctx, spec, stub, path)

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from ...errors import ErrorKind, ServerError, cancelled, internal
+from ...logsettings import about_model
 from ...config.spec import ModelSpec
 from ...request import InferenceRequest
 from ...types import InferenceResponse
@@ -66,6 +67,7 @@ class PythonInstance:
     ) -> None:
         self.name = stub.name
         self._spec = spec
+        self._about = about_model(spec.name)  # extra= of its log records
         self._version = str(version)
         self._batches: dict[
             int, tuple[asyncio.Future[None], list[InferenceRequest], list[bool]]
@@ -343,7 +345,8 @@ class PythonInstance:
         if delay is None:
             self._give_up(what)
             return
-        log.error("model '%s': %s; restarting it in %.1f s", self._spec.name, what, delay)
+        name = self._spec.name
+        log.error("model '%s': %s; restarting it in %.1f s", name, what, delay, extra=self._about)
         self._sup.health.down(self.name, f"{what}; restarting")
         self._restarted = asyncio.get_running_loop().create_future()
         self._restart_task = asyncio.ensure_future(self._restart(delay))
@@ -357,7 +360,7 @@ class PythonInstance:
                 f"{what}; not restarted: {self._crashes.recent()} crashes within "
                 f"{policy.window_s:g} s (--model-instance-max-restarts={policy.max_restarts})"
             )
-        log.error("model '%s': %s", self._spec.name, reason)
+        log.error("model '%s': %s", self._spec.name, reason, extra=self._about)
         self._sup.health.down(self.name, reason)
         self._wake()
 
@@ -372,13 +375,24 @@ class PythonInstance:
                 if next_delay is None:
                     self._give_up(what)
                     return
-                log.error("model '%s': %s; retrying in %.1f s", self._spec.name, what, next_delay)
+                log.error(
+                    "model '%s': %s; retrying in %.1f s",
+                    self._spec.name,
+                    what,
+                    next_delay,
+                    extra=self._about,
+                )
                 delay = next_delay
                 continue
             break
         self._attach(stub)
         self._restarts[self.name] = self._restarts.get(self.name, 0) + 1
-        log.warning("model '%s': restarted the stub process of '%s'", self._spec.name, self.name)
+        log.warning(
+            "model '%s': restarted the stub process of '%s'",
+            self._spec.name,
+            self.name,
+            extra=self._about,
+        )
         self._sup.health.up(self.name)
         self._wake()
 

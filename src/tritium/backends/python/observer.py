@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...metrics.custom import CustomMetrics, MetricError
+from ...logs.settings import about_model
 from . import ipc
 
 if TYPE_CHECKING:
@@ -66,10 +67,11 @@ class Observability:
 class StubObserver:
     """One stub's logs and metrics (the owner of its metric handles)."""
 
-    def __init__(self, observability: Observability, name: str) -> None:
+    def __init__(self, observability: Observability, name: str, model: str = "") -> None:
         self._metrics = observability.metrics
         self._levels = observability.log_levels
         self.name = name
+        self._about = about_model(model) if model else None  # extra= of its records
 
     def observe(self, body: Any) -> None:
         """An OBSERVE frame: logs, how many were dropped, metric updates, deletions."""
@@ -83,6 +85,7 @@ class StubObserver:
                     "faster than the server could take them)",
                     self.name,
                     dropped,
+                    extra=self._about,
                 )
             for update in updates:
                 self._metrics.update(self, tuple(update))
@@ -92,7 +95,12 @@ class StubObserver:
                 else:
                     self._metrics.drop_metric(self, handle)
         except (MetricError, TypeError, ValueError, IndexError, KeyError) as exc:
-            log.warning("model instance '%s': malformed observability frame: %s", self.name, exc)
+            log.warning(
+                "model instance '%s': malformed observability frame: %s",
+                self.name,
+                exc,
+                extra=self._about,
+            )
 
     def _log(self, level: int, where: str, message: str) -> None:
         if not self._levels.current[level]:
@@ -109,6 +117,7 @@ class StubObserver:
             str(message),
             (),
             None,
+            extra=self._about,
         )
         model_log.handle(record)
 

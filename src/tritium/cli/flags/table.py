@@ -112,7 +112,8 @@ FLAGS: tuple[Flag, ...] = (
     _f("log-error", "Logging", _B, I, "the server's and Python models' ERROR records",
        "Enable/disable error-level logging."),
     _f("log-format", "Logging", _S, I,
-       "Triton's default and ISO8601 layouts; changeable at run time",
+       "Triton's default and ISO8601 layouts, and tritium's json (one object per line); "
+       "changeable at run time",
        "Logging format: default or ISO8601."),
     _f("log-file", "Logging", _S, I, "records appended to the file instead of the console",
        "File that log output is written to."),
