@@ -118,3 +118,9 @@ class ServerOptions:
     http_cors_allow_headers: tuple[str, ...] = ()
     http_cors_max_age_secs: int = 600
     http_cors_allow_credentials: bool = False
+    # The per-request access log (tritium's own; tritium.logs.access_log): --access-log-file
+    # ("" = off), rotated before it would pass --access-log-max-bytes (0: never) into
+    # --access-log-backup-count older files.
+    access_log_file: str = ""
+    access_log_max_bytes: int = 100 << 20
+    access_log_backup_count: int = 5

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import TRITON_VERSION
+from .logs.access_log import AccessEntry, AccessLog
 from .backends import BackendRegistry
 from .backends.python.observer import ModelLogLevels, Observability
 from .backends.python.supervisor import RestartPolicy
@@ -52,6 +53,8 @@ from .types import ClientRequest, InferenceResponse
 # parsing they hand to it.
 __all__ = [
     "EXTENSIONS",
+    "AccessEntry",
+    "AccessLog",
     "InferenceRequest",
     "InferenceServer",
     "LogUpdate",
@@ -151,6 +154,8 @@ class InferenceServer:
         self.shm = SharedMemoryManager(options.allow_client_shm)
         # The trace extension; front-ends read ``tracer.active`` once per request.
         self.tracer = TraceManager(options.trace)
+        # --access-log-file; front-ends read it once per inference request (None: off).
+        self.access_log = _access_log(options)
         self._live = False
         self._accepting = False
         self._inflight = 0
@@ -188,6 +193,8 @@ class InferenceServer:
         remaining = max(deadline - loop.time(), _FINALIZE_GRACE_S)
         await self.repository.unload_all(timeout=remaining)
         await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
+        if self.access_log is not None:
+            await asyncio.to_thread(self.access_log.close)  # what waits is written
         self._live = False
 
     # -- health and metadata -----------------------------------------------------------------
@@ -338,12 +345,14 @@ class InferenceServer:
         client: ClientRequest,
         parent: InferenceRequest | None = None,
         trace: Trace | None = None,
+        access: AccessEntry | None = None,
     ) -> InferenceRequest:
         """The server's state for one inference (Triton's InferenceRequestNew): its model
         version resolved (the one lookup of the request) and its parameters parsed. An
         ensemble step's or BLS call's request (``parent``) carries its parent's options and
         parameters, and a child of its trace. ``trace``: the front-end sampled this request
-        for tracing. Errors raise."""
+        for tracing. ``access``: its access-log line, which reads the request's times when it
+        ends. Errors raise."""
         near = parent.model.namespace if parent is not None and parent.model else None
         model = self._model(client.model_name, client.model_version, near)
         if parent is None:
@@ -357,6 +366,8 @@ class InferenceServer:
         else:
             request = TracedRequest(client, options, parameters, parent)
             request.traced(trace, model.version)
+        if access is not None:
+            access.request = request
         request.model = model
         request.model_version = model.version  # the version that serves it, from now on
         request.decoupled = model.spec.decoupled
@@ -393,11 +404,15 @@ class InferenceServer:
         model.scheduler.submit(request)
 
     async def infer(
-        self, client: ClientRequest, decoupled_error: str, trace: Trace | None = None
+        self,
+        client: ClientRequest,
+        decoupled_error: str,
+        trace: Trace | None = None,
+        access: AccessEntry | None = None,
     ) -> InferenceResponse:
         """A unary call: one non-decoupled inference awaited on the event loop; errors raise
         (``decoupled_error``: the front-end's message for a decoupled model)."""
-        request = self.request(client, None, trace)
+        request = self.request(client, None, trace, access)
         if request.decoupled:
             raise unsupported(decoupled_error)
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
@@ -412,11 +427,15 @@ class InferenceServer:
         return response
 
     def stream(
-        self, client: ClientRequest, callback: ResponseCallback, trace: Trace | None = None
+        self,
+        client: ClientRequest,
+        callback: ResponseCallback,
+        trace: Trace | None = None,
+        access: AccessEntry | None = None,
     ) -> InferenceRequest:
         """A streamed call: responses (0..N for a decoupled model, then the final flag) go to
         ``callback(response_or_None, final)`` on the loop; errors before scheduling raise."""
-        request = self.request(client, None, trace)
+        request = self.request(client, None, trace, access)
         self.submit(request, ResponseSender(callback))
         return request
 
@@ -468,6 +487,23 @@ class InferenceServer:
         self._inflight -= 1
         if not self._inflight:
             self._idle.set()
+
+
+def _access_log(options: ServerOptions) -> AccessLog | None:
+    """The access log when --access-log-file names one; a file that cannot be opened stops
+    the server at start."""
+    if not options.access_log_file:
+        return None
+    try:
+        return AccessLog(
+            options.access_log_file,
+            options.access_log_max_bytes,
+            options.access_log_backup_count,
+        )
+    except OSError as exc:
+        raise RuntimeError(
+            f"--access-log-file: cannot open '{options.access_log_file}': {exc.strerror}"
+        ) from None
 
 
 def _unary(future: asyncio.Future[InferenceResponse]) -> ResponseCallback:

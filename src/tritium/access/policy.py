@@ -77,11 +77,13 @@ class Refusal:
 class Verdict:
     """The answer to one request: its identity (a token's name), a refusal, or both empty.
 
-    ``client`` is set when the request holds an in-flight slot that must be released."""
+    ``client`` is set when the request holds an in-flight slot that must be released; ``key``
+    is the restricted-API header that admitted it (its name: the access log shows it)."""
 
     identity: str | None = None
     refusal: Refusal | None = None
     client: str | None = None
+    key: str | None = None
 
 
 ALLOWED = Verdict()
@@ -251,6 +253,7 @@ class AccessPolicy:
         restriction = self._restrictions.get(group) if group is not None else None
         if restriction is not None and not _equal(header(restriction.header), restriction.value):
             return Verdict(refusal=Refusal(RefusalKind.RESTRICTED, self._restricted(restriction)))
+        key = restriction.header if restriction is not None else None
         identity = None
         if self._tokens is not None and group not in TOKEN_FREE_GROUPS:
             token, refusal = self._authenticate(group, header)
@@ -264,9 +267,9 @@ class AccessPolicy:
                     f"too many inference requests in flight from client '{client}' (at most "
                     f"{self._limiter.limit}, --max-inflight-per-client)"
                 )
-                return Verdict(identity, Refusal(RefusalKind.TOO_MANY_REQUESTS, message))
-            return Verdict(identity, None, client)
-        return Verdict(identity) if identity is not None else ALLOWED
+                return Verdict(identity, Refusal(RefusalKind.TOO_MANY_REQUESTS, message), None, key)
+            return Verdict(identity, None, client, key)
+        return Verdict(identity, key=key) if identity is not None or key else ALLOWED
 
     def release(self, verdict: Verdict) -> None:
         """Give back the in-flight slot a verdict holds (once the request has finished)."""

@@ -81,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--exit-timeout-secs", type=float, default=30.0)
     serve.add_argument("--model-load-thread-count", type=int, default=4)
     _log_flags(serve)
+    _access_log_flags(serve)
     bool_flag(serve, "--allow-client-shm", False, "let clients register shared-memory regions")
     serve.add_argument("--model-control-mode", choices=("none", "poll", "explicit"), default="none")
     serve.add_argument("--repository-poll-secs", type=float, default=15.0)
@@ -444,6 +445,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         exit_timeout_secs=args.exit_timeout_secs,
         model_load_thread_count=args.model_load_thread_count,
         **_log_options(args),
+        **_access_log_options(args),
         cache_size=_cache_size(cache_config_values(args)),
         allow_client_shm=args.allow_client_shm,
         model_control_mode=args.model_control_mode,
@@ -645,6 +647,39 @@ def _log_flags(serve: argparse.ArgumentParser) -> None:
         help="append every log record to this file instead of the console (stdout for INFO, "
         "stderr for warnings and errors)",
     )
+
+
+def _access_log_flags(serve: argparse.ArgumentParser) -> None:
+    """tritium's per-request access log (docs/logging.md)."""
+    defaults = ServerOptions()
+    serve.add_argument(
+        "--access-log-file",
+        default="",
+        help="tritium: append one JSON line per inference request (HTTP and gRPC) to this "
+        "file, written off the request path; off by default",
+    )
+    serve.add_argument(
+        "--access-log-max-bytes",
+        type=non_negative_int,
+        default=defaults.access_log_max_bytes,
+        help="tritium: rotate the access log before it would grow past this many bytes "
+        "(0: never rotate)",
+    )
+    serve.add_argument(
+        "--access-log-backup-count",
+        type=non_negative_int,
+        default=defaults.access_log_backup_count,
+        help="tritium: rotated access logs kept as FILE.1 ... FILE.<n> (0: the file starts "
+        "over at the bound)",
+    )
+
+
+def _access_log_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "access_log_file": args.access_log_file,
+        "access_log_max_bytes": args.access_log_max_bytes,
+        "access_log_backup_count": args.access_log_backup_count,
+    }
 
 
 def _log_format(text: str) -> str:

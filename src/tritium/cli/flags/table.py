@@ -335,6 +335,9 @@ FLAGS: tuple[Flag, ...] = (
     _own("python-env-cache-dir", "Backend", _S, "where EXECUTION_ENV_PATH archives unpack"),
     _own("auth-token-file", "tritium", _S, "bearer tokens for HTTP and gRPC"),
     _own("audit-log", "tritium", _S, "control-plane actions and refusals, JSON lines"),
+    _own("access-log-file", "Logging", _S, "one JSON line per inference request, off the path"),
+    _own("access-log-max-bytes", "Logging", _I, "the access log rotates before this size"),
+    _own("access-log-backup-count", "Logging", _I, "rotated access logs kept (FILE.1 ...)"),
     _own("max-inflight-per-client", "tritium", _I, "inference requests in flight per client"),
     _own("ports-file", "tritium", _S, "write the bound ports as JSON once serving"),
 )

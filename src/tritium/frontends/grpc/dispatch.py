@@ -54,6 +54,17 @@ def _serialize(message: Any) -> bytes:
     return message if isinstance(message, bytes) else message.SerializeToString()
 
 
+def code_of(exc: BaseException) -> StatusCode:
+    """The status code ``status_of`` gives an exception (without logging anything)."""
+    if isinstance(exc, RpcError):
+        return exc.code
+    if isinstance(exc, ServerError):
+        return CODE[exc.kind]
+    if isinstance(exc, DecodeError):
+        return StatusCode.INVALID_ARGUMENT
+    return StatusCode.INTERNAL
+
+
 def status_of(exc: BaseException) -> tuple[StatusCode, str]:
     """An exception as the status its call ends with; anything unexpected is a bug: logged,
     answered INTERNAL, and the server goes on."""

@@ -14,6 +14,18 @@ CODE = {
     ErrorKind.UNKNOWN: StatusCode.UNKNOWN,
 }
 
+_KIND_OF = {code: kind for kind, code in CODE.items()}
+
+
+def triton_status(code: StatusCode) -> str:
+    """A call's status code as the access log's Triton status: SUCCESS, the error kind it
+    maps from, or (a transport refusal) the gRPC code's name."""
+    if code is StatusCode.OK:
+        return "SUCCESS"
+    kind = _KIND_OF.get(code)
+    return kind.value if kind is not None else code.name
+
+
 # A status message longer than this is cut: clients refuse trailers past about 16 KiB.
 MAX_MESSAGE_CHARS = 4096
 

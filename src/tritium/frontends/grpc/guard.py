@@ -99,6 +99,16 @@ class CallGuard:
         self._verdict = Verdict()
         self._finished = False
 
+    @property
+    def identity(self) -> str | None:
+        """The admitted call's bearer token name (for the access log)."""
+        return self._verdict.identity
+
+    @property
+    def key(self) -> str | None:
+        """The restricted-protocol header that admitted the call (its name)."""
+        return self._verdict.key
+
     def admit(self, metadata: dict[str, str], request: Any) -> None:
         """Raises RpcError when the policy refuses the call (and audits the refusal)."""
         self._verdict = self._guard.policy.admit(self._group, metadata.get, self._peer)

@@ -20,12 +20,21 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import unsupported
-from ...server import InferenceRequest, InferenceServer, ResponseSender, Trace, grpc_update
+from ...server import (
+    AccessEntry,
+    AccessLog,
+    InferenceRequest,
+    InferenceServer,
+    ResponseSender,
+    Trace,
+    grpc_update,
+)
 from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .call import ServerCall
 from .codec import decode_message, encode_response
-from .dispatch import Kind, Method, status_of
+from .dispatch import Kind, Method, code_of, status_of
+from .errors import triton_status
 from .guard import HEALTH_SERVICE, SERVICE
 from .metadata import compile_forward_pattern, forwarded_parameters
 from .status import RpcError, StatusCode
@@ -183,15 +192,36 @@ class InferenceService:
         return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in shown.items()})
 
     async def ModelInfer(self, request: bytes, call: ServerCall) -> Any:
+        access_log = self._server.access_log
+        if access_log is None:
+            return await self._model_infer(request, call)
+        entry = _entry(call, len(request))
+        try:
+            answer = await self._model_infer(request, call, entry)
+            if not isinstance(answer, bytes):
+                answer = answer.SerializeToString()
+        except BaseException as exc:  # the dispatcher answers it: the same code
+            code = StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else code_of(exc)
+            _logged(access_log, entry, code)
+            raise
+        entry.bytes_out = len(answer)
+        _logged(access_log, entry, StatusCode.OK)
+        return answer
+
+    async def _model_infer(
+        self, request: bytes, call: ServerCall, access: AccessEntry | None = None
+    ) -> Any:
         forwarded = self.forwarded(call)
         began = time.perf_counter_ns() if self._server.tracer.active else 0
         _, inference = await decode_off_loop(len(request), decode_message, request, forwarded)
+        if access is not None:
+            _asked(access, inference)
         trace = self._sample(inference, call, began) if began else None
         if trace is None:
-            response = await self._server.infer(inference, _DECOUPLED)
+            response = await self._server.infer(inference, _DECOUPLED, None, access)
             return encode_response(response)
         try:  # on this path the transport writes the answer: SEND_* frame its encoding
-            response = await self._server.infer(inference, _DECOUPLED, trace)
+            response = await self._server.infer(inference, _DECOUPLED, trace, access)
             trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
             trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
             answer = encode_response(response).SerializeToString()
@@ -220,18 +250,28 @@ class InferenceService:
         server = self._server
         began = time.perf_counter_ns() if server.tracer.active else 0
         trace = None
+        access_log = server.access_log
+        entry = None if access_log is None else _entry(call, len(raw))
         try:
             _, client = decode_message(raw, self.forwarded(call))
             if began:
                 trace = self._sample(client, call, began)
-            request = server.request(client, None, trace)
+            if entry is not None:
+                _asked(entry, client)
+            request = server.request(client, None, trace, entry)
             if request.decoupled:
                 raise unsupported(_DECOUPLED)
-            server.submit(request, ResponseSender(_UnaryAnswer(call, request, trace)))
+            answer = _UnaryAnswer(call, request, trace)
+            if entry is not None and access_log is not None:
+                answer.access = (access_log, entry)
+            server.submit(request, ResponseSender(answer))
         except Exception as exc:
             if trace is not None:
                 trace.end()
-            call.finish(*status_of(exc))
+            code, message = status_of(exc)
+            call.finish(code, message)
+            if entry is not None and access_log is not None:
+                _logged(access_log, entry, code)
         return True
 
     async def ModelStreamInfer(self, call: ServerCall) -> None:
@@ -239,11 +279,32 @@ class InferenceService:
         await stream_infer(self._server, call, limit, self.forwarded(call))
 
 
+def _entry(call: ServerCall, bytes_in: int) -> AccessEntry:
+    """A ModelInfer call's access-log line (who the access guard admitted, if one did)."""
+    guard = call.guard
+    if guard is None:
+        return AccessEntry.begin("grpc", call.peer, bytes_in)
+    return AccessEntry.begin("grpc", call.peer, bytes_in, guard.identity, guard.key)
+
+
+def _asked(entry: AccessEntry, client: ClientRequest) -> None:
+    """The model and version the request names (until the server resolves them)."""
+    entry.model, entry.request_id = client.model_name, client.id
+    entry.version = str(client.model_version) if client.model_version > 0 else ""
+
+
+def _logged(access_log: AccessLog, entry: AccessEntry, code: StatusCode) -> None:
+    entry.outcome(triton_status(code), int(code))
+    entry.ended()
+    access_log.put(entry)
+
+
 class _UnaryAnswer:
     """The response callback of a fast-path ModelInfer: writes the answer and its status;
-    a cancelled call (reset, deadline, connection lost) cancels the request."""
+    a cancelled call (reset, deadline, connection lost) cancels the request. ``access``: its
+    access-log line, put once the answer or the error status is written."""
 
-    __slots__ = ("_call", "_request", "_kept", "_trace")
+    __slots__ = ("_call", "_request", "_kept", "_trace", "access")
 
     def __init__(
         self, call: ServerCall, request: InferenceRequest, trace: Trace | None = None
@@ -252,6 +313,7 @@ class _UnaryAnswer:
         self._request = request
         self._kept: InferenceResponse | None = None
         self._trace = trace
+        self.access: tuple[AccessLog, AccessEntry] | None = None
         call.on_cancel = request.cancel
 
     def __call__(self, response: InferenceResponse | None, final: bool) -> None:
@@ -265,27 +327,39 @@ class _UnaryAnswer:
             response = self._kept or InferenceResponse(self._request.model_name, "", "")
         trace = self._trace
         if trace is not None:
-            self._traced_answer(trace, response)
+            code = self._traced_answer(trace, response)
         elif response.error is not None:
-            call.finish(*status_of(response.error))
+            code = self._fail(response.error)
         else:
-            self._answer(response)
+            code = self._answer(response)
+        if self.access is not None:
+            _logged(*self.access, code)
 
-    def _answer(self, response: InferenceResponse) -> None:
+    def _fail(self, error: Exception) -> StatusCode:
+        code, message = status_of(error)
+        self._call.finish(code, message)
+        return code
+
+    def _answer(self, response: InferenceResponse) -> StatusCode:
         try:
-            self._call.answer(encode_response(response).SerializeToString())
+            answer = encode_response(response).SerializeToString()
+            self._call.answer(answer)
         except Exception as exc:
-            self._call.finish(*status_of(exc))
+            return self._fail(exc)
+        if self.access is not None:
+            self.access[1].bytes_out = len(answer)
+        return StatusCode.OK
 
-    def _traced_answer(self, trace: Trace, response: InferenceResponse) -> None:
+    def _traced_answer(self, trace: Trace, response: InferenceResponse) -> StatusCode:
         trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         if response.error is not None:
-            self._call.finish(*status_of(response.error))
+            code = self._fail(response.error)
         else:
             trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-            self._answer(response)
+            code = self._answer(response)
             trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
         trace.end()
+        return code
 
 
 class HealthService:

@@ -26,7 +26,14 @@ from typing import Any
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import ErrorKind, ServerError
-from ...server import InferenceRequest, InferenceServer, ResponseSender, Trace, parse_version
+from ...server import (
+    AccessEntry,
+    InferenceRequest,
+    InferenceServer,
+    ResponseSender,
+    Trace,
+    parse_version,
+)
 from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
@@ -41,12 +48,19 @@ _EMPTY_FINAL = "triton_enable_empty_final_response"
 class _Item:
     """One message to write, in the writer's queue."""
 
-    __slots__ = ("message", "kind", "final")
+    __slots__ = ("message", "kind", "final", "access")
 
-    def __init__(self, message: pb.ModelStreamInferResponse | None, kind: Any, final: bool):
+    def __init__(
+        self,
+        message: pb.ModelStreamInferResponse | None,
+        kind: Any,
+        final: bool,
+        access: AccessEntry | None = None,
+    ):
         self.message = message  # None: nothing to write, only a request to account for
         self.kind = kind  # the ErrorKind when the message is an error
         self.final = final
+        self.access = access  # its request's access-log line (put with the final one)
 
 
 class _Slot:
@@ -101,6 +115,7 @@ class StreamSession:
         self._outstanding = 0
         self._input_done = False
         self._idle: asyncio.Future[None] | None = None
+        self._log = server.access_log  # None: no access-log lines
 
     async def run(self) -> None:
         """Starts the requests ``consume`` left in the inbox until the client half-closes,
@@ -126,7 +141,7 @@ class StreamSession:
                     )
                 finally:
                     self._decoding = False
-            self._start(message, request)
+            self._start(message, request, len(raw))
         self._input_done = True
         if self._outstanding and not call.done:
             self._idle = asyncio.get_running_loop().create_future()
@@ -146,24 +161,38 @@ class StreamSession:
             return False
         self._free -= 1
         message, request = _decode(raw, self._forwarded)
-        self._start(message, request)
+        self._start(message, request, len(raw))
         return True
 
+    def _entry(self, message: pb.ModelInferRequest | None, size: int) -> AccessEntry:
+        """A stream request's access-log line (only when the log is on)."""
+        guard = self._call.guard
+        identity, key = (None, None) if guard is None else (guard.identity, guard.key)
+        entry = AccessEntry.begin("grpc", self._call.peer, size, identity, key, stream=True)
+        if message is not None:
+            entry.model, entry.version = message.model_name, message.model_version
+            entry.request_id = message.id
+        return entry
+
     def _start(
-        self, message: pb.ModelInferRequest | None, client: ClientRequest | ServerError
+        self,
+        message: pb.ModelInferRequest | None,
+        client: ClientRequest | ServerError,
+        size: int = 0,
     ) -> None:
         self._outstanding += 1
         trace = None
+        entry = None if self._log is None else self._entry(message, size)
         try:
             if isinstance(client, ServerError):
                 raise client
             if self._server.tracer.active:
                 trace = _sample(self._server, client, self._call)
-            request = self._server.request(client, None, trace)  # the one model lookup
+            request = self._server.request(client, None, trace, entry)  # the one lookup
         except ServerError as exc:
             if trace is not None:
                 trace.end()
-            self._ordered_error(exc, message.id if message is not None else "")
+            self._ordered_error(exc, message.id if message is not None else "", entry)
             return
         assert message is not None
         empty_final = False
@@ -171,9 +200,9 @@ class StreamSession:
             empty_final = bool(parameter_value(message.parameters[_EMPTY_FINAL]))
         decoupled = request.decoupled
         if decoupled:
-            callback = self._decoupled_callback(request, empty_final)
+            callback = self._decoupled_callback(request, empty_final, entry)
         else:
-            callback = self._ordered_callback(request)
+            callback = self._ordered_callback(request, entry)
         if trace is not None:
             callback = _traced(callback, trace)
         self._active.add(request)
@@ -184,17 +213,17 @@ class StreamSession:
             if decoupled:
                 if trace is not None:
                     trace.end()
-                self._write(_Item(_error_message(exc, request.id), exc.kind, True))
+                self._write(_Item(_error_message(exc, request.id), exc.kind, True, entry))
             else:
                 callback(InferenceResponse(request.model_name, "", request.id, error=exc), True)
 
-    def _ordered_error(self, exc: ServerError, rid: str) -> None:
+    def _ordered_error(self, exc: ServerError, rid: str, entry: AccessEntry | None) -> None:
         slot = _Slot()
-        slot.item = _Item(_error_message(exc, rid), exc.kind, True)
+        slot.item = _Item(_error_message(exc, rid), exc.kind, True, entry)
         self._ordered.append(slot)
         self._flush()
 
-    def _ordered_callback(self, request: InferenceRequest) -> Any:
+    def _ordered_callback(self, request: InferenceRequest, entry: AccessEntry | None) -> Any:
         slot = _Slot()
         self._ordered.append(slot)
         kept: list[InferenceResponse] = []  # a response sent before a flag-only final
@@ -210,7 +239,7 @@ class StreamSession:
                     kept[0] if kept else InferenceResponse(request.model_name, "", request.id)
                 )
             kind = _kind(response.error) if response.error is not None else None
-            slot.item = _Item(_response_message(response, True), kind, True)
+            slot.item = _Item(_response_message(response, True), kind, True, entry)
             self._flush()
 
         return on_response
@@ -222,19 +251,21 @@ class StreamSession:
             assert item is not None
             self._write(item)
 
-    def _decoupled_callback(self, request: InferenceRequest, empty_final: bool) -> Any:
+    def _decoupled_callback(
+        self, request: InferenceRequest, empty_final: bool, entry: AccessEntry | None
+    ) -> Any:
         def on_response(response: InferenceResponse | None, final: bool) -> None:
             if final:
                 self._active.discard(request)
             if response is not None:
                 kind = _kind(response.error) if response.error is not None else None
-                self._write(_Item(_response_message(response, final), kind, final))
+                self._write(_Item(_response_message(response, final), kind, final, entry))
             elif final:
                 message = None
                 if empty_final:
                     empty = InferenceResponse(request.model_name, _version(request), request.id)
                     message = _response_message(empty, True)
-                self._write(_Item(message, None, True))
+                self._write(_Item(message, None, True, entry))
 
         return on_response
 
@@ -245,10 +276,17 @@ class StreamSession:
         if message is not None and not call.done:
             if item.kind is not None and self._grpc_errors:  # the first error ends the stream
                 call.finish(CODE[item.kind], status_message(message.error_message))
+                if item.access is not None:
+                    self._account(item, 0, False)
                 call.cancelled()
                 self._wake()
                 return
-            call.send(message.SerializeToString())
+            data = message.SerializeToString()
+            call.send(data)
+            if item.access is not None:
+                self._account(item, len(data), False)
+        elif item.access is not None:
+            self._account(item, 0, message is not None)  # the call ended: not written
         if item.final:
             self._outstanding -= 1
             self._free += 1
@@ -257,6 +295,25 @@ class StreamSession:
                 freed.set_result(None)
             if self._input_done and self._outstanding == 0:
                 self._wake()
+
+    def _account(self, item: _Item, sent: int, lost: bool) -> None:
+        """The access-log line of the item's request: its bytes, its first error, and once
+        its final response is out, the line itself."""
+        entry = item.access
+        if entry is None or self._log is None:
+            return
+        entry.bytes_out += sent
+        if entry.code is None:
+            if lost:
+                entry.outcome("CANCELLED", int(CODE[ErrorKind.CANCELLED]))
+            elif item.kind is not None:
+                entry.outcome(item.kind.value, int(CODE[item.kind]))
+        if item.final:
+            if entry.code is None:
+                entry.outcome("SUCCESS", 0)
+            entry.ended()
+            self._log.put(entry)
+            item.access = None
 
     def _wake(self) -> None:
         idle, self._idle = self._idle, None

@@ -141,6 +141,7 @@ class HttpGuard:
         if verdict.refusal is not None:
             self._record(request, api, verdict, "refused", verdict.refusal)
             return refusal_response(verdict.refusal)
+        request.identity, request.api_key = verdict.identity, verdict.key
         try:
             result = route(request)
         except BaseException as exc:  # rendered by the request cycle; audited here

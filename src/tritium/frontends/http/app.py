@@ -3,6 +3,7 @@ encode. A handler raises ``ServerError`` and the one renderer (errors.py) answer
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 import time
@@ -15,15 +16,15 @@ import orjson
 
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
-from ...server import InferenceServer, Trace, http_update
+from ...server import AccessEntry, InferenceServer, Trace, http_update
 from ...types import ClientRequest
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
 from ..tensors import decode_off_loop
 from .cors import cors_policy
 from .codec import OutputPlan, decode_request, encode_response
-from .errors import render_error
-from .generate import GenerateStream, build_request, generate_once, sse_chunks
+from .errors import render_error, triton_status
+from .generate import GenerateStream, build_request, generate_once, logged_chunks, sse_chunks
 from .messages import HttpRequest, HttpResponse, HttpStreamResponse, Result, orjson_error
 from .routes import ANY_METHOD, NOT_ALLOWED, NOT_FOUND, ApiGroup, Route, Router
 
@@ -157,11 +158,56 @@ class HttpApp:
             return _json(self.server.update_log_settings(update))
         return _json(self.server.log_settings())
 
-    def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, HttpResponse]:
+    def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
         params = request.params
+        name, version = params["model"], params.get("version", "")
+        if self.server.access_log is not None:
+            return self._logged(request, self._logged_infer)
         if self.server.tracer.active:
-            return self._traced_infer(request, params["model"], params.get("version", ""))
-        return self._infer(request, params["model"], params.get("version", ""))
+            return self._traced_infer(request, name, version)
+        return self._infer(request, name, version)
+
+    def _logged_infer(self, request: HttpRequest, entry: AccessEntry) -> Awaitable[Result]:
+        params = request.params
+        name, version = params["model"], params.get("version", "")
+        if self.server.tracer.active:
+            return self._traced_infer(request, name, version, entry)
+        return self._infer(request, name, version, None, entry)
+
+    async def _logged(
+        self,
+        request: HttpRequest,
+        run: Callable[[HttpRequest, AccessEntry], Awaitable[Result]],
+        stream: bool = False,
+    ) -> Result:
+        """An inference with its access-log line: an error is answered here (as the request
+        cycle would render it), so the line has its status and size; a streamed answer's
+        line is put when its chunks end."""
+        log_ = self.server.access_log
+        assert log_ is not None
+        entry = AccessEntry.begin(
+            "http", request.peer, len(request.body), request.identity, request.api_key, stream
+        )
+        params = request.params  # the model as asked, until the server resolves it
+        entry.model, entry.version = params["model"], params.get("version", "")
+        try:
+            response = await run(request, entry)
+        except asyncio.CancelledError:  # the client went away: nothing is answered
+            entry.outcome("CANCELLED", None)
+            entry.ended()
+            log_.put(entry)
+            raise
+        except Exception as exc:
+            response = self.render_error(exc)
+            entry.outcome(triton_status(exc), response.status)
+        entry.code = response.status
+        if isinstance(response, HttpStreamResponse):
+            response.chunks = logged_chunks(response.chunks, entry, log_)
+            return response
+        entry.bytes_out = sum(memoryview(part).nbytes for part in response.body)
+        entry.ended()
+        log_.put(entry)
+        return response
 
     def _trace(self, request: HttpRequest) -> HttpResponse:
         """The trace extension: GET reads a setting, POST changes it and reads it."""
@@ -239,21 +285,39 @@ class HttpApp:
                 raise invalid_arg("Invalid value for 'ready': expected a boolean")
         return _json(self.server.repository_index(ready))
 
-    async def _generate_once(self, request: HttpRequest) -> HttpResponse:
-        return _json(await generate_once(self._generate(request)))
+    def _generate_once(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
+        if self.server.access_log is not None:
+            return self._logged(request, self._answer_once)
+        return self._answer_once(request)
 
-    async def _generate_stream(self, request: HttpRequest) -> HttpStreamResponse:
-        return HttpStreamResponse(sse_chunks(self._generate(request)))
+    async def _answer_once(
+        self, request: HttpRequest, access: AccessEntry | None = None
+    ) -> HttpResponse:
+        return _json(await generate_once(self._generate(request, access)))
 
-    def _generate(self, request: HttpRequest) -> GenerateStream:
+    def _generate_stream(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
+        if self.server.access_log is not None:
+            return self._logged(request, self._answer_stream, stream=True)
+        return self._answer_stream(request)
+
+    async def _answer_stream(
+        self, request: HttpRequest, access: AccessEntry | None = None
+    ) -> HttpStreamResponse:
+        return HttpStreamResponse(sse_chunks(self._generate(request, access), access))
+
+    def _generate(self, request: HttpRequest, access: AccessEntry | None = None) -> GenerateStream:
         params = request.params
         name, version = params["model"], params.get("version", "")
         inference = build_request(self.server, name, version, request.body)
+        if access is not None:
+            access.request_id = inference.id
         stream = GenerateStream()
-        stream.request = self.server.stream(inference, stream)
+        stream.request = self.server.stream(inference, stream, None, access)
         return stream
 
-    async def _traced_infer(self, request: HttpRequest, name: str, version: str) -> HttpResponse:
+    async def _traced_infer(
+        self, request: HttpRequest, name: str, version: str, access: AccessEntry | None = None
+    ) -> HttpResponse:
         """An inference the tracer may sample: the trace gets the read times, and ends once
         the response is written (HTTP_SEND_*) or the request failed."""
         headers = request.headers
@@ -265,12 +329,12 @@ class HttpApp:
             None if tracestate is None else tracestate.decode("latin-1"),
         )
         if trace is None:
-            return await self._infer(request, name, version)
+            return await self._infer(request, name, version, None, access)
         if request.received is not None:
             trace.stamp("HTTP_RECV_START", request.received[0])
             trace.stamp("HTTP_RECV_END", request.received[1])
         try:
-            response = await self._infer(request, name, version, trace)
+            response = await self._infer(request, name, version, trace, access)
         except BaseException:
             trace.end()
             raise
@@ -278,7 +342,12 @@ class HttpApp:
         return response
 
     async def _infer(
-        self, request: HttpRequest, name: str, version: str, trace: Trace | None = None
+        self,
+        request: HttpRequest,
+        name: str,
+        version: str,
+        trace: Trace | None = None,
+        access: AccessEntry | None = None,
     ) -> HttpResponse:
         header = request.headers.get(b"inference-header-content-length")
         header_length = None
@@ -301,7 +370,9 @@ class HttpApp:
             )
         if self._forward is not None:
             inference = self._forwarded(inference, request)
-        response = await self.server.infer(inference, _DECOUPLED, trace)
+        if access is not None:
+            access.request_id = inference.id
+        response = await self.server.infer(inference, _DECOUPLED, trace, access)
         if trace is not None:
             trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         head, parts, json_length = encode_response(response, plan)

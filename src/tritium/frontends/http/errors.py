@@ -22,6 +22,11 @@ STATUS = {
 }
 
 
+def triton_status(exc: BaseException) -> str:
+    """An exception as the access log's status: its error kind (anything else: INTERNAL)."""
+    return exc.kind.value if isinstance(exc, ServerError) else ErrorKind.INTERNAL.value
+
+
 def render_error(exc: BaseException) -> HttpResponse:
     """A ``ServerError`` answers its kind's status with Triton's ``{"error": ...}``; anything
     else is a bug in a handler: logged, answered 500, and the server goes on."""

@@ -19,9 +19,10 @@ import numpy as np
 import orjson
 
 from ...errors import ServerError, invalid_arg
-from ...server import InferenceServer, parse_version
+from ...server import AccessEntry, AccessLog, InferenceServer, parse_version
 from ...types import ClientRequest, DataType, InferenceResponse, Tensor
 from ..tensors import numeric_array
+from .errors import triton_status
 
 
 def build_request(
@@ -126,15 +127,36 @@ class GenerateStream:
                 self.request.cancel()
 
 
-async def sse_chunks(stream: GenerateStream) -> AsyncIterator[bytes]:
+async def sse_chunks(
+    stream: GenerateStream, access: AccessEntry | None = None
+) -> AsyncIterator[bytes]:
     """``data: <json>\\n\\n`` per response; a later error is sent as an event too, since the
-    status line (200) is already written."""
+    status line (200) is already written (``access``: its line takes the first error's kind)."""
     async for response in stream.responses():
         if response.error is not None:
+            if access is not None and access.status == "SUCCESS":
+                access.outcome(triton_status(response.error), access.code)
             doc: dict[str, Any] = {"error": str(response.error)}
         else:
             doc = response_json(response)
         yield b"data: " + orjson.dumps(doc) + b"\n\n"
+
+
+async def logged_chunks(
+    chunks: AsyncIterator[bytes], entry: AccessEntry, access_log: AccessLog
+) -> AsyncIterator[bytes]:
+    """A streamed answer's chunks, counted into its access-log line, which is put when they
+    end, fail or are closed (the client went away)."""
+    try:
+        async for chunk in chunks:
+            entry.bytes_out += len(chunk)
+            yield chunk
+    except BaseException:
+        entry.outcome("CANCELLED", entry.code)
+        raise
+    finally:
+        entry.ended()
+        access_log.put(entry)
 
 
 async def generate_once(stream: GenerateStream) -> dict[str, Any]:

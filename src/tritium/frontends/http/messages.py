@@ -41,6 +41,10 @@ class HttpRequest:
     headers: dict[bytes, bytes]  # names lower-cased; a repeated header keeps its last value
     body: bytes | bytearray  # a large body is gathered into a bytearray as it arrives
     peer: str = ""  # the client's address, "host:port" ("" when unknown)
+    # Who access control admitted (set by access.HttpGuard): a token's name, the name of the
+    # restricted-API header that let it in; for the access log, never their values.
+    identity: str | None = None
+    api_key: str | None = None
     params: dict[str, str] = field(default_factory=dict)  # captured by the route's pattern
     # (first byte, last byte) read times, perf_counter_ns, when tracing is on (HTTP_RECV_*)
     received: tuple[int, int] | None = None
