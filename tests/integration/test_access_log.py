@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-from clients import client, make_input
-from models import build_test_repository
-from server_process import ServerProcess, server_command
-from stub_procs import wait_until
+from tests.support.clients import client, make_input
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess, server_command
+from tests.support.stub_procs import wait_until
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")

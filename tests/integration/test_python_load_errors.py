@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from clients import client
-from server_process import ServerProcess
+from tests.support.clients import client
+from tests.support.server_process import ServerProcess
 
 PROTOCOLS = ("http", "grpc")
 

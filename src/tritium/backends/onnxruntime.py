@@ -15,7 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ..errors import internal, invalid_arg
-from ..logsettings import about_model
+from ..logs.settings import about_model
 from ..config.model_config import ModelConfig, mc
 from ..config.spec import ModelSpec
 from ..request import InferenceRequest

@@ -31,7 +31,7 @@ from ..config.batch_io import (
 )
 from ..config.spec import ModelSpec
 from ..errors import invalid_arg
-from ..logsettings import about_model
+from ..logs.settings import about_model
 
 log = logging.getLogger("tritium")
 Shape = tuple[int, ...]

@@ -16,7 +16,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.grpc.model_config_pb2 import ModelConfig
 
 from ..errors import ServerError, invalid_arg
-from ..logsettings import about_model
+from ..logs.settings import about_model
 from .locate import field_line
 
 # ``mc`` (the generated model_config messages) and ``ModelConfig`` are re-exported: the rest of

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
-from ..logsettings import about_model
+from ..logs.settings import about_model
 from ..config.model_config import ModelConfig, config_from_json
 from .layout import ModelId, ModelLocation
 from .manager import ModelRepositoryManager

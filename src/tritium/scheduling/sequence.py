@@ -29,7 +29,7 @@ from ..backends.base import ModelInstance, send_error
 from ..config.sequence import SequenceConfig
 from ..config.spec import ModelSpec
 from ..errors import ServerError, internal, unavailable
-from ..logsettings import about_model
+from ..logs.settings import about_model
 from ..request import InferenceRequest
 from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, add_controls, add_state

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from ...errors import ErrorKind, ServerError, cancelled, internal
-from ...logsettings import about_model
+from ...logs.settings import about_model
 from ...config.spec import ModelSpec
 from ...request import InferenceRequest
 from ...types import InferenceResponse
