@@ -25,7 +25,7 @@ from .server import InferenceServer
 log = logging.getLogger("tritium")
 
 
-async def run(options: ServerOptions, ports_file: str = "") -> int:
+async def run(options: ServerOptions) -> int:
     try:
         tls = https_context(options)  # before loading models: a bad certificate fails fast
     except OSError as exc:
@@ -65,8 +65,8 @@ async def run(options: ServerOptions, ports_file: str = "") -> int:
         access.close()
         return 1
     listeners, grpc_server, ports = await _serve(server, options, (tls, grpc_tls), access, bound)
-    if ports_file:
-        write_ports(ports_file, ports)
+    if options.ports_file:
+        write_ports(options.ports_file, ports)
     await stop.wait()
     log.info("shutting down: waiting for in-flight requests")
     if grpc_server is not None:
@@ -85,21 +85,21 @@ def endpoints(options: ServerOptions) -> dict[str, Endpoint]:
     """The enabled front-ends and where each listens (the metrics endpoint defaults to the
     HTTP address, or every address when HTTP is off)."""
     found: dict[str, Endpoint] = {}
-    if options.allow_http:
+    if options.http.enabled:
         found["http"] = Endpoint(
-            "HTTP", "--http-address", "--http-port", options.http_address, options.http_port
+            "HTTP", "--http-address", "--http-port", options.http.address, options.http.port
         )
-    if options.allow_metrics:
-        flag = "--metrics-address" if options.metrics_address else "--http-address"
-        address = options.metrics_address or (
-            options.http_address if options.allow_http else "0.0.0.0"
+    if options.metrics.enabled:
+        flag = "--metrics-address" if options.metrics.address else "--http-address"
+        address = options.metrics.address or (
+            options.http.address if options.http.enabled else "0.0.0.0"
         )
         found["metrics"] = Endpoint(
-            "Metrics", flag, "--metrics-port", address, options.metrics_port
+            "Metrics", flag, "--metrics-port", address, options.metrics.port
         )
-    if options.allow_grpc:
+    if options.grpc.enabled:
         found["grpc"] = Endpoint(
-            "GRPC", "--grpc-address", "--grpc-port", options.grpc_address, options.grpc_port
+            "GRPC", "--grpc-address", "--grpc-port", options.grpc.address, options.grpc.port
         )
     return found
 
@@ -111,7 +111,7 @@ async def bind_all(options: ServerOptions) -> dict[str, list[socket.socket]]:
     collision = port_collision(list(wanted.values()))
     if collision:
         raise BindError(collision)
-    reuse = {"http": options.reuse_http_port, "grpc": options.reuse_grpc_port}
+    reuse = {"http": options.http.reuse_port, "grpc": options.grpc.reuse_port}
     bound: dict[str, list[socket.socket]] = {}
     try:
         for name, endpoint in wanted.items():

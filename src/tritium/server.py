@@ -92,15 +92,15 @@ def _log_settings(options: ServerOptions) -> LogSettings:
     """The process's log settings (installed by the CLI), or this server's own from its options
     (a server built in-process, without the CLI)."""
     return installed() or LogSettings(
-        options.log_file,
-        (options.log_info, options.log_warning, options.log_error),
-        options.log_verbose,
-        options.log_format,
+        options.logging.file,
+        (options.logging.info, options.logging.warning, options.logging.error),
+        options.logging.verbose,
+        options.logging.format,
     )
 
 
 def _check_repositories(options: ServerOptions) -> None:
-    for path in options.model_repositories:
+    for path in options.repository.paths:
         problem = repository_problem(path)
         if problem:
             raise RuntimeError(f"--model-repository {path}: {problem}")
@@ -112,8 +112,9 @@ class InferenceServer:
         fails the same way, before any model loads)."""
         self.options = options
         _check_repositories(options)
+        backends = options.backends
         restarts = RestartPolicy(
-            options.model_instance_max_restarts, options.model_instance_restart_window_secs
+            backends.instance_max_restarts, backends.instance_restart_window_secs
         )
         # Python models' pb_utils.MetricFamily values (shown on /metrics) and log levels.
         self.custom_metrics = CustomMetrics(reserved=FAMILY_NAMES)
@@ -121,39 +122,40 @@ class InferenceServer:
         self._model_levels = ModelLogLevels(self.logging.model_levels())
         observability = Observability(self.custom_metrics, self._model_levels)
         self.repository = ModelRepositoryManager(
-            list(options.model_repositories),
+            list(options.repository.paths),
             # python: BLS requests come back to self
             BackendRegistry(
                 {
-                    "python": (restarts, options.python_env_cache_dir, observability, self),
-                    "onnxruntime": (options.onnxruntime_default_max_batch_size,),
+                    "python": (restarts, backends.python_env_cache_dir, observability, self),
+                    "onnxruntime": (backends.onnxruntime_default_max_batch_size,),
                 }
             ),
             dispatch=self,  # an ensemble's steps come back through request() and submit()
             unload_timeout=options.exit_timeout_secs,
             layout=RepositoryLayout(
-                auto_complete=options.auto_complete_config,
-                load_threads=options.model_load_thread_count,
-                config_name=options.model_config_name,
-                load_retries=options.model_load_retry_count,
-                namespacing=options.model_namespacing,
+                auto_complete=options.repository.auto_complete_config,
+                load_threads=options.repository.load_thread_count,
+                config_name=options.repository.config_name,
+                load_retries=options.repository.load_retry_count,
+                namespacing=options.repository.namespacing,
             ),
         )
-        if options.rate_limit == "execution_count":
-            self.repository.limiter = RateLimiter(options.rate_limit_resources)
+        if options.rate_limit.mode == "execution_count":
+            self.repository.limiter = RateLimiter(options.rate_limit.resources)
         self.repository.metrics = replace(
-            options.metrics_config, response_cache=options.cache_size > 0
+            options.metrics.settings, response_cache=options.response_cache_size > 0
         )
         self.control = ModelControl(
             self.repository,
-            options.model_control_mode,
-            options.repository_poll_secs,
-            options.load_models,
+            options.repository.control_mode,
+            options.repository.poll_secs,
+            options.repository.load_models,
         )
-        self._cache = ResponseCache(options.cache_size) if options.cache_size > 0 else None
+        cache_size = options.response_cache_size
+        self._cache = ResponseCache(cache_size) if cache_size > 0 else None
         self.shm = SharedMemoryManager(options.allow_client_shm)
         # The trace extension; front-ends read ``tracer.active`` once per request.
-        self.tracer = TraceManager(options.trace)
+        self.tracer = TraceManager(options.tracing)
         # --access-log-file; front-ends read it once per inference request (None: off).
         self.access_log = _access_log(options)
         self._live = False
@@ -492,17 +494,16 @@ class InferenceServer:
 def _access_log(options: ServerOptions) -> AccessLog | None:
     """The access log when --access-log-file names one; a file that cannot be opened stops
     the server at start."""
-    if not options.access_log_file:
+    given = options.logging
+    if not given.access_log_file:
         return None
     try:
         return AccessLog(
-            options.access_log_file,
-            options.access_log_max_bytes,
-            options.access_log_backup_count,
+            given.access_log_file, given.access_log_max_bytes, given.access_log_backup_count
         )
     except OSError as exc:
         raise RuntimeError(
-            f"--access-log-file: cannot open '{options.access_log_file}': {exc.strerror}"
+            f"--access-log-file: cannot open '{given.access_log_file}': {exc.strerror}"
         ) from None
 
 

@@ -20,7 +20,7 @@ from tests.support.grpc_memory import MemoryTransport
 
 from tritium.frontends.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.listener import GrpcListener
-from tritium.options import ServerOptions
+from tritium.options import RepositoryOptions, ServerOptions
 from tritium.server import InferenceServer
 
 HEADERS = [
@@ -89,7 +89,7 @@ async def _one_stream(client: _Client, i: int) -> None:
 @pytest.mark.timeout(300)
 def test_streams_leave_no_tasks_behind(example_repo: Path) -> None:
     async def main() -> tuple[int, int]:
-        server = InferenceServer(ServerOptions(model_repositories=(example_repo,)))
+        server = InferenceServer(ServerOptions(repository=RepositoryOptions(paths=(example_repo,))))
         await server.start()
         try:
             client = _Client(GrpcListener(server, None))

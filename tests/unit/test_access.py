@@ -114,10 +114,11 @@ def test_cli_builds_the_restrictions_and_refuses_bad_ones(
         ]
     )
     options = options_from_args(args)
-    assert options.http_restrictions == (Restriction(ApiGroup.MODEL_REPOSITORY, "admin", "s"),)
-    assert [r.header for r in options.grpc_restrictions] == ["triton-grpc-protocol-admin"] * 2
-    assert options.max_inflight_per_client == 3
-    assert (options.audit_log, options.auth_token_file) == ("/tmp/audit.jsonl", "/tmp/tokens")
+    access = options.access
+    assert access.http_restrictions == (Restriction(ApiGroup.MODEL_REPOSITORY, "admin", "s"),)
+    assert [r.header for r in access.grpc_restrictions] == ["triton-grpc-protocol-admin"] * 2
+    assert access.max_inflight_per_client == 3
+    assert (access.audit_log, access.auth_token_file) == ("/tmp/audit.jsonl", "/tmp/tokens")
     bad = build_parser().parse_args(
         ["serve", "--model-repository=r", "--http-restricted-api=x:k=v"]
     )

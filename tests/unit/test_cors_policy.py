@@ -25,7 +25,7 @@ from tritium.frontends.http.messages import (
     HttpStreamResponse,
     response_head,
 )
-from tritium.options import ServerOptions
+from tritium.options import AccessOptions, CorsOptions, HttpOptions, ServerOptions
 
 PAGE = "http://127.0.0.1:8080"
 
@@ -205,7 +205,7 @@ def test_a_204_head_has_no_content_length() -> None:
 
 def test_cors_is_off_by_default() -> None:
     options = _options()
-    assert options.http_cors_allow_origins == ()
+    assert options.http.cors.allow_origins == ()
     assert cors_policy(options) is None
 
 
@@ -216,9 +216,9 @@ def test_flags_reach_the_policy() -> None:
         "--http-cors-allow-credentials",
         *("--http-restricted-api", "model-repository:admin-key=secret"),
     )
-    assert options.http_cors_allow_origins == (PAGE, "https://b.example")
-    assert options.http_cors_allow_headers == ("X-Request-Tag",)
-    assert (options.http_cors_max_age_secs, options.http_cors_allow_credentials) == (30, True)
+    assert options.http.cors.allow_origins == (PAGE, "https://b.example")
+    assert options.http.cors.allow_headers == ("X-Request-Tag",)
+    assert (options.http.cors.max_age_secs, options.http.cors.allow_credentials) == (30, True)
     policy = cors_policy(options)
     assert policy is not None
     answer = policy.preflight(_preflight(b"https://b.example", b"x-request-tag,admin-key"))
@@ -230,8 +230,10 @@ def test_flags_reach_the_policy() -> None:
 
 def test_a_restricted_api_key_that_is_no_header_name_is_not_allowed() -> None:
     options = ServerOptions(
-        http_cors_allow_origins=(PAGE,),
-        http_restrictions=(Restriction(ApiGroup.MODEL_REPOSITORY, "admin key", "v"),),
+        http=HttpOptions(cors=CorsOptions(allow_origins=(PAGE,))),
+        access=AccessOptions(
+            http_restrictions=(Restriction(ApiGroup.MODEL_REPOSITORY, "admin key", "v"),)
+        ),
     )
     policy = cors_policy(options)
     assert policy is not None

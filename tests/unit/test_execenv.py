@@ -261,11 +261,11 @@ def test_the_cache_flag_reaches_the_backend(tmp_path: Path) -> None:
         args = build_parser().parse_args(["serve", "--model-repository", "r", *flags])
         return options_from_args(args)
 
-    assert options().python_env_cache_dir == ""
+    assert options().backends.python_env_cache_dir == ""
     assert (
         default_cache_dir() == Path(tempfile.gettempdir()) / f"tritium-python-envs-{os.geteuid()}"
     )
-    chosen = options("--python-env-cache-dir", str(tmp_path / "envs")).python_env_cache_dir
+    chosen = options("--python-env-cache-dir", str(tmp_path / "envs")).backends.python_env_cache_dir
     backend = PythonBackend(None, chosen)
     assert backend._envs.cache.root == tmp_path / "envs"
     assert PythonBackend()._envs.cache.root == default_cache_dir()

@@ -169,10 +169,10 @@ def test_cloud_front_ends_are_refused_only_when_enabled() -> None:
 
 
 def test_model_namespacing_reaches_the_options() -> None:
-    assert not options_from_args(_parse("--model-namespacing=false")).model_namespacing
-    assert not options_from_args(_parse()).model_namespacing
-    assert options_from_args(_parse("--model-namespacing=true")).model_namespacing
-    assert options_from_args(_parse("--model-namespacing")).model_namespacing
+    assert not options_from_args(_parse("--model-namespacing=false")).repository.namespacing
+    assert not options_from_args(_parse()).repository.namespacing
+    assert options_from_args(_parse("--model-namespacing=true")).repository.namespacing
+    assert options_from_args(_parse("--model-namespacing")).repository.namespacing
 
 
 def test_implemented_flags_reach_the_options() -> None:
@@ -186,11 +186,11 @@ def test_implemented_flags_reach_the_options() -> None:
             "--backend-config=onnxruntime,default-max-batch-size=16",
         )
     )
-    assert options.model_config_name == "h100" and options.model_load_retry_count == 2
-    assert options.reuse_http_port
-    assert options.http_header_forward_pattern == "x-.*"
-    assert not options.allow_cpu_metrics
-    assert options.onnxruntime_default_max_batch_size == 16
+    assert options.repository.config_name == "h100" and options.repository.load_retry_count == 2
+    assert options.http.reuse_port
+    assert options.http.header_forward_pattern == "x-.*"
+    assert not options.metrics.allow_cpu
+    assert options.backends.onnxruntime_default_max_batch_size == 16
 
 
 def test_model_config_name_must_be_a_name() -> None:
@@ -200,7 +200,7 @@ def test_model_config_name_must_be_a_name() -> None:
 
 
 def test_response_cache_byte_size_is_the_local_cache() -> None:
-    assert options_from_args(_parse("--response-cache-byte-size=4096")).cache_size == 4096
+    assert options_from_args(_parse("--response-cache-byte-size=4096")).response_cache_size == 4096
     with pytest.raises(SystemExit, match="Incompatible flags"):
         options_from_args(
             _parse("--response-cache-byte-size=1", "--cache-config=local,size=2")

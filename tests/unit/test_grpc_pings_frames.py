@@ -7,15 +7,15 @@ from h2.errors import ErrorCodes
 
 from tritium.frontends.grpc.frames import PREFACE, FrameSizeGuard
 from tritium.frontends.grpc.pings import NO_CALLS_INTERVAL, PingPolicy
-from tritium.options import ServerOptions
+from tritium.options import GrpcOptions, ServerOptions
 
 
 def _policy(**overrides: object) -> PingPolicy:
-    return PingPolicy(ServerOptions(**overrides))  # type: ignore[arg-type]
+    return PingPolicy(ServerOptions(grpc=GrpcOptions(**overrides)))  # type: ignore[arg-type]
 
 
 def test_pings_within_the_interval_are_strikes_and_too_many_end_the_connection() -> None:
-    policy = _policy(grpc_http2_min_recv_ping_interval_without_data_ms=1000)
+    policy = _policy(http2_min_recv_ping_interval_without_data_ms=1000)
     assert not policy.received(0.0, calls_active=True)  # the first is free
     assert not policy.received(0.1, calls_active=True)  # strike 1
     assert not policy.received(0.2, calls_active=True)  # strike 2 (Triton's default limit)
@@ -23,38 +23,38 @@ def test_pings_within_the_interval_are_strikes_and_too_many_end_the_connection()
 
 
 def test_spaced_pings_are_never_strikes() -> None:
-    policy = _policy(grpc_http2_min_recv_ping_interval_without_data_ms=1000)
+    policy = _policy(http2_min_recv_ping_interval_without_data_ms=1000)
     assert not any(policy.received(t * 1.5, calls_active=True) for t in range(20))
 
 
 def test_data_resets_the_strikes() -> None:
-    policy = _policy(grpc_http2_min_recv_ping_interval_without_data_ms=1000)
+    policy = _policy(http2_min_recv_ping_interval_without_data_ms=1000)
     for t in range(10):  # a client pinging with every answer (bandwidth probes)
         assert not policy.received(t * 0.01, calls_active=True)
         policy.data()
 
 
 def test_without_calls_pings_need_two_hours_unless_permitted() -> None:
-    idle = _policy(grpc_http2_min_recv_ping_interval_without_data_ms=1000)
+    idle = _policy(http2_min_recv_ping_interval_without_data_ms=1000)
     idle.received(0.0, calls_active=False)
     idle.received(10.0, calls_active=False)
     idle.received(20.0, calls_active=False)
     assert idle.received(30.0, calls_active=False)  # 10 s apart < NO_CALLS_INTERVAL
     permitted = _policy(
-        grpc_http2_min_recv_ping_interval_without_data_ms=1000,
-        grpc_keepalive_permit_without_calls=True,
+        http2_min_recv_ping_interval_without_data_ms=1000,
+        keepalive_permit_without_calls=True,
     )
     assert not any(permitted.received(t * 10.0, calls_active=False) for t in range(10))
     assert NO_CALLS_INTERVAL == 7200.0
 
 
 def test_zero_strikes_means_no_limit() -> None:
-    policy = _policy(grpc_http2_max_ping_strikes=0)
+    policy = _policy(http2_max_ping_strikes=0)
     assert not any(policy.received(t * 0.001, calls_active=True) for t in range(100))
 
 
 def test_keepalive_pings_stop_after_the_limit_without_data() -> None:
-    policy = _policy(grpc_http2_max_pings_without_data=2)
+    policy = _policy(http2_max_pings_without_data=2)
     policy.sent_without_data = 2
     assert not policy.may_send_keepalive(calls_active=False)
     assert policy.may_send_keepalive(calls_active=True)

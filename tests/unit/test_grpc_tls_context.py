@@ -11,7 +11,7 @@ import pytest
 from tests.support.certs import Certs, have_openssl, make_certs
 
 from tritium.frontends.grpc.tls import server_ssl_context
-from tritium.options import ServerOptions
+from tritium.options import GrpcOptions, ServerOptions
 
 pytestmark = pytest.mark.skipif(not have_openssl(), reason="openssl makes the certificates")
 
@@ -23,11 +23,11 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
 
 def _options(certs: Certs, **extra: object) -> ServerOptions:
     base: dict[str, object] = {
-        "grpc_use_ssl": True,
-        "grpc_server_cert": str(certs.server_cert),
-        "grpc_server_key": str(certs.server_key),
+        "use_ssl": True,
+        "server_cert": str(certs.server_cert),
+        "server_key": str(certs.server_key),
     }
-    return ServerOptions(**{**base, **extra})  # type: ignore[arg-type]
+    return ServerOptions(grpc=GrpcOptions(**{**base, **extra}))  # type: ignore[arg-type]
 
 
 def _context(certs: Certs, **extra: object) -> ssl.SSLContext:
@@ -77,7 +77,8 @@ def _handshake(server: ssl.SSLContext, client: ssl.SSLContext) -> tuple[ssl.SSLO
 
 def test_no_ssl_no_context(certs: Certs) -> None:
     assert server_ssl_context(ServerOptions()) is None
-    assert server_ssl_context(ServerOptions(grpc_server_cert=str(certs.server_cert))) is None
+    no_ssl = GrpcOptions(server_cert=str(certs.server_cert))
+    assert server_ssl_context(ServerOptions(grpc=no_ssl)) is None
 
 
 def test_plain_tls_context(certs: Certs) -> None:
@@ -94,7 +95,7 @@ def test_plain_tls_context(certs: Certs) -> None:
 def test_root_cert_without_mutual_requests_no_client_cert(certs: Certs) -> None:
     """Triton leaves grpc's GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE without --grpc-use-ssl-
     mutual: a client without a certificate is served, and one with a stranger's too."""
-    context = _context(certs, grpc_root_cert=str(certs.ca))
+    context = _context(certs, root_cert=str(certs.ca))
     assert context.verify_mode == ssl.CERT_NONE
     _handshake(context, _client(certs))
     srv, _ = _handshake(context, _client(certs, certs.other_cert, certs.other_key))
@@ -102,7 +103,7 @@ def test_root_cert_without_mutual_requests_no_client_cert(certs: Certs) -> None:
 
 
 def test_mutual_requires_a_client_cert_from_the_root(certs: Certs) -> None:
-    context = _context(certs, grpc_use_ssl_mutual=True, grpc_root_cert=str(certs.ca))
+    context = _context(certs, use_ssl_mutual=True, root_cert=str(certs.ca))
     assert context.verify_mode == ssl.CERT_REQUIRED
     srv, cli = _handshake(context, _client(certs, certs.client_cert, certs.client_key))
     assert cli.selected_alpn_protocol() == "h2"
@@ -112,7 +113,7 @@ def test_mutual_requires_a_client_cert_from_the_root(certs: Certs) -> None:
 
 @pytest.mark.parametrize("who", ["nobody", "stranger"])
 def test_mutual_refuses_no_cert_and_a_strangers(certs: Certs, who: str) -> None:
-    context = _context(certs, grpc_use_ssl_mutual=True, grpc_root_cert=str(certs.ca))
+    context = _context(certs, use_ssl_mutual=True, root_cert=str(certs.ca))
     client = (
         _client(certs) if who == "nobody" else _client(certs, certs.other_cert, certs.other_key)
     )
@@ -121,18 +122,18 @@ def test_mutual_refuses_no_cert_and_a_strangers(certs: Certs, who: str) -> None:
 
 
 def test_mutual_trusts_only_the_root_not_the_system_store(certs: Certs) -> None:
-    context = _context(certs, grpc_use_ssl_mutual=True, grpc_root_cert=str(certs.ca))
+    context = _context(certs, use_ssl_mutual=True, root_cert=str(certs.ca))
     assert context.cert_store_stats()["x509"] == 1
 
 
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ({"grpc_server_cert": "/nonexistent/cert.pem"}, "cannot read --grpc-server-cert"),
-        ({"grpc_server_key": "/nonexistent/key.pem"}, "cannot read --grpc-server-key"),
-        ({"grpc_root_cert": "/nonexistent/ca.pem"}, "cannot read --grpc-root-cert"),
-        ({"grpc_server_cert": ""}, "needs --grpc-server-cert and --grpc-server-key"),
-        ({"grpc_use_ssl_mutual": True}, "--grpc-use-ssl-mutual needs --grpc-root-cert"),
+        ({"server_cert": "/nonexistent/cert.pem"}, "cannot read --grpc-server-cert"),
+        ({"server_key": "/nonexistent/key.pem"}, "cannot read --grpc-server-key"),
+        ({"root_cert": "/nonexistent/ca.pem"}, "cannot read --grpc-root-cert"),
+        ({"server_cert": ""}, "needs --grpc-server-cert and --grpc-server-key"),
+        ({"use_ssl_mutual": True}, "--grpc-use-ssl-mutual needs --grpc-root-cert"),
     ],
 )
 def test_missing_files_name_the_flag(certs: Certs, extra: dict[str, object], message: str) -> None:
@@ -142,7 +143,7 @@ def test_missing_files_name_the_flag(certs: Certs, extra: dict[str, object], mes
 
 def test_mismatched_key_says_so(certs: Certs) -> None:
     with pytest.raises(OSError, match="the key does not match the certificate"):
-        server_ssl_context(_options(certs, grpc_server_key=str(certs.client_key)))
+        server_ssl_context(_options(certs, server_key=str(certs.client_key)))
 
 
 @pytest.mark.parametrize("content", ["", "not a certificate\n"])
@@ -150,14 +151,14 @@ def test_garbage_files_are_refused(certs: Certs, tmp_path: Path, content: str) -
     junk = tmp_path / "junk.pem"
     junk.write_text(content)
     with pytest.raises(OSError, match="cannot load --grpc-server-cert"):
-        server_ssl_context(_options(certs, grpc_server_cert=str(junk)))
+        server_ssl_context(_options(certs, server_cert=str(junk)))
     with pytest.raises(OSError, match="cannot load --grpc-root-cert"):
-        server_ssl_context(_options(certs, grpc_root_cert=str(junk)))
+        server_ssl_context(_options(certs, root_cert=str(junk)))
 
 
 def test_a_directory_is_not_a_certificate(certs: Certs, tmp_path: Path) -> None:
     with pytest.raises(OSError, match="cannot read --grpc-server-cert"):
-        server_ssl_context(_options(certs, grpc_server_cert=str(tmp_path)))
+        server_ssl_context(_options(certs, server_cert=str(tmp_path)))
 
 
 def test_an_encrypted_key_fails_instead_of_prompting(certs: Certs, tmp_path: Path) -> None:
@@ -171,4 +172,4 @@ def test_an_encrypted_key_fails_instead_of_prompting(certs: Certs, tmp_path: Pat
         capture_output=True,
     )
     with pytest.raises(OSError, match="encrypted"):
-        server_ssl_context(_options(certs, grpc_server_key=str(encrypted)))
+        server_ssl_context(_options(certs, server_key=str(encrypted)))

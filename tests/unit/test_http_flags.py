@@ -32,8 +32,8 @@ def test_flags_reach_the_limits_and_the_grpc_bound() -> None:
         *("--http-ssl-cert", "c.pem", "--http-ssl-key", "k.pem"),
     )
     assert HttpLimits.from_options(options) == HttpLimits(5000, 1000, 200, 7, 2, 1.5, 2.5, 3.5)
-    assert (options.http_ssl_cert, options.http_ssl_key) == ("c.pem", "k.pem")
-    assert options.http_max_input_size == 5000  # gRPC's receive bound too (GrpcListener)
+    assert (options.http.ssl_cert, options.http.ssl_key) == ("c.pem", "k.pem")
+    assert options.http.max_input_size == 5000  # gRPC's receive bound too (GrpcListener)
 
 
 @pytest.mark.parametrize(

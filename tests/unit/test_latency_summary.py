@@ -135,16 +135,16 @@ def test_the_metrics_flags_reach_the_options() -> None:
         return options_from_args(args)
 
     default = options()
-    assert default.allow_cpu_metrics and default.metrics_interval_ms == 2000
+    assert default.metrics.allow_cpu and default.metrics.interval_ms == 2000
     tuned = options(
         "--metrics-config=summary_latencies=true",
         "--allow-cpu-metrics=false",
         "--metrics-interval-ms",
         "500",
     )
-    assert tuned.metrics_config.summary_latencies and not tuned.allow_cpu_metrics
-    assert tuned.metrics_interval_ms == 500
-    assert not options("--allow-metrics=false").allow_cpu_metrics  # as Triton: ignored then
+    assert tuned.metrics.settings.summary_latencies and not tuned.metrics.allow_cpu
+    assert tuned.metrics.interval_ms == 500
+    assert not options("--allow-metrics=false").metrics.allow_cpu  # as Triton: ignored then
     with pytest.raises(SystemExit) as info:
         options("--metrics-config", "nope=1")
     assert "unknown setting 'nope'" in str(info.value.code)

@@ -121,7 +121,7 @@ def test_same_repository_given_twice_is_not_a_duplicate(tmp_path: Path) -> None:
     args = build_parser().parse_args(
         ["serve", "--model-repository", repo, "--model-repository", repo]
     )
-    locations = scan(list(options_from_args(args).model_repositories))
+    locations = scan(list(options_from_args(args).repository.paths))
     assert locations[ModelId("", "m1")].path == tmp_path / "a" / "m1"
     assert locations[ModelId("", "m1")].problem == ""
 

@@ -171,13 +171,13 @@ def test_log_flags_reach_the_options() -> None:
         ["serve", "--model-repository", "r", "--log-format", "ISO8601", "--log-file", "x.log"]
     )
     options = options_from_args(args)
-    assert (options.log_format, options.log_file) == ("ISO8601", "x.log")
+    assert (options.logging.format, options.logging.file) == ("ISO8601", "x.log")
     defaults = options_from_args(build_parser().parse_args(["serve", "--model-repository", "r"]))
-    assert (defaults.log_format, defaults.log_file) == ("default", "")
+    assert (defaults.logging.format, defaults.logging.file) == ("default", "")
     with pytest.raises(SystemExit):
         build_parser().parse_args(["serve", "--model-repository", "r", "--log-format=iso8601"])
     json_args = build_parser().parse_args(["serve", "--model-repository", "r", "--log-format=json"])
-    assert options_from_args(json_args).log_format == "json"
+    assert options_from_args(json_args).logging.format == "json"
 
 
 # ----------------------------------------------------------------- the extension's checks

@@ -296,14 +296,14 @@ def _options(*flags: str):  # type: ignore[no-untyped-def]
 
 
 def test_log_flags_default_on_and_take_triton_spellings() -> None:
-    options = _options()
-    assert (options.log_info, options.log_warning, options.log_error) == (True, True, True)
-    assert options.log_verbose == 0
-    options = _options(
+    log = _options().logging
+    assert (log.info, log.warning, log.error) == (True, True, True)
+    assert log.verbose == 0
+    log = _options(
         "--log-info=false", "--log-warning", "0", "--log-error=off", "--log-verbose=2"
-    )
-    assert (options.log_info, options.log_warning, options.log_error) == (False, False, False)
-    assert options.log_verbose == 2
+    ).logging
+    assert (log.info, log.warning, log.error) == (False, False, False)
+    assert log.verbose == 2
 
 
 def _record(level: int, message: str = "msg") -> logging.LogRecord:

@@ -295,14 +295,14 @@ def _options(*flags: str) -> ServerOptions:
 
 
 def test_rate_limit_flags_reach_the_options() -> None:
-    assert _options().rate_limit == "off"
+    assert _options().rate_limit.mode == "off"
     options = _options(
         "--rate-limit=EXECUTION_COUNT",
         "--rate-limit-resource=R1:10",
         "--rate-limit-resource=R2:5:0",
     )
-    assert options.rate_limit == "execution_count"
-    assert options.rate_limit_resources == (("R1", 10, -1), ("R2", 5, 0))
+    assert options.rate_limit.mode == "execution_count"
+    assert options.rate_limit.resources == (("R1", 10, -1), ("R2", 5, 0))
 
 
 @pytest.mark.parametrize(

@@ -82,18 +82,12 @@ def _options(*flags: str):  # type: ignore[no-untyped-def]
 
 
 def test_restart_flags() -> None:
-    defaults = _options()
-    assert (defaults.model_instance_max_restarts, defaults.model_instance_restart_window_secs) == (
-        5,
-        60.0,
-    )
-    options = _options(
+    defaults = _options().backends
+    assert (defaults.instance_max_restarts, defaults.instance_restart_window_secs) == (5, 60.0)
+    backends = _options(
         "--model-instance-max-restarts=0", "--model-instance-restart-window-secs=2.5"
-    )
-    assert (options.model_instance_max_restarts, options.model_instance_restart_window_secs) == (
-        0,
-        2.5,
-    )
+    ).backends
+    assert (backends.instance_max_restarts, backends.instance_restart_window_secs) == (0, 2.5)
     for bad in ("--model-instance-max-restarts=-1", "--model-instance-restart-window-secs=0"):
         with pytest.raises(SystemExit):
             _options(bad)

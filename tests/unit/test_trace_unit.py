@@ -313,7 +313,7 @@ def test_serve_flags_reach_server_options() -> None:
          "TIMESTAMPS", "--trace-rate", "3", "--trace-config", "count=5",
          "--trace-config", "triton,log-frequency=10"]
     )
-    assert options_from_args(args).trace.values == TraceValues(
+    assert options_from_args(args).tracing.values == TraceValues(
         TraceLevel.TIMESTAMPS, 3, 5, 10, "/tmp/x.json"
     )
     bad = build_parser().parse_args(["serve", "--model-repository", "/m", "--trace-config", "x"])

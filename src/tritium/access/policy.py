@@ -350,12 +350,13 @@ class AccessControl:
 
 def build_access(options: ServerOptions) -> AccessControl:
     """From the options; reads the token file and opens the audit log (OSError/ValueError)."""
-    tokens = TokenTable(load_tokens(options.auth_token_file)) if options.auth_token_file else None
-    limit = options.max_inflight_per_client
+    given = options.access
+    tokens = TokenTable(load_tokens(given.auth_token_file)) if given.auth_token_file else None
+    limit = given.max_inflight_per_client
     limiter = ClientLimiter(limit) if limit > 0 else None
-    audit = AuditLog(options.audit_log) if options.audit_log else None
+    audit = AuditLog(given.audit_log) if given.audit_log else None
     return AccessControl(
-        AccessPolicy(options.http_restrictions, "API", tokens, limiter),
-        AccessPolicy(options.grpc_restrictions, "protocol", tokens, limiter),
+        AccessPolicy(given.http_restrictions, "API", tokens, limiter),
+        AccessPolicy(given.grpc_restrictions, "protocol", tokens, limiter),
         audit,
     )

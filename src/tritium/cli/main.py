@@ -7,6 +7,7 @@ import asyncio
 import logging
 import re
 import sys
+from dataclasses import replace
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -115,13 +116,13 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--grpc-keepalive-time",
         type=int,
-        default=defaults.grpc_keepalive_time_ms,
+        default=defaults.grpc.keepalive_time_ms,
         help="ms between keepalive pings",
     )
     serve.add_argument(
         "--grpc-keepalive-timeout",
         type=int,
-        default=defaults.grpc_keepalive_timeout_ms,
+        default=defaults.grpc.keepalive_timeout_ms,
         help="ms to wait for a keepalive ping's acknowledgement",
     )
     bool_flag(
@@ -133,16 +134,16 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--grpc-http2-max-pings-without-data",
         type=int,
-        default=defaults.grpc_http2_max_pings_without_data,
+        default=defaults.grpc.http2_max_pings_without_data,
     )
     serve.add_argument(
         "--grpc-http2-min-recv-ping-interval-without-data",
         type=int,
-        default=defaults.grpc_http2_min_recv_ping_interval_without_data_ms,
+        default=defaults.grpc.http2_min_recv_ping_interval_without_data_ms,
         help="ms",
     )
     serve.add_argument(
-        "--grpc-http2-max-ping-strikes", type=int, default=defaults.grpc_http2_max_ping_strikes
+        "--grpc-http2-max-ping-strikes", type=int, default=defaults.grpc.http2_max_ping_strikes
     )
     serve.add_argument(
         "--grpc-max-concurrent-streams",
@@ -153,7 +154,7 @@ def _grpc_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--grpc-stream-inflight-limit",
         type=int,
-        default=defaults.grpc_stream_inflight,
+        default=defaults.grpc.stream_inflight,
         help="tritium: requests in flight per ModelStreamInfer stream; more "
         "are not read until responses are written (back-pressure)",
     )
@@ -173,7 +174,7 @@ def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--grpc-infer-response-compression-level",
         choices=_COMPRESSION_LEVELS,
-        default=defaults.grpc_infer_response_compression_level,
+        default=defaults.grpc.infer_response_compression_level,
         help="compress inference responses for clients that accept gzip/deflate",
     )
     bool_flag(serve, "--reuse-grpc-port", False, "SO_REUSEPORT on the gRPC socket")
@@ -185,13 +186,13 @@ def _grpc_transport_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--grpc-max-connection-age",
         type=non_negative_int,
-        default=defaults.grpc_max_connection_age_ms,
+        default=defaults.grpc.max_connection_age_ms,
         help="ms a connection lives before GOAWAY (0: no limit)",
     )
     serve.add_argument(
         "--grpc-max-connection-age-grace",
         type=non_negative_int,
-        default=defaults.grpc_max_connection_age_grace_ms,
+        default=defaults.grpc.max_connection_age_grace_ms,
         help="ms in-flight calls get after the age's GOAWAY (0: no limit)",
     )
 
@@ -226,7 +227,7 @@ def _stub_restart_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--model-instance-max-restarts",
         type=non_negative_int,
-        default=defaults.model_instance_max_restarts,
+        default=defaults.backends.instance_max_restarts,
         help="tritium: restart a crashed Python model instance (stub process) at most this "
         "many times within --model-instance-restart-window-secs, after which it stays "
         "UNAVAILABLE until the model is reloaded; 0: never restart",
@@ -234,7 +235,7 @@ def _stub_restart_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--model-instance-restart-window-secs",
         type=_positive_float,
-        default=defaults.model_instance_restart_window_secs,
+        default=defaults.backends.instance_restart_window_secs,
         help="tritium: the window in which --model-instance-max-restarts counts crashes",
     )
 
@@ -307,31 +308,31 @@ def _http_limit_flags(serve: argparse.ArgumentParser) -> None:
     """tritium's own HTTP transport flags (Triton has none): bounds, timeouts, TLS."""
     d = ServerOptions()
     for name, kind, default, help_text in (
-        ("--http-max-header-size", int, d.http_max_header_size, "bytes of request headers (431)"),
-        ("--http-max-url-length", int, d.http_max_url_length, "bytes of a request URL (414)"),
-        ("--http-max-headers", int, d.http_max_headers, "header lines per request (431)"),
+        ("--http-max-header-size", int, d.http.max_header_size, "bytes of request headers (431)"),
+        ("--http-max-url-length", int, d.http.max_url_length, "bytes of a request URL (414)"),
+        ("--http-max-headers", int, d.http.max_headers, "header lines per request (431)"),
         (
             "--http-max-pipelined",
             int,
-            d.http_max_pipelined,
+            d.http.max_pipelined,
             "requests held per connection; more are not read until one is answered",
         ),
         (
             "--http-header-timeout-secs",
             float,
-            d.http_header_timeout_secs,
+            d.http.header_timeout_secs,
             "seconds to receive a request's headers (408)",
         ),
         (
             "--http-body-timeout-secs",
             float,
-            d.http_body_timeout_secs,
+            d.http.body_timeout_secs,
             "longest pause in seconds while a request body arrives (408)",
         ),
         (
             "--http-keepalive-timeout-secs",
             float,
-            d.http_keepalive_timeout_secs,
+            d.http.keepalive_timeout_secs,
             "seconds an idle connection stays open",
         ),
     ):
@@ -419,7 +420,7 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
     auto_complete = not args.disable_auto_complete_config
     if args.strict_model_config is not None:
         auto_complete = auto_complete and not args.strict_model_config
-    return ServerOptions(
+    return _nest(
         model_repositories=_repositories(args.model_repository),
         server_id=args.id,
         allow_http=args.allow_http,
@@ -460,10 +461,118 @@ def options_from_args(args: argparse.Namespace) -> ServerOptions:
         **_grpc_transport_options(args),
         rate_limit=args.rate_limit,
         rate_limit_resources=tuple(args.rate_limit_resource),
-        **_access_options(args),  # type: ignore[arg-type]
+        **_access_options(args),
         **serve_options(args),
         trace=_trace_options(args),
+        ports_file=args.ports_file,
     )
+
+
+_PATHS = {
+    "model_repositories": "repository.paths",
+    "allow_http": "http.enabled",
+    "http_address": "http.address",
+    "http_port": "http.port",
+    "http_max_input_size": "http.max_input_size",
+    "allow_grpc": "grpc.enabled",
+    "grpc_stream_inflight": "grpc.stream_inflight",
+    "grpc_keepalive_time_ms": "grpc.keepalive_time_ms",
+    "grpc_keepalive_timeout_ms": "grpc.keepalive_timeout_ms",
+    "grpc_keepalive_permit_without_calls": "grpc.keepalive_permit_without_calls",
+    "grpc_http2_max_pings_without_data": "grpc.http2_max_pings_without_data",
+    "grpc_http2_min_recv_ping_interval_without_data_ms": (
+        "grpc.http2_min_recv_ping_interval_without_data_ms"
+    ),
+    "grpc_http2_max_ping_strikes": "grpc.http2_max_ping_strikes",
+    "grpc_max_concurrent_streams": "grpc.max_concurrent_streams",
+    "grpc_address": "grpc.address",
+    "grpc_port": "grpc.port",
+    "allow_metrics": "metrics.enabled",
+    "metrics_address": "metrics.address",
+    "metrics_port": "metrics.port",
+    "auto_complete_config": "repository.auto_complete_config",
+    "model_load_thread_count": "repository.load_thread_count",
+    "log_verbose": "logging.verbose",
+    "model_control_mode": "repository.control_mode",
+    "repository_poll_secs": "repository.poll_secs",
+    "load_models": "repository.load_models",
+    "cache_size": "response_cache_size",
+    "metrics_interval_ms": "metrics.interval_ms",
+    "model_instance_max_restarts": "backends.instance_max_restarts",
+    "model_instance_restart_window_secs": "backends.instance_restart_window_secs",
+    "http_max_header_size": "http.max_header_size",
+    "http_max_url_length": "http.max_url_length",
+    "http_max_headers": "http.max_headers",
+    "http_max_pipelined": "http.max_pipelined",
+    "http_header_timeout_secs": "http.header_timeout_secs",
+    "http_body_timeout_secs": "http.body_timeout_secs",
+    "http_keepalive_timeout_secs": "http.keepalive_timeout_secs",
+    "http_ssl_cert": "http.ssl_cert",
+    "http_ssl_key": "http.ssl_key",
+    "http_restrictions": "access.http_restrictions",
+    "grpc_restrictions": "access.grpc_restrictions",
+    "auth_token_file": "access.auth_token_file",
+    "audit_log": "access.audit_log",
+    "max_inflight_per_client": "access.max_inflight_per_client",
+    "grpc_use_ssl": "grpc.use_ssl",
+    "grpc_use_ssl_mutual": "grpc.use_ssl_mutual",
+    "grpc_server_cert": "grpc.server_cert",
+    "grpc_server_key": "grpc.server_key",
+    "grpc_root_cert": "grpc.root_cert",
+    "grpc_infer_response_compression_level": "grpc.infer_response_compression_level",
+    "reuse_grpc_port": "grpc.reuse_port",
+    "grpc_header_forward_pattern": "grpc.header_forward_pattern",
+    "grpc_max_connection_age_ms": "grpc.max_connection_age_ms",
+    "grpc_max_connection_age_grace_ms": "grpc.max_connection_age_grace_ms",
+    "grpc_max_send_message_size": "grpc.max_send_message_size",
+    "python_env_cache_dir": "backends.python_env_cache_dir",
+    "rate_limit": "rate_limit.mode",
+    "rate_limit_resources": "rate_limit.resources",
+    "log_info": "logging.info",
+    "log_warning": "logging.warning",
+    "log_error": "logging.error",
+    "metrics_config": "metrics.settings",
+    "allow_cpu_metrics": "metrics.allow_cpu",
+    "log_format": "logging.format",
+    "log_file": "logging.file",
+    "model_config_name": "repository.config_name",
+    "model_load_retry_count": "repository.load_retry_count",
+    "reuse_http_port": "http.reuse_port",
+    "http_header_forward_pattern": "http.header_forward_pattern",
+    "onnxruntime_default_max_batch_size": "backends.onnxruntime_default_max_batch_size",
+    "trace": "tracing",
+    "model_namespacing": "repository.namespacing",
+    "http_cors_allow_origins": "http.cors.allow_origins",
+    "http_cors_allow_headers": "http.cors.allow_headers",
+    "http_cors_max_age_secs": "http.cors.max_age_secs",
+    "http_cors_allow_credentials": "http.cors.allow_credentials",
+    "access_log_file": "logging.access_log_file",
+    "access_log_max_bytes": "logging.access_log_max_bytes",
+    "access_log_backup_count": "logging.access_log_backup_count",
+}
+
+
+def _nest(**flat: Any) -> ServerOptions:
+    """The grouped ServerOptions of these flat fields."""
+    nested: dict[str, Any] = {}
+    for name, value in flat.items():
+        nested[_PATHS.get(name, name)] = value
+    options: ServerOptions = _assemble(ServerOptions(), nested)
+    return options
+
+
+def _assemble(base: Any, fields: dict[str, Any]) -> Any:
+    groups: dict[str, dict[str, Any]] = {}
+    plain: dict[str, Any] = {}
+    for path, value in fields.items():
+        head, _, rest = path.partition(".")
+        if rest:
+            groups.setdefault(head, {})[rest] = value
+        else:
+            plain[head] = value
+    for head, sub in groups.items():
+        plain[head] = _assemble(getattr(base, head), sub)
+    return replace(base, **plain)
 
 
 def _check_addresses(args: argparse.Namespace) -> None:
@@ -661,14 +770,14 @@ def _access_log_flags(serve: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--access-log-max-bytes",
         type=non_negative_int,
-        default=defaults.access_log_max_bytes,
+        default=defaults.logging.access_log_max_bytes,
         help="tritium: rotate the access log before it would grow past this many bytes "
         "(0: never rotate)",
     )
     serve.add_argument(
         "--access-log-backup-count",
         type=non_negative_int,
-        default=defaults.access_log_backup_count,
+        default=defaults.logging.access_log_backup_count,
         help="tritium: rotated access logs kept as FILE.1 ... FILE.<n> (0: the file starts "
         "over at the bound)",
     )
@@ -702,17 +811,13 @@ def _log_options(args: argparse.Namespace) -> dict[str, Any]:
 def _setup_logging(options: ServerOptions) -> None:
     """Install the process's log settings; a log file that cannot be opened stops the server
     here, before anything else happens (Triton would fall back to the console silently)."""
-    settings = LogSettings(
-        options.log_file,
-        (options.log_info, options.log_warning, options.log_error),
-        options.log_verbose,
-        options.log_format,
-    )
+    log = options.logging
+    settings = LogSettings(log.file, (log.info, log.warning, log.error), log.verbose, log.format)
     try:
         settings.install()
     except OSError as exc:
         raise SystemExit(
-            f"error: --log-file: failed to open log file '{options.log_file}': {exc.strerror}"
+            f"error: --log-file: failed to open log file '{log.file}': {exc.strerror}"
         ) from None
 
 
@@ -730,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         runner: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
         runner = asyncio.run
-    return runner(run(options, args.ports_file))
+    return runner(run(options))
 
 
 if __name__ == "__main__":

@@ -111,12 +111,12 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._write_now()
         loop = asyncio.get_running_loop()
-        if options.grpc_keepalive_time_ms > 0:
+        if options.grpc.keepalive_time_ms > 0:
             self._keepalive = loop.call_later(
-                options.grpc_keepalive_time_ms / 1000, self._send_keepalive
+                options.grpc.keepalive_time_ms / 1000, self._send_keepalive
             )
-        if options.grpc_max_connection_age_ms > 0:
-            self._age = loop.call_later(options.grpc_max_connection_age_ms / 1000, self._aged)
+        if options.grpc.max_connection_age_ms > 0:
+            self._age = loop.call_later(options.grpc.max_connection_age_ms / 1000, self._aged)
         self._listener.connections.add(self)
 
     def data_received(self, data: bytes) -> None:
@@ -270,10 +270,10 @@ class GrpcConnection(Outbound, asyncio.Protocol):
             self._flush()
             loop = asyncio.get_running_loop()
             self._ping_timeout = loop.call_later(
-                options.grpc_keepalive_timeout_ms / 1000, self._keepalive_expired
+                options.grpc.keepalive_timeout_ms / 1000, self._keepalive_expired
             )
         self._keepalive = asyncio.get_running_loop().call_later(
-            options.grpc_keepalive_time_ms / 1000, self._send_keepalive
+            options.grpc.keepalive_time_ms / 1000, self._send_keepalive
         )
 
     def _keepalive_expired(self) -> None:
@@ -281,7 +281,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self.abort()
 
     def _aged(self) -> None:
-        grace = self._listener.options.grpc_max_connection_age_grace_ms
+        grace = self._listener.options.grpc.max_connection_age_grace_ms
         self.drain(grace / 1000 if grace > 0 else None)
 
     def drain(self, grace: float | None) -> None:

@@ -84,7 +84,7 @@ class Dispatcher:
     ) -> None:
         self._methods = methods
         self._guard = guard
-        self._compression = options.grpc_infer_response_compression_level
+        self._compression = options.grpc.infer_response_compression_level
 
     # -- a new stream ------------------------------------------------------------------------
     def start(self, conn: GrpcConnection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:

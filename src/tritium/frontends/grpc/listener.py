@@ -23,9 +23,9 @@ class GrpcListener:
     def __init__(self, server: InferenceServer, access: AccessControl | None) -> None:
         options = server.options
         self.options: ServerOptions = options
-        self.max_receive = options.http_max_input_size
-        self.max_send = options.grpc_max_send_message_size
-        self.max_streams = options.grpc_max_concurrent_streams or DEFAULT_MAX_STREAMS
+        self.max_receive = options.http.max_input_size
+        self.max_send = options.grpc.max_send_message_size
+        self.max_streams = options.grpc.max_concurrent_streams or DEFAULT_MAX_STREAMS
         guard = RpcGuard(access) if access is not None and access.guards_grpc else None
         self.dispatch = Dispatcher(method_table(server), options, guard)
         self.connections: set[GrpcConnection] = set()
@@ -35,7 +35,7 @@ class GrpcListener:
     async def listen(self, host: str, port: int, tls: ssl.SSLContext | None) -> int:
         """Binds and serves; the bound port. Raises OSError (``BindError``)."""
         endpoint = Endpoint("GRPC", "--grpc-address", "--grpc-port", host, port)
-        return await self.serve(await bind(endpoint, self.options.reuse_grpc_port), tls)
+        return await self.serve(await bind(endpoint, self.options.grpc.reuse_port), tls)
 
     async def serve(self, socks: list[socket.socket], tls: ssl.SSLContext | None) -> int:
         """Start accepting on sockets already listening (``frontends/sockets.py:bind``); the

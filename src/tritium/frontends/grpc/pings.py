@@ -23,10 +23,10 @@ class PingPolicy:
                  "_last", "sent_without_data")  # fmt: skip
 
     def __init__(self, options: ServerOptions) -> None:
-        self._interval = options.grpc_http2_min_recv_ping_interval_without_data_ms / 1000
-        self._permit_idle = options.grpc_keepalive_permit_without_calls
-        self._max_strikes = options.grpc_http2_max_ping_strikes
-        self._max_unanswered = options.grpc_http2_max_pings_without_data
+        self._interval = options.grpc.http2_min_recv_ping_interval_without_data_ms / 1000
+        self._permit_idle = options.grpc.keepalive_permit_without_calls
+        self._max_strikes = options.grpc.http2_max_ping_strikes
+        self._max_unanswered = options.grpc.http2_max_pings_without_data
         self._strikes = 0
         self._last: float | None = None
         self.sent_without_data = 0

@@ -81,7 +81,7 @@ def _log_value(value: Any) -> Any:
 class InferenceService:
     def __init__(self, server: InferenceServer) -> None:
         self._server = server
-        pattern = server.options.grpc_header_forward_pattern
+        pattern = server.options.grpc.header_forward_pattern
         self._forward = compile_forward_pattern(pattern)  # Triton's reading: see metadata
 
     def forwarded(self, call: ServerCall) -> dict[str, str] | None:
@@ -275,7 +275,7 @@ class InferenceService:
         return True
 
     async def ModelStreamInfer(self, call: ServerCall) -> None:
-        limit = self._server.options.grpc_stream_inflight
+        limit = self._server.options.grpc.stream_inflight
         await stream_infer(self._server, call, limit, self.forwarded(call))
 
 

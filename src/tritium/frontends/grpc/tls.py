@@ -30,21 +30,21 @@ def server_ssl_context(options: ServerOptions) -> ssl.SSLContext | None:
 
     Raises OSError with a message naming the flag and the file when a file cannot be read, is
     not PEM, or the key does not match the certificate; the runtime refuses to start with it."""
-    if not (options.grpc_use_ssl or options.grpc_use_ssl_mutual):
+    if not (options.grpc.use_ssl or options.grpc.use_ssl_mutual):
         return None
-    if not (options.grpc_server_cert and options.grpc_server_key):
+    if not (options.grpc.server_cert and options.grpc.server_key):
         raise OSError("gRPC TLS needs --grpc-server-cert and --grpc-server-key")
-    if options.grpc_use_ssl_mutual and not options.grpc_root_cert:
+    if options.grpc.use_ssl_mutual and not options.grpc.root_cert:
         raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA of client certs)")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
     context.set_ciphers(_TLS12_CIPHERS)
     context.set_alpn_protocols(ALPN_PROTOCOLS)
-    _load_chain(context, options.grpc_server_cert, options.grpc_server_key)
-    if options.grpc_root_cert:
-        _load_roots(context, options.grpc_root_cert)
-    context.verify_mode = ssl.CERT_REQUIRED if options.grpc_use_ssl_mutual else ssl.CERT_NONE
+    _load_chain(context, options.grpc.server_cert, options.grpc.server_key)
+    if options.grpc.root_cert:
+        _load_roots(context, options.grpc.root_cert)
+    context.verify_mode = ssl.CERT_REQUIRED if options.grpc.use_ssl_mutual else ssl.CERT_NONE
     return context
 
 

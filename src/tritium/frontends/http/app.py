@@ -56,7 +56,7 @@ class HttpApp:
         # Access control and audit (tritium.access), only when a feature asks for it.
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
         # --http-header-forward-pattern: matching request headers become string parameters.
-        pattern = server.options.http_header_forward_pattern if server is not None else ""
+        pattern = server.options.http.header_forward_pattern if server is not None else ""
         self._forward = compile_forward_pattern(pattern)
         # --http-cors-*: browsers' preflights answered here, the origin's headers added to
         # every answer by the request cycle (HttpProtocol reads this attribute).

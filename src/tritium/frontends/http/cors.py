@@ -175,13 +175,13 @@ def cors_policy(options: ServerOptions) -> CorsPolicy | None:
     """The policy of ``--http-cors-*`` (None: CORS is off). The headers that
     ``--http-restricted-api`` requires are allowed too: a page must be able to send them (a
     key that is no header name could not be sent by a browser at all)."""
-    if not options.http_cors_allow_origins:
+    if not options.http.cors.allow_origins:
         return None
-    keys = (r.header for r in options.http_restrictions)
+    keys = (r.header for r in options.access.http_restrictions)
     restricted = dict.fromkeys(k for k in keys if _TOKEN.fullmatch(k))
     return CorsPolicy(
-        options.http_cors_allow_origins,
-        [*options.http_cors_allow_headers, *restricted],
-        options.http_cors_max_age_secs,
-        options.http_cors_allow_credentials,
+        options.http.cors.allow_origins,
+        [*options.http.cors.allow_headers, *restricted],
+        options.http.cors.max_age_secs,
+        options.http.cors.allow_credentials,
     )

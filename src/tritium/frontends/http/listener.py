@@ -35,11 +35,11 @@ def https_context(options: ServerOptions) -> ssl.SSLContext | None:
     """The TLS context of ``--http-ssl-cert``/``--http-ssl-key``; None serves plain HTTP.
 
     Raises OSError (ssl.SSLError is one) when the files cannot be read or do not match."""
-    if not options.http_ssl_cert:
+    if not options.http.ssl_cert:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(options.http_ssl_cert, options.http_ssl_key or None)
+    context.load_cert_chain(options.http.ssl_cert, options.http.ssl_key or None)
     return context
 
 

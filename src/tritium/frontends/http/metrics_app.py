@@ -12,8 +12,8 @@ class MetricsApp:
         self._server = server
         options = server.options
         self._cpu = (
-            CpuSampler(options.metrics_interval_ms / 1000)
-            if options.allow_cpu_metrics
+            CpuSampler(options.metrics.interval_ms / 1000)
+            if options.metrics.allow_cpu
             else None
         )
 
