@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,10 @@ import pytest
 from tritium.cli.main import build_parser, options_from_args
 from tritium.cli.flags import FLAGS, GROUPS, Decision, markdown
 from tritium.cli.flags.backend_config import parse_backend_config
-from tritium.cli.flags.parser import check_table_flags, parser_flags
+from tritium.cli.flags.parser import check_table_flags, option_default, parser_flags
+from tritium.cli.flags.spec import Into
+from tritium.cli.flags.table import BY_NAME
+from tritium.options import ServerOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -242,3 +246,24 @@ def test_built_in_directory_flags_log_one_warning_each() -> None:
     assert "(ensemble, onnxruntime, python) are built in" in notices[0].message
     assert notices[1].message.startswith("--repoagent-directory=/opt/r: ")
     assert all("not read" in n.message for n in notices)
+
+
+def test_every_implemented_flag_has_a_parser_and_a_target_field() -> None:
+    """One definition per flag: an implemented one says how it parses and where its value
+    goes; a target path names a field of ServerOptions (defaults come from there)."""
+    for flag in FLAGS:
+        if flag.decision is not Decision.IMPLEMENTED or flag.alias_of:
+            assert flag.arg is None and flag.to is None, flag.name
+            continue
+        assert flag.arg is not None and flag.to is not None, flag.name
+        if isinstance(flag.to, (str, Into)):
+            option_default(flag.to if isinstance(flag.to, str) else flag.to.path)
+    assert BY_NAME["model-store"].alias_of == "model-repository"
+
+
+def test_defaults_of_the_parser_are_the_options_defaults() -> None:
+    """A flag whose value goes to a field as given defaults to that field's default."""
+    defaults = ServerOptions()
+    options = options_from_args(_parse())
+    assert replace(options, repository=defaults.repository) == defaults
+    assert options.repository == replace(defaults.repository, paths=(Path("r"),))

@@ -1,5 +1,6 @@
-"""Every ``tritonserver`` flag and tritium's decision for it (``table.py``), put on the
-parser by ``parser.py``; ``docs/flags.md`` is ``markdown()`` (``python -m tritium.cli.flags``)."""
+"""Every ``tritonserver`` flag and tritium's own, one definition each (``table.py``), with its
+decision; the parser (``parser.py``), ``ServerOptions`` (``build.py``) and ``docs/flags.md``
+(``markdown()``, ``python -m tritium.cli.flags``) are made from the definitions."""
 
 from __future__ import annotations
 

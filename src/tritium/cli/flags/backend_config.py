@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .table import Decision
+from .spec import Decision
 
 DEFAULT_MAX_BATCH_SIZE = 4  # Triton's backends' default-max-batch-size
 

@@ -1,10 +1,30 @@
-"""Every ``tritonserver`` flag, and tritium's own, with a decision each.
+"""Every ``tritonserver`` flag, and tritium's own: one definition each (``FLAGS``).
 
-The authority is the option table of Triton's ``src/command_line_parser.cc``
+A definition is the only place a flag is written down. ``parser.py:add_flags`` builds
+``tritium serve``'s argparse parser from it, ``build.py:options_from_args`` builds
+``ServerOptions`` from its target, ``docs/flags.md`` is generated from it
+(``python -m tritium.cli.flags``) and ``--help`` files it under its group.
+
+How to add a flag:
+
+1. Add its field to the right group of ``options.py`` (``HttpOptions``, ``GrpcOptions``...),
+   with its default and a comment saying what it means.
+2. Add one row below, in its Triton group: ``_on(name, group, value syntax, reason, help,
+   target, ...)`` for a Triton flag, ``_own(name, group, value syntax, reason, target,
+   help, ...)`` for tritium's own. The target is the field's path (``"grpc.port"``);
+   ``Into(path, convert)`` when the value must be converted or checked first
+   (``convert.py``; ``SystemExit("error: ...")`` for a bad one); a ``Combine`` shared by
+   every flag it reads when several flags make one setting. The keywords are ``spec.py:Arg``:
+   ``parse`` (a ``values.py`` parser; by default from the value syntax: int, float, Triton's
+   boolean, str), ``style`` (``REPEAT`` for a repeatable flag; ``BOOL`` and ``PRESENT`` follow
+   from the syntax ``boolean`` and ``""``), ``choices``, ``metavar`` and ``default`` (by
+   default the target field's default in ``ServerOptions()``; a ``Combine`` needs one).
+3. Regenerate ``docs/flags.md``: ``python -m tritium.cli.flags > docs/flags.md``.
+
+The authority for Triton's flags is the option table of Triton's ``src/command_line_parser.cc``
 (``TritonParser::SetupOptions``, server commit e1db8a603d86): names, value syntax (Triton's
-``arg_desc``), groups (``SetupOptionGroups``) and help texts, abridged. A unit test holds the
-names against a copy of that list and against ``tritium serve``'s parser, and
-``docs/flags.md`` is generated from this table (``python -m tritium.cli.flags``).
+``arg_desc``), groups (``SetupOptionGroups``). A unit test holds the names against a copy of
+that list and against ``tritium serve``'s parser.
 
 A flag is never accepted and then ignored: it is implemented; or accepted because, in Triton
 too, it only tunes a resource tritium does not have (a thread pool, an allocation pool: logged
@@ -13,34 +33,46 @@ it has no effect without a GPU); or, for a directory of shared libraries that tr
 in, accepted with one warning at start saying so and that the directory is not read (Triton's
 QA command lines pass them); or refused with a message naming the reason; or not
 implemented yet because another piece of work owns it (refused with "not implemented yet").
+Only implemented flags have a parser (``arg``) and a target (``to``); the others are put on
+the parser with Triton's value syntax and handled by ``parser.py:check_table_flags``.
 """
 
 from __future__ import annotations
 
-import enum
-from dataclasses import dataclass
+from typing import Any
 
+from ...frontends.http.cors import DEFAULT_MAX_AGE_SECS
+from .convert import (
+    AUTO_COMPLETE,
+    CORS,
+    GRPC_RESTRICTIONS,
+    GRPC_TLS,
+    HTTP_RESTRICTIONS,
+    HTTP_TLS,
+    METRICS_SERVED,
+    RESPONSE_CACHE,
+    TRACING,
+    address,
+    backend_batch_size,
+    forward_pattern,
+    inflight_per_client,
+    metrics_settings,
+    repositories,
+)
+from .spec import Arg, Decision, Flag, Into, Style, Target
+from .values import (
+    config_name,
+    log_format,
+    non_negative_int,
+    origin,
+    positive,
+    positive_ms,
+    positive_seconds,
+    rate_limit_mode,
+    rate_limit_resource,
+)
 
-class Decision(enum.Enum):
-    IMPLEMENTED = "implemented"
-    TUNING = "accepted: tuning only"
-    GPU_ONLY = "GPU only"
-    BUILT_IN = "accepted: built in"
-    REFUSED = "refused"
-    NOT_YET = "not implemented yet"
-
-
-@dataclass(frozen=True, slots=True)
-class Flag:
-    name: str  # without the leading '--'
-    group: str  # Triton's option group
-    value: str  # Triton's value syntax ('' for a flag without a value)
-    decision: Decision
-    reason: str
-    help: str = ""  # Triton's help text, abridged
-    triton: bool = True  # False: tritium's own flag
-    owner: str = ""  # NOT_YET: the piece of work that implements it
-
+__all__ = ["BY_NAME", "FLAGS", "GROUPS", "Decision", "Flag"]
 
 # Triton's groups, in its order (``SetupOptionGroups``), then tritium's own.
 GROUPS = (
@@ -71,6 +103,7 @@ I, T, G, B, R, N = (  # noqa: E741 - one letter per decision keeps the table rea
     Decision.REFUSED,
     Decision.NOT_YET,
 )
+REPEAT = Style.REPEAT
 _B, _I, _S, _F = "boolean", "integer", "string", "float"
 _NO_GPU = "no effect without a GPU: tritium runs every model on the CPU"
 _SAGEMAKER = "tritium has no SageMaker front-end"
@@ -80,16 +113,40 @@ _ADDRESS = (
 )
 _PORT = "bound before the models load: a port in use stops the start, naming this flag"
 _THREADS = "tritium serves {} on its one event loop; Triton's thread count only sizes a pool"
+_TRACE_DEPRECATED = "read as --trace-config (which wins)"
 
 
 def _f(
     name: str, group: str, value: str, decision: Decision, reason: str, help_text: str = ""
 ) -> Flag:
+    """A Triton flag tritium does not implement (tuning, GPU only, built in, refused)."""
     return Flag(name, group, value, decision, reason, help_text)
 
 
-def _own(name: str, group: str, value: str, reason: str) -> Flag:
-    return Flag(name, group, value, Decision.IMPLEMENTED, reason, reason, triton=False)
+def _on(
+    name: str, group: str, value: str, reason: str, help_text: str, to: Target, **arg: Any
+) -> Flag:
+    """A Triton flag tritium implements; ``arg``: ``spec.py:Arg``'s fields."""
+    return Flag(name, group, value, I, reason, help_text, arg=_arg(value, arg), to=to)
+
+
+def _own(
+    name: str, group: str, value: str, reason: str, to: Target, help_text: str = "", **arg: Any
+) -> Flag:
+    """tritium's own flag (always implemented); its help is its reason unless given."""
+    return Flag(
+        name, group, value, I, reason, help_text or reason, False, arg=_arg(value, arg), to=to
+    )
+
+
+def _arg(value: str, arg: dict[str, Any]) -> Arg:
+    style = Style.BOOL if value == _B else Style.PRESENT if not value else Style.VALUE
+    arg.setdefault("style", style)
+    return Arg(**arg)
+
+
+def _alias(name: str, group: str, value: str, of: str) -> Flag:
+    return Flag(name, group, value, I, f"alias of --{of}", f"Equivalent to --{of}.", alias_of=of)
 
 
 def _not_yet(name: str, group: str, value: str, owner: str, help_text: str) -> Flag:
@@ -99,82 +156,107 @@ def _not_yet(name: str, group: str, value: str, owner: str, help_text: str) -> F
 
 FLAGS: tuple[Flag, ...] = (
     # -- Server ------------------------------------------------------------------------------
-    _f("id", "Server", _S, I, "the server metadata's name", "Identifier for this server."),
-    _f("exit-timeout-secs", "Server", _I, I, "drain time for in-flight requests at shutdown",
-       "Seconds to wait at exit for in-flight inferences to finish."),
+    _on("id", "Server", _S, "the server metadata's name",
+        "server identifier in server metadata", "server_id"),
+    _on("exit-timeout-secs", "Server", _I, "drain time for in-flight requests at shutdown",
+        "Seconds to wait at exit for in-flight inferences to finish.", "exit_timeout_secs",
+        parse=float),
     # -- Logging -----------------------------------------------------------------------------
-    _f("log-verbose", "Logging", _I, I, "levels >= 1 log tritium's debug messages",
-       "Verbose logging level; 0 disables verbose logging."),
-    _f("log-info", "Logging", _B, I, "the server's and Python models' INFO records",
-       "Enable/disable info-level logging."),
-    _f("log-warning", "Logging", _B, I, "the server's and Python models' WARNING records",
-       "Enable/disable warning-level logging."),
-    _f("log-error", "Logging", _B, I, "the server's and Python models' ERROR records",
-       "Enable/disable error-level logging."),
-    _f("log-format", "Logging", _S, I,
-       "Triton's default and ISO8601 layouts, and tritium's json (one object per line); "
-       "changeable at run time",
-       "Logging format: default or ISO8601."),
-    _f("log-file", "Logging", _S, I, "records appended to the file instead of the console",
-       "File that log output is written to."),
+    _on("log-verbose", "Logging", _I, "levels >= 1 log tritium's debug messages",
+        "verbose logging level; >= 1 shows verbose records (pb_utils.Logger.log_verbose)",
+        "logging.verbose"),
+    _on("log-info", "Logging", _B, "the server's and Python models' INFO records",
+        "log INFO-level records", "logging.info"),
+    _on("log-warning", "Logging", _B, "the server's and Python models' WARNING records",
+        "log WARNING-level records", "logging.warning"),
+    _on("log-error", "Logging", _B, "the server's and Python models' ERROR records",
+        "log ERROR-level records", "logging.error"),
+    _on("log-format", "Logging", _S,
+        "Triton's default and ISO8601 layouts, and tritium's json (one object per line); "
+        "changeable at run time",
+        '"default": records as "I1130 14:02:03.123456 <pid> <file>:<line>] <message>"; '
+        '"ISO8601": as "2024-11-30T14:02:03Z I <pid> <file>:<line>] <message>"; "json" '
+        "(tritium's own): one JSON object per line with time, level, pid, file, line, model "
+        "and message",
+        "logging.format", parse=log_format),
+    _on("log-file", "Logging", _S, "records appended to the file instead of the console",
+        "append every log record to this file instead of the console (stdout for INFO, "
+        "stderr for warnings and errors)", "logging.file"),
     # -- Model Repository ----------------------------------------------------------------------
-    _f("model-store", "Model Repository", _S, I, "alias of --model-repository",
-       "Equivalent to --model-repository."),
-    _f("model-repository", "Model Repository", _S, I,
-       "repeatable; local directories only: a missing path, a file or a cloud URL (s3://, "
-       "gs://, as://) stops the start",
-       "Path to a model repository directory; may be given several times."),
-    _f("exit-on-error", "Model Repository", _B, I, "exit if a model fails to load at start",
-       "Exit the server if an error occurs during initialization."),
-    _f("disable-auto-complete-config", "Model Repository", "", I,
-       "configs are used as written", "Do not auto-complete model configurations."),
-    _f("strict-readiness", "Model Repository", _B, I,
-       "ready only when every model is (a model unloaded on purpose does not count; one that "
-       "failed to load does, even once unloaded, as in Triton)",
-       "Ready only when the server is responsive and every model is available."),
-    _f("model-control-mode", "Model Repository", _S, I, "none, poll or explicit",
-       "Model management mode: none, poll or explicit."),
-    _f("repository-poll-secs", "Model Repository", _I, I, "poll mode's interval",
-       "Seconds between polls of the model repositories (poll mode)."),
-    _f("load-model", "Model Repository", _S, I, "explicit mode's start-up models",
-       "A model to load at start-up (explicit mode; repeatable; * = all)."),
-    _f("model-config-name", "Model Repository", _S, I,
-       "reads <model>/configs/<name>.pbtxt, else config.pbtxt",
-       "Custom configuration name: <model>/configs/<name>.pbtxt instead of config.pbtxt."),
-    _f("model-load-thread-count", "Model Repository", _I, I, "models loaded at once",
-       "Number of threads that load models concurrently."),
-    _f("model-load-retry-count", "Model Repository", _I, I,
-       "a version that fails to load is tried again that many times",
-       "Number of retries to load a model."),
-    _f("model-namespacing", "Model Repository", _B, I,
-       "each repository is a namespace; a name held by several is ambiguous in a request",
-       "Models with the same name may be served from different repositories."),
+    _alias("model-store", "Model Repository", _S, "model-repository"),
+    _on("model-repository", "Model Repository", _S,
+        "repeatable; local directories only: a missing path, a file or a cloud URL (s3://, "
+        "gs://, as://) stops the start",
+        "path of a model repository (repeatable)",
+        Into("repository.paths", repositories), style=REPEAT, required=True),
+    _on("exit-on-error", "Model Repository", _B, "exit if a model fails to load at start",
+        "exit if any model fails to load at startup", "exit_on_error"),
+    _on("disable-auto-complete-config", "Model Repository", "", "configs are used as written",
+        "do not complete model configurations from the model files", AUTO_COMPLETE,
+        default=False),
+    _on("strict-readiness", "Model Repository", _B,
+        "ready only when every model is (a model unloaded on purpose does not count; one that "
+        "failed to load does, even once unloaded, as in Triton)",
+        "ready only when every model is ready", "strict_readiness"),
+    _on("model-control-mode", "Model Repository", _S, "none, poll or explicit",
+        "Model management mode: none, poll or explicit.", "repository.control_mode",
+        choices=("none", "poll", "explicit")),
+    _on("repository-poll-secs", "Model Repository", _I, "poll mode's interval",
+        "Seconds between polls of the model repositories (poll mode).",
+        Into("repository.poll_secs", lambda secs: max(secs, 0.1)), parse=float),
+    _on("load-model", "Model Repository", _S, "explicit mode's start-up models",
+        "explicit mode: a model to load at startup (repeatable; * = all)",
+        Into("repository.load_models", tuple), style=REPEAT),
+    _on("model-config-name", "Model Repository", _S,
+        "reads <model>/configs/<name>.pbtxt, else config.pbtxt",
+        "load <model>/configs/<name>.pbtxt instead of config.pbtxt when it exists",
+        Into("repository.config_name", lambda name: name or ""), parse=config_name,
+        default=None),
+    _on("model-load-thread-count", "Model Repository", _I, "models loaded at once",
+        "Number of threads that load models concurrently.", "repository.load_thread_count"),
+    _on("model-load-retry-count", "Model Repository", _I,
+        "a version that fails to load is tried again that many times",
+        "try a model version that fails to load again, up to this many times",
+        "repository.load_retry_count", parse=non_negative_int),
+    _on("model-namespacing", "Model Repository", _B,
+        "each repository is a namespace; a name held by several is ambiguous in a request",
+        "each repository is a namespace: one model name may be served from several",
+        "repository.namespacing"),
     _f("enable-peer-access", "Model Repository", _B, G, "CUDA peer access between GPUs; "
        + _NO_GPU, "Try to enable peer access between GPUs."),
     # -- HTTP --------------------------------------------------------------------------------
-    _f("allow-http", "HTTP", _B, I, "serve HTTP/REST", "Listen for HTTP requests."),
-    _f("http-address", "HTTP", _S, I, _ADDRESS, "Address the HTTP server binds to."),
-    _f("http-port", "HTTP", _I, I, _PORT, "Port of the HTTP server."),
-    _f("reuse-http-port", "HTTP", _B, I, "SO_REUSEPORT on the HTTP socket",
-       "Let several servers listen on the same HTTP port."),
-    _f("http-header-forward-pattern", "HTTP", _S, I,
-       "matching request headers become inference parameters",
-       "Regular expression: HTTP headers forwarded as inference request parameters."),
+    _on("allow-http", "HTTP", _B, "serve HTTP/REST", "serve HTTP/REST", "http.enabled"),
+    _on("http-address", "HTTP", _S, _ADDRESS, "Address the HTTP server binds to.",
+        Into("http.address", address("--http-address"))),
+    _on("http-port", "HTTP", _I, _PORT, "Port of the HTTP server.", "http.port"),
+    _on("reuse-http-port", "HTTP", _B, "SO_REUSEPORT on the HTTP socket",
+        "SO_REUSEPORT on the HTTP socket", "http.reuse_port"),
+    _on("http-header-forward-pattern", "HTTP", _S,
+        "matching request headers become inference parameters",
+        "regex: request headers whose name matches become inference parameters",
+        Into("http.header_forward_pattern", forward_pattern("--http-header-forward-pattern"))),
     _f("http-thread-count", "HTTP", _I, T, _THREADS.format("HTTP"),
        "Number of threads handling HTTP requests."),
-    _f("http-max-input-size", "HTTP", _I, I, "bounds a request body (decompressed too)",
-       "Maximum HTTP request input size in bytes."),
-    _f("http-restricted-api", "HTTP", "<string>:<string>=<string>", I,
-       "API groups that need a header", "Restricted HTTP APIs: <apis>:<key>=<value>."),
+    _on("http-max-input-size", "HTTP", _I, "bounds a request body (decompressed too)",
+        "Maximum HTTP request input size in bytes.", "http.max_input_size"),
+    _on("http-restricted-api", "HTTP", "<string>:<string>=<string>",
+        "API groups that need a header",
+        "these HTTP API groups need header <key> with <value> (repeatable; groups: "
+        "health, metadata, inference, shared-memory, model-config, model-repository, "
+        "statistics, trace, logging)",
+        Into("access.http_restrictions", HTTP_RESTRICTIONS), style=REPEAT,
+        metavar="<api>[,<api>...]:<key>=<value>"),
     # -- GRPC --------------------------------------------------------------------------------
-    _f("allow-grpc", "GRPC", _B, I, "serve gRPC", "Listen for GRPC requests."),
-    _f("grpc-address", "GRPC", _S, I, _ADDRESS, "Address the GRPC server binds to."),
-    _f("grpc-port", "GRPC", _I, I, _PORT, "Port of the GRPC server."),
-    _f("reuse-grpc-port", "GRPC", _B, I, "SO_REUSEPORT on the gRPC socket",
-       "Let several servers listen on the same GRPC port."),
-    _f("grpc-header-forward-pattern", "GRPC", _S, I,
-       "matching metadata become inference parameters",
-       "Regular expression: GRPC headers forwarded as inference request parameters."),
+    _on("allow-grpc", "GRPC", _B, "serve gRPC", "serve gRPC", "grpc.enabled"),
+    _on("grpc-address", "GRPC", _S, _ADDRESS, "Address the GRPC server binds to.",
+        Into("grpc.address", address("--grpc-address"))),
+    _on("grpc-port", "GRPC", _I, _PORT, "Port of the GRPC server.", "grpc.port"),
+    _on("reuse-grpc-port", "GRPC", _B, "SO_REUSEPORT on the gRPC socket",
+        "SO_REUSEPORT on the gRPC socket", "grpc.reuse_port"),
+    _on("grpc-header-forward-pattern", "GRPC", _S,
+        "matching metadata become inference parameters",
+        "regex: request metadata whose name matches becomes an inference parameter",
+        Into("grpc.header_forward_pattern", forward_pattern("--grpc-header-forward-pattern"))),
     _f("grpc-infer-thread-count", "GRPC", _I, T, _THREADS.format("gRPC") + " (2 to 128)",
        "Number of gRPC inference handler threads."),
     _f("grpc-infer-allocation-pool-size", "GRPC", _I, T,
@@ -184,32 +266,44 @@ FLAGS: tuple[Flag, ...] = (
        "sizes Triton's pool of response objects; a tritium stream is bounded by "
        "--grpc-stream-inflight-limit and the socket's back-pressure (must be > 0)",
        "Inference response objects that may stay allocated in a response queue."),
-    _f("grpc-use-ssl", "GRPC", _B, I, "TLS", "Use SSL for GRPC requests."),
-    _f("grpc-use-ssl-mutual", "GRPC", _B, I, "mutual TLS", "Use mutual SSL for GRPC."),
-    _f("grpc-server-cert", "GRPC", _S, I, "PEM chain", "File holding the PEM server cert."),
-    _f("grpc-server-key", "GRPC", _S, I, "PEM key", "File holding the PEM server key."),
-    _f("grpc-root-cert", "GRPC", _S, I, "PEM CA bundle", "File holding the PEM root cert."),
-    _f("grpc-infer-response-compression-level", "GRPC", _S, I, "none, low, medium, high",
-       "Compression level of inference responses."),
-    _f("grpc-keepalive-time", "GRPC", _I, I, "ms between keepalive pings",
-       "Period (ms) after which a keepalive ping is sent."),
-    _f("grpc-keepalive-timeout", "GRPC", _I, I, "ms to wait for a ping's ack",
-       "Period (ms) the sender of a keepalive ping waits for an ack."),
-    _f("grpc-keepalive-permit-without-calls", "GRPC", _B, I, "pings with no call in flight",
-       "Allow keepalive pings with no calls in flight."),
-    _f("grpc-http2-max-pings-without-data", "GRPC", _I, I, "as grpc core",
-       "Pings that may be sent with no data/header frame to send."),
-    _f("grpc-http2-min-recv-ping-interval-without-data", "GRPC", _I, I, "as grpc core",
-       "Minimum time (ms) between received pings without data."),
-    _f("grpc-http2-max-ping-strikes", "GRPC", _I, I, "as grpc core",
-       "Bad pings tolerated before GOAWAY."),
-    _f("grpc-max-connection-age", "GRPC", _I, I, "ms before GOAWAY",
-       "Maximum time (ms) a channel may exist."),
-    _f("grpc-max-connection-age-grace", "GRPC", _I, I, "ms after the age's GOAWAY",
-       "Grace period (ms) after the channel reaches its max age."),
-    _f("grpc-restricted-protocol", "GRPC", "<string>:<string>=<string>", I,
-       "protocol groups that need metadata",
-       "Restricted GRPC protocols: <protocols>:<key>=<value>."),
+    _on("grpc-use-ssl", "GRPC", _B, "TLS", "serve gRPC over TLS", GRPC_TLS, default=False),
+    _on("grpc-use-ssl-mutual", "GRPC", _B, "mutual TLS",
+        "TLS with client certificates (implies SSL)", GRPC_TLS, default=False),
+    _on("grpc-server-cert", "GRPC", _S, "PEM chain", "PEM certificate chain file", GRPC_TLS,
+        default=""),
+    _on("grpc-server-key", "GRPC", _S, "PEM key", "PEM private key file", GRPC_TLS,
+        default=""),
+    _on("grpc-root-cert", "GRPC", _S, "PEM CA bundle", "PEM CA bundle for client certs",
+        GRPC_TLS, default=""),
+    _on("grpc-infer-response-compression-level", "GRPC", _S, "none, low, medium, high",
+        "compress inference responses for clients that accept gzip/deflate",
+        "grpc.infer_response_compression_level", choices=("none", "low", "medium", "high")),
+    _on("grpc-keepalive-time", "GRPC", _I, "ms between keepalive pings",
+        "ms between keepalive pings", "grpc.keepalive_time_ms"),
+    _on("grpc-keepalive-timeout", "GRPC", _I, "ms to wait for a ping's ack",
+        "ms to wait for a keepalive ping's acknowledgement", "grpc.keepalive_timeout_ms"),
+    _on("grpc-keepalive-permit-without-calls", "GRPC", _B, "pings with no call in flight",
+        "allow keepalive pings when no call is active", "grpc.keepalive_permit_without_calls"),
+    _on("grpc-http2-max-pings-without-data", "GRPC", _I, "as grpc core",
+        "Pings that may be sent with no data/header frame to send.",
+        "grpc.http2_max_pings_without_data"),
+    _on("grpc-http2-min-recv-ping-interval-without-data", "GRPC", _I, "as grpc core",
+        "Minimum time (ms) between received pings without data.",
+        "grpc.http2_min_recv_ping_interval_without_data_ms"),
+    _on("grpc-http2-max-ping-strikes", "GRPC", _I, "as grpc core",
+        "Bad pings tolerated before GOAWAY.", "grpc.http2_max_ping_strikes"),
+    _on("grpc-max-connection-age", "GRPC", _I, "ms before GOAWAY",
+        "ms a connection lives before GOAWAY (0: no limit)", "grpc.max_connection_age_ms",
+        parse=non_negative_int),
+    _on("grpc-max-connection-age-grace", "GRPC", _I, "ms after the age's GOAWAY",
+        "ms in-flight calls get after the age's GOAWAY (0: no limit)",
+        "grpc.max_connection_age_grace_ms", parse=non_negative_int),
+    _on("grpc-restricted-protocol", "GRPC", "<string>:<string>=<string>",
+        "protocol groups that need metadata",
+        "these gRPC protocol groups need metadata triton-grpc-protocol-<key> with <value> "
+        "(repeatable; the groups of --http-restricted-api)",
+        Into("access.grpc_restrictions", GRPC_RESTRICTIONS), style=REPEAT,
+        metavar="<protocol>[,<protocol>...]:<key>=<value>"),
     # -- Sagemaker / Vertex ------------------------------------------------------------------
     _f("allow-sagemaker", "Sagemaker", _B, R, _SAGEMAKER + " (false is accepted)",
        "Listen for SageMaker requests."),
@@ -226,52 +320,70 @@ FLAGS: tuple[Flag, ...] = (
     _f("vertex-ai-default-model", "Vertex", _S, R, _VERTEX,
        "Model used for single-model Vertex AI requests."),
     # -- Metrics -----------------------------------------------------------------------------
-    _f("allow-metrics", "Metrics", _B, I, "serve Prometheus metrics",
-       "Provide Prometheus metrics."),
+    _on("allow-metrics", "Metrics", _B, "serve Prometheus metrics", "serve Prometheus metrics",
+        METRICS_SERVED, default=True),
     _f("allow-gpu-metrics", "Metrics", _B, G, _NO_GPU, "Provide GPU metrics."),
-    _f("allow-cpu-metrics", "Metrics", _B, I, "the nv_cpu_* families",
-       "Provide CPU metrics."),
-    _f("metrics-address", "Metrics", _S, I, "default: --http-address; " + _ADDRESS,
-       "Address the metrics server binds to."),
-    _f("metrics-port", "Metrics", _I, I, _PORT, "Port reporting Prometheus metrics."),
-    _f("metrics-interval-ms", "Metrics", _F, I,
-       "the nv_cpu_* families are sampled from /proc at most once per interval",
-       "Milliseconds between metric collections."),
-    _f("metrics-config", "Metrics", "<string>=<string>", I,
-       "counter_latencies, histogram_latencies, summary_latencies, summary_quantiles "
-       "(docs/metrics.md); any other setting stops the start",
-       "A metrics setting: <setting>=<value> (repeatable)."),
+    _on("allow-cpu-metrics", "Metrics", _B, "the nv_cpu_* families",
+        "serve the nv_cpu_* families (ignored unless --allow-metrics is true)",
+        METRICS_SERVED, default=True),
+    _on("metrics-address", "Metrics", _S, "default: --http-address; " + _ADDRESS,
+        "address the metrics server binds to (default: --http-address)",
+        Into("metrics.address", address("--metrics-address"))),
+    _on("metrics-port", "Metrics", _I, _PORT, "Port reporting Prometheus metrics.",
+        "metrics.port"),
+    _on("metrics-interval-ms", "Metrics", _F,
+        "the nv_cpu_* families are sampled from /proc at most once per interval",
+        "the CPU families are sampled at most once per interval (ms)", "metrics.interval_ms",
+        parse=positive_ms),
+    _on("metrics-config", "Metrics", "<string>=<string>",
+        "counter_latencies, histogram_latencies, summary_latencies, summary_quantiles "
+        "(docs/metrics.md); any other setting stops the start",
+        "counter_latencies, summary_latencies, histogram_latencies (true|false) or "
+        "summary_quantiles=<q>:<error>,... (repeatable)",
+        Into("metrics.settings", metrics_settings), style=REPEAT, metavar="<setting>=<value>"),
     # -- Tracing -----------------------------------------------------------------------------
-    _f("trace-config", "Tracing", "<string>,<string>=<string>", I,
-       "triton (trace file) and opentelemetry (OTLP/HTTP) modes; an unknown setting stops "
-       "the start",
-       "A trace setting: [<mode>,]<setting>=<value> (repeatable)."),
+    _on("trace-config", "Tracing", "<string>,<string>=<string>",
+        "triton (trace file) and opentelemetry (OTLP/HTTP) modes; an unknown setting stops "
+        "the start",
+        "a trace setting (repeatable): level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
+        "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N",
+        TRACING, style=REPEAT, metavar="[<mode>,]<setting>=<value>"),
     # -- Backend -----------------------------------------------------------------------------
     _f("backend-directory", "Backend", _S, B,
        "tritium's backends (ensemble, onnxruntime, python) are built in: the directory is "
        "not read; a model of any other backend is UNAVAILABLE, naming it",
        "Directory searched for backend shared libraries."),
-    _f("backend-config", "Backend", "<string>,<string>=<string>", I,
-       "the settings tritium honours, per backend (docs/flags.md); any other is refused",
-       "A backend setting: [<backend>,]<setting>=<value> (repeatable)."),
+    _on("backend-config", "Backend", "<string>,<string>=<string>",
+        "the settings tritium honours, per backend (docs/flags.md); any other is refused",
+        "a backend setting tritium honours (see docs/flags.md; others are refused)",
+        Into("backends.onnxruntime_default_max_batch_size", backend_batch_size),
+        style=REPEAT, metavar="[<backend>,]<setting>=<value>"),
     # -- Repository Agent --------------------------------------------------------------------
     _f("repoagent-directory", "Repository Agent", _S, B,
        "tritium has no repository agents: the directory is not read; a model that names "
        "one (model_repository_agents) fails to load",
        "Directory searched for repository agent shared libraries."),
     # -- Response Cache ----------------------------------------------------------------------
-    _f("cache-config", "Response Cache", "<string>,<string>=<string>", I,
-       "local,size=<bytes>", "A cache setting: <cache>,<setting>=<value>."),
+    _on("cache-config", "Response Cache", "<string>,<string>=<string>", "local,size=<bytes>",
+        "e.g. local,size=1048576: the response cache and its size in bytes", RESPONSE_CACHE,
+        style=REPEAT),
     _f("cache-directory", "Response Cache", _S, R,
        "tritium's local cache is built in; it loads no cache shared libraries",
        "Directory searched for cache shared libraries."),
     # -- Rate Limiter ------------------------------------------------------------------------
-    _f("rate-limit", "Rate Limiter", _S, I,
-       "execution_count gates every execution on its instance's rate_limiter resources",
-       "Rate limiting: execution_count or off."),
-    _f("rate-limit-resource", "Rate Limiter", "<string>:<integer>:<integer>", I,
-       "how many of a resource exist, per device or for all",
-       "A resource count: <name>:<count>[:<device>] (repeatable)."),
+    _on("rate-limit", "Rate Limiter", _S,
+        "execution_count gates every execution on its instance's rate_limiter resources",
+        '"execution_count": an instance executes only when the resources its '
+        "rate_limiter lists are free, waiting instances served by priority and execution "
+        'count; "off" (the default): rate_limiter settings have no effect',
+        "rate_limit.mode", parse=rate_limit_mode),
+    _on("rate-limit-resource", "Rate Limiter", "<string>:<integer>:<integer>",
+        "how many of a resource exist, per device or for all",
+        "how many of a resource exist (repeatable; without a device, on every device); "
+        "by default the most any instance needs",
+        Into("rate_limit.resources", tuple), style=REPEAT, parse=rate_limit_resource,
+        metavar="<name>:<count>[:<device>]"),
     # -- Memory/Device Management ------------------------------------------------------------
     _f("pinned-memory-pool-byte-size", "Memory/Device Management", _I, G,
        "page-locked host memory for host/GPU copies; " + _NO_GPU,
@@ -291,55 +403,118 @@ FLAGS: tuple[Flag, ...] = (
     _f("model-load-gpu-limit", "Memory/Device Management", "<device_id>:<fraction>", G,
        _NO_GPU, "Limit on GPU memory use as a fraction, per device."),
     # -- Shared Memory -----------------------------------------------------------------------
-    _f("allow-client-shm", "Shared Memory", _B, I, "default false, as Triton 2.69+",
-       "Let clients register and use shared-memory regions."),
+    _on("allow-client-shm", "Shared Memory", _B, "default false, as Triton 2.69+",
+        "let clients register shared-memory regions", "allow_client_shm"),
     # -- DEPRECATED --------------------------------------------------------------------------
-    _f("strict-model-config", "DEPRECATED", _B, I, "true: --disable-auto-complete-config",
-       "DEPRECATED: use --disable-auto-complete-config."),
-    _f("response-cache-byte-size", "DEPRECATED", _I, I, "as --cache-config local,size=<bytes>",
-       "DEPRECATED: use --cache-config."),
-    _f("trace-file", "DEPRECATED", _S, I, "read as --trace-config (which wins)",
-       "DEPRECATED: --trace-config triton,file=."),
-    _f("trace-level", "DEPRECATED", _S, I, "read as --trace-config (which wins)",
-       "DEPRECATED: --trace-config level=."),
-    _f("trace-rate", "DEPRECATED", _I, I, "read as --trace-config (which wins)",
-       "DEPRECATED: --trace-config rate=."),
-    _f("trace-count", "DEPRECATED", _I, I, "read as --trace-config (which wins)",
-       "DEPRECATED: --trace-config count=."),
-    _f("trace-log-frequency", "DEPRECATED", _I, I, "read as --trace-config (which wins)",
-       "DEPRECATED: --trace-config triton,log-frequency=."),
+    _on("strict-model-config", "DEPRECATED", _B, "true: --disable-auto-complete-config",
+        "deprecated: same as --disable-auto-complete-config when true", AUTO_COMPLETE,
+        default=None),
+    _on("response-cache-byte-size", "DEPRECATED", _I, "as --cache-config local,size=<bytes>",
+        "deprecated: --cache-config local,size=<bytes>", RESPONSE_CACHE, default=None),
+    _on("trace-file", "DEPRECATED", _S, _TRACE_DEPRECATED,
+        "deprecated: --trace-config triton,file=PATH", TRACING, default=None),
+    _on("trace-level", "DEPRECATED", _S, _TRACE_DEPRECATED,
+        "deprecated: --trace-config level=OFF|TIMESTAMPS|TENSORS (repeatable)", TRACING,
+        style=REPEAT),
+    _on("trace-rate", "DEPRECATED", _I, _TRACE_DEPRECATED, "deprecated: --trace-config rate=N",
+        TRACING, default=None),
+    _on("trace-count", "DEPRECATED", _I, _TRACE_DEPRECATED,
+        "deprecated: --trace-config count=N", TRACING, default=None),
+    _on("trace-log-frequency", "DEPRECATED", _I, _TRACE_DEPRECATED,
+        "deprecated: --trace-config triton,log-frequency=N", TRACING, default=None),
     # -- tritium's own -----------------------------------------------------------------------
-    _own("grpc-max-concurrent-streams", "GRPC", _I, "HTTP/2 streams per connection (0: 1024)"),
+    _own("grpc-max-concurrent-streams", "GRPC", _I, "HTTP/2 streams per connection (0: 1024)",
+         "grpc.max_concurrent_streams",
+         "HTTP/2 streams per connection (0: 1024, tritium's default)"),
     _own("grpc-stream-inflight-limit", "GRPC", _I,
-         "requests in flight per ModelStreamInfer stream (back-pressure)"),
-    _own("http-max-header-size", "HTTP", _I, "bytes of request headers (431)"),
-    _own("http-max-url-length", "HTTP", _I, "bytes of a request URL (414)"),
-    _own("http-max-headers", "HTTP", _I, "header lines per request (431)"),
-    _own("http-max-pipelined", "HTTP", _I, "requests held per connection"),
-    _own("http-header-timeout-secs", "HTTP", _F, "seconds to receive a request's headers"),
-    _own("http-body-timeout-secs", "HTTP", _F, "longest pause while a body arrives"),
-    _own("http-keepalive-timeout-secs", "HTTP", _F, "seconds an idle connection stays open"),
-    _own("http-ssl-cert", "HTTP", _S, "PEM certificate: serve HTTPS"),
-    _own("http-ssl-key", "HTTP", _S, "PEM private key of --http-ssl-cert"),
+         "requests in flight per ModelStreamInfer stream (back-pressure)",
+         Into("grpc.stream_inflight", lambda limit: max(1, limit)),
+         "tritium: requests in flight per ModelStreamInfer stream; more are not read until "
+         "responses are written (back-pressure)"),
+    _own("http-max-header-size", "HTTP", _I, "bytes of request headers (431)",
+         "http.max_header_size", parse=positive(int)),
+    _own("http-max-url-length", "HTTP", _I, "bytes of a request URL (414)",
+         "http.max_url_length", parse=positive(int)),
+    _own("http-max-headers", "HTTP", _I, "header lines per request (431)", "http.max_headers",
+         parse=positive(int)),
+    _own("http-max-pipelined", "HTTP", _I, "requests held per connection",
+         "http.max_pipelined",
+         "requests held per connection; more are not read until one is answered",
+         parse=positive(int)),
+    _own("http-header-timeout-secs", "HTTP", _F, "seconds to receive a request's headers",
+         "http.header_timeout_secs", "seconds to receive a request's headers (408)",
+         parse=positive(float)),
+    _own("http-body-timeout-secs", "HTTP", _F, "longest pause while a body arrives",
+         "http.body_timeout_secs", "longest pause in seconds while a request body arrives (408)",
+         parse=positive(float)),
+    _own("http-keepalive-timeout-secs", "HTTP", _F, "seconds an idle connection stays open",
+         "http.keepalive_timeout_secs", parse=positive(float)),
+    _own("http-ssl-cert", "HTTP", _S, "PEM certificate: serve HTTPS", HTTP_TLS, default=""),
+    _own("http-ssl-key", "HTTP", _S, "PEM private key of --http-ssl-cert", HTTP_TLS,
+         default=""),
     _own("http-cors-allow-origin", "HTTP", "<scheme://host[:port]> or *",
-         "CORS: an origin whose pages may call the API (repeatable); off without one"),
+         "CORS: an origin whose pages may call the API (repeatable); off without one", CORS,
+         "tritium: let pages of this origin call the HTTP API from a browser (CORS; "
+         "repeatable; * for any origin). Off when none is given",
+         style=REPEAT, parse=origin, metavar="<scheme://host[:port]>|*"),
     _own("http-cors-allow-header", "HTTP", _S,
-         "CORS: a request header pages may send, beyond the defaults (repeatable)"),
-    _own("http-cors-max-age-secs", "HTTP", _I, "CORS: how long a preflight's answer is kept"),
+         "CORS: a request header pages may send, beyond the defaults (repeatable)", CORS,
+         "tritium: a request header pages may send, beyond Authorization, Content-Type, "
+         "Content-Encoding, Inference-Header-Content-Length, traceparent, tracestate and the "
+         "--http-restricted-api headers (repeatable)",
+         style=REPEAT, metavar="<name>"),
+    _own("http-cors-max-age-secs", "HTTP", _I, "CORS: how long a preflight's answer is kept",
+         CORS,
+         "tritium: how long a browser may keep a preflight's answer (seconds; default "
+         f"{DEFAULT_MAX_AGE_SECS})",
+         parse=non_negative_int, default=None),
     _own("http-cors-allow-credentials", "HTTP", _B,
-         "CORS: pages may send cookies and HTTP authentication (not with origin *)"),
+         "CORS: pages may send cookies and HTTP authentication (not with origin *)", CORS,
+         "tritium: let pages send cookies and HTTP authentication along (not with origin *)",
+         default=False),
     _own("model-instance-max-restarts", "Backend", _I,
-         "restarts of a crashed Python model instance within the window"),
+         "restarts of a crashed Python model instance within the window",
+         "backends.instance_max_restarts",
+         "tritium: restart a crashed Python model instance (stub process) at most this "
+         "many times within --model-instance-restart-window-secs, after which it stays "
+         "UNAVAILABLE until the model is reloaded; 0: never restart",
+         parse=non_negative_int),
     _own("model-instance-restart-window-secs", "Backend", _F,
-         "the window of --model-instance-max-restarts"),
-    _own("python-env-cache-dir", "Backend", _S, "where EXECUTION_ENV_PATH archives unpack"),
-    _own("auth-token-file", "tritium", _S, "bearer tokens for HTTP and gRPC"),
-    _own("audit-log", "tritium", _S, "control-plane actions and refusals, JSON lines"),
-    _own("access-log-file", "Logging", _S, "one JSON line per inference request, off the path"),
-    _own("access-log-max-bytes", "Logging", _I, "the access log rotates before this size"),
-    _own("access-log-backup-count", "Logging", _I, "rotated access logs kept (FILE.1 ...)"),
-    _own("max-inflight-per-client", "tritium", _I, "inference requests in flight per client"),
-    _own("ports-file", "tritium", _S, "write the bound ports as JSON once serving"),
-)
+         "the window of --model-instance-max-restarts", "backends.instance_restart_window_secs",
+         "tritium: the window in which --model-instance-max-restarts counts crashes",
+         parse=positive_seconds),
+    _own("python-env-cache-dir", "Backend", _S, "where EXECUTION_ENV_PATH archives unpack",
+         "backends.python_env_cache_dir",
+         "tritium: where EXECUTION_ENV_PATH archives are unpacked, once per distinct "
+         "content; created 0700, must be owned by the server's user and not writable by "
+         "others (default: <system temp>/tritium-python-envs-<uid>)"),
+    _own("auth-token-file", "tritium", _S, "bearer tokens for HTTP and gRPC",
+         "access.auth_token_file",
+         "tritium: require 'Authorization: Bearer <token>' on HTTP and gRPC; one "
+         "'<token> [<groups>|*] [<name>]' per line, '#' comments; health stays open"),
+    _own("audit-log", "tritium", _S, "control-plane actions and refusals, JSON lines",
+         "access.audit_log",
+         "tritium: append control-plane actions and refused requests to FILE (JSON lines)"),
+    _own("access-log-file", "Logging", _S, "one JSON line per inference request, off the path",
+         "logging.access_log_file",
+         "tritium: append one JSON line per inference request (HTTP and gRPC) to this "
+         "file, written off the request path; off by default"),
+    _own("access-log-max-bytes", "Logging", _I, "the access log rotates before this size",
+         "logging.access_log_max_bytes",
+         "tritium: rotate the access log before it would grow past this many bytes "
+         "(0: never rotate)",
+         parse=non_negative_int),
+    _own("access-log-backup-count", "Logging", _I, "rotated access logs kept (FILE.1 ...)",
+         "logging.access_log_backup_count",
+         "tritium: rotated access logs kept as FILE.1 ... FILE.<n> (0: the file starts "
+         "over at the bound)",
+         parse=non_negative_int),
+    _own("max-inflight-per-client", "tritium", _I, "inference requests in flight per client",
+         Into("access.max_inflight_per_client", inflight_per_client),
+         "tritium: inference requests in flight per client address (0: unbounded); "
+         "more are refused (HTTP 429, gRPC RESOURCE_EXHAUSTED)"),
+    _own("ports-file", "tritium", _S, "write the bound ports as JSON once serving",
+         "ports_file", "tritium: write the bound ports as JSON to this file once serving"),
+)  # fmt: skip
 
 BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}
