@@ -10,7 +10,8 @@
 - ``--audit-log``: control actions with their outcome and refused requests, read back from the
   file; the token itself never appears.
 - ``--max-inflight-per-client``: 429 / RESOURCE_EXHAUSTED over the bound; slots come back when
-  requests finish, fail or are cancelled.
+  requests finish, fail or are cancelled; each request on a ModelStreamInfer stream holds a
+  slot while in flight (an open stream none), one over the bound is refused in the stream.
 """
 
 from __future__ import annotations
@@ -452,25 +453,88 @@ def test_cancelled_requests_release_their_slot(
     _wait_for(lambda: _running(gate) == 0, "the model's executions over")
 
 
-def test_a_grpc_stream_holds_one_slot_while_open(limited: tuple[ServerProcess, Path]) -> None:
+def _open_stream(url: str, metadata: dict[str, str] | None = None) -> tuple[Any, list[Any]]:
+    c = client("grpc", url)
+    answers: list[Any] = []
+    c.start_stream(callback=lambda result, error: answers.append((result, error)), headers=metadata)
+    return c, answers
+
+
+def _stream_infer(c: Any, model: str, rid: str) -> None:
+    data = [make_input("grpc", "INPUT0", np.ones(2, dtype=np.float32), "FP32")]
+    c.async_stream_infer(model, data, request_id=rid)
+
+
+def test_an_open_grpc_stream_holds_no_slot(limited: tuple[ServerProcess, Path]) -> None:
+    """More open streams than the bound, each with its answered request: nothing is in
+    flight, so the client's other requests still go through."""
     proc, _ = limited
-    streams = []
-    for _ in range(2):
-        c = client("grpc", proc.grpc_url)
-        answers: list[Any] = []
-        c.start_stream(callback=lambda result, error, a=answers: a.append((result, error)))
-        c.async_stream_infer(
-            "identity_fp32",
-            [make_input("grpc", "INPUT0", np.ones(2, dtype=np.float32), "FP32")],
-        )
+    streams = [_open_stream(proc.grpc_url) for _ in range(3)]
+    for n, (c, answers) in enumerate(streams):
+        _stream_infer(c, "identity_fp32", f"open-{n}")
         _wait_for(lambda a=answers: bool(a), "a response on the stream")
         assert answers[0][1] is None
-        streams.append(c)
-    assert _probe_refused("grpc", proc.grpc_url)
-    for c in streams:
+    assert not _probe_refused("grpc", proc.grpc_url)
+    assert not _probe_refused("http", proc.http_url)
+    for c, _ in streams:
         c.stop_stream()
         c.close()
-    _wait_for(lambda: not _probe_refused("grpc", proc.grpc_url), "slots back after the streams")
+
+
+def test_each_request_on_a_grpc_stream_holds_a_slot(limited: tuple[ServerProcess, Path]) -> None:
+    """Two held requests on one stream take the client's two slots: the client's unary
+    requests are refused on both protocols, and a third request on the stream is refused
+    with RESOURCE_EXHAUSTED's message, answered in the stream in its turn (after the two
+    before it); the stream goes on and serves the next request."""
+    proc, gate = limited
+    gate.unlink(missing_ok=True)
+    c, answers = _open_stream(proc.grpc_url)
+    try:
+        for n in range(2):
+            _stream_infer(c, "gate", f"held-{n}")
+        _wait_for(lambda: _running(gate) == 2, "both held stream requests executing")
+        assert _probe_refused("grpc", proc.grpc_url) and _probe_refused("http", proc.http_url)
+        _stream_infer(c, "identity_fp32", "over")
+        gate.touch()
+        _wait_for(lambda: len(answers) == 3, "the three requests answered")
+        assert [r.get_response().id for r, e in answers[:2] if e is None] == ["held-0", "held-1"]
+        result, error = answers[2]
+        assert result is None and error is not None
+        assert "too many inference requests in flight from client '127.0.0.1'" in str(error)
+        _stream_infer(c, "identity_fp32", "after")  # the same stream serves again
+        _wait_for(lambda: len(answers) == 4, "the request after the refusal answered")
+        assert answers[3][1] is None and answers[3][0].get_response().id == "after"
+    finally:
+        gate.touch()
+        c.stop_stream()
+        c.close()
+    _infer("grpc", proc.grpc_url)
+    _infer("http", proc.http_url)
+
+
+def test_a_refused_stream_request_ends_the_stream_with_triton_grpc_error(
+    limited: tuple[ServerProcess, Path],
+) -> None:
+    """With Triton's ``triton_grpc_error`` header the refusal is the stream's status."""
+    proc, gate = limited
+    gate.unlink(missing_ok=True)
+    c, answers = _open_stream(proc.grpc_url, {"triton_grpc_error": "true"})
+    try:
+        for n in range(2):
+            _stream_infer(c, "gate", f"held-{n}")
+        _wait_for(lambda: _running(gate) == 2, "both held stream requests executing")
+        _stream_infer(c, "identity_fp32", "over")
+        gate.touch()
+        _wait_for(lambda: any(e is not None for _, e in answers), "the stream's status")
+        errors = [e for _, e in answers if e is not None]
+        assert errors[0].status() == "StatusCode.RESOURCE_EXHAUSTED", errors
+        assert "too many inference requests in flight" in errors[0].message()
+    finally:
+        gate.touch()
+        c.stop_stream()
+        c.close()
+    _wait_for(lambda: _running(gate) == 0, "the model's executions over")
+    _wait_for(lambda: not _probe_refused("grpc", proc.grpc_url), "slots back after the stream")
 
 
 def test_streamed_http_answers_release_their_slot(limited: tuple[ServerProcess, Path]) -> None:

@@ -270,6 +270,23 @@ def test_inflight_bound_per_client_host() -> None:
     assert policy.admit(ApiGroup.INFERENCE, _headers(), "10.0.0.1:5000").refusal is None
 
 
+def test_a_stream_is_admitted_without_a_slot_and_its_requests_hold_one_each() -> None:
+    policy = AccessPolicy(limiter=ClientLimiter(2))
+    stream = policy.admit(ApiGroup.INFERENCE, _headers(), "10.0.0.1:1000", hold=False)
+    assert stream.refusal is None and stream.client is None
+    held = [policy.hold("10.0.0.1:1000"), policy.hold("10.0.0.1:1000")]
+    assert all(h.client == "10.0.0.1" and h.refusal is None for h in held)
+    over = policy.hold("10.0.0.1:1000")
+    assert over.refusal is not None and over.refusal.kind is RefusalKind.TOO_MANY_REQUESTS
+    assert over.client is None
+    unary = policy.admit(ApiGroup.INFERENCE, _headers(), "10.0.0.1:2000")  # the same bound
+    assert unary.refusal is not None
+    policy.release(held[0])
+    assert policy.hold("10.0.0.1:3000").refusal is None
+    unbounded = AccessPolicy()
+    assert unbounded.hold("10.0.0.1:1").client is None  # no bound: nothing to give back
+
+
 def test_limiter_forgets_idle_clients() -> None:
     limiter = ClientLimiter(1)
     assert limiter.acquire("a") and not limiter.acquire("a")

@@ -10,7 +10,9 @@ table per front-end, like ErrorKind):
 - tritium's ``--auth-token-file``: ``Authorization: Bearer <token>`` on both protocols, each
   token optionally limited to some groups. Health stays open to tokenless probes (Kubernetes)
   unless a restricted-API rule covers it.
-- tritium's ``--max-inflight-per-client``: inference requests in flight per client host.
+- tritium's ``--max-inflight-per-client``: inference requests in flight per client host,
+  counted per request on every protocol (each request on a gRPC ModelStreamInfer stream holds
+  a slot until its final response, the stream itself none).
 """
 
 from __future__ import annotations
@@ -247,9 +249,12 @@ class AccessPolicy:
     def active(self) -> bool:
         return bool(self._restrictions) or self._tokens is not None or self._limiter is not None
 
-    def admit(self, group: ApiGroup | None, header: HeaderLookup, peer: str) -> Verdict:
-        """Restriction, then token, then (for inference) the client's in-flight bound.
-        ``group`` None: a path outside every group (answered 404) still needs a valid token."""
+    def admit(
+        self, group: ApiGroup | None, header: HeaderLookup, peer: str, hold: bool = True
+    ) -> Verdict:
+        """Restriction, then token, then (for inference, unless ``hold`` is False) the
+        client's in-flight bound. ``group`` None: a path outside every group (answered 404)
+        still needs a valid token."""
         restriction = self._restrictions.get(group) if group is not None else None
         if restriction is not None and not _equal(header(restriction.header), restriction.value):
             return Verdict(refusal=Refusal(RefusalKind.RESTRICTED, self._restricted(restriction)))
@@ -260,16 +265,27 @@ class AccessPolicy:
             if refusal is not None:
                 return Verdict(identity=token, refusal=refusal)
             identity = token
-        if self._limiter is not None and group is ApiGroup.INFERENCE:
-            client = peer_host(peer)
-            if not self._limiter.acquire(client):
-                message = (
-                    f"too many inference requests in flight from client '{client}' (at most "
-                    f"{self._limiter.limit}, --max-inflight-per-client)"
-                )
-                return Verdict(identity, Refusal(RefusalKind.TOO_MANY_REQUESTS, message), None, key)
-            return Verdict(identity, None, client, key)
+        if hold and group is ApiGroup.INFERENCE:
+            held = self.hold(peer)
+            if held is not ALLOWED:
+                return Verdict(identity, held.refusal, held.client, key)
         return Verdict(identity, key=key) if identity is not None or key else ALLOWED
+
+    def hold(self, peer: str) -> Verdict:
+        """One inference request's in-flight slot for ``peer``'s host: a verdict that holds it
+        (``release`` gives it back), one that refuses, or ALLOWED without a bound. ``admit``
+        takes it for an inference request; a ModelStreamInfer stream is admitted without one
+        (``hold=False``) and takes one here for each request it carries."""
+        if self._limiter is None:
+            return ALLOWED
+        client = peer_host(peer)
+        if not self._limiter.acquire(client):
+            message = (
+                f"too many inference requests in flight from client '{client}' (at most "
+                f"{self._limiter.limit}, --max-inflight-per-client)"
+            )
+            return Verdict(refusal=Refusal(RefusalKind.TOO_MANY_REQUESTS, message))
+        return Verdict(client=client)
 
     def release(self, verdict: Verdict) -> None:
         """Give back the in-flight slot a verdict holds (once the request has finished)."""

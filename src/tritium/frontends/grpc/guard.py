@@ -4,8 +4,9 @@ the audit of control actions and refusals.
 Refusals: Triton's restricted protocol → UNAVAILABLE "This protocol is restricted, expecting
 header 'triton-grpc-protocol-<key>'" (Triton's code and text); no or unknown bearer token →
 UNAUTHENTICATED; a token without the group → PERMISSION_DENIED; the client's in-flight bound
-→ RESOURCE_EXHAUSTED. A ``ModelStreamInfer`` call holds one in-flight slot while it is open
-(its own requests are bounded by ``--grpc-stream-inflight-limit``).
+→ RESOURCE_EXHAUSTED. A ``ModelStreamInfer`` call holds no in-flight slot itself: each request
+on it holds one until its final response (``CallGuard.hold``), and one over the bound is
+answered in the stream, which goes on.
 """
 
 from __future__ import annotations
@@ -62,6 +63,11 @@ _CODE = {
 }
 
 
+def refusal_code(kind: RefusalKind) -> StatusCode:
+    """The gRPC status of a refusal (a stream's request answers it in the stream)."""
+    return _CODE[kind]
+
+
 def rpc_group(method: str) -> tuple[ApiGroup | None, str]:
     """(group, action) of a full method name; group None for a method outside every group."""
     if method.startswith(HEALTH_SERVICE):
@@ -111,12 +117,25 @@ class CallGuard:
 
     def admit(self, metadata: dict[str, str], request: Any) -> None:
         """Raises RpcError when the policy refuses the call (and audits the refusal)."""
-        self._verdict = self._guard.policy.admit(self._group, metadata.get, self._peer)
+        hold = self._action != "stream_infer"  # a stream's requests hold their own slots
+        self._verdict = self._guard.policy.admit(self._group, metadata.get, self._peer, hold)
         refusal = self._verdict.refusal
         if refusal is not None:
             self._finished = True
             self._record(request, "refused", refusal.message, refusal.kind.value)
             raise RpcError(_CODE[refusal.kind], refusal.message)
+
+    def hold(self, request: Any) -> Verdict:
+        """The in-flight slot of one request on an admitted stream (``request``: its message,
+        for the audit): a refusal is audited; a held slot goes back with ``release``."""
+        verdict = self._guard.policy.hold(self._peer)
+        refusal = verdict.refusal
+        if refusal is not None:
+            self._record(request, "refused", refusal.message, refusal.kind.value)
+        return verdict
+
+    def release(self, verdict: Verdict) -> None:
+        self._guard.policy.release(verdict)
 
     def finish(self, request: Any, error: str | None) -> None:
         """Once per call, before its status goes out: release the slot, audit the outcome."""

@@ -13,6 +13,10 @@
   until their final response is written), and no request is read while the client leaves
   more than the call's high-water mark of our answers unread, so a fast sender or a slow
   reader stops the stream from being read and HTTP/2 flow control pushes back.
+- With ``--max-inflight-per-client``, each request holds one of its client's slots from its
+  arrival to its final response (``guard.py:CallGuard.hold``); one over the bound is answered
+  in the stream with RESOURCE_EXHAUSTED's message (the status itself with
+  ``triton_grpc_error``) and the stream goes on.
 - When the client goes away, the stream's requests still in the server are cancelled.
 """
 
@@ -25,6 +29,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
+from ...access.policy import ALLOWED, Verdict
 from ...errors import ErrorKind, ServerError
 from ...server import (
     AccessEntry,
@@ -39,7 +44,9 @@ from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
 from .call import HIGH_WATER, ServerCall
-from .errors import CODE, status_message
+from .errors import CODE, status_message, triton_status
+from .guard import CallGuard, refusal_code
+from .status import RpcError, StatusCode
 
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
@@ -58,7 +65,7 @@ class _Item:
         access: AccessEntry | None = None,
     ):
         self.message = message  # None: nothing to write, only a request to account for
-        self.kind = kind  # the ErrorKind when the message is an error
+        self.kind = kind  # the ErrorKind (or a refusal's StatusCode) when it is an error
         self.final = final
         self.access = access  # its request's access-log line (put with the final one)
 
@@ -105,6 +112,7 @@ class StreamSession:
     ) -> None:
         self._server = server
         self._call = call
+        self._guard: CallGuard | None = call.guard  # per-client slots, when access is on
         self._forwarded = forwarded
         self._grpc_errors = call.metadata.get("triton_grpc_error", "").lower() == "true"
         self._free = limit  # requests that may still start before a final response
@@ -181,8 +189,11 @@ class StreamSession:
         size: int = 0,
     ) -> None:
         self._outstanding += 1
-        trace = None
         entry = None if self._log is None else self._entry(message, size)
+        held = self._hold(message, client, entry)
+        if held is None:
+            return
+        trace = None
         try:
             if isinstance(client, ServerError):
                 raise client
@@ -192,19 +203,12 @@ class StreamSession:
         except ServerError as exc:
             if trace is not None:
                 trace.end()
+            self._release(held)
             self._ordered_error(exc, message.id if message is not None else "", entry)
             return
         assert message is not None
-        empty_final = False
-        if _EMPTY_FINAL in message.parameters:
-            empty_final = bool(parameter_value(message.parameters[_EMPTY_FINAL]))
         decoupled = request.decoupled
-        if decoupled:
-            callback = self._decoupled_callback(request, empty_final, entry)
-        else:
-            callback = self._ordered_callback(request, entry)
-        if trace is not None:
-            callback = _traced(callback, trace)
+        callback = self._callback(message, request, trace, held, entry)
         self._active.add(request)
         try:
             self._server.submit(request, ResponseSender(callback))
@@ -213,9 +217,62 @@ class StreamSession:
             if decoupled:
                 if trace is not None:
                     trace.end()
+                self._release(held)
                 self._write(_Item(_error_message(exc, request.id), exc.kind, True, entry))
             else:
                 callback(InferenceResponse(request.model_name, "", request.id, error=exc), True)
+
+    def _callback(
+        self,
+        message: pb.ModelInferRequest,
+        request: InferenceRequest,
+        trace: Trace | None,
+        held: Verdict,
+        entry: AccessEntry | None,
+    ) -> Any:
+        """The request's response callback: ordered or decoupled, traced, giving its slot
+        back."""
+        if request.decoupled:
+            empty_final = False
+            if _EMPTY_FINAL in message.parameters:
+                empty_final = bool(parameter_value(message.parameters[_EMPTY_FINAL]))
+            callback = self._decoupled_callback(request, empty_final, entry)
+        else:
+            callback = self._ordered_callback(request, entry)
+        if trace is not None:
+            callback = _traced(callback, trace)
+        if held.client is not None:
+            callback = _releasing(callback, self, held)
+        return callback
+
+    def _hold(
+        self,
+        message: pb.ModelInferRequest | None,
+        client: ClientRequest | ServerError,
+        entry: AccessEntry | None,
+    ) -> Verdict | None:
+        """The request's per-client slot (ALLOWED without a bound); None when the bound
+        refuses it, after answering it in the stream. A message that did not decode takes
+        none: it is answered at once."""
+        guard = self._guard
+        if guard is None or isinstance(client, ServerError):
+            return ALLOWED
+        held = guard.hold(message)
+        refusal = held.refusal
+        if refusal is None:
+            return held
+        rid = message.id if message is not None else ""
+        code = refusal_code(refusal.kind)
+        slot = _Slot()
+        error = _error_message(RpcError(code, refusal.message), rid)
+        slot.item = _Item(error, code, True, entry)
+        self._ordered.append(slot)
+        self._flush()
+        return None
+
+    def _release(self, held: Verdict) -> None:
+        if self._guard is not None and held.client is not None:
+            self._guard.release(held)
 
     def _ordered_error(self, exc: ServerError, rid: str, entry: AccessEntry | None) -> None:
         slot = _Slot()
@@ -275,7 +332,7 @@ class StreamSession:
         message = item.message
         if message is not None and not call.done:
             if item.kind is not None and self._grpc_errors:  # the first error ends the stream
-                call.finish(CODE[item.kind], status_message(message.error_message))
+                call.finish(_code(item.kind), status_message(message.error_message))
                 if item.access is not None:
                     self._account(item, 0, False)
                 call.cancelled()
@@ -307,7 +364,9 @@ class StreamSession:
             if lost:
                 entry.outcome("CANCELLED", int(CODE[ErrorKind.CANCELLED]))
             elif item.kind is not None:
-                entry.outcome(item.kind.value, int(CODE[item.kind]))
+                code = _code(item.kind)
+                kind = item.kind
+                entry.outcome(triton_status(code) if kind is code else kind.value, int(code))
         if item.final:
             if entry.code is None:
                 entry.outcome("SUCCESS", 0)
@@ -345,6 +404,23 @@ def _sample(server: InferenceServer, client: ClientRequest, call: ServerCall) ->
         trace.stamp("GRPC_WAITREAD_START", now)
         trace.stamp("GRPC_WAITREAD_END", now)
     return trace
+
+
+def _code(kind: ErrorKind | StatusCode) -> StatusCode:
+    """An item's status: a refusal's own, or its error kind's."""
+    return kind if isinstance(kind, StatusCode) else CODE[kind]
+
+
+def _releasing(callback: Any, session: StreamSession, held: Verdict) -> Any:
+    """The callback of a request holding a per-client slot: the final response gives the
+    slot back (the request has left the server), before it is written."""
+
+    def on_response(response: InferenceResponse | None, final: bool) -> None:
+        if final:
+            session._release(held)
+        callback(response, final)
+
+    return on_response
 
 
 def _traced(callback: Any, trace: Trace) -> Any:
