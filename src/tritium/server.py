@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -106,6 +107,31 @@ def _check_repositories(options: ServerOptions) -> None:
             raise RuntimeError(f"--model-repository {path}: {problem}")
 
 
+class Readiness:
+    """The server's readiness for watchers (gRPC ``Health.Watch``): the server and the
+    repository call ``changed`` wherever readiness may flip, and ``wait`` sleeps until it
+    differs from what a watcher last saw, so a watcher costs nothing while it waits (no
+    polling, no timer)."""
+
+    def __init__(self, probe: Callable[[], bool]) -> None:
+        self._probe = probe
+        self._seen = False  # the server starts not ready
+        self._flipped = asyncio.Event()  # a new one after each flip
+
+    def changed(self) -> None:
+        ready = self._probe()
+        if ready != self._seen:
+            self._seen = ready
+            flipped, self._flipped = self._flipped, asyncio.Event()
+            flipped.set()  # wakes every watcher waiting on this generation
+
+    async def wait(self, seen: bool) -> bool:
+        """The readiness once it is no longer ``seen``."""
+        while (ready := self._probe()) == seen:
+            await self._flipped.wait()
+        return ready
+
+
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         """Raises RuntimeError when a repository path cannot be read (Triton's ServerNew
@@ -160,6 +186,8 @@ class InferenceServer:
         self.access_log = _access_log(options)
         self._live = False
         self._accepting = False
+        self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
+        self.repository.on_change = self.readiness.changed
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -179,12 +207,14 @@ class InferenceServer:
             await self.repository.unload_all()
             raise RuntimeError("failed to load all models:\n  " + "\n  ".join(failures))
         self._accepting = True
+        self.readiness.changed()
 
     async def stop(self) -> None:
         """Stop taking requests, let in-flight ones finish, unload every model: all within
         ``--exit-timeout-secs`` (plus a short grace for models to finalize), after which
         executions still running are failed and their stub processes killed."""
         self._accepting = False
+        self.readiness.changed()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
         try:

@@ -9,7 +9,7 @@ import functools
 import logging
 import shutil
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +83,13 @@ class ModelRepositoryManager:
         self._locks: dict[ModelId, _NameLock] = {}
         # --metrics-config (and whether the server has a response cache), set by the server.
         self.metrics = MetricsSettings()
+        # Called wherever the server's strict readiness may change (a record stored, a version
+        # failing, recovering or unloaded); set by the server (Health.Watch's wake-up).
+        self.on_change: Callable[[], None] | None = None
+
+    def _changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
 
     # -- loading -----------------------------------------------------------------------------
     def scan(self) -> dict[ModelId, ModelLocation]:
@@ -166,6 +173,7 @@ class ModelRepositoryManager:
                 self._retire(old)
             if reason and not record.depends:
                 self._forget_files(record)
+        self._changed()
         return reason
 
     async def unload(self, name: str, dependents: bool = False) -> None:
@@ -187,6 +195,7 @@ class ModelRepositoryManager:
         if record is None:
             return
         models = unload_versions(record)
+        self._changed()
         for other in list(self._records.values()):  # Triton: an ensemble goes with its parts
             if key in other.depends and other.ready:
                 log.info(
@@ -383,6 +392,7 @@ class ModelRepositoryManager:
         def on_failure(reason: str) -> None:
             entry.state, entry.reason = ModelState.UNAVAILABLE, reason
             refresh(record)
+            self._changed()
             log.error(
                 "model '%s' version %d is unavailable: %s",
                 record.name,
@@ -396,6 +406,7 @@ class ModelRepositoryManager:
                 return  # unloaded or unloading meanwhile: it stays so
             entry.state, entry.reason = ModelState.READY, ""
             refresh(record)
+            self._changed()
             log.info(
                 "model '%s' version %d is ready again",
                 record.name,
@@ -472,6 +483,7 @@ class ModelRepositoryManager:
             for entry in record.versions.values():
                 entry.state = ModelState.UNLOADING
             refresh(record)
+        self._changed()
         await asyncio.gather(
             *(m.close(timeout) for m in models), *self._retiring, return_exceptions=True
         )

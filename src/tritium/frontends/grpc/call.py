@@ -131,6 +131,11 @@ class ServerCall:
     def peer(self) -> str:
         return self._conn.peer
 
+    @property
+    def connection(self) -> object:
+        """The connection the call came on (an identity, for per-connection bounds)."""
+        return self._conn
+
     # -- receiving (called by the connection) ------------------------------------------------
     def feed(self, data: bytes, flow: int) -> None:
         """DATA of this stream: complete messages go to the inbox (raises RpcError for a

@@ -11,6 +11,7 @@ a task of its own, returning False when it cannot (the task path then runs).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 from collections.abc import Callable
@@ -186,10 +187,11 @@ async def _handle(call: ServerCall, rpc: Method, request: Any) -> bytes | None:
         return _serialize(await rpc.handler(request, call))
     if rpc.kind is Kind.BIDI:
         await rpc.handler(call)
-    else:
-        async for message in rpc.handler(request, call):
-            call.send(_serialize(message))
-            await call.drain()
+    else:  # closed here, also when cancelled mid-drain: its ``finally`` runs at once
+        async with contextlib.aclosing(rpc.handler(request, call)) as messages:
+            async for message in messages:
+                call.send(_serialize(message))
+                await call.drain()
     return None
 
 
