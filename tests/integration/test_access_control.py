@@ -34,6 +34,7 @@ from tests.support.clients import client, make_input
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
+from tritium.access.audit import REFUSED_BURST
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT_S = 30.0
@@ -354,6 +355,50 @@ def test_http_answers_401_with_a_bearer_challenge(tokens: tuple[ServerProcess, P
         assert json.loads(response.read())["name"] == "identity_fp32"
     refused = [e for e in _audit(audit) if e["action"] == "model_metadata"]
     assert {e["reason"] for e in refused} == {"unauthenticated"}
+
+
+def test_a_flood_of_refusals_is_summarised_and_control_actions_are_all_written(
+    tmp_path: Path,
+) -> None:
+    """An unauthenticated client sends many refused requests: the audit log keeps the first
+    REFUSED_BURST lines per protocol and one summary with the count of the rest (written
+    when the server stops at the latest); every admitted control action is written."""
+    repo = build_test_repository(tmp_path / "repo", ["identity_fp32"])
+    (tmp_path / "tokens").write_text(TOKENS)
+    audit = tmp_path / "audit.jsonl"
+    proc = ServerProcess(
+        [repo],
+        "--model-control-mode=explicit",
+        "--load-model=identity_fp32",
+        f"--auth-token-file={tmp_path / 'tokens'}",
+        f"--audit-log={audit}",
+    )
+    flood = 3 * REFUSED_BURST
+    try:
+        for protocol in ("http", "grpc"):
+            url = proc.url(protocol)
+            for _ in range(flood):
+                error = _refused(lambda u=url, p=protocol: _infer(p, u))  # type: ignore[misc]
+                assert error.status() == _status(protocol, "UNAUTHENTICATED")
+            with client(protocol, url) as c:
+                for _ in range(REFUSED_BURST + 2):  # more than a burst: each one written
+                    c.unload_model("identity_fp32", headers=_bearer(OPS_TOKEN))
+                    c.load_model("identity_fp32", headers=_bearer(OPS_TOKEN))
+    finally:
+        proc.stop()  # the audit log closes: the pending summaries are written
+    entries = _audit(audit)
+    for protocol in ("http", "grpc"):
+        mine = [e for e in entries if e["protocol"] == protocol]
+        refused = [e for e in mine if e["outcome"] == "refused" and "suppressed" not in e]
+        assert len(refused) == REFUSED_BURST, refused
+        summaries = [e for e in mine if "suppressed" in e]
+        assert len(summaries) == 1, summaries
+        summary = summaries[0]
+        assert summary["suppressed"] == flood - REFUSED_BURST
+        assert summary["peer"] == "127.0.0.1" and summary["reason"] == "unauthenticated"
+        assert summary["message"].startswith(f"{flood - REFUSED_BURST} more refused requests")
+        control = [(e["action"], e["outcome"]) for e in mine if e["outcome"] != "refused"]
+        assert control == [("unload", "ok"), ("load", "ok")] * (REFUSED_BURST + 2)
 
 
 # --- per-client in-flight bound ----------------------------------------------------------------

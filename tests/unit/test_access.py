@@ -7,6 +7,7 @@ Triton's parse errors and refusal texts are from triton-inference-server/server
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from pathlib import Path
@@ -30,7 +31,7 @@ from tritium.access.policy import (
     parse_tokens,
     peer_host,
 )
-from tritium.access.audit import AuditEvent, AuditLog
+from tritium.access.audit import AuditEvent, AuditLog, RefusalLimiter
 from tritium.cli.main import build_parser, options_from_args
 from tritium.frontends.grpc.guard import rpc_group
 from tritium.frontends.http.access import http_api
@@ -471,3 +472,85 @@ def test_audit_log_appends_json_lines(tmp_path: Path) -> None:
     fresh = tmp_path / "new.jsonl"
     AuditLog(fresh).close()
     assert os.stat(fresh).st_mode & 0o777 == 0o600  # peers and identities: owner only
+
+
+def test_refusal_limiter_writes_a_burst_per_key_and_counts_the_rest() -> None:
+    limiter = RefusalLimiter(burst=2, window=10.0, keys=2)
+    key = ("http", "10.0.0.1", "infer", "unauthenticated")
+    assert [limiter.admit(key, t)[1] for t in (0.0, 1.0, 2.0, 3.0)] == [True, True, False, False]
+    other = ("http", "10.0.0.1", "load", "unauthenticated")  # another action: its own lines
+    assert limiter.admit(other, 4.0) == (other, True)
+    assert limiter.ended(9.9) == [] and limiter.next_end() == 10.0
+    assert limiter.ended(10.0) == [(key, 2)]  # the window is over: one summary
+    assert limiter.admit(key, 11.0) == (key, True)  # and a new window starts
+    assert limiter.ended(14.0) == []  # ``other`` wrote everything: forgotten silently
+    assert limiter.drain() == []
+
+
+def test_refusal_limiter_bounds_the_keys_it_tracks() -> None:
+    limiter = RefusalLimiter(burst=1, window=10.0, keys=2)
+    for n in range(2):
+        assert limiter.admit(("grpc", f"10.0.0.{n}", "infer", "restricted"), 0.0)[1]
+    shared = ("grpc", "*", "infer", "restricted")
+    assert limiter.admit(("grpc", "10.0.0.9", "infer", "restricted"), 1.0) == (shared, True)
+    assert limiter.admit(("grpc", "10.0.0.8", "infer", "restricted"), 1.0) == (shared, False)
+    assert limiter.drain() == [(shared, 1)]
+
+
+def test_audit_log_summarises_repeated_refusals_and_keeps_control_actions(
+    tmp_path: Path,
+) -> None:
+    now = [100.0]
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, RefusalLimiter(burst=3, window=60.0), clock=lambda: now[0])
+    refused = AuditEvent("http", "10.1.2.3:5555", None, "infer", "m", "refused", "no", "x")
+    for port in range(10):  # new connections: the same client host
+        log.record(AuditEvent(**{**_fields(refused), "peer": f"10.1.2.3:{port}"}))
+    for _ in range(10):
+        log.record(AuditEvent("http", "10.1.2.3:1", "ops", "load", "m", "ok"))
+    now[0] += 60.0
+    log.record(refused)  # the window is over: its summary, then this line
+    log.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [e["outcome"] for e in lines[:3]] == ["refused"] * 3
+    assert [e["action"] for e in lines[3:13]] == ["load"] * 10  # control actions: every one
+    summary = lines[13]
+    assert summary["suppressed"] == 7 and summary["peer"] == "10.1.2.3"
+    assert summary["reason"] == "x" and summary["action"] == "infer"
+    assert summary["message"].startswith("7 more refused requests from 10.1.2.3")
+    assert lines[14]["peer"] == "10.1.2.3:5555" and len(lines) == 15
+
+
+def test_audit_log_close_writes_the_pending_summaries(tmp_path: Path) -> None:
+    path = tmp_path / "audit.jsonl"
+    log = AuditLog(path, RefusalLimiter(burst=1, window=3600.0))
+    for _ in range(4):
+        log.record(AuditEvent("grpc", "[::1]:9", None, "infer", "", "refused", "no", "y"))
+    log.close()
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) == 2 and lines[1]["suppressed"] == 3 and lines[1]["peer"] == "::1"
+
+
+def test_audit_log_writes_the_summary_when_the_window_ends(tmp_path: Path) -> None:
+    """On the event loop a timer writes the summary once the window is over, with no
+    refusal after it."""
+    path = tmp_path / "audit.jsonl"
+
+    async def main() -> list[str]:
+        log = AuditLog(path, RefusalLimiter(burst=1, window=0.05))
+        for _ in range(3):
+            log.record(AuditEvent("http", "10.0.0.1:1", None, "infer", "", "refused", "no", "z"))
+        for _ in range(600):  # bounded: the timer is due after 0.05 s
+            lines = path.read_text().splitlines()
+            if len(lines) == 2:
+                break
+            await asyncio.sleep(0.05)
+        log.close()
+        return path.read_text().splitlines()
+
+    lines = [json.loads(line) for line in asyncio.run(main())]
+    assert len(lines) == 2 and lines[1]["suppressed"] == 2
+
+
+def _fields(event: AuditEvent) -> dict[str, object]:
+    return {f: getattr(event, f) for f in AuditEvent.__dataclass_fields__}

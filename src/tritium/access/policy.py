@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from .audit import AuditLog
+from .audit import AuditLog, peer_host
 
 if TYPE_CHECKING:
     from ..options import ServerOptions
@@ -332,14 +332,6 @@ def grpc_peer(peer: str) -> str:
         if peer.startswith(scheme):
             return unquote(peer[len(scheme) :])
     return peer
-
-
-def peer_host(peer: str) -> str:
-    """The client host of a ``host:port`` / ``[v6]:port`` peer: what per-client bounds count."""
-    if peer.startswith("["):
-        return peer[1:].split("]", 1)[0]
-    host, sep, port = peer.rpartition(":")
-    return host if sep and port.isdigit() and ":" not in host else peer
 
 
 @dataclass(frozen=True, slots=True)
