@@ -19,6 +19,7 @@ from tests.support.grpc_raw import (
     NO_ERROR,
     OK,
     PROTOCOL_ERROR,
+    REFUSED_STREAM,
     RESOURCE_EXHAUSTED,
     STREAM,
     check_simple,
@@ -174,6 +175,42 @@ def test_settings_advertise_streams_and_header_list_size(client: H2Client) -> No
     assert settled(client)
     assert client.remote_settings.get(SettingCodes.MAX_CONCURRENT_STREAMS) == MAX_STREAMS
     assert client.remote_settings.get(SettingCodes.MAX_HEADER_LIST_SIZE, 0) > 0
+
+
+def test_streams_over_the_bound_are_refused_and_the_connection_lives(
+    h2server: ServerProcess,
+) -> None:
+    """RFC 9113 §5.1.2: a client that opens more streams than SETTINGS_MAX_CONCURRENT_STREAMS
+    (here all in one write, before it could read our SETTINGS) gets RST_STREAM(REFUSED_STREAM)
+    on each stream beyond the bound, not a connection error. DATA it had already sent on a
+    refused stream is dropped (its bytes given back to the connection window); the open
+    streams are served, and once one ends a new call is taken."""
+    extra = 8
+    message = grpc_message(fp32_request("identity_fp32", np.arange(4)))
+    with H2Client(h2server.grpc_url) as client:
+        sids = [client.start_call(STREAM, flush=False) for _ in range(MAX_STREAMS + extra)]
+        client.flush()  # one write of MAX_STREAMS + extra HEADERS frames
+        refused = sids[MAX_STREAMS:]
+        assert client.wait_for(lambda: all(client.streams[s].done for s in refused))
+        assert [client.streams[s].reset for s in refused] == [REFUSED_STREAM] * extra
+        for sid in refused:  # the client did not know yet: its DATA is dropped
+            client.send_raw(raw_frame(DATA, 0, sid, message * 64))
+        assert not client.goaways and not client.closed
+        first, rest = sids[0], sids[1:MAX_STREAMS]
+        client.send_data(first, message, end_stream=True)
+        result = client.streams[first]
+        assert client.wait_for(lambda: result.done)
+        assert result.status == OK and result.reset is None, (result.status, result.message)
+        assert len(stream_responses(result.payloads())) == 1
+        after = client.call(INFER, simple_request(5))  # a free stream again: served
+        assert after.status == OK, (after.status, after.message)
+        check_simple(after.payloads()[0], 5)
+        for sid in rest:
+            client.end(sid)
+        assert client.wait_for(lambda: all(client.streams[s].done for s in rest))
+        assert all(client.streams[s].status == OK for s in rest)
+        assert not client.goaways
+    assert_serves(h2server.grpc_url)
 
 
 def _bomb_headers(kind: str) -> list[tuple[str, str]]:

@@ -19,7 +19,7 @@ GZIP = [("grpc-encoding", "gzip")]
 OK, CANCELLED, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 4, 5
 RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 8, 12, 13
 # HTTP/2 error codes (RFC 9113 §7).
-NO_ERROR, PROTOCOL_ERROR, FRAME_SIZE_ERROR, ENHANCE_YOUR_CALM = 0, 1, 6, 11
+NO_ERROR, PROTOCOL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0, 1, 6, 7, 11
 
 
 def start_server(repos: list[Path], models: list[str], *flags: str) -> ServerProcess:

@@ -4,8 +4,9 @@ loop, calls dispatched to the service's handlers.
 - Flow control both ways: received bytes are given back when a handler takes its message
   (``call``); responses are written as far as the peer's windows allow and the rest waits for
   its WINDOW_UPDATE, and the socket's own back-pressure (``pause_writing``) holds everything.
-- SETTINGS: ``--grpc-max-concurrent-streams`` and a header-list bound (an HPACK bomb ends
-  the connection with ENHANCE_YOUR_CALM instead of being buffered).
+- SETTINGS: ``--grpc-max-concurrent-streams`` (a stream beyond it is answered
+  RST_STREAM(REFUSED_STREAM) and the connection goes on: ``h2_server.py``) and a header-list
+  bound (an HPACK bomb ends the connection with ENHANCE_YOUR_CALM instead of being buffered).
 - Pings: grpc core's abuse policy (``--grpc-http2-min-recv-ping-interval-without-data``,
   ``--grpc-keepalive-permit-without-calls``, ``--grpc-http2-max-ping-strikes``: GOAWAY
   ENHANCE_YOUR_CALM "too_many_pings"), and keepalive pings of our own
@@ -35,6 +36,7 @@ from hyperframe.frame import GoAwayFrame
 
 from .call import ServerCall
 from .frames import FrameSizeGuard
+from .h2_server import ServerConnection
 from .hpack_fast import CachingDecoder, LiteralEncoder
 from .outbound import Outbound
 from .pings import PingPolicy
@@ -67,7 +69,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self._listener = listener
         self.max_receive = listener.max_receive
         self.max_send = listener.max_send
-        self._h2 = h2.connection.H2Connection(config=_H2_CONFIG)
+        self._h2 = ServerConnection(config=_H2_CONFIG)  # REFUSED_STREAM over the bound
         self._transport: asyncio.Transport | None = None
         self.peer = ""
         self.calls: dict[int, ServerCall] = {}
