@@ -118,6 +118,9 @@ class RepositoryOptions:
     load_thread_count: int = 4  # versions loaded at once
     load_retry_count: int = 0  # a version that fails to load is tried again this many times
     namespacing: bool = False  # one model per (repository, name); a shared bare name is ambiguous
+    # Sequences a sequence model's backlog holds while they wait for a slot (tritium's bound;
+    # 0: none, as Triton): a new sequence beyond it is UNAVAILABLE (scheduling/sequence_slots.py).
+    sequence_backlog_limit: int = 1024
 
 
 @dataclass(frozen=True, slots=True)

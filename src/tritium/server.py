@@ -166,6 +166,7 @@ class InferenceServer:
                 namespacing=options.repository.namespacing,
             ),
         )
+        self.repository.sequence_backlog = options.repository.sequence_backlog_limit
         if options.rate_limit.mode == "execution_count":
             self.repository.limiter = RateLimiter(options.rate_limit.resources)
         self.repository.metrics = replace(

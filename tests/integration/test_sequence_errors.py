@@ -2,16 +2,22 @@
 transport (a gRPC stream answers in-stream, without a status): no correlation ID, a batch
 of more than one, a first request without START (never started, ended, or idled out — the
 last in test_sequence_batching.py), an ID of the wrong type for the model's CORRID control,
-a backlogged sequence whose request timeout passed. The server keeps serving afterwards."""
+a backlogged sequence whose request timeout passed, a new sequence beyond
+``--sequence-backlog-limit`` (tritium's bound; its ``tritium_sequence_backlog`` gauge). The
+server keeps serving afterwards."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
+import time
+import urllib.request
 from collections.abc import Iterator
 
 import numpy as np
 import pytest
 from tests.support.seq_clients import TRANSPORTS, Transport, expect_error, open_transport, serving
+from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
@@ -30,6 +36,11 @@ WRONG_TYPE = (
     "'{expected}'"
 )
 EXPIRED = "timeout of the corresponding sequence has been expired"
+BACKLOG_FULL = (
+    "Exceeds maximum queue size: {n} sequences of model '{model}' already wait for a sequence "
+    "slot (--sequence-backlog-limit)"
+)
+BACKLOG_LIMIT = 2
 _ids = itertools.count(5000)
 
 
@@ -171,3 +182,72 @@ def test_errors_do_not_disturb_a_running_sequence(srv: ServerProcess) -> None:
             with pytest.raises(InferenceServerException):
                 bad()
         assert t.step(model, 2, seq, end=True).seen["acc"] == 3
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    repo = build_test_repository(tmp_path_factory.mktemp("seqbound") / "repo", ["seq_one_slot"])
+    proc = ServerProcess([repo], f"--sequence-backlog-limit={BACKLOG_LIMIT}")
+    yield proc
+    proc.stop()
+
+
+def _backlog_gauge(proc: ServerProcess, model: str) -> int:
+    url = f"http://127.0.0.1:{proc.ports['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("tritium_sequence_backlog{") and f'model="{model}"' in line:
+            return int(float(line.rsplit(" ", 1)[1]))
+    raise AssertionError(f"no tritium_sequence_backlog series for {model}:\n{text}")
+
+
+def _wait(check: object, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"not within 60 s: {what}")
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_new_sequence_beyond_the_backlog_bound_is_refused_at_once(
+    bounded: ServerProcess, protocol: str
+) -> None:
+    """One slot, a backlog of at most two: with the slot held and two sequences waiting, a
+    third START is refused UNAVAILABLE at once (Triton's full-queue answer) while the held
+    sequence goes on; the waiting ones get the slot in turn, and then there is room again."""
+    model, holder, over = "seq_one_slot", next(_ids), next(_ids)
+    waiters = [next(_ids) for _ in range(BACKLOG_LIMIT)]
+
+    def start(cid: int) -> int:
+        with open_transport(protocol, bounded) as own:
+            own.step(model, 1, cid, start=True, batched=False)
+        return cid
+
+    with (
+        open_transport(protocol, bounded) as t,
+        concurrent.futures.ThreadPoolExecutor(BACKLOG_LIMIT) as pool,
+    ):
+        t.step(model, 1, holder, start=True, batched=False)
+        waiting = [pool.submit(start, cid) for cid in waiters]
+        _wait(lambda: _backlog_gauge(bounded, model) == BACKLOG_LIMIT, "two sequences waiting")
+        expect_error(
+            protocol,
+            lambda: t.step(model, 1, over, start=True, batched=False),
+            BACKLOG_FULL.format(n=BACKLOG_LIMIT, model=model),
+            kind="UNAVAILABLE",
+        )
+        assert t.step(model, 2, holder, batched=False).seen["acc"] == 3
+        t.step(model, 3, holder, end=True, batched=False)
+        pending = set(waiting)
+        while pending:  # each waiter gets the slot in turn; ending it frees it for the next
+            done, pending = concurrent.futures.wait(
+                pending, timeout=60, return_when="FIRST_COMPLETED"
+            )
+            assert done, "a backlogged sequence never got the slot"
+            for future in done:
+                t.step(model, 1, future.result(), end=True, batched=False)
+        assert _backlog_gauge(bounded, model) == 0
+        assert t.step(model, 4, over, start=True, end=True, batched=False).seen["acc"] == 4

@@ -62,6 +62,7 @@ def _stats(name: str, settings: MetricsSettings, cache: bool) -> ModelStats:
         stats.cache_lookup(True, 5_000)
         stats.cache_lookup(False, 6_000)
     stats.restarts["m_0"] = 1
+    stats.sequence_backlog = lambda: 3  # a sequence model's backlog gauge
     return stats
 
 
@@ -204,3 +205,14 @@ def test_a_metric_setting_tritium_cannot_honour_fails_the_load(extra: str, messa
         _spec(extra)
     assert message in info.value.message
     assert "config.pbtxt:" in info.value.message  # names the file and line
+
+
+def test_the_sequence_backlog_gauge_is_only_for_sequence_models() -> None:
+    plain, sequence = ModelStats("plain", "1"), ModelStats("seq", "2")
+    sequence.sequence_backlog = lambda: 7
+    text = prometheus.render([plain, sequence]).decode()
+    family = {f.name: f for f in text_string_to_metric_families(text)}["tritium_sequence_backlog"]
+    assert [(s.labels["model"], s.labels["version"], s.value) for s in family.samples] == [
+        ("seq", "2", 7)
+    ]
+    assert "tritium_sequence_backlog" not in prometheus.render([plain]).decode()

@@ -116,3 +116,26 @@ def test_many_abandoned_sequences_leave_nothing_behind():
     now += 2 * MS
     slots.idle(now)
     assert slots.tracked == 0 and slots.active == 0 and slots.backlogged == 0
+
+
+def test_a_new_sequence_beyond_the_backlog_bound_is_refused_at_once():
+    slots = SequenceSlots(instances=1, slots_per_instance=1, max_idle_ns=MS, max_backlog=2)
+    held, _ = route(slots, "a", start=True)
+    assert route(slots, "b", start=True) == (None, False)
+    assert route(slots, "c", start=True) == (None, False)
+    with pytest.raises(ServerError, match="Exceeds maximum queue size: 2 sequences") as info:
+        route(slots, "d", start=True)
+    assert info.value.kind.name == "UNAVAILABLE"
+    assert slots.backlogged == 2 and slots.tracked == 3  # "d" left nothing behind
+    assert route(slots, "b") == (None, False)  # sequences in progress are not refused
+    assert route(slots, "a")[0] == held
+    assert route(slots, "c", start=True) == (None, True)  # a restart stays in its place
+    slots.release(held)  # "b" takes the slot: room for one more in the backlog
+    assert route(slots, "d", start=True) == (None, False)
+
+
+def test_without_a_bound_the_backlog_takes_every_sequence():
+    slots = SequenceSlots(instances=1, slots_per_instance=1, max_idle_ns=MS, max_backlog=0)
+    for cid in range(5000):
+        route(slots, cid, start=True)
+    assert slots.backlogged == 4999

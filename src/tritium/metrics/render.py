@@ -82,13 +82,14 @@ _CACHE = (
 _FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 _HISTOGRAM = "nv_inference_request_duration_histogram_us"
 _RESTARTS = "tritium_model_instance_restarts_total"
+_BACKLOG = "tritium_sequence_backlog"
 _CPU = ("nv_cpu_utilization", "nv_cpu_memory_total_bytes", "nv_cpu_memory_used_bytes")
 _LATENCY_KINDS = ("request", "queue", "compute_input", "compute_infer", "compute_output")
 # Every family the server renders itself: a model's custom family cannot take these names.
 FAMILY_NAMES = frozenset(
     [name for name, _, _ in _COUNTERS + _CACHE]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", _HISTOGRAM]
-    + [_RESTARTS, "tritium_model_ready", *_CPU, "nv_model_load_duration_secs"]
+    + [_RESTARTS, _BACKLOG, "tritium_model_ready", *_CPU, "nv_model_load_duration_secs"]
     + [
         "nv_inference_first_response_histogram_ms",
         *(f"nv_inference_{k}_summary_us" for k in _LATENCY_KINDS),
@@ -121,6 +122,7 @@ def render(
     _summaries(lines, models)
     _histogram(lines, models)
     _restarts(lines, models)
+    _backlog(lines, models)
     _readiness(lines, index)
     if cpu is not None:
         cpu.render(lines)
@@ -229,6 +231,20 @@ def _restarts(lines: list[str], models: list[ModelStats]) -> None:
         labels = _labels(stats)
         for instance, count in sorted(stats.restarts.items()):
             lines.append(f'{name}{{{labels},instance="{instance}"}} {count}')
+
+
+def _backlog(lines: list[str], models: list[ModelStats]) -> None:
+    """tritium's own: the sequences each sequence model's backlog holds (waiting for a
+    slot; bounded by --sequence-backlog-limit)."""
+    sequence = [s for s in models if s.sequence_backlog is not None]
+    _family(
+        lines,
+        _BACKLOG,
+        "Number of sequences waiting in the sequence batcher's backlog for a slot",
+        "gauge",
+        sequence,
+        lambda s: s.sequence_backlog(),
+    )
 
 
 def _custom_family(lines: list[str], family: Family) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .latency import Histogram, SlidingSummary
@@ -94,6 +95,8 @@ class ModelStats:
         self.batches: dict[int, BatchStats] = {}
         self.pending = 0  # accepted, not yet executing
         self.restarts: dict[str, int] = {}  # instance -> stub restarts (Python backend)
+        # a sequence model's backlogged sequences, read when rendered (None: not one)
+        self.sequence_backlog: Callable[[], int] | None = None
         self.histogram = [0] * (len(DURATION_BUCKETS_US) + 1)
         # Prometheus metrics (--metrics-config, the config's metric_tags and model_metrics):
         # set once by ``configure`` before the version takes requests.

@@ -66,6 +66,8 @@ class ModelRepositoryManager:
         # --rate-limit=execution_count: the server's limiter, which every instance joins
         # (set by the server before anything loads; None: rate limiting is off).
         self.limiter: RateLimiter | None = None
+        # --sequence-backlog-limit: sequences a sequence model's backlog holds (0: no bound).
+        self.sequence_backlog = 0
         # How long an unload waits for a model's executions before killing its instances.
         self._unload_timeout = unload_timeout
         self._backends = backends
@@ -449,7 +451,9 @@ class ModelRepositoryManager:
                     entry.state, entry.reason = ModelState.UNAVAILABLE, reason
                     return
         try:
-            entry.model = Model(spec, version, instances, self._dispatch, self.limiter)
+            entry.model = Model(
+                spec, version, instances, self._dispatch, self.limiter, self.sequence_backlog
+            )
             entry.model.namespace = record.namespace
         except ServerError as exc:  # the rate limiter's resource counts cannot serve it
             await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)

@@ -52,6 +52,7 @@ class Model:
         instances: list[ModelInstance],
         dispatch: Dispatch | None = None,  # how an ensemble's steps reach their models
         limiter: RateLimiter | None = None,  # --rate-limit=execution_count
+        sequence_backlog: int = 0,  # --sequence-backlog-limit (0: no bound)
     ) -> None:
         self.spec = spec
         self.name = spec.name
@@ -67,8 +68,10 @@ class Model:
             owner = f"model '{self.name}' version {version}"
             self._gates = self._limiter.gates(owner, _instance_limits(spec, len(instances)))
         self.scheduler: Scheduler = _scheduler(
-            spec, instances, self.version_str, dispatch, self._gates
+            spec, instances, self.version_str, dispatch, self._gates, sequence_backlog
         )
+        if isinstance(self.scheduler, SequenceScheduler):
+            self.stats.sequence_backlog = self.scheduler.backlogged
         self._closing: asyncio.Task[None] | None = None
         for instance in instances:  # instances that restart count it in the statistics
             count = getattr(instance, "count_restarts_in", None)
@@ -237,6 +240,7 @@ def _scheduler(
     version: str,
     dispatch: Dispatch | None,
     gates: list[Gate] | None,
+    sequence_backlog: int = 0,
 ) -> Scheduler:
     """The one place a model version's scheduler is chosen: an ensemble's walks its plan;
     the sequence batcher for a stateful model; dynamic batching when the config asks for it
@@ -246,7 +250,7 @@ def _scheduler(
         assert dispatch is not None, "an ensemble needs the server's dispatch"
         return EnsembleScheduler(spec.ensemble, dispatch, version)
     if spec.sequence is not None:
-        return SequenceScheduler(instances, version, spec, gates)
+        return SequenceScheduler(instances, version, spec, gates, sequence_backlog)
     config = spec.config
     if config.HasField("dynamic_batching") and spec.max_batch_size > 0:
         # Triton compares shapes only for variable-size inputs not marked allow_ragged_batch.

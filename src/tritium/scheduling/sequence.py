@@ -15,7 +15,10 @@ its slots, one execution at a time, in order within each slot:
 Before a request runs it gets the control tensors and its sequence's implicit state
 (``sequence_inputs.py``); the state outputs of its response become the next state.
 Idle sequences lose their slot after ``max_sequence_idle_microseconds`` (the reaper), and
-the slot goes to the oldest sequence waiting in the backlog.
+the slot goes to the oldest sequence waiting in the backlog. At most ``backlog_limit``
+sequences wait there (``--sequence-backlog-limit``; 0: no bound): a new one beyond it is
+refused at once (``SequenceSlots.route``). ``backlogged`` is the gauge
+``tritium_sequence_backlog``.
 """
 
 from __future__ import annotations
@@ -47,13 +50,16 @@ class SequenceScheduler:
         version: str,
         spec: ModelSpec,
         gates: Sequence[Gate] | None = None,  # the rate limiter's, one per instance
+        backlog_limit: int = 0,  # sequences waiting for a slot at most; 0: no bound
     ):
         config = spec.sequence
         assert config is not None
         self._config = config
         self._spec = spec
         self._version = version
-        self._slots = SequenceSlots(max(len(instances), 1), config.slots, config.max_idle_ns)
+        self._slots = SequenceSlots(
+            max(len(instances), 1), config.slots, config.max_idle_ns, backlog_limit
+        )
         kind = OldestWorker if config.oldest else DirectWorker
         self._workers: list[Worker] = [
             kind(self, i, instance) for i, instance in enumerate(instances)
@@ -151,6 +157,10 @@ class SequenceScheduler:
             running.extend(worker.close(error))
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+
+    def backlogged(self) -> int:
+        """Sequences waiting in the backlog for a slot (the tritium_sequence_backlog gauge)."""
+        return self._slots.backlogged
 
     # -- for the workers -----------------------------------------------------------------------
     @property

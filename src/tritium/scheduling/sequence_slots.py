@@ -12,6 +12,12 @@ Triton's semantics (SequenceBatchScheduler::Enqueue, ReleaseSequenceSlot, the re
 - when no slot is free a new sequence waits in the backlog, FIFO, with all its requests; a
   released slot goes to the oldest backlogged sequence;
 - a backlogged sequence whose request gave a ``timeout`` is rejected once it passes.
+
+tritium's bound (Triton's backlog has none, and ``sequence_batching`` has no queue size):
+at most ``max_backlog`` sequences wait in the backlog (0: no bound, as Triton); a START that
+would open one more is refused at once with UNAVAILABLE, the answer of a full queue, instead
+of waiting behind every sequence before it. Requests of sequences already in progress are
+never refused by it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import invalid_arg
+from ..errors import invalid_arg, unavailable
 
 CorrelationId = int | str
 
@@ -46,7 +52,10 @@ class Backlog:
 
 
 class SequenceSlots:
-    def __init__(self, instances: int, slots_per_instance: int, max_idle_ns: int) -> None:
+    def __init__(
+        self, instances: int, slots_per_instance: int, max_idle_ns: int, max_backlog: int = 0
+    ) -> None:
+        self._max_backlog = max_backlog  # backlogged sequences at most; 0: no bound
         self._free = [Slot(i, n) for n in range(instances) for i in range(slots_per_instance)]
         heapq.heapify(self._free)
         self._active: dict[CorrelationId, Slot] = {}
@@ -74,13 +83,20 @@ class SequenceSlots:
     ) -> tuple[Slot | None, bool]:
         """Where ``request`` goes: (its slot, or None when it was put in the backlog;
         whether it STARTs over a sequence still in progress). Raises INVALID_ARG for a
-        request that does not start a sequence and belongs to none."""
+        request that does not start a sequence and belongs to none, UNAVAILABLE for a new
+        sequence that would overfill the backlog."""
         slot = self._active.get(cid)
         backlog = self._backlogged.get(cid)
         if not start and slot is None and backlog is None:
             raise invalid_arg(
                 f"inference request for sequence {cid} to model '{request.model_name}' must "
                 "specify the START flag on the first request of the sequence"
+            )
+        if slot is None and backlog is None and not self._free and self._backlog_full():
+            raise unavailable(
+                f"Exceeds maximum queue size: {len(self._backlog)} sequences of model "
+                f"'{request.model_name}' already wait for a sequence slot "
+                "(--sequence-backlog-limit)"
             )
         self._seen[cid] = now
         self._seen.move_to_end(cid)
@@ -108,6 +124,9 @@ class SequenceSlots:
             backlog.ended = True
             del self._backlogged[cid]  # a later START with this ID is a new sequence
         return None, conflict
+
+    def _backlog_full(self) -> bool:
+        return 0 < self._max_backlog <= len(self._backlog)
 
     def release(self, slot: Slot) -> Backlog | None:
         """``slot``'s sequence is over: it goes to the oldest backlogged sequence (returned,

@@ -513,6 +513,12 @@ FLAGS: tuple[Flag, ...] = (
          Into("access.max_inflight_per_client", inflight_per_client),
          "tritium: inference requests in flight per client address (0: unbounded); "
          "more are refused (HTTP 429, gRPC RESOURCE_EXHAUSTED)"),
+    _own("sequence-backlog-limit", "tritium", _I,
+         "sequences a model's sequence backlog holds (0: no bound); one more is UNAVAILABLE",
+         "repository.sequence_backlog_limit",
+         "tritium: sequences a sequence model's backlog holds while they wait for a slot; "
+         "a new one beyond is refused (UNAVAILABLE); 0: no bound, as Triton",
+         parse=non_negative_int),
     _own("ports-file", "tritium", _S, "write the bound ports as JSON once serving",
          "ports_file", "tritium: write the bound ports as JSON to this file once serving"),
 )  # fmt: skip
