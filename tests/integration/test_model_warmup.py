@@ -37,6 +37,8 @@ REASONS = {
     "must name a file inside",
     "warm_bad_dtype": "warmup sample 'dtype': input 'INPUT0' data-type is 'INT32', but model "
     "'warm_bad_dtype' expects 'FP32'",
+    "warm_linked": "warmup sample 'linked': input_data_file 'l.bin' of input 'INPUT0' must "
+    "name a file inside",
 }
 CLIENT_INPUT0 = np.full((1, 4), 7.0, dtype=np.float32)
 

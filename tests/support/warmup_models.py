@@ -14,6 +14,8 @@ warm_fails       python; every response is TritonError("An Error Occurred") (Tri
 warm_raises      python; execute raises ValueError("warm-up boom").
 warm_short_file  identity; INPUT0's data file holds 3 bytes where 16 are needed.
 warm_escape      identity; input_data_file "../config.pbtxt".
+warm_linked      identity; its warmup/ is a symbolic link to a folder outside the repository
+                 (``<root>/../outside-warmup``) holding the sample's 16-byte data file.
 warm_bad_dtype   identity; the sample gives INPUT0 as TYPE_INT32 (the model takes FP32).
 warm_onnx        onnxruntime (tests/support/models.py ``onnx_partial_cfg``: INPUT0 FP32 [4] -> x2,
                  max_batch_size 2) with a batch_size 2 random_data sample.
@@ -38,7 +40,14 @@ FILE_INPUT0 = np.array([1.0, 2.0, 3.0, 4.0], dtype=np.float32)
 FILE_INPUT1 = [b"ab", b"cde"]
 # What each instance of warm_counter runs before READY: (sample, requests per execution) x runs
 WARM_SAMPLES = [("zeros", 2)] * WARM_COUNT + [("random", 1), ("file", 1)]
-FAILING = ("warm_fails", "warm_raises", "warm_short_file", "warm_escape", "warm_bad_dtype")
+FAILING = (
+    "warm_fails",
+    "warm_raises",
+    "warm_short_file",
+    "warm_escape",
+    "warm_linked",
+    "warm_bad_dtype",
+)
 
 _COUNTER_PY = """\
 import json
@@ -214,12 +223,14 @@ def _failing() -> dict[str, dict[str, str | bytes]]:
         "escape", [_input("INPUT0", "TYPE_FP32", [4], 'input_data_file: "../config.pbtxt"')]
     )
     dtype = _sample("dtype", [_input("INPUT0", "TYPE_INT32", [4], "zero_data: true")])
+    linked = _sample("linked", [_input("INPUT0", "TYPE_FP32", [4], 'input_data_file: "l.bin"')])
     models = {
         "warm_fails": _fp32_model("warm_fails", _FAILS_PY, zero),
         "warm_raises": _fp32_model("warm_raises", _RAISES_PY, zero),
         "warm_short_file": _fp32_model("warm_short_file", _IDENTITY_PY, short),
         "warm_escape": _fp32_model("warm_escape", _IDENTITY_PY, escape),
         "warm_bad_dtype": _fp32_model("warm_bad_dtype", _IDENTITY_PY, dtype),
+        "warm_linked": _fp32_model("warm_linked", _IDENTITY_PY, linked),
     }
     models["warm_short_file"]["warmup/s.bin"] = b"\x00\x01\x02"
     return models
@@ -275,6 +286,10 @@ def build_warmup_repository(root: Path, log: Path, gate: Path | None = None) -> 
     write_model(root, "warm_counter", _counter(log, gate))
     for name, files in {**_failing(), **_onnx_and_sequence()}.items():
         write_model(root, name, files)
+    outside = root.parent / "outside-warmup"  # what a hostile model's link points at
+    outside.mkdir(exist_ok=True)
+    (outside / "l.bin").write_bytes(bytes(16))
+    (root / "warm_linked" / "warmup").symlink_to(outside)
     return root
 
 

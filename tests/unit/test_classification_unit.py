@@ -113,3 +113,12 @@ def test_label_file_outside_the_model_directory(tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("s\n")
     with pytest.raises(ServerError, match="is outside model directory"):
         _spec(model_dir, "../secret.txt")
+
+
+def test_a_label_file_linked_out_of_the_model_directory_is_refused(tmp_path: Path) -> None:
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    (tmp_path / "secret.txt").write_text("s\n")
+    (model_dir / "labels.txt").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(ServerError, match="is outside model directory"):
+        _spec(model_dir, "labels.txt")

@@ -139,3 +139,18 @@ def test_initial_state_from_a_data_file(tmp_path: Path):
     (tmp_path / "initial_state" / "short.bin").write_bytes(b"\0" * 8)
     with pytest.raises(ServerError, match="expects 16 bytes"):
         load(body % "short.bin", model_dir=tmp_path)
+
+
+def test_a_linked_initial_state_folder_leading_out_is_refused(tmp_path: Path):
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    np.arange(4, dtype=np.int32).tofile(outside / "start.bin")
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "initial_state").symlink_to(outside)
+    body = (
+        'state [ { input_name: "I" output_name: "O" data_type: TYPE_INT32 dims: [4] '
+        'initial_state { data_type: TYPE_INT32 dims: [4] data_file: "start.bin" name: "f" } } ]'
+    )
+    with pytest.raises(ServerError, match="must name a file directly inside"):
+        load(body, model_dir=model)

@@ -185,3 +185,29 @@ def test_sequence_controls_and_state_inputs_are_accepted() -> None:
     )
     with pytest.raises(ServerError, match="'START' data-type is 'FP32'"):
         samples(sample(wrong), extra=SEQUENCE)
+
+
+def test_a_linked_warmup_folder_or_file_leading_out_is_refused(tmp_path: Path) -> None:
+    """``warmup/`` (or a file in it) that is a link out of the model's directory is refused,
+    as a label file is; a link that stays inside it is followed."""
+    outside = tmp_path / "etc"
+    outside.mkdir()
+    (outside / "a.bin").write_bytes(np.arange(6, dtype=np.float32).tobytes())
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "warmup").symlink_to(outside)
+    inputs = REQUIRED.replace(
+        "dims: [ 3, 2 ] zero_data: true", 'dims: [ 3, 2 ] input_data_file: "a.bin"'
+    )
+    refused(sample(inputs), "must name a file inside", model)
+    (model / "warmup").unlink()
+    (model / "warmup").mkdir()
+    (model / "warmup" / "a.bin").symlink_to(outside / "a.bin")
+    refused(sample(inputs), "must name a file inside", model)
+    (model / "warmup" / "a.bin").unlink()
+    (model / "warmup").rmdir()
+    (model / "data").mkdir()
+    (model / "data" / "a.bin").write_bytes(np.ones(6, dtype=np.float32).tobytes())
+    (model / "warmup").symlink_to(model / "data")  # a link that stays inside: followed
+    (s,) = samples(sample(inputs), model)
+    assert tensors(s, model)["A"].data.tolist() == [[[1, 1], [1, 1], [1, 1]]]

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import ServerError
 from ..tensor_codec import bytes_array
 from ..types import DataType
+from .files import folder_file, model_file
 from .model_config import ConfigProblem, ModelConfig, mc
 
 _Control = mc.ModelSequenceBatching.Control
@@ -374,11 +375,13 @@ def _from_file(
     where = "sequence_batching.state.initial_state.data_file"
     if model_dir is None:
         raise problem.error(where, "a data_file needs the model's directory")
-    folder = (model_dir / INITIAL_STATE_FOLDER).resolve()
-    path = (folder / filename).resolve()
-    if not filename or path.parent != folder or Path(filename).is_absolute():
+    path = folder_file(model_dir, INITIAL_STATE_FOLDER, filename)
+    if path is None or path.parent != model_file(model_dir, INITIAL_STATE_FOLDER):
+        folder = model_dir / INITIAL_STATE_FOLDER
         raise problem.error(
-            where, f"data_file '{filename}' must name a file directly inside '{folder}'"
+            where,
+            f"data_file '{filename}' must name a file directly inside '{folder}' (after "
+            "following links, inside the model's directory)",
         )
     try:
         data = path.read_bytes()

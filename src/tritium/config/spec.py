@@ -21,6 +21,7 @@ from .model_config import (
 )
 from .model_config import mc
 from .batch_io import BatchInput, BatchOutput, batch_io
+from .files import model_file
 from .model_metrics import MetricSpec, metric_spec
 from .sequence import SequenceConfig, sequence_config
 
@@ -251,14 +252,15 @@ def _labels(
             continue
         path = model_dir / spec.label_filename
         where = "output.label_filename"
-        if not path.resolve().is_relative_to(model_dir.resolve()):
+        inside = model_file(model_dir, spec.label_filename)
+        if inside is None:
             raise problem.error(
                 where,
                 f"label file path '{path}' for output '{spec.name}' is outside model directory",
                 spec.label_filename,
             )
         try:
-            labels[spec.name] = read_labels(path)
+            labels[spec.name] = read_labels(inside)  # the file checked, links followed
         except OSError as exc:
             raise problem.error(
                 where,

@@ -18,7 +18,9 @@ Triton's rules (core ``backend_model_instance.cc``, ``GenerateWarmupData``):
 
 tritium checks more than Triton does, at load and with a clear reason, what Triton leaves to
 the backend: datatypes and shapes against the config, unknown names, missing required
-inputs, a batch size the model cannot take, and a data file outside ``warmup/``.
+inputs, a batch size the model cannot take, and a data file outside ``warmup/`` or, once
+links are followed, outside the model's directory (``config/files.py``, the rule label files
+and initial state follow too).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import numpy as np
 from ..errors import ServerError, invalid_arg
 from ..tensor_codec import bytes_array
 from ..types import DataType, Tensor
+from .files import folder_file
 from .model_config import mc
 from .spec import IOSpec, ModelSpec
 
@@ -162,20 +165,16 @@ def _expected(spec: ModelSpec, sample: str, name: str) -> tuple[IOSpec, tuple[in
 
 
 def data_path(model_dir: Path | None, sample: str, name: str, filename: str) -> Path:
-    """``<model dir>/warmup/<filename>``; a name that would leave that folder is refused."""
+    """``<model dir>/warmup/<filename>`` (links followed); a name, or a link (``warmup/``
+    itself included), that would leave that folder or the model's directory is refused."""
     if model_dir is None:
         raise invalid_arg(f"warmup sample '{sample}': input_data_file needs the model's directory")
-    folder = (model_dir / WARMUP_FOLDER).resolve()
-    path = (folder / filename).resolve()
-    if (
-        not filename
-        or Path(filename).is_absolute()
-        or not path.is_relative_to(folder)
-        or (path == folder)
-    ):
+    path = folder_file(model_dir, WARMUP_FOLDER, filename)
+    if path is None:
         raise invalid_arg(
             f"warmup sample '{sample}': input_data_file '{filename}' of input '{name}' must "
-            f"name a file inside '{folder}'"
+            f"name a file inside '{model_dir / WARMUP_FOLDER}' (after following links, "
+            "inside the model's directory)"
         )
     return path
 
