@@ -5,8 +5,11 @@ Environments are built here without network (tests/support/python_envs.py): ``ve
 directory, ``tritium_envprobe`` 2.0) is used in place; ``venv_b`` (``tritium_envprobe`` 3.0)
 is packed as a conda-pack-like ``.tar.gz``, named through ``$$TRITON_MODEL_DIRECTORY`` by one
 model and by absolute path (a copy, same content) by another: it is unpacked once, into one
-content-keyed directory of the cache. Bad environments fail their model's load with a reason
-while the others serve.
+content-keyed directory of the cache. Bad environments fail their model's load while the
+others serve: a path that cannot be an environment (missing, unreadable, a file that is no
+archive, a refused archive, a directory without an interpreter) with one reason that does not
+tell what is at the path (a client's load request may name any server path), the server's
+log saying what was found; an interpreter that cannot run the stub with its own reason.
 """
 
 from __future__ import annotations
@@ -24,19 +27,34 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.support.clients import client, make_input
-from tests.support.python_envs import make_venv, member, numpy_only_dir, pack, write_probe_model
+from tests.support.python_envs import (
+    PROBE_MODEL,
+    make_venv,
+    member,
+    numpy_only_dir,
+    pack,
+    write_probe_model,
+)
 from tests.support.server_process import ServerProcess
 from tests.support.stub_procs import stub_pids, wait_until
+from tritium.backends.python.execenv import NOT_AN_ENVIRONMENT
 from tritonclient.utils import InferenceServerException
 
 ARCHIVE = "env.tar.gz"
-# model -> (what its reason must say) for the environments that cannot serve
+# model -> (what its reason must say, what the server's log says) for the environments that
+# cannot serve
 BAD = {
-    "bad_missing_py": "no such file or directory",
-    "bad_corrupt_py": "cannot unpack",
-    "bad_escape_py": "member '../escaped.txt' would be extracted outside the environment",
-    "bad_link_py": "member 'lib/out' links to '../../..', outside the environment",
-    "bad_numpy_py": "numpy cannot be imported in the environment",
+    "bad_missing_py": (NOT_AN_ENVIRONMENT, "no such file or directory"),
+    "bad_corrupt_py": (NOT_AN_ENVIRONMENT, "cannot unpack"),
+    "bad_escape_py": (
+        NOT_AN_ENVIRONMENT,
+        "member '../escaped.txt' would be extracted outside the environment",
+    ),
+    "bad_link_py": (
+        NOT_AN_ENVIRONMENT,
+        "member 'lib/out' links to '../../..', outside the environment",
+    ),
+    "bad_numpy_py": ("numpy cannot be imported in the environment", ""),
 }
 
 
@@ -162,13 +180,21 @@ def _index(server: ServerProcess, protocol: str) -> dict[str, dict[str, Any]]:
     return {row["name"]: row for row in rows}
 
 
-@pytest.mark.parametrize(("model", "reason"), BAD.items(), ids=list(BAD))
+@pytest.mark.parametrize(("model", "reasons"), BAD.items(), ids=list(BAD))
 def test_a_bad_environment_fails_the_load_with_its_reason(
-    server: ServerProcess, layout: dict[str, Path], protocol: str, model: str, reason: str
+    server: ServerProcess,
+    layout: dict[str, Path],
+    protocol: str,
+    model: str,
+    reasons: tuple[str, str],
 ) -> None:
+    reason, logged = reasons
     row = _index(server, protocol)[model]
     assert row["state"] == "UNAVAILABLE", row
     assert "EXECUTION_ENV_PATH" in row["reason"] and reason in row["reason"], row
+    if logged:  # the reason hides what is at the path; the server's log says it
+        assert logged not in row["reason"], row
+        assert logged in server.log_text()
     c = client(protocol, server.url(protocol))
     try:
         with pytest.raises(InferenceServerException, match="EXECUTION_ENV_PATH"):
@@ -201,3 +227,39 @@ def _ready(server: ServerProcess, protocol: str, model: str) -> bool:
         return bool(c.is_model_ready(model))
     finally:
         c.close()
+
+
+def _load_with_env(server: ServerProcess, protocol: str, name: str, env: str) -> str:
+    """A client's load request whose config names ``env``: the reason it fails with."""
+    config = {
+        "backend": "python",
+        "max_batch_size": 0,
+        "input": [{"name": "INPUT0", "data_type": "TYPE_INT32", "dims": [1]}],
+        "output": [{"name": "OUTPUT0", "data_type": "TYPE_STRING", "dims": [1]}],
+        "parameters": {"EXECUTION_ENV_PATH": {"string_value": env}},
+    }
+    c = client(protocol, server.url(protocol))
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            c.load_model(
+                name, config=json.dumps(config), files={"file:1/model.py": PROBE_MODEL.encode()}
+            )
+        return str(info.value.message())
+    finally:
+        c.close()
+
+
+def test_a_load_request_cannot_learn_whether_a_server_path_exists(
+    server: ServerProcess, layout: dict[str, Path], protocol: str
+) -> None:
+    """A client names server paths as its model's environment: a missing one, an existing
+    file that is no archive, an existing directory that is no environment, a device. The
+    answers are the same but for the path the client sent itself."""
+    missing = layout["root"] / "no" / "such" / "env"
+    probes = [str(missing), "/etc/passwd", "/etc", "/dev/null", "/etc/passwd/below"]
+    answers = set()
+    for n, path in enumerate(probes):
+        reason = _load_with_env(server, protocol, f"probe_{protocol}_{n}", path)
+        assert NOT_AN_ENVIRONMENT in reason, reason
+        answers.add(reason.replace(path, "<path>").replace(f"probe_{protocol}_{n}", "<model>"))
+    assert len(answers) == 1, answers

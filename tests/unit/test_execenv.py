@@ -26,6 +26,7 @@ from tritium.backends.python.envarchive import (
     unsafe_member,
 )
 from tritium.backends.python.execenv import (
+    NOT_AN_ENVIRONMENT,
     EnvironmentManager,
     PythonEnv,
     compatibility_problem,
@@ -248,12 +249,46 @@ def test_an_interpreter_that_cannot_run_the_stub_fails_the_load(
     assert why in info.value.message
 
 
-def test_a_directory_without_an_interpreter_is_refused(tmp_path: Path) -> None:
+def test_paths_that_are_no_environment_share_one_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Missing, not a file or directory, below a file, a file that is no archive, a
+    directory without an interpreter: the reason does not tell them apart (a client's load
+    request may name any server path); the log does."""
+    (tmp_path / "plain.txt").write_text("not an archive")
+    (tmp_path / "empty").mkdir()
     manager = EnvironmentManager(tmp_path / "cache")
-    with pytest.raises(ServerError, match="has no bin/python3"):
-        asyncio.run(manager.prepare("m", tmp_path))
-    with pytest.raises(ServerError, match="no such file or directory"):
-        asyncio.run(manager.prepare("m", tmp_path / "missing.tar.gz"))
+    paths = {
+        tmp_path / "missing.tar.gz": "no such file or directory",
+        Path("/dev/null"): "no such file or directory",
+        tmp_path / "plain.txt" / "below": "no such file or directory",
+        tmp_path / "plain.txt": "cannot unpack",
+        tmp_path / "empty": "has no bin/python3",
+    }
+    reasons = set()
+    for path, logged in paths.items():
+        caplog.clear()
+        with pytest.raises(ServerError) as info:
+            asyncio.run(manager.prepare("m", path))
+        assert info.value.kind is ErrorKind.INVALID_ARG
+        assert info.value.message == f"model 'm': EXECUTION_ENV_PATH '{path}': {NOT_AN_ENVIRONMENT}"
+        reasons.add(info.value.message.replace(str(path), "<path>"))
+        assert logged in caplog.text, (path, caplog.text)
+    assert len(reasons) == 1
+
+
+def test_a_cache_directory_problem_keeps_its_own_reason(tmp_path: Path) -> None:
+    """The cache is the operator's (--python-env-cache-dir), not the model's path."""
+    archive = tmp_path / "env.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        data = b"#!/bin/sh\n"
+        info = tarfile.TarInfo("bin/python3")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    (tmp_path / "cache").write_text("a file, not a directory")
+    manager = EnvironmentManager(tmp_path / "cache")
+    with pytest.raises(ServerError, match="the environment cache .* is not a directory"):
+        asyncio.run(manager.prepare("m", archive))
 
 
 def test_the_cache_flag_reaches_the_backend(tmp_path: Path) -> None:

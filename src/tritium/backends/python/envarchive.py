@@ -35,7 +35,13 @@ _TMP_PREFIX = ".unpacking-"
 
 
 class ArchiveError(Exception):
-    """The archive cannot be used; the message says why (it becomes the load's reason)."""
+    """The archive cannot be used; the message says why (the server's log shows it; the
+    load's reason does not, see ``execenv.py``)."""
+
+
+class CacheError(ArchiveError):
+    """The cache directory cannot be used (the operator's ``--python-env-cache-dir``, not
+    the model's path: its message is the load's reason)."""
 
 
 def default_cache_dir() -> Path:
@@ -86,11 +92,11 @@ def ensure_private_dir(path: Path) -> None:
             path.mkdir(mode=0o700, parents=True, exist_ok=True)
         info = path.lstat()
     except OSError as exc:
-        raise ArchiveError(f"cannot create the environment cache '{path}': {exc}") from None
+        raise CacheError(f"cannot create the environment cache '{path}': {exc}") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise ArchiveError(f"the environment cache '{path}' is not a directory (or a link)")
+        raise CacheError(f"the environment cache '{path}' is not a directory (or a link)")
     if info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise ArchiveError(
+        raise CacheError(
             f"the environment cache '{path}' must be owned by the server's user and not "
             "writable by group or others"
         )

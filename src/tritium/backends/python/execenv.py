@@ -13,12 +13,19 @@ not the server's. ``bin/activate`` is not run, as in Triton.
 The interpreter is probed once per load: it must start, be Python 3.11 or newer speaking the
 server's ``marshal`` format (the stub's frames), and import numpy (the stub needs it, as
 Triton's does); otherwise the load fails with a reason saying which.
+
+A model's configuration may come from a client (a load request's ``config``), so the load's
+reason must not tell whether a server path exists: a path that is missing, unreadable, not
+a file or directory, an archive that cannot be unpacked (or is refused) and a directory
+without an interpreter all fail with the same reason (``NOT_AN_ENVIRONMENT``); the server's
+log says which it was, for the operator.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import marshal
 import os
 import sys
@@ -26,12 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ...errors import invalid_arg, unavailable
-from .envarchive import ArchiveCache, ArchiveError
+from ...errors import ServerError, invalid_arg, unavailable
+from .envarchive import ArchiveCache, ArchiveError, CacheError
 
+log = logging.getLogger("tritium")
 EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
 MODEL_DIRECTORY_KEYWORD = "$$TRITON_MODEL_DIRECTORY"
 MIN_PYTHON = (3, 11)  # pyproject's requires-python: the stub's own code needs it
+# The one reason for every path that cannot be an environment, whatever is (or is not) there.
+NOT_AN_ENVIRONMENT = (
+    "not a usable execution environment: expected a readable conda-pack archive (.tar.gz) or "
+    "an environment directory with bin/python3 (the server's log says what was found)"
+)
 _BOOT = Path(__file__).with_name("envboot.py")
 STUB_MODULE = "tritium.backends.python.stub"  # named on the command line, as with -m
 _PROBE_TIMEOUT_S = 120.0
@@ -95,24 +108,36 @@ class EnvironmentManager:
         """The environment at ``path`` for ``model``, unpacked and probed; a ServerError (the
         load's reason) when it cannot serve."""
         prefix = f"model '{model}': {EXECUTION_ENV_PARAMETER} '{path}'"
-        if path.is_dir():
-            root = path
-        elif path.is_file():
-            try:
-                root = await asyncio.to_thread(self.cache.unpacked, path)
-            except ArchiveError as exc:
-                raise invalid_arg(f"{prefix}: {exc}") from None
-        else:
-            raise invalid_arg(f"{prefix}: no such file or directory")
+        root = await self._root(path, prefix)
         python = _interpreter(root)
         if python is None:
-            raise invalid_arg(
-                f"{prefix}: the environment '{root}' has no bin/python3 (a conda-pack archive, "
-                "a conda environment or a venv is expected)"
+            raise _refused(
+                prefix,
+                f"the environment '{root}' has no bin/python3 (a conda-pack archive, "
+                "a conda environment or a venv is expected)",
             )
         env = PythonEnv(root, python)
         await probe(env, prefix)
         return env
+
+    async def _root(self, path: Path, prefix: str) -> Path:
+        """The environment's directory: ``path`` itself, or its archive unpacked."""
+        if path.is_dir():
+            return path
+        if not path.is_file():
+            raise _refused(prefix, "no such file or directory (or not readable)")
+        try:
+            return await asyncio.to_thread(self.cache.unpacked, path)
+        except CacheError as exc:  # the operator's cache, not the model's path
+            raise invalid_arg(f"{prefix}: {exc}") from None
+        except ArchiveError as exc:
+            raise _refused(prefix, str(exc)) from None
+
+
+def _refused(prefix: str, detail: str) -> ServerError:
+    """The load's one reason for a path that is no environment; the detail goes to the log."""
+    log.warning("%s: %s", prefix, detail)
+    return invalid_arg(f"{prefix}: {NOT_AN_ENVIRONMENT}")
 
 
 def _interpreter(root: Path) -> Path | None:
