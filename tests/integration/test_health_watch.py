@@ -32,7 +32,7 @@ from tritium.frontends.grpc.service import (
     HealthService,
 )
 from tritium.frontends.grpc.status import RpcError, StatusCode
-from tritium.options import ServerOptions
+from tritium.options import RepositoryOptions, ServerOptions
 from tritium.server import InferenceServer
 
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -169,9 +169,8 @@ def _run(tmp_path: Path, body: Any) -> Any:
 
     async def main() -> Any:
         (tmp_path / "repo").mkdir(exist_ok=True)
-        options = ServerOptions(
-            model_repositories=(tmp_path / "repo",), model_control_mode="explicit"
-        )
+        repository = RepositoryOptions(paths=(tmp_path / "repo",), control_mode="explicit")
+        options = ServerOptions(repository=repository)
         server = InferenceServer(options)
         await server.start()
         try:
