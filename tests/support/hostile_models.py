@@ -1,10 +1,11 @@
 """Hostile (or broken) Python models: each may only hurt itself, never the server (issue 22).
 Registered in tests/support/models.py (``build_test_repository``); they call
-``identity_onnx_queued`` (tests/support/models.py) and ``identity_fp32``:
+``identity_onnx_queued`` (tests/support/models.py), ``identity_py_queued`` and
+``identity_fp32``:
 
 hostile_truncate     INPUT0 FP32 [-1] -> OUTPUT0 FP32 [-1] from a BLS child (request parameter
-                     ``target``, default ``identity_onnx_queued``, where the input goes as
-                     [1, n]),
+                     ``target``, default ``identity_onnx_queued``; to a ``*_queued`` target
+                     the input goes as [1, n]),
                      while a thread of the model truncates its own /dev/shm segments (names
                      ``tritium-bls-*-<stub pid>-*``): parameter ``mode`` ``queued`` (once,
                      ``delay`` seconds (default 0.5) after the call is sent, while the child
@@ -20,6 +21,9 @@ hostile_self_call    one instance; INPUT0 FP32 [-1] -> OUTPUT0 = INPUT0; with re
 hostile_fork         INPUT0 FP32 [-1] -> OUTPUT0 = INPUT0, OUTPUT1 INT64 [3] = the pids of the
                      children ``initialize`` started (a multiprocessing 'fork' child, which
                      holds the stub's socket, and a ``sleep 600`` subprocess) and of the stub.
+identity_py_queued   an innocent python identity, FP32 [-1] with max_batch_size 8 and dynamic
+                     batching (preferred batch 8, max_queue_delay 2 s): a lone request waits
+                     2 s in the queue.
 """
 
 from __future__ import annotations
@@ -79,7 +83,7 @@ class TritonPythonModel:
         params = _params(request)
         target = params.get("target", "identity_onnx_queued")
         data = _in(request, "INPUT0")
-        if target == "identity_onnx_queued":
+        if target.endswith("_queued"):
             data = data.reshape(1, -1)
         done = threading.Event()
         if params.get("mode", "queued") == "queued":
@@ -179,10 +183,17 @@ class TritonPythonModel:
 """
 
 
-def _spec(source: str, outputs: str, extra: str = "") -> _Spec:
+_IDENTITY = """
+class TritonPythonModel:
+    def execute(self, requests):
+        return [_reply(("OUTPUT0", _in(r, "INPUT0"))) for r in requests]
+"""
+
+
+def _spec(source: str, outputs: str, extra: str = "", max_batch_size: int = 0) -> _Spec:
     def spec(name: str) -> dict[str, str]:
         config = (
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n{extra}\n'
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n{extra}\n'
             'input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]\n'
             f"output [ {outputs} ]\n"
         )
@@ -193,6 +204,7 @@ def _spec(source: str, outputs: str, extra: str = "") -> _Spec:
 
 _FP32_OUT = '{ name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] }'
 _ONE_INSTANCE = "instance_group [ { count: 1, kind: KIND_CPU } ]"
+_QUEUED = "dynamic_batching { preferred_batch_size: [ 8 ] max_queue_delay_microseconds: 2000000 }"
 
 HOSTILE_SPECS: dict[str, _Spec] = {
     "hostile_truncate": _spec(_TRUNCATE, _FP32_OUT),
@@ -201,4 +213,5 @@ HOSTILE_SPECS: dict[str, _Spec] = {
     "hostile_fork": _spec(
         _FORK, _FP32_OUT + ', { name: "OUTPUT1", data_type: TYPE_INT64, dims: [ 3 ] }'
     ),
+    "identity_py_queued": _spec(_IDENTITY, _FP32_OUT, _QUEUED, max_batch_size=8),
 }
