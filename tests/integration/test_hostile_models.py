@@ -226,14 +226,16 @@ def test_a_forked_models_dead_stub_is_noticed_reaped_and_its_children_killed(
     _serves_others(server, protocol)
 
 
-def test_a_models_children_die_with_a_killed_server(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
+def test_a_models_children_die_with_the_server(tmp_path: Path, how: str) -> None:
+    """Killed (the group's watcher kills them) or stopped (the server kills the group)."""
     repo = build_test_repository(tmp_path / "repo", ["hostile_fork"])
     server = ServerProcess([repo])
     pids: list[int] = []
     try:
         pids = _fork_pids(server, "http")
-        server.proc.kill()
-        server.proc.wait()
+        server.proc.send_signal(getattr(signal, how))
+        server.proc.wait(TIMEOUT_S)
         assert wait_until(lambda: not any(is_running(p) for p in pids)), [
             p for p in pids if is_running(p)
         ]

@@ -235,8 +235,8 @@ class StubProcess(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._connected = False
-        if self._proc is not None and self._proc.returncode is None:
-            self._kill_group()  # a live stub without its socket is of no use: it goes
+        if self.alive and self._proc is not None and self._proc.returncode is None:
+            self._kill_group()  # a stub without its socket is of no use (a stop waits)
         self._check_gone()
 
     # calls -----------------------------------------------------------------------------------
