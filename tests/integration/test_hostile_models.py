@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 import pytest
-from clients import client, make_input
-from hostile_models import HOSTILE_PUSH_BYTES
-from models import build_test_repository
-from server_process import ServerProcess
-from stub_procs import is_running, stub_pids, wait_until
+from tests.support.clients import client, make_input
+from tests.support.hostile_models import HOSTILE_PUSH_BYTES
+from tests.support.models import build_test_repository
+from tests.support.server_process import ServerProcess
+from tests.support.stub_procs import is_running, stub_pids, wait_until
 from tritonclient.utils import InferenceServerException
 
 MODELS = [
