@@ -17,6 +17,9 @@ identity_<dtype>     python; INPUT0 -> OUTPUT0 unchanged, dims [-1], one model p
                      identity_fp64, identity_bf16, identity_bytes (TYPE_STRING).
                      ``IDENTITY_MODELS`` maps wire datatype ("FP32", "BYTES", ...) -> name.
 identity_onnx_fp32   onnxruntime; ONNX Identity, FP32 [-1].
+identity_onnx_queued onnxruntime; ONNX Identity, FP32 [-1] with max_batch_size 8 and dynamic
+                     batching (preferred batch 8, max_queue_delay 2 s): a lone request waits
+                     2 s in the queue.
 identity_onnx_nocfg  onnxruntime, NO config.pbtxt: INPUT0 FP32 [batch, 4] ->
                      OUTPUT0 = INPUT0 * 2 (ONNX shapes ["batch", 4]).
 onnx_partial_cfg     the same ONNX model; config.pbtxt is only
@@ -120,6 +123,7 @@ seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 
 classify_batched     the classification extension's model with a label file: see
                      tests/support/classify_models.py.
 BLS (Python models calling other models: ``bls_*``): tests/support/bls_models.py documents them.
+Hostile models (``hostile_*``: each may only hurt itself): tests/support/hostile_models.py.
 """
 
 from __future__ import annotations
@@ -128,6 +132,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .classify_models import CLASSIFY_SPECS
+from .hostile_models import HOSTILE_SPECS
 from .bls_models import BLS_SPECS
 from .sequence_models import SEQUENCE_SPECS
 
@@ -401,6 +406,18 @@ def _onnx_identity_fp32() -> bytes:
     return _onnx_bytes(graph)
 
 
+def _onnx_identity_fp32_batched() -> bytes:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["INPUT0"], ["OUTPUT0"])],
+        "identity_onnx_queued",
+        [helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["B", "N"])],
+        [helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["B", "N"])],
+    )
+    return _onnx_bytes(graph)
+
+
 def _onnx_times_two() -> bytes:
     """INPUT0 FP32 [batch, 4] -> OUTPUT0 = INPUT0 * 2 (for auto-complete tests)."""
     from onnx import TensorProto, helper
@@ -548,6 +565,18 @@ _SPECS: dict[str, _Spec] = {
     "identity_onnx_fp32": lambda name: {
         "config.pbtxt": _unary_config(name, "TYPE_FP32", [-1], backend="onnxruntime"),
         "1/model.onnx": _onnx_identity_fp32,
+    },
+    "identity_onnx_queued": lambda name: {
+        "config.pbtxt": _unary_config(
+            name,
+            "TYPE_FP32",
+            [-1],
+            backend="onnxruntime",
+            max_batch_size=8,
+            extra="dynamic_batching { preferred_batch_size: [ 8 ] "
+            "max_queue_delay_microseconds: 2000000 }",
+        ),
+        "1/model.onnx": _onnx_identity_fp32_batched,
     },
     "identity_onnx_nocfg": lambda name: {"1/model.onnx": _onnx_times_two},
     "onnx_partial_cfg": lambda name: {
@@ -901,10 +930,13 @@ _SPECS[RAGGED_MODEL] = lambda name: {
 
 # BLS (models calling models): tests/support/bls_models.py documents them.
 _SPECS.update(BLS_SPECS)
+# Hostile models (issue 22): tests/support/hostile_models.py documents them.
+_SPECS.update(HOSTILE_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (
     "identity_onnx_fp32",
+    "identity_onnx_queued",
     "identity_onnx_nocfg",
     "onnx_partial_cfg",
     "seq_state_onnx",

@@ -1,11 +1,13 @@
 """BLS plumbing without a server: the stub's frame multiplexer (several threads reading one
-socket) and large tensors through shared-memory segments."""
+socket) and large tensors through shared-memory segments (the server's side never maps them,
+so a model truncating its segments cannot hurt the server)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import socket
+import subprocess
 import threading
 
 import numpy as np
@@ -230,3 +232,115 @@ def test_version_strings_follow_tritons_model_loader() -> None:
         bls_host._check_version("abc")
     with pytest.raises(ValueError, match="'-1', version should be an integral value > 0"):
         bls_host._check_version("-1")
+
+
+# -- the server's side of the segments: never mapped, so a model may only hurt itself ----------
+
+
+def _pools(stub_pid: int) -> tuple[shm_tensors.SegmentPool, shm_tensors.SegmentPool]:
+    """A stub's pool and the server's (which does not trust the stub) for one pair."""
+    stub = shm_tensors.SegmentPool(shm_tensors.SegmentNames(os.getpid(), stub_pid))
+    server_names = shm_tensors.SegmentNames(os.getpid(), stub_pid)
+    return stub, shm_tensors.SegmentPool(server_names, peer_trusted=False)
+
+
+def _truncate(name: str) -> None:
+    os.truncate(f"/dev/shm/{name}", 0)
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_the_server_copies_what_it_reads_so_a_later_truncation_is_harmless() -> None:
+    stub, server = _pools(31001)
+    big = np.arange(shm_tensors.SHM_MIN_BYTES // 4, dtype=np.float32)
+    packed = shm_tensors.pack(big, [], stub)
+    got = shm_tensors.unpack(packed, [], server)
+    _truncate(packed[2][0])  # the model truncates the segment after the server took it
+    np.testing.assert_array_equal(got, big)  # the server's own memory: no SIGBUS
+    packed = shm_tensors.pack(big, [], stub)
+    _truncate(packed[2][0])  # ... or before
+    with pytest.raises(ValueError, match="it was truncated"):
+        shm_tensors.unpack(packed, [], server)
+    server.close()
+    stub.close()
+    assert stub.names.sweep() == 1  # the truncated one nobody took back
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_the_server_writes_into_a_truncated_free_segment_without_faulting() -> None:
+    stub, server = _pools(31002)
+    big = np.ones(shm_tensors.SHM_MIN_BYTES, dtype=np.uint8)
+    packed = shm_tensors.pack(big, [], stub)
+    shm_tensors.unpack(packed, [], server)  # the segment is the server's to write into now
+    _truncate(packed[2][0])  # the model truncates it meanwhile
+    answer = np.full(shm_tensors.SHM_MIN_BYTES // 8, 7, dtype=np.float64)
+    back = shm_tensors.pack(answer, [], server)  # pwrite: it extends the file, never faults
+    assert back[2][0] == packed[2][0]
+    np.testing.assert_array_equal(shm_tensors.unpack(back, [], stub), answer)
+    server.close()
+    stub.close()
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_output_segments_go_back_to_the_stub_that_wrote_them() -> None:
+    stub, server = _pools(31003)
+    out = shm_tensors.FrameTensors(stub)
+    packed = out.pack(np.zeros(shm_tensors.SHM_MIN_BYTES, dtype=np.uint8))
+    name = packed[2][0]
+    shm_tensors.unpack(packed, out.buffers, server, keep=False)
+    assert server.take_returned() == [name]
+    assert server.take_returned() == []
+    stub.adopt([name, "tritium-bls-not-ours"])
+    again = shm_tensors.FrameTensors(stub).pack(np.ones(shm_tensors.SHM_MIN_BYTES, np.uint8))
+    assert again[2][0] == name  # reused, not a new segment
+    server.discard(name)  # an output nobody asked for goes back unread too
+    assert server.take_returned() == [name]
+    server.close()
+    stub.close()
+    assert stub.names.sweep() == 1
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_a_frame_carries_its_tensors_inline_only_up_to_the_bound() -> None:
+    stub, _ = _pools(31004)
+    out = shm_tensors.FrameTensors(stub)
+    piece = np.zeros(shm_tensors.SHM_MIN_BYTES // 2, dtype=np.uint8)
+    packed = [out.pack(piece) for _ in range(2 * ipc.MAX_INLINE_BYTES // piece.nbytes)]
+    inline = [p for p in packed if isinstance(p[2], int)]
+    assert len(inline) == ipc.MAX_INLINE_BYTES // piece.nbytes
+    assert sum(len(b) if isinstance(b, bytes) else b.nbytes for b in out.buffers) == out.inline
+    assert out.inline <= ipc.MAX_INLINE_BYTES and len(out.written) == len(packed) - len(inline)
+    out.rollback()  # not sent after all: its segments are gone
+    assert out.buffers == [] and stub.names.sweep() == 0
+    stub.close()
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_only_segments_of_dead_servers_are_swept() -> None:
+    dead = _a_dead_pid()
+    shm = "/dev/shm/"
+    names = {
+        "dead": f"tritium-bls-{dead}-{dead}-0-deadbeef",
+        "live": f"tritium-bls-{os.getpid()}-{dead}-0-cafef00d",
+        "other": f"tritium-bls-{dead}-x-unit",
+        "link": f"tritium-bls-{dead}-{dead}-1-0badf00d",
+    }
+    for key, name in names.items():
+        if key == "link":
+            os.symlink(shm + names["live"], shm + name)
+        else:
+            with open(shm + name, "wb") as f:
+                f.write(b"left")
+    try:
+        assert shm_tensors.sweep_dead_servers() >= 1
+        assert not os.path.exists(shm + names["dead"])
+        assert all(os.path.lexists(shm + names[k]) for k in ("live", "other", "link"))
+    finally:
+        for name in names.values():
+            if os.path.lexists(shm + name):
+                os.unlink(shm + name)
+
+
+def _a_dead_pid() -> int:
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ...config.model_config import ModelConfig, config_to_json
 from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from ..ragged import warn_batch_io
-from . import ipc
+from . import ipc, shm_tensors
 from .envarchive import default_cache_dir
 from .execenv import EnvironmentManager, PythonEnv, env_path_parameter
 from .bls_host import BlsDispatch, BlsHost
@@ -26,6 +27,8 @@ from .process import StubProcess
 from .supervisor import RestartPolicy, VersionHealth
 
 _START_TIMEOUT_S = 60.0
+
+log = logging.getLogger("tritium")
 
 
 class PythonBackend:
@@ -40,6 +43,9 @@ class PythonBackend:
         self._envs = EnvironmentManager(Path(env_cache) if env_cache else default_cache_dir())
         self._observability = observability or Observability()
         self._bls = bls  # the server's request/submit and model control, for BLS
+        removed = shm_tensors.sweep_dead_servers()  # left by servers that were killed
+        if removed:
+            log.info("removed %d shared-memory segment(s) left by stopped servers", removed)
 
     def _stub(self, model: str, name: str, env: PythonEnv | None) -> StubProcess:
         """A stub process (not started) whose model logs and metrics reach the server."""

@@ -213,13 +213,11 @@ class BlsClient:
                 "BLS is only supported during the 'execute' function."
             )
         call_id = next(self._ids)
-        buffers: ipc.Buffers = []
+        out = shm_tensors.FrameTensors(self.segments)
         try:
-            inputs = [
-                (t.name(), shm_tensors.pack(t._as_array(), buffers, self.segments))
-                for t in request.inputs()
-            ]
+            inputs = [(t.name(), out.pack(t._as_array())) for t in request.inputs()]
         except OSError as exc:  # shared memory is full: an error response, as Triton's
+            out.rollback()
             raise _InputsFailed(f"unable to pass the inputs: {exc}") from None
         wire = (
             call_id,
@@ -236,7 +234,12 @@ class BlsClient:
             request.parameters(),
         )
         call = self._mux.register(call_id)
-        self._send(ipc.BLS_REQUEST, wire, buffers)
+        try:
+            self._send(ipc.BLS_REQUEST, wire, out.buffers)
+        except ipc.FrameTooLarge as exc:  # over what the server accepts: nothing was sent
+            self._mux.forget(call_id)
+            out.rollback()
+            raise _InputsFailed(f"unable to pass the request: {exc}") from None
         return call_id, call
 
     def next_response(self, call_id: int, call: _Call) -> tuple[Any, bool]:
@@ -362,7 +365,13 @@ class BlsClient:
         """Triton's ModelLoader: load / unload / ready, answered once the server is done."""
         call_id = next(self._ids)
         call = self._mux.register(call_id)
-        self._send(ipc.BLS_CONTROL, (call_id, action, args), None)
+        try:
+            self._send(ipc.BLS_CONTROL, (call_id, action, args), None)
+        except ipc.FrameTooLarge as exc:
+            self._mux.forget(call_id)
+            raise pb_utils.TritonModelException(
+                f"Failed to process the request for model '{self._instance}', message: {exc}"
+            ) from None
         _, body, _ = self._mux.next_answer(call_id, call)
         ok, value = body[1]
         if not ok:

@@ -8,7 +8,10 @@ backend never imports the server), so the called model goes through its own sche
 frame. Errors follow Triton's python_backend (``request_executor.cc``): a request that cannot
 be scheduled is answered with "Model <m> - Error when running inference: ..." rather than
 raising in the model. Children are cancelled when their parent request is (``cancel_children``)
-and when the stub goes away (``close``). Large tensors travel through ``shm_tensors``.
+and when the stub goes away (``close``); a child still waiting in its model's queue is answered
+CANCELLED at once (a model calling itself with one instance would otherwise wait forever for
+the instance its parent holds). Large tensors travel through ``shm_tensors``, through the
+stub's segment pool (``StubProcess.segments``), which copies what the stub wrote.
 """
 
 from __future__ import annotations
@@ -16,12 +19,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ...errors import ErrorKind, ServerError
-from ...request import InferenceRequest, ResponseSender
+from ...errors import ErrorKind, ServerError, cancelled
+from ...request import InferenceRequest, RequestState, ResponseSender
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from . import ipc, shm_tensors
 from .process import StubProcess
@@ -83,9 +85,7 @@ class BlsHost:
         self._stub = stub
         self._children: dict[int, tuple[InferenceRequest, int]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
-        self.segments = shm_tensors.SegmentPool(
-            shm_tensors.SegmentNames(os.getpid(), stub.pid or 0)
-        )
+        self.segments = stub.segments
         self.in_flight: Callable[[], list[int]] = list  # the stub's executions (batch ids)
         # The requests of one of those executions (the parents of its BLS calls).
         self.batch_requests: Callable[[int], list[InferenceRequest]] = lambda _batch: []
@@ -97,7 +97,7 @@ class BlsHost:
         elif kind == ipc.BLS_CANCEL:
             entry = self._children.get(body)
             if entry is not None:
-                entry[0].cancel()
+                _cancel(entry[0])
         elif kind == ipc.BLS_CONTROL:
             task = asyncio.ensure_future(self._control(*body))
             self._tasks.add(task)
@@ -108,7 +108,8 @@ class BlsHost:
         call_id, parent, decoupled, model_name = wire[0], wire[1], wire[2], wire[3]
         try:
             client = self._client(wire, buffers)
-        except (ValueError, TypeError, KeyError) as exc:
+        except (ValueError, TypeError, KeyError, IndexError) as exc:
+            shm_tensors.discard_segments(wire[9], self.segments)  # those it did not read
             self._fail(call_id, model_name, str(exc))
             return
         if parent == _NO_PARENT:  # sent from a model's own thread: the one execution running
@@ -214,19 +215,16 @@ class BlsHost:
         """The parent request(s) of ``parent_batch`` were cancelled: so are their children."""
         for request, parent in list(self._children.values()):
             if parent == parent_batch:
-                request.cancel()
+                _cancel(request)
 
     def close(self) -> None:
-        """The stub stopped or died: cancel its children, remove its leftover segments."""
+        """The stub stopped or died: cancel its children (its segments are the stub's to
+        remove)."""
         for request, _ in list(self._children.values()):
-            request.cancel()
+            _cancel(request)
         self._children.clear()
         for task in list(self._tasks):
             task.cancel()
-        self.segments.close()
-        removed = self.segments.names.sweep()
-        if removed:
-            log.info("removed %d shared-memory segment(s) of stub '%s'", removed, self._stub.name)
 
     # -- model control -------------------------------------------------------------------------
     async def _control(self, call_id: int, action: str, args: list[Any]) -> None:
@@ -247,6 +245,15 @@ class BlsHost:
             reply = (False, str(exc))
         if self._stub.alive:
             self._stub.send(ipc.BLS_REPLY, (call_id, reply))
+
+
+def _cancel(request: InferenceRequest) -> None:
+    """Cancel a child; one still waiting in its model's queue (nothing runs it to see the
+    cancellation) is answered CANCELLED now, which its parent's ``exec()`` gets; the queue
+    drops it when its turn comes."""
+    request.cancel()
+    if request.state is RequestState.QUEUED and request.on_cancel is None:
+        request.fail(str(request.model_version), cancelled("the request was cancelled"))
 
 
 def _decoupled_refusal(model_name: str) -> str:

@@ -27,7 +27,7 @@ from ...config.spec import ModelSpec
 from ...request import InferenceRequest
 from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error
-from . import ipc
+from . import ipc, shm_tensors
 from .bls_host import BlsHost
 from .process import StubProcess
 from .supervisor import CrashHistory, RestartPolicy, VersionHealth
@@ -225,15 +225,31 @@ class PythonInstance:
             wanted = self._spec.outputs
         try:
             response.outputs = [
-                output_tensor(self._spec, n, ipc.unpack_array(t, buffers))
+                output_tensor(self._spec, n, self._array(t, buffers))
                 for n, t in tensors
                 if n in wanted
             ]
         except ServerError as exc:
             response.error = exc
+            shm_tensors.discard_segments(tensors, self._segments)  # those not read
+        else:
+            if len(response.outputs) != len(tensors):  # outputs nobody asked for
+                unread = [entry for entry in tensors if entry[0] not in wanted]
+                shm_tensors.discard_segments(unread, self._segments)
         if extra:
             response.parameters = json.loads(extra)
         return response
+
+    @property
+    def _segments(self) -> shm_tensors.SegmentPool | None:
+        return self._stub.segments
+
+    def _array(self, packed: Any, buffers: ipc.Buffers) -> Any:
+        """An output's array: from the frame's buffers (the common case), or copied out of
+        the shared-memory segment a large one came in."""
+        if type(packed[2]) is int:
+            return ipc.unpack_array(packed, buffers)
+        return shm_tensors.unpack(packed, buffers, self._segments, keep=False)
 
     def _batch_done(self, body: ipc.ExecDone, buffers: ipc.Buffers) -> None:
         """``execute`` returned. Its requests are answered now, except a decoupled model's,
@@ -298,7 +314,9 @@ class PythonInstance:
         batch_id, index, payload, final = body
         entry = self._batches.get(batch_id)
         if entry is None or entry[2][index]:
-            return  # the request already completed (or failed): nothing more goes out
+            if payload is not None:  # the request already completed (or failed): nothing
+                shm_tensors.discard_segments(payload[0], self._segments)  # more goes out
+            return
         future, requests, finished = entry
         request = requests[index]
         response = None if payload is None else self._make_response(request, payload, buffers)
@@ -335,7 +353,9 @@ class PythonInstance:
     def _died(self, status: str) -> None:
         """The stub died without being asked to: fail what it held, then restart it (after
         a back-off) or, past the crash limit, leave the instance down."""
-        self.fail_all(f"Stub process '{self.name}' is not healthy.")
+        cause = self._stub.cause  # the server killed it: a malformed frame
+        detail = "" if cause is None else f" The server killed it: {cause}."
+        self.fail_all(f"Stub process '{self.name}' is not healthy.{detail}")
         if self._bls is not None:
             self._bls.close()
         if self._closing:

@@ -4,11 +4,21 @@ A frame is ``<u32 payload_len><u32 nbuf><u64 len>*nbuf`` + a ``marshal`` payload
 values + raw buffers. Tensors never go through pickle: ``pack_array`` turns an array into a
 small ``(datatype, shape, buffer index)`` tuple plus its bytes, and ``unpack_array`` makes a
 numpy view over the received buffer. One frame is one write and one wake-up.
+
+The server reads a stub's frames as untrusted (the model in it may be hostile or broken):
+``FrameReader`` refuses a head that declares more than a stub can legitimately send
+(``MAX_PAYLOAD_BYTES`` of payload, ``MAX_INLINE_BYTES`` of buffers, ``MAX_BUFFERS``; larger
+tensors travel in shared-memory segments, ``shm_tensors``) before buffering anything of it,
+and checks a payload that could hold a large tuple or a code object (``check_payload``)
+before ``marshal`` builds it: marshal allocates and zero-fills a tuple of the size its data
+declares, so 5 bytes could cost gigabytes. The stub checks the same bounds before it sends
+(``FrameTooLarge``).
 """
 
 from __future__ import annotations
 
 import marshal
+import re
 import select
 import socket
 import struct
@@ -22,9 +32,27 @@ from ...types import DataType
 _HEAD = struct.Struct("<II")
 _SMALL = 1 << 16
 
+# What one frame from a stub may hold. The payload carries names, shapes, messages, request
+# parameters, logs (``stub_observe`` keeps at most 4 Mi characters waiting) and the files of a
+# model loaded from a model (BLS model control); the buffers, tensors below the shared-memory
+# threshold, at most MAX_INLINE_BYTES in all (``shm_tensors.FrameTensors`` sends the rest
+# through segments).
+MAX_PAYLOAD_BYTES = 64 << 20
+MAX_INLINE_BYTES = 8 << 20
+MAX_BUFFERS = 1 << 16
+
+
+class MalformedFrame(ValueError):
+    """A stub sent what no stub sends: the server stops trusting (and kills) it."""
+
+
+class FrameTooLarge(ValueError):
+    """A frame the stub was about to send is over the bounds the server accepts."""
+
 # server → stub
 AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
 BLS_RESPONSE, BLS_REPLY = 7, 8  # BLS (bls_client / bls_host): a child's response; a control reply
+RELEASED = 9  # one-way: segments the server copied out of, back to the stub (shm_tensors)
 CALL_REPLY = 40  # observability (stub_observe): the answer to a CALL
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
@@ -74,7 +102,8 @@ def unpack_array(packed: PackedArray, buffers: Buffers) -> np.ndarray:
     if dtype is not None:  # the hot path: a fixed-size type numpy knows
         return np.frombuffer(buffers[index], dtype=dtype).reshape(shape)
     datatype = DataType.from_wire(wire)
-    assert datatype is not None
+    if datatype is None:
+        raise ValueError(f"unknown datatype '{wire}'")
     buf = buffers[index]
     if datatype is DataType.BYTES:
         return object_array(deserialize_bytes(buf, "tensor"), tuple(shape))
@@ -112,38 +141,185 @@ def frame(kind: int, body: Any, buffers: Buffers | None = None) -> list[Any]:
     return [head, payload, *buffers]
 
 
+def check_size(payload_bytes: int, buffers: Buffers | tuple[()]) -> None:
+    """Raise ``FrameTooLarge`` for a frame the server would refuse (the stub's side)."""
+    if payload_bytes > MAX_PAYLOAD_BYTES:
+        raise FrameTooLarge(
+            f"{payload_bytes} bytes of metadata in one message (at most {MAX_PAYLOAD_BYTES})"
+        )
+    if not buffers:
+        return
+    inline = sum(map(_nbytes, buffers))
+    if len(buffers) > MAX_BUFFERS or inline > MAX_INLINE_BYTES:
+        raise FrameTooLarge(
+            f"{len(buffers)} tensors of {inline} bytes in one message (at most "
+            f"{MAX_BUFFERS} of {MAX_INLINE_BYTES} bytes in all outside shared memory)"
+        )
+
+
+Frame = tuple[int, Any, Buffers]
+
+
 class FrameReader:
-    """Incremental parser for the asyncio side: feed bytes, take complete frames."""
+    """Incremental parser for the asyncio side: feed bytes, take complete frames.
+
+    The frames come from a stub, so they are checked: once one is malformed, ``error`` says
+    why and nothing more is read (the buffer is dropped)."""
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self.error: str | None = None
 
-    def feed(self, data: bytes) -> list[tuple[int, Any, Buffers]]:
+    def feed(self, data: bytes) -> list[Frame]:
+        """The frames ``data`` completed (those before a malformed one, if any)."""
+        if self.error is not None:
+            return []
         buf = self._buf
         buf += data
-        frames = []
+        frames: list[Frame] = []
         pos = 0
         size = len(buf)
-        while size - pos >= 8:
-            plen, nbuf = _HEAD.unpack_from(buf, pos)
-            lens_end = pos + 8 + 8 * nbuf
-            if size < lens_end:
-                break
-            lens = struct.unpack_from(f"<{nbuf}Q", buf, pos + 8) if nbuf else ()
-            end = lens_end + plen + sum(lens)
-            if size < end:
-                break
-            kind, body = marshal.loads(buf[lens_end : lens_end + plen])
-            at = lens_end + plen
-            buffers = []
-            for n in lens:
-                buffers.append(buf[at : at + n])
-                at += n
-            frames.append((kind, body, buffers))
-            pos = end
+        try:
+            while size - pos >= 8:
+                plen, nbuf = _HEAD.unpack_from(buf, pos)
+                if plen > MAX_PAYLOAD_BYTES or nbuf > MAX_BUFFERS:
+                    raise MalformedFrame(_head_problem(plen, nbuf))
+                lens_end = pos + 8 + 8 * nbuf
+                if size < lens_end:
+                    break
+                lens = struct.unpack_from(f"<{nbuf}Q", buf, pos + 8) if nbuf else ()
+                inline = sum(lens)
+                if inline > MAX_INLINE_BYTES:
+                    raise MalformedFrame(
+                        f"a frame declares {inline} bytes of buffers, more than "
+                        f"{MAX_INLINE_BYTES}"
+                    )
+                end = lens_end + plen + inline
+                if size < end:
+                    break
+                frames.append(_decode(buf, lens_end, plen, lens))
+                pos = end
+        except MalformedFrame as exc:
+            self.error = str(exc)
+            self._buf = bytearray()
+            return frames
         if pos:
             del buf[:pos]
         return frames
+
+
+def _head_problem(plen: int, nbuf: int) -> str:
+    if plen > MAX_PAYLOAD_BYTES:
+        return f"a frame declares a {plen}-byte payload, more than {MAX_PAYLOAD_BYTES}"
+    return f"a frame declares {nbuf} buffers, more than {MAX_BUFFERS}"
+
+
+def _decode(buf: bytearray, at: int, plen: int, lens: tuple[int, ...]) -> Frame:
+    end = at + plen
+    if _RISKY.search(buf, at, end) is not None:  # the common frame has none of those bytes
+        check_payload(buf, at, end)
+    try:
+        kind, body = marshal.loads(buf[at:end])
+    except (ValueError, EOFError, TypeError, OverflowError, MemoryError) as exc:
+        raise MalformedFrame(f"a frame's payload does not decode: {exc}") from None
+    if type(kind) is not int:
+        raise MalformedFrame("a frame's kind is not an integer")
+    buffers = []
+    for n in lens:
+        buffers.append(buf[end : end + n])
+        end += n
+    return kind, body, buffers
+
+
+# ``check_payload``: what each marshal type code (without its FLAG_REF bit) is followed by.
+_FIXED, _SIZED, _SHORT, _LONG, _SEQ, _SMALL_TUPLE, _DICT, _NULL = range(8)
+_SKIP: dict[int, int] = {}  # _FIXED codes: how many bytes follow
+_CODES: list[int | None] = [None] * 128
+for _code, _skip in (("N", 0), ("F", 0), ("T", 0), (".", 0), ("S", 0), ("i", 4), ("g", 8),
+                     ("y", 16), ("r", 4)):  # fmt: skip
+    _CODES[ord(_code)] = _FIXED
+    _SKIP[ord(_code)] = _skip
+for _code in "suatA":  # bytes and str: a u32 length, then the data
+    _CODES[ord(_code)] = _SIZED
+for _code in "zZ":  # short ASCII str: a u8 length
+    _CODES[ord(_code)] = _SHORT
+for _code in "([<>":  # tuple, list, set, frozenset: a u32 count of objects
+    _CODES[ord(_code)] = _SEQ
+_CODES[ord("l")] = _LONG  # a big int: a signed i32 count of 15-bit digits (2 bytes each)
+_CODES[ord(")")] = _SMALL_TUPLE  # a u8 count
+_CODES[ord("{")] = _DICT  # keys and values until NULL
+_CODES[ord("0")] = _NULL
+# The bytes that start a tuple of more than 255 items or a code object (with and without
+# FLAG_REF): the only objects whose allocation marshal does not bound by the data it has
+# (lists are calloc'ed, never touched; strings and bytes are checked against the data left,
+# small tuples hold at most 255). A payload without any of them needs no ``check_payload``.
+_RISKY = re.compile(b"[\x28\xa8\x63\xe3]")
+_U32 = struct.Struct("<I").unpack_from
+_I32 = struct.Struct("<i").unpack_from
+
+
+def check_payload(data: bytes | bytearray, pos: int, end: int) -> None:
+    """Raise ``MalformedFrame`` unless ``data[pos:end]`` is exactly one marshal object made
+    of plain values (no code objects) whose every container holds the objects it declares.
+
+    ``marshal.loads`` allocates a tuple of the declared count before reading its items (and
+    zero-fills it), so a hostile payload could make the server touch 16 GiB with 5 bytes;
+    here a count larger than the bytes left is refused before marshal sees it."""
+    todo = [1]  # per open container, objects still to read (-1: a dict, until NULL)
+    codes = _CODES
+    while todo:
+        left = todo[-1]
+        if left == 0:
+            todo.pop()
+            continue
+        if pos >= end:
+            raise MalformedFrame("a frame's payload ends inside an object")
+        code = data[pos] & 0x7F  # without FLAG_REF
+        what = codes[code]
+        pos += 1
+        if left > 0:
+            todo[-1] = left - 1
+        elif what == _NULL:
+            todo.pop()
+            continue
+        pos = _skip_object(data, pos, end, what, code, todo)
+    if pos != end:
+        raise MalformedFrame("a frame's payload has bytes after its object")
+
+
+def _skip_object(
+    data: bytes | bytearray,
+    pos: int,
+    end: int,
+    what: int | None,
+    code: int,
+    todo: list[int],
+) -> int:
+    """Step over one object's own bytes (a container's items are pushed on ``todo``)."""
+    if what == _FIXED:
+        pos += _SKIP[code]
+    elif what == _SIZED and pos + 4 <= end:
+        pos += 4 + _U32(data, pos)[0]
+    elif what == _SHORT and pos < end:
+        pos += 1 + data[pos]
+    elif what == _SEQ and pos + 4 <= end:
+        count = _U32(data, pos)[0]
+        pos += 4
+        if count > end - pos:
+            raise MalformedFrame(f"a frame's payload declares {count} objects in fewer bytes")
+        todo.append(count)
+    elif what == _SMALL_TUPLE and pos < end:
+        todo.append(data[pos])
+        pos += 1
+    elif what == _DICT:
+        todo.append(-1)
+    elif what == _LONG and pos + 4 <= end:
+        pos += 4 + 2 * abs(_I32(data, pos)[0])
+    else:
+        raise MalformedFrame(f"a frame's payload holds what no stub sends (type {code:#x})")
+    if pos > end:
+        raise MalformedFrame("a frame's payload ends inside an object")
+    return pos
 
 
 class BlockingChannel:
@@ -194,7 +370,9 @@ class BlockingChannel:
         return bool(select.select([self._sock], [], [], 0)[0])
 
     def send(self, kind: int, body: Any, buffers: Buffers | None = None) -> None:
+        """Send one frame; ``FrameTooLarge`` (nothing sent) when the server would refuse it."""
         parts = frame(kind, body, buffers)
+        check_size(_HEAD.unpack_from(parts[0])[0], buffers or ())
         if len(parts) == 1:
             self._sock.sendall(parts[0])
         else:

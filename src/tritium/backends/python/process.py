@@ -1,8 +1,19 @@
-"""One Python-model stub process and the framed socket the server speaks to it over."""
+"""One Python-model stub process and the framed socket the server speaks to it over.
+
+The stub runs a model the server does not trust, so its process is watched, not only its
+socket: a model that forked keeps the socket open after the stub died. The stub is started
+in a process group of its own (the model's children stay in it); the server watches its pid
+(``os.pidfd_open`` on the loop) and, when it exits, kills the whole group, reaps the stub
+without blocking and reports the death. A socket closed under a live stub kills it too, and
+so does a frame the server cannot trust (``ipc.MalformedFrame``, or one whose handling
+fails): the model may only hurt itself. Large tensors travel in shared-memory segments the
+server copies out of (``shm_tensors``, ``segments``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import socket
@@ -11,10 +22,14 @@ import sys
 from typing import Any
 
 from ...errors import ServerError, internal, unavailable
-from . import ipc
+from . import ipc, shm_tensors
 from .execenv import PythonEnv
 
 STUB_MODULE = "tritium.backends.python.stub"
+_EXIT_POLL_S = 0.25  # without pidfd: how often an exit is looked for
+_SOCKET_GRACE_S = 0.2  # after an exit: how long the frames still in the socket have to arrive
+
+log = logging.getLogger("tritium")
 
 
 class StubProcess(asyncio.Protocol):
@@ -28,11 +43,17 @@ class StubProcess(asyncio.Protocol):
         self._proc: subprocess.Popen[bytes] | None = None
         self._call_lock = asyncio.Lock()
         self._reply: asyncio.Future[tuple[bool, Any]] | None = None
+        self._exited: asyncio.Future[None] | None = None  # resolved once the stub is reaped
+        self._pidfd: int | None = None
+        self._connected = False
+        self._gone = False  # the death is handled (reported if it was one)
+        self.cause: str | None = None  # why the server killed it (a malformed frame)
         self.on_batch_done: Any = None  # set by PythonInstance
         self.on_response: Any = None
         self.on_death: Any = None  # (status) -> None, for a death the server did not cause
         self.observer: Any = None  # observer.StubObserver: the model's logs and metrics
         self.bls: Any = None  # bls_host.BlsHost: the model's BLS requests (from its start)
+        self.segments: shm_tensors.SegmentPool | None = None  # the pair's, from the start
         self.alive = False
 
     @property
@@ -50,33 +71,158 @@ class StubProcess(asyncio.Protocol):
                 environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
             else:
                 command, environ = self.env.command(args), self.env.environ()
-            self._proc = subprocess.Popen(command, pass_fds=(child.fileno(),), env=environ)
+            self._proc = subprocess.Popen(
+                command, pass_fds=(child.fileno(),), env=environ, process_group=0
+            )
         except OSError as exc:
             parent.close()
             raise unavailable(f"stub process '{self.name}' does not start: {exc}") from None
         finally:
             child.close()
+        self.segments = shm_tensors.SegmentPool(
+            shm_tensors.SegmentNames(os.getpid(), self._proc.pid), peer_trusted=False
+        )
         loop = asyncio.get_running_loop()
+        self._exited = loop.create_future()
+        self._watch_exit(loop)
         await loop.create_unix_connection(lambda: self, sock=parent)
+        if self._proc.returncode is not None:
+            raise unavailable(f"stub process '{self.name}' exited: {self.exit_status()}")
         self.alive = True
+
+    # the process --------------------------------------------------------------------------
+    def _watch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._proc is not None
+        try:
+            self._pidfd = os.pidfd_open(self._proc.pid)
+            loop.add_reader(self._pidfd, self._on_exit)
+        except (AttributeError, OSError):  # no pidfd (not Linux, old kernel): poll
+            self._pidfd = None
+            loop.call_later(_EXIT_POLL_S, self._poll_exit)
+
+    def _poll_exit(self) -> None:
+        assert self._proc is not None
+        if self._proc.returncode is not None:
+            return
+        if _exited(self._proc.pid):
+            self._on_exit()
+        else:
+            asyncio.get_running_loop().call_later(_EXIT_POLL_S, self._poll_exit)
+
+    def _on_exit(self) -> None:
+        """The stub exited: kill its group (the model's children) while its pid is still
+        ours, reap it, and stop waiting for a socket its children may hold open."""
+        assert self._proc is not None
+        if self._pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        self._kill_group()
+        self._proc.poll()
+        if self._exited is not None and not self._exited.done():
+            self._exited.set_result(None)
+        if self._connected and self._transport is not None:
+            asyncio.get_running_loop().call_later(_SOCKET_GRACE_S, self._transport.close)
+        self._check_gone()
+
+    def _kill_group(self) -> None:
+        """SIGKILL the stub and everything in its process group (not once it is reaped:
+        its pid could name another process by then)."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def _check_gone(self) -> None:
+        """Once the stub is reaped and its socket closed: release what it held, and report
+        its death if the server did not ask for it."""
+        if self._gone or self._connected or self._proc is None or self._proc.returncode is None:
+            return
+        self._gone = True
+        was_alive, self.alive = self.alive, False
+        if self.observer is not None:
+            self.observer.close()  # the model's metrics leave /metrics with the process
+        if self._reply is not None and not self._reply.done():
+            self._reply.set_result(
+                (False, f"stub process '{self.name}' exited: {self.exit_status()}")
+            )
+        self._close_segments()
+        if was_alive and self.on_death is not None:
+            self.on_death(self.exit_status())
+
+    def exit_status(self) -> str:
+        """How the stub ended (never waits: the loop reaps it when it exits)."""
+        if self._proc is None:
+            return "not started"
+        code = self._proc.returncode
+        if code is None:
+            return "still running"
+        if self.cause is not None:
+            return f"killed: {self.cause}"
+        if code < 0:
+            try:
+                return f"killed by signal {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        return f"exit code {code}"
+
+    def _close_segments(self) -> None:
+        if self.segments is None:
+            return
+        self.segments.close()
+        removed = self.segments.names.sweep()
+        if removed:
+            log.info("removed %d shared-memory segment(s) of stub '%s'", removed, self.name)
 
     # asyncio.Protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._connected = True
 
     def data_received(self, data: bytes) -> None:
-        for kind, body, buffers in self._reader.feed(data):
-            if kind == ipc.EXEC_DONE:
-                for entry in body:
-                    self.on_batch_done(entry, buffers)
-            elif kind == ipc.RESPONSE:
-                self.on_response(body, buffers)
-            elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
-                self._reply.set_result(body)
-            elif kind in (ipc.OBSERVE, ipc.CALL):
-                self._observed(kind, body)
-            elif ipc.BLS_REQUEST <= kind <= ipc.BLS_CONTROL and self.bls is not None:
-                self.bls.on_frame(kind, body, buffers)
+        reader = self._reader
+        for kind, body, buffers in reader.feed(data):
+            try:
+                self._handle(kind, body, buffers)
+            except Exception as exc:  # a frame of the right shape with the wrong contents
+                log.debug("stub '%s': frame %d failed", self.name, kind, exc_info=True)
+                self.malformed(f"its frame of kind {kind} could not be used: {exc!r}")
+                return
+        if reader.error is not None:
+            self.malformed(reader.error)
+        elif self.segments is not None and self.alive:
+            returned = self.segments.take_returned()
+            if returned:  # the stub's large outputs, copied: its segments to reuse
+                self.send(ipc.RELEASED, returned)
+
+    def _handle(self, kind: int, body: Any, buffers: ipc.Buffers) -> None:
+        if kind == ipc.EXEC_DONE:
+            for entry in body:
+                self.on_batch_done(entry, buffers)
+        elif kind == ipc.RESPONSE:
+            self.on_response(body, buffers)
+        elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
+            ok, value = body
+            self._reply.set_result((bool(ok), value))
+        elif kind in (ipc.OBSERVE, ipc.CALL):
+            self._observed(kind, body)
+        elif ipc.BLS_REQUEST <= kind <= ipc.BLS_CONTROL and self.bls is not None:
+            self.bls.on_frame(kind, body, buffers)
+
+    def malformed(self, reason: str) -> None:
+        """The stub sent what no stub sends: it is killed, its death reported (the requests
+        it held fail with ``cause``) and, by its instance, restarted."""
+        if self.cause is not None or self._gone:
+            return
+        self.cause = f"it sent a malformed frame ({reason})"
+        log.error("stub process '%s' %s; killing it", self.name, self.cause)
+        self._kill_group()
+        if self._transport is not None:
+            self._transport.close()
 
     def _observed(self, kind: int, body: Any) -> None:
         if self.observer is None:  # nobody to tell: logs and updates go nowhere
@@ -88,29 +234,10 @@ class StubProcess(asyncio.Protocol):
             self.send(ipc.CALL_REPLY, self.observer.call(body))
 
     def connection_lost(self, exc: Exception | None) -> None:
-        was_alive, self.alive = self.alive, False
-        if self.observer is not None:
-            self.observer.close()  # the model's metrics leave /metrics with the process
-        if self._reply is not None and not self._reply.done():
-            self._reply.set_result(
-                (False, f"stub process '{self.name}' exited: {self.exit_status()}")
-            )
-        if was_alive and self.on_death is not None:
-            self.on_death(self.exit_status())
-
-    def exit_status(self) -> str:
-        if self._proc is None:
-            return "not started"
-        try:
-            code = self._proc.wait(timeout=0.2)
-        except subprocess.TimeoutExpired:
-            return "still running"
-        if code < 0:
-            try:
-                return f"killed by signal {signal.Signals(-code).name}"
-            except ValueError:
-                return f"killed by signal {-code}"
-        return f"exit code {code}"
+        self._connected = False
+        if self.alive and self._proc is not None and self._proc.returncode is None:
+            self._kill_group()  # a stub without its socket is of no use (a stop waits)
+        self._check_gone()
 
     # calls -----------------------------------------------------------------------------------
     def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
@@ -134,13 +261,14 @@ class StubProcess(asyncio.Protocol):
             return value
 
     def kill(self) -> None:
-        """SIGKILL the stub now; the server is done with it (no death is reported)."""
+        """SIGKILL the stub (and its group) now; the server is done with it (no death is
+        reported)."""
         self.alive = False
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
+        self._kill_group()
 
     async def stop(self, timeout: float = 5.0) -> None:
-        """Finalize the model and let the stub exit; kill it if that takes over ``timeout``."""
+        """Finalize the model and let the stub exit; kill it if that takes over ``timeout``.
+        The model's own children go with it (its process group)."""
         if self.alive:
             self.alive = False  # a clean exit is not a death
             try:
@@ -152,11 +280,21 @@ class StubProcess(asyncio.Protocol):
                 pass
         if self._transport is not None:
             self._transport.close()
-        if self._proc is not None and self._proc.poll() is None:
+        if self._exited is not None:
             try:  # the stub exits by itself once finalize returned and the socket closed
-                await asyncio.to_thread(self._proc.wait, timeout)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                await asyncio.to_thread(self._proc.wait)
+                await asyncio.wait_for(asyncio.shield(self._exited), timeout)
+            except TimeoutError:
+                self._kill_group()
+                await self._exited
         if self.bls is not None:
-            self.bls.close()  # its children cancelled, its shared-memory segments removed
+            self.bls.close()  # its children cancelled
+        self._close_segments()
+
+
+def _exited(pid: int) -> bool:
+    """Whether child ``pid`` has exited, without reaping it (``waitid`` with WNOWAIT)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return True
+    return info is not None

@@ -6,7 +6,17 @@ tensor of ``SHM_MIN_BYTES`` or more is written by the sender into a segment unde
 is a view of the pages the sender wrote. Segments are reused (``SegmentPool``). Their names are
 made here, never from client input: ``tritium-bls-<server pid>-<stub pid>-<counter>-<random>``;
 a receiver accepts only names of its own pair (``SegmentNames.owns``). The server unlinks a
-stub's segments when the stub stops or dies (``SegmentNames.sweep``).
+stub's segments when the stub stops or dies (``SegmentNames.sweep``), and at start the
+leftovers of servers that died (``sweep_dead_servers``).
+
+The model in a stub may be hostile or broken, and it can truncate any segment of its pair at
+any time; touching a mapped page past the end of a file raises SIGBUS. So the server never
+maps a stub's segment (``SegmentPool(..., peer_trusted=False)``): it copies a tensor out with
+``pread`` the moment it receives it (a truncated segment gives a short read: an error for
+that request) and writes with ``pwrite`` (which never faults; a full ``/dev/shm`` is ENOSPC).
+Only the stub maps what the server wrote, so a truncation hurts only the model that did it.
+A stub sends a tensor inline only while its frame's buffers stay within
+``ipc.MAX_INLINE_BYTES`` (``FrameTensors``), the bound the server holds its frames to.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ import mmap
 import os
 import re
 import secrets
+import stat
 import threading
 import weakref
 from pathlib import Path
@@ -25,6 +36,7 @@ import numpy as np
 
 from ...tensor_codec import deserialize_bytes, object_array, raw_bytes
 from ...types import DataType
+from . import ipc
 
 SHM_MIN_BYTES = 1 << 20
 _DIR = Path("/dev/shm")
@@ -75,31 +87,66 @@ class SegmentPool:
     a view; when that view is gone the segment joins the reader's free list, ready for the
     reader's next write in the other direction. Pages are faulted in once per segment, not
     once per tensor (first-touch faults cost more than the copy itself on a VM). At most
-    ``keep_bytes`` of free segments are kept; others are unlinked."""
+    ``keep_bytes`` of free segments are kept; others are unlinked.
 
-    def __init__(self, names: SegmentNames, keep_bytes: int = 128 << 20) -> None:
+    ``peer_trusted=False`` (the server's pool: the peer is a model): reads copy the tensor
+    into the reader's own memory with ``pread`` (the segment is free again at once) and
+    writes use ``pwrite``; nothing of the peer's is ever mapped."""
+
+    def __init__(
+        self, names: SegmentNames, keep_bytes: int = 128 << 20, peer_trusted: bool = True
+    ) -> None:
         self.names = names
         self._keep = keep_bytes
-        self._free: list[tuple[int, str, mmap.mmap]] = []
+        self._trusted = peer_trusted
+        self._free: list[tuple[int, str, mmap.mmap | None]] = []
         self._free_bytes = 0
+        self._returned: list[str] = []  # read with keep=False: to give back to the peer
         self._lock = threading.Lock()
         self._closed = False
 
     def write(self, data: Any, nbytes: int) -> tuple[str, int]:
         """Copy ``data`` (a buffer of ``nbytes``) into a segment: (its name, byte size)."""
+        if not self._trusted:
+            return self._pwrite(data, nbytes)
         entry = self._take(nbytes)
         if entry is None:
             name = self.names.new()
             mapped = _create(name, max(nbytes, SHM_MIN_BYTES))
         else:
-            name, mapped = entry
+            name = entry[0]
+            mapped = entry[1] if entry[1] is not None else _map_or_create(name, nbytes)
         target = np.frombuffer(mapped, dtype=np.uint8, count=nbytes)
         target[:] = np.frombuffer(data, dtype=np.uint8)
         del target
         _unmap(mapped)  # the reader owns it now
         return name, nbytes
 
-    def _take(self, nbytes: int) -> tuple[str, mmap.mmap] | None:
+    def _pwrite(self, data: Any, nbytes: int) -> tuple[str, int]:
+        """``write`` without a mapping: a free segment the peer may have truncated, removed
+        or replaced since is dropped for a new one; ``pwrite`` extends a truncated file."""
+        entry = self._take(nbytes)
+        fd = None
+        if entry is not None:
+            name = entry[0]
+            fd = _open_regular(name, os.O_RDWR)
+        if fd is None:
+            name = self.names.new()
+            fd = os.open(_DIR / name, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            os.ftruncate(fd, max(nbytes, SHM_MIN_BYTES, os.fstat(fd).st_size))
+            with memoryview(data) as view, view.cast("B") as raw:
+                done = 0
+                while done < nbytes:
+                    done += os.pwrite(fd, raw[done:nbytes], done)
+        except BaseException:
+            _unlink(name)
+            raise
+        finally:
+            os.close(fd)
+        return name, nbytes
+
+    def _take(self, nbytes: int) -> tuple[str, mmap.mmap | None] | None:
         with self._lock:
             fits = [e for e in self._free if e[0] >= nbytes]
             if not fits:
@@ -109,8 +156,12 @@ class SegmentPool:
             self._free_bytes -= best[0]
             return best[1], best[2]
 
-    def read(self, name: str, nbytes: int) -> np.ndarray:
-        """A writable uint8 view of the ``nbytes`` written into segment ``name``."""
+    def read(self, name: str, nbytes: int, keep: bool = True) -> np.ndarray:
+        """A writable uint8 view of the ``nbytes`` written into segment ``name`` (a copy in
+        the reader's own memory when the peer is not trusted; then the segment is free at
+        once: kept for this side's writes, or with ``keep=False`` given back to the peer)."""
+        if not self._trusted:
+            return self._pread(name, nbytes, keep)
         fd = os.open(_DIR / name, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0))
         try:
             size = os.fstat(fd).st_size
@@ -123,7 +174,72 @@ class SegmentPool:
         weakref.finalize(view, self._release, name, size, mapped)
         return view
 
-    def _release(self, name: str, size: int, mapped: mmap.mmap) -> None:
+    def _pread(self, name: str, nbytes: int, keep: bool) -> np.ndarray:
+        fd = _open_regular(name, os.O_RDONLY)
+        if fd is None:
+            raise ValueError(f"shared-memory segment '{name}' is not a regular file")
+        try:
+            size = os.fstat(fd).st_size
+            if size < nbytes:
+                raise ValueError(
+                    f"shared-memory segment '{name}' holds {size} bytes, not the {nbytes} "
+                    "of its tensor (it was truncated)"
+                )
+            try:
+                out = np.empty(nbytes, dtype=np.uint8)
+            except MemoryError:
+                raise ValueError(f"no memory for the {nbytes} bytes of segment '{name}'") from None
+            view, done = out.data, 0
+            while done < nbytes:
+                got = os.preadv(fd, [view[done:]], done)
+                if got == 0:
+                    raise ValueError(
+                        f"shared-memory segment '{name}' was truncated while it was read"
+                    )
+                done += got
+        finally:
+            os.close(fd)
+        if keep:
+            self._release(name, size, None)
+        else:
+            with self._lock:
+                self._returned.append(name)
+        return out
+
+    def discard(self, name: object) -> None:
+        """A segment handed over but never read (an output nobody asked for, a request that
+        failed first) goes back to the peer (``take_returned``)."""
+        if not self.names.owns(name):
+            return
+        with self._lock:
+            if not any(entry[1] == name for entry in self._free):
+                self._returned.append(str(name))
+
+    def take_returned(self) -> list[str]:
+        """The segments read with ``keep=False`` (or discarded) since the last call: the
+        server hands them back to the stub, which wrote them (``adopt``), so a stub that
+        sends large outputs reuses its segments instead of making new ones."""
+        if not self._returned:  # the common case, without the lock
+            return []
+        with self._lock:
+            returned, self._returned = self._returned, []
+        return returned
+
+    def adopt(self, names: Any) -> None:
+        """Segments the peer gave back: free for this side's next writes."""
+        for name in names if isinstance(names, (list, tuple)) else ():
+            if not self.names.owns(name):
+                continue
+            fd = _open_regular(name, os.O_RDONLY)
+            if fd is None:
+                continue
+            try:
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            self._release(name, size, None)
+
+    def _release(self, name: str, size: int, mapped: mmap.mmap | None) -> None:
         with self._lock:
             if not self._closed and self._free_bytes + size <= self._keep:
                 self._free.append((size, name, mapped))
@@ -137,11 +253,136 @@ class SegmentPool:
             self._closed = True
             free, self._free, self._free_bytes = self._free, [], 0
         for _, name, mapped in free:
-            _unmap(mapped)
+            if mapped is not None:
+                _unmap(mapped)
             _unlink(name)
 
 
+class FrameTensors:
+    """The tensors of one frame a stub sends, and its out-of-band ``buffers``: a tensor goes
+    inline while the frame's buffers stay within ``ipc.MAX_INLINE_BYTES`` and it is below
+    ``SHM_MIN_BYTES``, else into a segment of ``pool`` (when there is /dev/shm). A frame
+    that is not sent after all gives its segments back with ``rollback``."""
+
+    __slots__ = ("buffers", "inline", "pool", "written")
+
+    def __init__(self, pool: SegmentPool | None) -> None:
+        self.buffers: list[Any] = []
+        self.inline = 0
+        self.pool = pool
+        self.written: list[str] = []
+
+    def pack(self, array: Any) -> PackedTensor:
+        buffers = self.buffers
+        packed = ipc.pack_array(array, buffers)  # the small-array fast path, unchanged
+        last = buffers[-1]
+        nbytes = len(last) if isinstance(last, bytes) else last.nbytes
+        pool = self.pool
+        if (
+            pool is not None
+            and pool.names.enabled
+            and (nbytes >= SHM_MIN_BYTES or self.inline + nbytes > ipc.MAX_INLINE_BYTES)
+        ):
+            buffers.pop()
+            where = pool.write(last, nbytes)
+            self.written.append(where[0])
+            return (packed[0], packed[1], where)
+        self.inline += nbytes
+        return packed
+
+    def mark(self) -> tuple[int, int, int]:
+        return len(self.buffers), self.inline, len(self.written)
+
+    def rollback(self, mark: tuple[int, int, int] = (0, 0, 0)) -> None:
+        """Forget what was packed since ``mark`` (everything by default)."""
+        del self.buffers[mark[0] :]
+        self.inline = mark[1]
+        if self.pool is not None:
+            for name in self.written[mark[2] :]:
+                _unlink(name)
+        del self.written[mark[2] :]
+
+
+def discard_segments(tensors: Any, pool: SegmentPool | None) -> None:
+    """Give back the segments of packed ``(name, tensor)`` pairs that will not be read."""
+    if pool is None or not isinstance(tensors, (list, tuple)):
+        return
+    for entry in tensors:
+        where = entry[1][2] if isinstance(entry, (list, tuple)) and len(entry) == 2 else None
+        if isinstance(where, (list, tuple)) and where:
+            pool.discard(where[0])
+
+
+_ANY_SEGMENT = re.compile(re.escape(_PREFIX) + r"-([0-9]+)-[0-9]+-[0-9]+-[0-9a-f]{8}\Z")
+
+
+def sweep_dead_servers() -> int:
+    """Unlink the segments left by servers that died (killed, crashed) before sweeping
+    their own: only names of tritium's pattern, owned by this user, regular files, whose
+    server pid is no longer running. Segments of live servers and other names stay."""
+    if not _DIR.is_dir():
+        return 0
+    uid = os.getuid()
+    removed = 0
+    with os.scandir(_DIR) as entries:
+        for entry in entries:
+            match = _ANY_SEGMENT.match(entry.name)
+            if match is None or _running(int(match.group(1))):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+                if info.st_uid != uid or not stat.S_ISREG(info.st_mode):
+                    continue
+                os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                continue
+    return removed
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` may be a live process (unsure counts as running)."""
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or not a pid at all
+        return True
+    return True
+
+
 _MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+_NO_FOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+
+
+def _open_regular(name: str, flags: int) -> int | None:
+    """A descriptor of segment ``name`` if it is a regular file (never a link or a FIFO the
+    peer put in its place), else None."""
+    try:
+        fd = os.open(_DIR / name, flags | _NO_FOLLOW)
+    except OSError:
+        return None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _map_or_create(name: str, nbytes: int) -> mmap.mmap:
+    """A mapping of ``name``, a segment the peer gave back (``SegmentPool.adopt``); a new
+    segment under the same name if it is gone or too small."""
+    fd = _open_regular(name, os.O_RDWR)
+    if fd is not None:
+        try:
+            size = os.fstat(fd).st_size
+            if size >= nbytes:
+                return mmap.mmap(fd, size, flags=_MAP_FLAGS)
+        finally:
+            os.close(fd)
+    _unlink(name)
+    return _create(name, max(nbytes, SHM_MIN_BYTES))
 
 
 def _create(name: str, size: int) -> mmap.mmap:
@@ -184,9 +425,11 @@ def pack(array: Any, buffers: list[Any], pool: SegmentPool | None) -> PackedTens
     return (datatype.wire, tuple(array.shape), len(buffers) - 1)
 
 
-def unpack(packed: PackedTensor, buffers: list[Any], pool: SegmentPool | None) -> np.ndarray:
-    """The array a packed tensor describes; a segment is mapped (no copy) if it is one of
-    the pair's, refused otherwise."""
+def unpack(
+    packed: PackedTensor, buffers: list[Any], pool: SegmentPool | None, keep: bool = True
+) -> np.ndarray:
+    """The array a packed tensor describes; a segment is read (``SegmentPool.read``: mapped,
+    or copied when the peer is not trusted) if it is one of the pair's, refused otherwise."""
     wire, shape, where = packed
     datatype = DataType.from_wire(wire)
     if datatype is None:
@@ -195,9 +438,9 @@ def unpack(packed: PackedTensor, buffers: list[Any], pool: SegmentPool | None) -
         buf = buffers[where]
     else:
         name, nbytes = where
-        if pool is None or not pool.names.owns(name) or not isinstance(nbytes, int):
+        if pool is None or not pool.names.owns(name) or type(nbytes) is not int or nbytes < 0:
             raise ValueError("a tensor names a shared-memory segment that is not its peer's")
-        buf = pool.read(name, nbytes)
+        buf = pool.read(name, nbytes, keep)
     if datatype is DataType.BYTES:
         return object_array(deserialize_bytes(buf, "tensor"), tuple(shape))
     return np.frombuffer(buf, dtype=datatype.dtype).reshape(shape)

@@ -5,7 +5,8 @@ the frames of ``ipc`` over the socket ``fd``. The model runs here, isolated: if 
 error goes back as a response; if it crashes, only this process dies and the server notices the
 closed socket. The stub never outlives the server: on Linux the kernel kills it when the server
 dies (``PR_SET_PDEATHSIG``), and everywhere a watcher thread exits it once its parent changes;
-a closed socket (the server went away) ends it too.
+a closed socket (the server went away) ends it too. The model's own children die with it
+(``stub_group``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from typing import Any
 
 from ...types import DataType
 from . import bls_client, ipc, shm_tensors
-from . import pb_metrics, pb_utils
+from . import pb_metrics, pb_utils, stub_group
 from .stub_failure import describe
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
@@ -42,6 +43,7 @@ class Stub:
         # Frames are read through the mux: threads blocked in BLS calls read them too.
         self._mux = bls_client.FrameMux(channel, self._cancel)
         segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
+        self._segments = segments  # large outputs go to the server through them too
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
         self._name = name
         pb_utils._set_bls(self._bls)
@@ -132,9 +134,14 @@ class Stub:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if final:
                 self._cancelled.discard(key)
-            out: ipc.Buffers = []
-            payload = None if response is None else self._wire_response(response, out)
-            self.send(ipc.RESPONSE, (batch_id, index, payload, final), out)
+            out = shm_tensors.FrameTensors(self._segments)
+            try:
+                payload = None if response is None else self._wire_response(response, out)
+                self.send(ipc.RESPONSE, (batch_id, index, payload, final), out.buffers)
+            except (OSError, ipc.FrameTooLarge) as exc:  # /dev/shm full, or too much inline
+                out.rollback()
+                failed = (None, f"unable to send the response: {exc}", _INTERNAL)
+                self.send(ipc.RESPONSE, (batch_id, index, failed, final))
 
         key = (batch_id, index)
 
@@ -162,18 +169,21 @@ class Stub:
         return request
 
     @staticmethod
-    def _wire_response(response: Any, buffers: ipc.Buffers) -> ipc.ResponseWire:
-        """``response`` is what the model returned or sent (untyped model code)."""
+    def _wire_response(response: Any, out: shm_tensors.FrameTensors) -> ipc.ResponseWire:
+        """``response`` is what the model returned or sent (untyped model code); its tensors
+        go inline or, when large, through shared memory (``out``)."""
         if response.has_error():
             return (None, response.error().message(), response.error().code())
-        tensors = [
-            (t.name(), ipc.pack_array(t._as_array(), buffers)) for t in response.output_tensors()
-        ]
+        tensors = [(t.name(), out.pack(t._as_array())) for t in response.output_tensors()]
         params = response.parameters()
         return (tensors, None, params if params and params != "{}" else None)
 
     def execute(
-        self, batch_id: int, wires: list[ipc.RequestWire], buffers: ipc.Buffers, out: ipc.Buffers
+        self,
+        batch_id: int,
+        wires: list[ipc.RequestWire],
+        buffers: ipc.Buffers,
+        out: shm_tensors.FrameTensors,
     ) -> ipc.ExecDone:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
@@ -198,11 +208,11 @@ class Stub:
                 f"and InferenceResponse(s) size is:{len(result)}"
             )
             return (batch_id, message, None)
-        mark = len(out)
+        mark = out.mark()
         try:
             wired = [None if r is None else self._wire_response(r, out) for r in result]
         except Exception as exc:
-            del out[mark:]
+            out.rollback(mark)
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
         return (batch_id, None, wired)
 
@@ -211,9 +221,14 @@ class Stub:
     ) -> None:
         """Several executions sent together (requests that queued up for this instance):
         each is its own ``execute`` call, in order; one frame carries every answer."""
-        out: ipc.Buffers = []
+        out = shm_tensors.FrameTensors(self._segments)
         done = [self.execute(batch_id, wires, buffers, out) for batch_id, wires in executions]
-        self.send(ipc.EXEC_DONE, done, out)
+        try:
+            self.send(ipc.EXEC_DONE, done, out.buffers)
+        except ipc.FrameTooLarge as exc:  # over what the server accepts: say so instead
+            out.rollback()
+            message = f"the responses could not be sent: {exc}"
+            self.send(ipc.EXEC_DONE, [(entry[0], message, None) for entry in done])
 
     def is_ready(self) -> bool:
         hook = getattr(self._model, "is_ready", None)
@@ -252,6 +267,9 @@ class Stub:
                 continue
             if kind == ipc.LOG_LEVELS:  # the logging extension changed them (one-way)
                 self._outbox.enabled = list(body)
+                continue
+            if kind == ipc.RELEASED:  # segments of our outputs the server has copied
+                self._segments.adopt(body)
                 continue
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))
@@ -296,6 +314,7 @@ _TYPE_CODE = {
     t.wire: getattr(pb_utils, "TYPE_STRING" if t is DataType.BYTES else f"TYPE_{t.wire}")
     for t in DataType
 }
+_INTERNAL = pb_utils.TritonError.INTERNAL
 
 
 def _never() -> bool:
@@ -341,6 +360,7 @@ def _die_with_parent(parent: int) -> None:
 
 def main() -> None:
     if len(sys.argv) > 2:
+        stub_group.start(int(sys.argv[2]))
         _die_with_parent(int(sys.argv[2]))
     # Ctrl-C in a terminal reaches the whole process group: the server shuts its stubs down
     # itself (finalize, then kill), so a stub must not die of it first and look crashed.
