@@ -120,6 +120,7 @@ seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 
 classify_batched     the classification extension's model with a label file: see
                      tests/support/classify_models.py.
 BLS (Python models calling other models: ``bls_*``): tests/support/bls_models.py documents them.
+What Triton's Python-backend QA relies on (``qa_*``): tests/support/qa_models.py documents them.
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ from pathlib import Path
 
 from .classify_models import CLASSIFY_SPECS
 from .bls_models import BLS_SPECS
+from .qa_models import QA_SPECS
 from .sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
@@ -901,6 +903,8 @@ _SPECS[RAGGED_MODEL] = lambda name: {
 
 # BLS (models calling models): tests/support/bls_models.py documents them.
 _SPECS.update(BLS_SPECS)
+# What Triton's Python-backend QA relies on: tests/support/qa_models.py documents them.
+_SPECS.update(QA_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (

@@ -350,6 +350,9 @@ def main() -> None:
     sys.modules["triton_python_backend_utils"] = pb_utils
     server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
     name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    # The model sees the argv of Triton's embedded interpreter, not the stub's command line
+    # (``unittest.main()`` and ``argparse`` read it; ``ps`` still shows the command line).
+    sys.argv = [""]
     stub = Stub(ipc.BlockingChannel(sock), server_pid, name)
     stub.observe()
     if not stub.serve():
