@@ -4,16 +4,20 @@ where it applies to both."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
 
-_MODELS = ["qa_argv"]
+_MODELS = ["qa_argv", "qa_async_overlap", "qa_async_serial", "slow_identity_int32"]
+_WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +41,101 @@ def test_model_sees_the_embedded_interpreters_argv(qa_server: ServerProcess, pro
         result = c.infer("qa_argv", _one(protocol))
     assert result.as_numpy("ARGV").tolist() == [b""]
     assert result.as_numpy("TESTS").tolist() == [2, 1]
+
+
+def _wait_ms(protocol: str, value: int) -> list[Any]:
+    return [make_input(protocol, "WAIT_MS", np.array([value], dtype=np.int32), "INT32")]
+
+
+def _stream(url: str, model: str, sent: list[tuple[str, int, dict[str, Any]]]) -> list[Any]:
+    """Send ``(request id, WAIT_MS, parameters)`` on one gRPC stream, in order; the results
+    (or errors) in the order their final responses arrived."""
+    arrived: list[Any] = []
+    all_in = threading.Event()
+
+    def callback(result: Any, error: Any) -> None:
+        arrived.append(error if error is not None else result)
+        if len(arrived) == len(sent):
+            all_in.set()
+
+    c = grpcclient.InferenceServerClient(url)
+    try:
+        c.start_stream(callback)
+        for request_id, wait, parameters in sent:
+            c.async_stream_infer(
+                model, _wait_ms("grpc", wait), request_id=request_id, parameters=parameters
+            )
+        assert all_in.wait(_WAIT_S), f"only {len(arrived)} of {len(sent)} answers came"
+        c.stop_stream()
+    finally:
+        c.close()
+    return arrived
+
+
+def _by_id(results: list[Any]) -> dict[str, list[int]]:
+    return {r.get_response().id: r.as_numpy("OUT").tolist() for r in results}
+
+
+@pytest.mark.parametrize("via_bls", [False, True], ids=["sleep", "bls"])
+def test_decoupled_async_executes_run_concurrently(qa_server: ServerProcess, via_bls: bool) -> None:
+    """Triton runs a decoupled model's ``async def execute`` coroutines concurrently on the
+    stub's event loop. "long" waits until another execute has finished; "short", sent after
+    it, only waits briefly, so it finishes first, and each answer reaches its own request.
+    Run one at a time, "long" would time out waiting (and answer an error)."""
+    extra: dict[str, Any] = {"bls": True} if via_bls else {}
+    results = _stream(
+        qa_server.grpc_url,
+        "qa_async_overlap",
+        [("long", 30, {"until_others": 1, **extra}), ("short", 20, extra)],
+    )
+    assert all(not isinstance(r, Exception) for r in results), results
+    assert [r.get_response().id for r in results] == ["short", "long"]
+    answers = _by_id(results)
+    assert answers["short"][:2] == [20, 2]  # its value; two executes were in flight at once
+    assert answers["long"] == [30, 2, 1]  # and one finished while "long" waited
+
+
+def test_many_decoupled_async_executes_overlap(qa_server: ServerProcess) -> None:
+    """Eight requests of different durations on one instance, sent longest first: each answer
+    carries its own request's value, and more than one execute was in flight at once."""
+    waits = [400, 350, 300, 250, 200, 150, 100, 50]
+    sent = [(f"r{w}", w, {}) for w in waits]
+    results = _stream(qa_server.grpc_url, "qa_async_overlap", sent)
+    answers = _by_id(results)
+    assert {rid: a[0] for rid, a in answers.items()} == {f"r{w}": w for w in waits}
+    assert max(a[1] for a in answers.values()) > 1
+
+
+def test_async_execute_of_a_model_not_decoupled_runs_one_at_a_time(
+    qa_server: ServerProcess, protocol: str
+) -> None:
+    """Not decoupled, Triton awaits each ``async def execute`` before the next one starts:
+    three requests in flight together are executed one after the other."""
+    answers: list[list[int]] = []
+
+    def one() -> None:
+        with client(protocol, qa_server.url(protocol)) as c:
+            result = c.infer("qa_async_serial", _wait_ms(protocol, 100))
+            answers.append(result.as_numpy("OUT").tolist())
+
+    threads = [threading.Thread(target=one) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(_WAIT_S)
+    assert [a[:2] for a in answers] == [[100, 1]] * 3
+
+
+def test_decoupled_async_execute_that_raises_answers_its_request(qa_server: ServerProcess) -> None:
+    """A background ``execute`` that raises before answering: its request gets the error
+    (Triton leaves such a request without a final response), and the requests around it are
+    answered as usual."""
+    results = _stream(
+        qa_server.grpc_url,
+        "qa_async_overlap",
+        [("before", 5, {}), ("bad", -1, {}), ("after", 5, {})],
+    )
+    errors = [r for r in results if isinstance(r, Exception)]
+    assert len(errors) == 1 and "ValueError: wait_ms cannot be negative" in str(errors[0])
+    answered = _by_id([r for r in results if not isinstance(r, Exception)])
+    assert {rid: a[0] for rid, a in answered.items()} == {"before": 5, "after": 5}

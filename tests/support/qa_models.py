@@ -7,6 +7,16 @@ qa_argv              python; at import, argparse parses ``sys.argv`` (any stray 
                      module's own test case (two tests), as Triton's QA models do. INPUT0
                      INT32 [1] -> ARGV STRING [-1] = ``sys.argv`` at import, TESTS INT32 [2]
                      = (tests run, 1 if they all passed).
+qa_async_overlap     python, decoupled, ``async def execute``, one instance; WAIT_MS INT32 [1]
+                     -> OUT INT32 [3] = (the value waited on, the most executes in flight at
+                     once while this one ran, itself included, how many other executes
+                     finished meanwhile), sent through the response sender. The wait is an
+                     ``asyncio.sleep`` of WAIT_MS ms, or with request parameter ``bls`` an
+                     ``async_exec`` of ``slow_identity_int32`` (which sleeps that long); then,
+                     with parameter ``until_others`` = n, it waits (30 s at most) until n other
+                     executes have finished. WAIT_MS < 0 raises ValueError("wait_ms cannot be
+                     negative") before answering.
+qa_async_serial      the same model, not decoupled (its responses are returned).
 """
 
 from __future__ import annotations
@@ -49,6 +59,78 @@ class TritonPythonModel:
 """
 
 
+_OVERLAP = """\
+import asyncio
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        self.decoupled = pb_utils.using_decoupled_model_transaction_policy(config)
+        self.live = {}  # execute -> the most executes in flight at once while it ran
+        self.finished = 0
+        self.changed = None  # an asyncio.Condition, made on the stub's loop
+
+    async def execute(self, requests):
+        if self.changed is None:
+            self.changed = asyncio.Condition()
+        me = object()
+        self.live[me] = 0
+        for key in self.live:
+            self.live[key] = max(self.live[key], len(self.live))
+        finished_before = self.finished
+        try:
+            echoes = [await self._wait(r, finished_before) for r in requests]
+        finally:
+            most = self.live.pop(me)
+            async with self.changed:
+                self.finished += 1
+                self.changed.notify_all()
+        responses = [
+            pb_utils.InferenceResponse([pb_utils.Tensor(
+                "OUT", np.array([echo, most, self.finished - 1 - finished_before], np.int32)
+            )])
+            for echo in echoes
+        ]
+        if not self.decoupled:
+            return responses
+        for request, response in zip(requests, responses):
+            request.get_response_sender().send(
+                response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+            )
+        return None
+
+    async def _wait(self, request, finished_before):
+        wait_ms = int(pb_utils.get_input_tensor_by_name(request, "WAIT_MS").as_numpy()[0])
+        if wait_ms < 0:
+            raise ValueError("wait_ms cannot be negative")
+        params = json.loads(request.parameters())
+        if params.get("bls"):
+            response = await pb_utils.InferenceRequest(
+                model_name="slow_identity_int32",
+                inputs=[pb_utils.Tensor("INPUT0", np.array([wait_ms], dtype=np.int32))],
+                requested_output_names=["OUTPUT0"],
+            ).async_exec()
+            if response.has_error():
+                raise pb_utils.TritonModelException(response.error().message())
+            echo = int(pb_utils.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()[0])
+        else:
+            await asyncio.sleep(wait_ms / 1000)
+            echo = wait_ms
+        others = int(params.get("until_others", 0))
+        if others:
+            async with self.changed:
+                await asyncio.wait_for(
+                    self.changed.wait_for(lambda: self.finished - finished_before >= others), 30
+                )
+        return echo
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -71,9 +153,12 @@ def _spec(
 
 _I32 = "TYPE_INT32"
 _STR = "TYPE_STRING"
+_ONE_INSTANCE = "instance_group [ { count: 1, kind: KIND_CPU } ]"
+_DECOUPLED = "model_transaction_policy { decoupled: true }"
+_OVERLAP_IO = ([("WAIT_MS", _I32, "1")], [("OUT", _I32, "3")])
 
 QA_SPECS: dict[str, _Spec] = {
-    "qa_argv": _spec(
-        _ARGV, [("INPUT0", _I32, "1")], [("ARGV", _STR, "-1"), ("TESTS", _I32, "2")]
-    ),
+    "qa_argv": _spec(_ARGV, [("INPUT0", _I32, "1")], [("ARGV", _STR, "-1"), ("TESTS", _I32, "2")]),
+    "qa_async_overlap": _spec(_OVERLAP, *_OVERLAP_IO, f"{_ONE_INSTANCE}\n{_DECOUPLED}"),
+    "qa_async_serial": _spec(_OVERLAP, *_OVERLAP_IO, _ONE_INSTANCE),
 }

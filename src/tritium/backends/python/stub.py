@@ -10,7 +10,6 @@ a closed socket (the server went away) ends it too.
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import importlib.util
 import inspect
@@ -30,6 +29,7 @@ from ...types import DataType
 from . import bls_client, ipc, shm_tensors
 from . import pb_metrics, pb_utils
 from .stub_failure import describe
+from .stub_loop import StubLoop
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
 
@@ -47,7 +47,7 @@ class Stub:
         pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = StubLoop()  # coroutines of the model (stub_loop)
         self._execute_is_async = False
         self._decoupled = False
         self._output_names: list[str] = []
@@ -113,13 +113,16 @@ class Stub:
         self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
 
     def _run(self, awaitable: Any) -> Any:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(awaitable)
+        return self._loop.run(awaitable)
 
     # -- execution ---------------------------------------------------------------------------
     def _make_request(
-        self, batch_id: int, index: int, wire: ipc.RequestWire, buffers: ipc.Buffers
+        self,
+        batch_id: int,
+        index: int,
+        wire: ipc.RequestWire,
+        buffers: ipc.Buffers,
+        finished: list[bool],
     ) -> pb_utils.InferenceRequest:
         request_id, correlation_id, flags, timeout_us, inputs, outputs, params = wire
         tensors = [
@@ -131,6 +134,7 @@ class Stub:
         def send(response: Any, flags: int) -> None:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if final:
+                finished[index] = True
                 self._cancelled.discard(key)
             out: ipc.Buffers = []
             payload = None if response is None else self._wire_response(response, out)
@@ -178,12 +182,18 @@ class Stub:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
         parent = bls_client.current_batch.set(batch_id)  # the parent of BLS calls it makes
+        finished = [False] * len(wires)  # which requests had their final response
         try:
-            requests = [self._make_request(batch_id, i, w, buffers) for i, w in enumerate(wires)]
+            requests = [
+                self._make_request(batch_id, i, w, buffers, finished) for i, w in enumerate(wires)
+            ]
             result = self._model.execute(requests)
             if self._execute_is_async or (
                 type(result) is not list and result is not None and inspect.isawaitable(result)
             ):
+                if self._decoupled:  # answered through its senders: runs on, in the background
+                    self._loop.start(self._background(batch_id, result, finished))
+                    return (batch_id, None, None)
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
@@ -206,6 +216,20 @@ class Stub:
             return (batch_id, f"{type(exc).__name__}: {exc}", None)
         return (batch_id, None, wired)
 
+    async def _background(self, batch_id: int, execution: Any, finished: list[bool]) -> None:
+        """A decoupled model's ``async def execute``, run concurrently with the next ones.
+        If it raises, its requests still waiting for a final response get the error."""
+        bls_client.current_batch.set(batch_id)  # this task's own context
+        try:
+            await execution
+        except Exception as exc:
+            payload = (None, f"{type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL)
+            for index, done in enumerate(finished):
+                if not done:
+                    finished[index] = True
+                    self._cancelled.discard((batch_id, index))
+                    self.send(ipc.RESPONSE, (batch_id, index, payload, True))
+
     def execute_all(
         self, executions: list[tuple[int, list[ipc.RequestWire]]], buffers: ipc.Buffers
     ) -> None:
@@ -227,10 +251,13 @@ class Stub:
     def finalize(self) -> None:
         self._bls.enabled = False  # Triton: no BLS while finalizing
         hook = getattr(self._model, "finalize", None)
-        if hook is not None:
-            result = hook()
-            if inspect.isawaitable(result):
-                self._run(result)
+        try:
+            if hook is not None:
+                result = hook()
+                if inspect.isawaitable(result):
+                    self._run(result)
+        finally:
+            self._loop.stop()
 
     # -- main loop ---------------------------------------------------------------------------
     def serve(self) -> bool:
