@@ -4,28 +4,48 @@ where it applies to both."""
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 
+from tritonclient.utils import InferenceServerException
+
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
 
-_MODELS = ["qa_argv", "qa_async_overlap", "qa_async_serial", "slow_identity_int32"]
+_MODELS = ["qa_argv", "qa_async_overlap", "qa_async_serial", "slow_identity_int32", "raises"]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
 
 @pytest.fixture(scope="module")
-def qa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    repo = build_test_repository(tmp_path_factory.mktemp("qa") / "repo", _MODELS)
-    proc = ServerProcess([repo])
+def qa_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_test_repository(tmp_path_factory.mktemp("qa") / "repo", _MODELS)
+
+
+@pytest.fixture(scope="module")
+def qa_server(qa_repo: Path) -> Iterator[ServerProcess]:
+    proc = ServerProcess([qa_repo])
     yield proc
     proc.stop()
+
+
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + _WAIT_S
+    while not predicate():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.05)
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
 def _one(protocol: str) -> list:  # type: ignore[type-arg]
@@ -139,3 +159,95 @@ def test_decoupled_async_execute_that_raises_answers_its_request(qa_server: Serv
     assert len(errors) == 1 and "ValueError: wait_ms cannot be negative" in str(errors[0])
     answered = _by_id([r for r in results if not isinstance(r, Exception)])
     assert {rid: a[0] for rid, a in answered.items()} == {"before": 5, "after": 5}
+
+
+def test_an_execute_error_is_logged_and_answered_in_tritons_words(
+    qa_server: ServerProcess, qa_repo: Path, protocol: str
+) -> None:
+    """Triton's stub logs an exception of ``execute`` as an error and answers every request
+    with the same text: pybind11's ``Type: message`` and the model's frames after ``At:``."""
+    model_py = qa_repo / "raises" / "1" / "model.py"
+    line = _line_of(model_py, 'raise ValueError("boom from model")')
+    expected = (
+        "Failed to process the request(s) for model 'raises_0_0', message: ValueError: boom "
+        f"from model\n\nAt:\n  {model_py}({line}): execute"
+    )
+    data = np.ones(2, dtype=np.float32)
+    with client(protocol, qa_server.url(protocol)) as c:
+        with pytest.raises(InferenceServerException) as info:
+            c.infer("raises", [make_input(protocol, "INPUT0", data, "FP32")])
+    assert info.value.message() == expected
+    record = re.compile(r"^E\d{4} [\d:.]+ \d+ stub\.py:\d+\] " + re.escape(expected), re.M)
+    _wait_for(lambda: record.search(qa_server.log_text()) is not None, "the error in the log")
+
+
+def test_a_background_execute_error_is_logged_with_its_traceback(
+    qa_server: ServerProcess, qa_repo: Path
+) -> None:
+    """Triton logs the traceback of a decoupled ``async def execute`` that raised
+    (Stub::BackgroundFutureDone); the request gets the error in the stub's words."""
+    model_py = qa_repo / "qa_async_overlap" / "1" / "model.py"
+    line = _line_of(model_py, 'raise ValueError("wait_ms cannot be negative")')
+    (error,) = _stream(qa_server.grpc_url, "qa_async_overlap", [("bad", -1, {})])
+    assert str(error).startswith(
+        "Failed to process the request(s) for model 'qa_async_overlap_0_0', message: ValueError: "
+        f"wait_ms cannot be negative\n\nAt:\n  {model_py}({line}): _wait\n"
+    ), str(error)
+    trace = (
+        "Traceback (most recent call last):\n"
+        f'  File "{model_py}", line {_line_of(model_py, "await self._wait(r, finished_before)")}'
+        ", in execute\n"
+    )
+    _wait_for(lambda: trace in qa_server.log_text(), "the traceback in the log")
+    log = qa_server.log_text()
+    assert f'  File "{model_py}", line {line}, in _wait\n' in log
+    assert "\nValueError: wait_ms cannot be negative\n" in log
+
+
+@pytest.fixture(scope="module")
+def explicit_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    models = ["qa_argv", "qa_bls_in_initialize", "qa_bls_in_finalize"]
+    repo = build_test_repository(tmp_path_factory.mktemp("qa_explicit") / "repo", models)
+    proc = ServerProcess([repo], "--model-control-mode=explicit", "--load-model=qa_argv")
+    proc.repo = repo  # type: ignore[attr-defined]
+    yield proc
+    proc.stop()
+
+
+_BLS_REFUSED = "TritonModelException: BLS is only supported during the 'execute' function."
+
+
+def test_bls_in_initialize_fails_the_load_with_tritons_text(
+    explicit_server: ServerProcess, protocol: str
+) -> None:
+    """``exec`` in ``initialize`` raises Triton's TritonModelException (named as Triton
+    names it, without tritium's module path); uncaught, it fails the load."""
+    with client(protocol, explicit_server.url(protocol)) as c:
+        with pytest.raises(InferenceServerException) as info:
+            c.load_model("qa_bls_in_initialize")
+    assert re.search(r"(?<![\w.])" + re.escape(_BLS_REFUSED), info.value.message()), info.value
+    assert _BLS_REFUSED in explicit_server.log_text()
+
+
+def test_bls_in_finalize_is_refused_and_logged(
+    explicit_server: ServerProcess, protocol: str
+) -> None:
+    """``exec`` in ``finalize`` raises the same exception; Triton's stub logs it (at INFO,
+    with the model's frames) and finishes the unload."""
+    model_py = explicit_server.repo / "qa_bls_in_finalize" / "1" / "model.py"  # type: ignore[attr-defined]
+    record = re.compile(
+        r"^I\d{4} [\d:.]+ \d+ stub\.py:\d+\] "
+        + re.escape(
+            f"{_BLS_REFUSED}\n\nAt:\n"
+            f"  {model_py}({_line_of(model_py, ').exec()')}): _call_another_model\n"
+            f"  {model_py}({_line_of(model_py, '        _call_another_model()')}): finalize"
+        ),
+        re.M,
+    )
+    before = len(record.findall(explicit_server.log_text()))
+    with client(protocol, explicit_server.url(protocol)) as c:
+        c.load_model("qa_bls_in_finalize")
+        c.unload_model("qa_bls_in_finalize")
+    _wait_for(
+        lambda: len(record.findall(explicit_server.log_text())) > before, "the refusal in the log"
+    )

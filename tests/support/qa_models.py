@@ -17,6 +17,10 @@ qa_async_overlap     python, decoupled, ``async def execute``, one instance; WAI
                      executes have finished. WAIT_MS < 0 raises ValueError("wait_ms cannot be
                      negative") before answering.
 qa_async_serial      the same model, not decoupled (its responses are returned).
+qa_bls_in_initialize python; ``initialize`` makes a BLS call (not caught): Triton refuses BLS
+                     outside ``execute``, so the load fails. INPUT0 -> OUTPUT0 INT32 [1].
+qa_bls_in_finalize   python; identity INPUT0 -> OUTPUT0 INT32 [1]; ``finalize`` makes a BLS
+                     call (not caught), which Triton refuses and logs.
 """
 
 from __future__ import annotations
@@ -131,6 +135,31 @@ class TritonPythonModel:
 """
 
 
+_BLS_OUTSIDE_EXECUTE = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _call_another_model():
+    pb_utils.InferenceRequest(
+        model_name="qa_argv",
+        inputs=[pb_utils.Tensor("INPUT0", np.array([1], dtype=np.int32))],
+        requested_output_names=["TESTS"],
+    ).exec()
+
+
+class TritonPythonModel:
+    def {hook}:
+        _call_another_model()
+
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", r.inputs()[0].as_numpy())])
+            for r in requests
+        ]
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -156,9 +185,14 @@ _STR = "TYPE_STRING"
 _ONE_INSTANCE = "instance_group [ { count: 1, kind: KIND_CPU } ]"
 _DECOUPLED = "model_transaction_policy { decoupled: true }"
 _OVERLAP_IO = ([("WAIT_MS", _I32, "1")], [("OUT", _I32, "3")])
+_IDENTITY_IO = ([("INPUT0", _I32, "1")], [("OUTPUT0", _I32, "1")])
 
 QA_SPECS: dict[str, _Spec] = {
     "qa_argv": _spec(_ARGV, [("INPUT0", _I32, "1")], [("ARGV", _STR, "-1"), ("TESTS", _I32, "2")]),
     "qa_async_overlap": _spec(_OVERLAP, *_OVERLAP_IO, f"{_ONE_INSTANCE}\n{_DECOUPLED}"),
     "qa_async_serial": _spec(_OVERLAP, *_OVERLAP_IO, _ONE_INSTANCE),
+    "qa_bls_in_initialize": _spec(
+        _BLS_OUTSIDE_EXECUTE.format(hook="initialize(self, args)"), *_IDENTITY_IO
+    ),
+    "qa_bls_in_finalize": _spec(_BLS_OUTSIDE_EXECUTE.format(hook="finalize(self)"), *_IDENTITY_IO),
 }

@@ -199,7 +199,7 @@ class BlsClient:
         self._mux = mux
         self._send = send
         self.segments = segments
-        self._instance = instance_name
+        self.instance = instance_name  # for its messages (the stub sets it again at INIT)
         self._ids = itertools.count(1)
         self._watching: dict[asyncio.AbstractEventLoop, int] = {}  # loop → its async calls
         self._watch_lock = threading.Lock()
@@ -367,7 +367,7 @@ class BlsClient:
         ok, value = body[1]
         if not ok:
             raise pb_utils.TritonModelException(
-                f"Failed to process the request for model '{self._instance}', message: {value}"
+                f"Failed to process the request for model '{self.instance}', message: {value}"
             )
         return value
 

@@ -43,7 +43,7 @@ class Stub:
         self._mux = bls_client.FrameMux(channel, self._cancel)
         segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
-        self._name = name
+        self._name = name  # the instance's name (INIT says it again: Triton's messages)
         pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
@@ -101,6 +101,7 @@ class Stub:
         self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
         self._output_names = [o["name"] for o in config.get("output", [])]
         self._model_name = body["args"]["model_name"]
+        self._name = self._bls.instance = body["args"]["model_instance_name"]
         self._model_version = int(body["args"]["model_version"])
         self._model = self._model_cls()
         execute = getattr(self._model, "execute", None)
@@ -196,7 +197,7 @@ class Stub:
                     return (batch_id, None, None)
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
-            return (batch_id, f"{type(exc).__name__}: {exc}", None)
+            return self._failed(batch_id, describe(exc).reason)
         finally:
             bls_client.current_batch.reset(parent)
         if self._decoupled or result is None:  # answered (or answering) through senders
@@ -207,14 +208,24 @@ class Stub:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                 f"and InferenceResponse(s) size is:{len(result)}"
             )
-            return (batch_id, message, None)
+            return self._failed(batch_id, message)
         mark = len(out)
         try:
             wired = [None if r is None else self._wire_response(r, out) for r in result]
         except Exception as exc:
             del out[mark:]
-            return (batch_id, f"{type(exc).__name__}: {exc}", None)
+            return self._failed(batch_id, f"{type(exc).__name__}: {exc}")
         return (batch_id, None, wired)
+
+    def _failed(self, batch_id: int, detail: str) -> ipc.ExecDone:
+        """``execute`` failed: Triton's stub logs it as an error and every request of the
+        execution gets it (pb_stub.cc ProcessRequests)."""
+        message = self._execute_failure(detail)
+        self._outbox.log("ERROR", message, _here())
+        return (batch_id, message, None)
+
+    def _execute_failure(self, detail: str) -> str:
+        return f"Failed to process the request(s) for model '{self._name}', message: {detail}"
 
     async def _background(self, batch_id: int, execution: Any, finished: list[bool]) -> None:
         """A decoupled model's ``async def execute``, run concurrently with the next ones.
@@ -222,8 +233,10 @@ class Stub:
         bls_client.current_batch.set(batch_id)  # this task's own context
         try:
             await execution
-        except Exception as exc:
-            payload = (None, f"{type(exc).__name__}: {exc}", pb_utils.TritonError.INTERNAL)
+        except Exception as exc:  # Triton logs the traceback (Stub::BackgroundFutureDone)
+            failure = describe(exc)
+            self._outbox.log("ERROR", failure.traceback, _here())
+            payload = (None, self._execute_failure(failure.reason), pb_utils.TritonError.INTERNAL)
             for index, done in enumerate(finished):
                 if not done:
                     finished[index] = True
@@ -256,6 +269,8 @@ class Stub:
                 result = hook()
                 if inspect.isawaitable(result):
                     self._run(result)
+        except Exception as exc:  # Triton logs it (at INFO) and goes on finalizing
+            self._outbox.log("INFO", describe(exc).reason, _here())
         finally:
             self._loop.stop()
 
@@ -287,7 +302,6 @@ class Stub:
             self.send(ipc.REPLY, reply)
             if kind == ipc.FINALIZE:
                 return True
-
 
     def _failure(self, kind: int, body: Any, exc: Exception) -> str:
         """The reply's error text. The model failed to load (``import``,
@@ -323,6 +337,11 @@ _TYPE_CODE = {
     t.wire: getattr(pb_utils, "TYPE_STRING" if t is DataType.BYTES else f"TYPE_{t.wire}")
     for t in DataType
 }
+
+
+def _here() -> str:
+    """``stub.py:<line>`` of the caller: where a log record of the stub's own comes from."""
+    return f"{Path(__file__).name}:{sys._getframe(1).f_lineno}"
 
 
 def _never() -> bool:
