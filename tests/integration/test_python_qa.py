@@ -21,7 +21,15 @@ from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
 
-_MODELS = ["qa_argv", "qa_async_overlap", "qa_async_serial", "slow_identity_int32", "raises"]
+_MODELS = [
+    "qa_argv",
+    "qa_async_overlap",
+    "qa_async_serial",
+    "slow_identity_int32",
+    "raises",
+    "qa_timeout_child",
+    "qa_timeout_parent",
+]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
 
@@ -251,3 +259,20 @@ def test_bls_in_finalize_is_refused_and_logged(
     _wait_for(
         lambda: len(record.findall(explicit_server.log_text())) > before, "the refusal in the log"
     )
+
+
+@pytest.mark.parametrize("how", ["exec", "decoupled", "async"])
+@pytest.mark.parametrize("timeout_us", [0, 5_000_000, 11_000_000_000])
+def test_a_bls_requests_timeout_reaches_the_child(
+    qa_server: ServerProcess, protocol: str, how: str, timeout_us: int
+) -> None:
+    """``InferenceRequest(..., timeout=...)`` sets the child request's timeout: the child's
+    ``request.timeout()`` is what the parent set, however the call is made; a value far past
+    the child's default queue timeout (Triton's QA uses 11 000 s) included."""
+    inputs = [
+        make_input(protocol, "TIMEOUT_US", np.array([timeout_us], dtype=np.int64), "INT64"),
+        make_input(protocol, "HOW", np.array([how.encode()], dtype=object), "BYTES"),
+    ]
+    with client(protocol, qa_server.url(protocol)) as c:
+        result = c.infer("qa_timeout_parent", inputs)
+    assert result.as_numpy("SEEN").tolist() == [timeout_us]

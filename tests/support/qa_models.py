@@ -21,6 +21,13 @@ qa_bls_in_initialize python; ``initialize`` makes a BLS call (not caught): Trito
                      outside ``execute``, so the load fails. INPUT0 -> OUTPUT0 INT32 [1].
 qa_bls_in_finalize   python; identity INPUT0 -> OUTPUT0 INT32 [1]; ``finalize`` makes a BLS
                      call (not caught), which Triton refuses and logs.
+qa_timeout_child     python, max_batch_size 8, dynamic batching with Triton QA's queue policy
+                     (REJECT, timeout override allowed, 1 s default); INPUT0 INT32 [1] ->
+                     TIMEOUT INT64 [1] = ``request.timeout()`` as the model sees it.
+qa_timeout_parent    python, ``async def execute``; TIMEOUT_US INT64 [1] and HOW STRING [1]
+                     ("exec", "decoupled" or "async") -> SEEN INT64 [1]: what
+                     ``qa_timeout_child`` saw of a BLS request made with
+                     ``InferenceRequest(..., timeout=TIMEOUT_US)`` and sent that way.
 """
 
 from __future__ import annotations
@@ -160,6 +167,52 @@ class TritonPythonModel:
 """
 
 
+_TIMEOUT_CHILD = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("TIMEOUT", np.array([[r.timeout()]], dtype=np.int64))]
+            )
+            for r in requests
+        ]
+"""
+
+_TIMEOUT_PARENT = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        return [await self._one(r) for r in requests]
+
+    async def _one(self, request):
+        timeout = int(pb_utils.get_input_tensor_by_name(request, "TIMEOUT_US").as_numpy()[0])
+        how = pb_utils.get_input_tensor_by_name(request, "HOW").as_numpy()[0].decode()
+        child = pb_utils.InferenceRequest(
+            model_name="qa_timeout_child",
+            inputs=[pb_utils.Tensor("INPUT0", np.array([[1]], dtype=np.int32))],
+            requested_output_names=["TIMEOUT"],
+            timeout=timeout,
+        )
+        if how == "async":
+            response = await child.async_exec()
+        elif how == "decoupled":
+            response = next(iter(child.exec(decoupled=True)))
+        else:
+            response = child.exec()
+        if response.has_error():
+            return pb_utils.InferenceResponse(error=response.error())
+        seen = pb_utils.get_output_tensor_by_name(response, "TIMEOUT").as_numpy().reshape(1)
+        return pb_utils.InferenceResponse([pb_utils.Tensor("SEEN", seen)])
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -169,10 +222,11 @@ def _spec(
     inputs: list[tuple[str, str, str]],
     outputs: list[tuple[str, str, str]],
     extra: str = "",
+    max_batch_size: int = 0,
 ) -> _Spec:
     def spec(name: str) -> dict[str, str]:
         config = (
-            f'name: "{name}"\nbackend: "python"\nmax_batch_size: 0\n{extra}\n'
+            f'name: "{name}"\nbackend: "python"\nmax_batch_size: {max_batch_size}\n{extra}\n'
             f"input [\n{_tensors(inputs)}\n]\noutput [\n{_tensors(outputs)}\n]\n"
         )
         return {"config.pbtxt": config, "1/model.py": source}
@@ -186,6 +240,10 @@ _ONE_INSTANCE = "instance_group [ { count: 1, kind: KIND_CPU } ]"
 _DECOUPLED = "model_transaction_policy { decoupled: true }"
 _OVERLAP_IO = ([("WAIT_MS", _I32, "1")], [("OUT", _I32, "3")])
 _IDENTITY_IO = ([("INPUT0", _I32, "1")], [("OUTPUT0", _I32, "1")])
+_QUEUE_POLICY = (
+    "dynamic_batching { default_queue_policy { timeout_action: REJECT "
+    "allow_timeout_override: true default_timeout_microseconds: 1000000 } }"
+)
 
 QA_SPECS: dict[str, _Spec] = {
     "qa_argv": _spec(_ARGV, [("INPUT0", _I32, "1")], [("ARGV", _STR, "-1"), ("TESTS", _I32, "2")]),
@@ -195,4 +253,16 @@ QA_SPECS: dict[str, _Spec] = {
         _BLS_OUTSIDE_EXECUTE.format(hook="initialize(self, args)"), *_IDENTITY_IO
     ),
     "qa_bls_in_finalize": _spec(_BLS_OUTSIDE_EXECUTE.format(hook="finalize(self)"), *_IDENTITY_IO),
+    "qa_timeout_child": _spec(
+        _TIMEOUT_CHILD,
+        [("INPUT0", _I32, "1")],
+        [("TIMEOUT", "TYPE_INT64", "1")],
+        _QUEUE_POLICY,
+        max_batch_size=8,
+    ),
+    "qa_timeout_parent": _spec(
+        _TIMEOUT_PARENT,
+        [("TIMEOUT_US", "TYPE_INT64", "1"), ("HOW", _STR, "1")],
+        [("SEEN", "TYPE_INT64", "1")],
+    ),
 }
