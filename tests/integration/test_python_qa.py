@@ -4,6 +4,7 @@ where it applies to both."""
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -29,6 +30,8 @@ _MODELS = [
     "raises",
     "qa_timeout_child",
     "qa_timeout_parent",
+    "qa_device_probe",
+    "qa_device_probe_model",
 ]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
@@ -276,3 +279,31 @@ def test_a_bls_requests_timeout_reaches_the_child(
     with client(protocol, qa_server.url(protocol)) as c:
         result = c.infer("qa_timeout_parent", inputs)
     assert result.as_numpy("SEEN").tolist() == [timeout_us]
+
+
+@pytest.mark.parametrize(
+    ("model", "kind"), [("qa_device_probe", "CPU"), ("qa_device_probe_model", "MODEL")]
+)
+def test_everything_a_model_is_told_says_cpu(
+    qa_server: ServerProcess, protocol: str, model: str, kind: str
+) -> None:
+    """What Triton on a CPU-only server tells a Python model, field by field: the instance
+    kind of its group ('CPU' for KIND_CPU, 'MODEL' for KIND_MODEL) on device 0; every tensor
+    (input, its own, one made from DLPack, a BLS output whatever memory it preferred) in CPU
+    memory, DLPack device (kDLCPU=1, 0). A model that goes to CUDA when told "GPU" stays on
+    the CPU."""
+    with client(protocol, qa_server.url(protocol)) as c:
+        result = c.infer(model, _one(protocol))
+    report = json.loads(result.as_numpy("REPORT")[0])
+    cpu = [True, [1, 0]]
+    assert report == {
+        "kind": kind,
+        "device_id": "0",
+        "name": f"{model}_0_0",
+        "input": cpu,
+        "own": cpu,
+        "from_dlpack": cpu,
+        "bls_default": cpu,
+        "bls_cpu": cpu,
+        "bls_gpu": cpu,  # Triton built without GPUs allocates it in CPU memory
+    }

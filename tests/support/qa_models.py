@@ -28,6 +28,14 @@ qa_timeout_parent    python, ``async def execute``; TIMEOUT_US INT64 [1] and HOW
                      ("exec", "decoupled" or "async") -> SEEN INT64 [1]: what
                      ``qa_timeout_child`` saw of a BLS request made with
                      ``InferenceRequest(..., timeout=TIMEOUT_US)`` and sent that way.
+qa_device_probe      python, KIND_CPU; INPUT0 INT32 [1] -> REPORT STRING [1]: a JSON object of
+                     what tells a model where its tensors and instance are: ``args``' kind,
+                     device id and name, ``is_cpu()`` and ``__dlpack_device__()`` of its input,
+                     of a tensor of its own and of one made ``from_dlpack``, and of the output
+                     of a BLS call to ``slow_identity_int32`` with no preferred memory, CPU and
+                     GPU (keys ``bls_default``, ``bls_cpu``, ``bls_gpu``).
+qa_device_probe_model
+                     the same with ``kind: KIND_MODEL``.
 """
 
 from __future__ import annotations
@@ -213,6 +221,58 @@ class TritonPythonModel:
 """
 
 
+_DEVICE_PROBE = """\
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _where(tensor):
+    return [tensor.is_cpu(), list(tensor.__dlpack_device__())]
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.instance = {
+            "kind": args["model_instance_kind"],
+            "device_id": args["model_instance_device_id"],
+            "name": args["model_instance_name"],
+        }
+
+    def execute(self, requests):
+        return [self._one(r) for r in requests]
+
+    def _one(self, request):
+        own = pb_utils.Tensor("OWN", np.arange(3, dtype=np.float32))
+        report = dict(
+            self.instance,
+            input=_where(pb_utils.get_input_tensor_by_name(request, "INPUT0")),
+            own=_where(own),
+            from_dlpack=_where(pb_utils.Tensor.from_dlpack("BACK", own.to_dlpack())),
+        )
+        memories = {
+            "default": None,
+            "cpu": pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_CPU),
+            "gpu": pb_utils.PreferredMemory(pb_utils.TRITONSERVER_MEMORY_GPU, 0),
+        }
+        for key, memory in memories.items():
+            extra = {} if memory is None else {"preferred_memory": memory}
+            response = pb_utils.InferenceRequest(
+                model_name="slow_identity_int32",
+                inputs=[pb_utils.Tensor("INPUT0", np.array([0], dtype=np.int32))],
+                requested_output_names=["OUTPUT0"],
+                **extra,
+            ).exec()
+            if response.has_error():
+                report[f"bls_{key}"] = response.error().message()
+            else:
+                report[f"bls_{key}"] = _where(response.output_tensors()[0])
+        text = np.array([json.dumps(report).encode()], dtype=object)
+        return pb_utils.InferenceResponse([pb_utils.Tensor("REPORT", text)])
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -240,6 +300,13 @@ _ONE_INSTANCE = "instance_group [ { count: 1, kind: KIND_CPU } ]"
 _DECOUPLED = "model_transaction_policy { decoupled: true }"
 _OVERLAP_IO = ([("WAIT_MS", _I32, "1")], [("OUT", _I32, "3")])
 _IDENTITY_IO = ([("INPUT0", _I32, "1")], [("OUTPUT0", _I32, "1")])
+_PROBE_IO = ([("INPUT0", _I32, "1")], [("REPORT", _STR, "1")])
+
+
+def _kind(kind: str) -> str:
+    return f"instance_group [ {{ count: 1, kind: {kind} }} ]"
+
+
 _QUEUE_POLICY = (
     "dynamic_batching { default_queue_policy { timeout_action: REJECT "
     "allow_timeout_override: true default_timeout_microseconds: 1000000 } }"
@@ -260,6 +327,8 @@ QA_SPECS: dict[str, _Spec] = {
         _QUEUE_POLICY,
         max_batch_size=8,
     ),
+    "qa_device_probe": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_CPU")),
+    "qa_device_probe_model": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_MODEL")),
     "qa_timeout_parent": _spec(
         _TIMEOUT_PARENT,
         [("TIMEOUT_US", "TYPE_INT64", "1"), ("HOW", _STR, "1")],
