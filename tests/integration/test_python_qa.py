@@ -26,6 +26,7 @@ _MODELS = [
     "qa_argv",
     "qa_async_overlap",
     "qa_async_serial",
+    "qa_async_child",
     "slow_identity_int32",
     "raises",
     "qa_timeout_child",
@@ -107,13 +108,16 @@ def _by_id(results: list[Any]) -> dict[str, list[int]]:
     return {r.get_response().id: r.as_numpy("OUT").tolist() for r in results}
 
 
-@pytest.mark.parametrize("via_bls", [False, True], ids=["sleep", "bls"])
-def test_decoupled_async_executes_run_concurrently(qa_server: ServerProcess, via_bls: bool) -> None:
+@pytest.mark.parametrize("via", ["", "slow", "decoupled"], ids=["sleep", "bls", "bls-decoupled"])
+def test_decoupled_async_executes_run_concurrently(qa_server: ServerProcess, via: str) -> None:
     """Triton runs a decoupled model's ``async def execute`` coroutines concurrently on the
     stub's event loop. "long" waits until another execute has finished; "short", sent after
     it, only waits briefly, so it finishes first, and each answer reaches its own request.
-    Run one at a time, "long" would time out waiting (and answer an error)."""
-    extra: dict[str, Any] = {"bls": True} if via_bls else {}
+    Run one at a time, "long" would time out waiting (and answer an error). With BLS:
+    ``async_exec`` of a model, or ``async_exec(decoupled=True)`` of a decoupled one whose
+    responses are then iterated (its child too waits for the other's child: the loop must
+    not be held while "long" waits for its first response)."""
+    extra: dict[str, Any] = {"bls": via} if via else {}
     results = _stream(
         qa_server.grpc_url,
         "qa_async_overlap",

@@ -12,11 +12,15 @@ qa_async_overlap     python, decoupled, ``async def execute``, one instance; WAI
                      once while this one ran, itself included, how many other executes
                      finished meanwhile), sent through the response sender. The wait is an
                      ``asyncio.sleep`` of WAIT_MS ms, or with request parameter ``bls`` an
-                     ``async_exec`` of ``slow_identity_int32`` (which sleeps that long); then,
-                     with parameter ``until_others`` = n, it waits (30 s at most) until n other
+                     ``async_exec`` of ``slow_identity_int32`` (which sleeps that long), or
+                     with ``bls`` = "decoupled" an ``async_exec(decoupled=True)`` of
+                     ``qa_async_child`` (given WAIT_MS and ``until_others``), whose responses
+                     are then iterated without awaiting, as Triton's QA models do; then, with
+                     parameter ``until_others`` = n, it waits (30 s at most) until n other
                      executes have finished. WAIT_MS < 0 raises ValueError("wait_ms cannot be
                      negative") before answering.
 qa_async_serial      the same model, not decoupled (its responses are returned).
+qa_async_child       the same model, decoupled, for ``qa_async_overlap`` to call.
 qa_bls_in_initialize python; ``initialize`` makes a BLS call (not caught): Triton refuses BLS
                      outside ``execute``, so the load fails. INPUT0 -> OUTPUT0 INT32 [1].
 qa_bls_in_finalize   python; identity INPUT0 -> OUTPUT0 INT32 [1]; ``finalize`` makes a BLS
@@ -128,7 +132,10 @@ class TritonPythonModel:
         if wait_ms < 0:
             raise ValueError("wait_ms cannot be negative")
         params = json.loads(request.parameters())
-        if params.get("bls"):
+        others = int(params.get("until_others", 0))
+        if params.get("bls") == "decoupled":
+            echo = await self._decoupled_child(wait_ms, others)
+        elif params.get("bls"):
             response = await pb_utils.InferenceRequest(
                 model_name="slow_identity_int32",
                 inputs=[pb_utils.Tensor("INPUT0", np.array([wait_ms], dtype=np.int32))],
@@ -140,13 +147,29 @@ class TritonPythonModel:
         else:
             await asyncio.sleep(wait_ms / 1000)
             echo = wait_ms
-        others = int(params.get("until_others", 0))
         if others:
             async with self.changed:
                 await asyncio.wait_for(
                     self.changed.wait_for(lambda: self.finished - finished_before >= others), 30
                 )
         return echo
+
+    async def _decoupled_child(self, wait_ms, others):
+        # As Triton's QA models do: await async_exec(decoupled=True), then iterate the
+        # responses without awaiting (the child answers once, with the final flag).
+        responses = await pb_utils.InferenceRequest(
+            model_name="qa_async_child",
+            inputs=[pb_utils.Tensor("WAIT_MS", np.array([wait_ms], dtype=np.int32))],
+            requested_output_names=["OUT"],
+            parameters={"until_others": others},
+        ).async_exec(decoupled=True)
+        outs = []
+        for response in responses:
+            if response.has_error():
+                raise pb_utils.TritonModelException(response.error().message())
+            if response.output_tensors():
+                outs.append(int(pb_utils.get_output_tensor_by_name(response, "OUT").as_numpy()[0]))
+        return outs[0]
 """
 
 
@@ -316,6 +339,7 @@ QA_SPECS: dict[str, _Spec] = {
     "qa_argv": _spec(_ARGV, [("INPUT0", _I32, "1")], [("ARGV", _STR, "-1"), ("TESTS", _I32, "2")]),
     "qa_async_overlap": _spec(_OVERLAP, *_OVERLAP_IO, f"{_ONE_INSTANCE}\n{_DECOUPLED}"),
     "qa_async_serial": _spec(_OVERLAP, *_OVERLAP_IO, _ONE_INSTANCE),
+    "qa_async_child": _spec(_OVERLAP, *_OVERLAP_IO, f"{_ONE_INSTANCE}\n{_DECOUPLED}"),
     "qa_bls_in_initialize": _spec(
         _BLS_OUTSIDE_EXECUTE.format(hook="initialize(self, args)"), *_IDENTITY_IO
     ),
