@@ -1,7 +1,10 @@
 """Hostile model names, ``file:`` keys and version strings over both protocols (issue 10, items
 2 and 11): nothing a client sends as a name or key reaches a path outside the server's override
-area, each is refused INVALID_ARG (HTTP 400) before anything is created, and override
-directories go away with their model.
+area, each is refused before anything is created, and override directories go away with their
+model. A bad name is INVALID_ARG (HTTP 400, Triton's ``ValidateModelName``); a bad ``file:`` key
+fails the load as Triton's repository agent fails it, INTERNAL (HTTP 500) "failed to load
+'<name>', failed to poll from model repository" (issue 23: Triton's
+``simple_grpc_model_control.py`` expects that for a file name over NAME_MAX).
 
 Triton's messages: core model_repository_manager.cc ``ValidateModelName`` (empty name, '..' or
 '/') and ``GetModelVersionFromString`` ("... (details: stol), version should be an integral
@@ -181,6 +184,10 @@ def invalid_arg(protocol: str) -> str:
     return "400" if protocol == "http" else "StatusCode.INVALID_ARGUMENT"
 
 
+def internal(protocol: str) -> str:
+    return "500" if protocol == "http" else "StatusCode.INTERNAL"
+
+
 def infer_fp32(server: ServerProcess, protocol: str, name: str) -> np.ndarray:
     c = client(protocol, server.url(protocol))
     try:
@@ -226,8 +233,20 @@ def test_traversal_name_creates_nothing_outside_the_override_area(
         "file:1//model.py",
         "file:",
         "file:./1/model.py",
+        "file:" + "A" * 256,
+        "file:1/" + "A" * 256,
     ],
-    ids=["parent", "nested", "absolute", "nul", "empty-component", "empty", "dot"],
+    ids=[
+        "parent",
+        "nested",
+        "absolute",
+        "nul",
+        "empty-component",
+        "empty",
+        "dot",
+        "long-name",
+        "long-nested-name",
+    ],
 )
 def test_bad_file_keys_refused_before_anything_is_written(
     explicit_server: ServerProcess, root: Path, tmp_path: Path, protocol: str, key: str
@@ -240,11 +259,31 @@ def test_bad_file_keys_refused_before_anything_is_written(
     with pytest.raises(Refused) as info:
         load(explicit_server, protocol, "keys", files)
 
-    assert info.value.status == invalid_arg(protocol), info.value
-    assert info.value.message.startswith("Invalid file parameter 'file:"), info.value
+    assert info.value.status == internal(protocol), info.value
+    assert info.value.message.startswith(
+        "failed to load 'keys', failed to poll from model repository: Invalid file parameter 'file:"
+    ), info.value
     assert "\x00" not in info.value.message
     assert tree(root) - before == set()
     assert not marker.exists()
+
+
+def test_oversized_file_name_fails_the_load_as_tritons_example_expects(
+    explicit_server: ServerProcess, protocol: str
+) -> None:
+    """What Triton's ``simple_grpc_model_control.py`` does: a load with ``config="{}"`` and a
+    ``file:`` name longer than NAME_MAX. Triton answers INTERNAL (HTTP 500) "failed to load
+    ..., failed to poll from model repository" and stays up; the model keeps serving."""
+    c = client(protocol, explicit_server.url(protocol))
+    try:
+        with pytest.raises(InferenceServerException) as info:
+            c.load_model("identity_fp32", config="{}", files={"file:" + "A" * 256: b"a"})
+        assert c.is_server_live()
+    finally:
+        c.close()
+    assert info.value.status() == internal(protocol), info.value
+    assert "failed to poll from model repository" in info.value.message(), info.value
+    np.testing.assert_array_equal(infer_fp32(explicit_server, protocol, "identity_fp32"), [1, 2])
 
 
 def test_file_content_must_be_bytes(explicit_server: ServerProcess, tmp_path: Path) -> None:

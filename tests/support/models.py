@@ -124,6 +124,7 @@ classify_batched     the classification extension's model with a label file: see
                      tests/support/classify_models.py.
 BLS (Python models calling other models: ``bls_*``): tests/support/bls_models.py documents them.
 Hostile models (``hostile_*``: each may only hurt itself): tests/support/hostile_models.py.
+What Triton's Python-backend QA relies on (``qa_*``): tests/support/qa_models.py documents them.
 """
 
 from __future__ import annotations
@@ -134,6 +135,7 @@ from pathlib import Path
 from .classify_models import CLASSIFY_SPECS
 from .hostile_models import HOSTILE_SPECS
 from .bls_models import BLS_SPECS
+from .qa_models import QA_SPECS
 from .sequence_models import SEQUENCE_SPECS
 
 # ----------------------------------------------------------------------------------
@@ -932,6 +934,8 @@ _SPECS[RAGGED_MODEL] = lambda name: {
 _SPECS.update(BLS_SPECS)
 # Hostile models (issue 22): tests/support/hostile_models.py documents them.
 _SPECS.update(HOSTILE_SPECS)
+# What Triton's Python-backend QA relies on: tests/support/qa_models.py documents them.
+_SPECS.update(QA_SPECS)
 
 ALL_MODELS: tuple[str, ...] = tuple(_SPECS)
 ONNX_MODELS: tuple[str, ...] = (

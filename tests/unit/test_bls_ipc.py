@@ -163,6 +163,31 @@ def test_async_exec_waits_on_the_loop_without_a_thread(pair) -> None:  # type: i
     assert mux._calls == {}
 
 
+def test_a_decoupled_async_exec_gives_its_iterator_once_the_first_response_came(pair) -> None:  # type: ignore[no-untyped-def]
+    """As Triton's: ``await async_exec(decoupled=True)`` returns with the first response
+    (iterating it then needs no wait); the rest are read as the iterator goes on."""
+    server, stub = pair
+    mux, client = _bls_client(stub)
+    request = pb_utils.InferenceRequest(model_name="child", inputs=[], requested_output_names=[])
+
+    async def first() -> tuple[int, object]:
+        call = asyncio.ensure_future(client.async_exec(request, True))
+        await asyncio.sleep(0)
+        call_id = server.recv()[1][0]
+        await asyncio.sleep(0.01)
+        assert not call.done()  # no response yet: still waiting, on the loop
+        server.send(ipc.BLS_RESPONSE, (call_id, ([], None, '{"n": 1}'), False))
+        return call_id, await asyncio.wait_for(call, 10)
+
+    call_id, responses = asyncio.run(first())
+    server.send(ipc.BLS_RESPONSE, (call_id, ([], None, '{"n": 2}'), False))
+    server.send(ipc.BLS_RESPONSE, (call_id, None, True))  # the flag-only final
+    seen = [r.parameters() for r in responses]  # type: ignore[attr-defined]
+    assert seen == ['{"n": 1}', '{"n": 2}', "{}"]
+    assert [r.parameters() for r in responses] == seen  # iterated again: the same ones
+    assert mux._calls == {}
+
+
 def test_a_cancelled_async_exec_drops_the_answers_still_to_come(pair) -> None:  # type: ignore[no-untyped-def]
     server, stub = pair
     mux, client = _bls_client(stub)

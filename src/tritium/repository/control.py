@@ -78,7 +78,6 @@ class ModelControl:
             raise unavailable(NOT_EXPLICIT)
         check_model_name(name)  # before the name or a key comes near a path
         for key, content in (files or {}).items():
-            check_override_key(key)
             if not isinstance(content, bytes):
                 raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
         try:
@@ -97,6 +96,8 @@ class ModelControl:
     def _resolve(
         self, name: str, config_json: str | None, files: dict[str, bytes] | None
     ) -> tuple[list[ModelLocation], ModelConfig | None]:
+        for key in files or ():  # before a key comes near a path; Triton's repository agent
+            check_override_key(key)  # refuses a bad one in its poll: INTERNAL, as below
         if files and config_json is None:
             raise invalid_arg("the 'config' parameter is required with 'file:' overrides")
         override = None

@@ -13,7 +13,7 @@ from typing import Any
 from google.protobuf import json_format
 
 from ...errors import internal, invalid_arg
-from ...config.model_config import ModelConfig, config_to_json
+from ...config.model_config import ModelConfig, config_to_json, mc
 from ...config.spec import ModelSpec
 from ..base import LoadContext, ModelInstance
 from ..ragged import warn_batch_io
@@ -125,7 +125,7 @@ class PythonBackend:
     async def _init(self, ctx: LoadContext, spec: ModelSpec, stub: StubProcess, path: Any) -> None:
         args = {
             "model_config": json.dumps(spec.config_json),
-            "model_instance_kind": "CPU",
+            "model_instance_kind": instance_kind(spec, stub.name),
             "model_instance_name": stub.name,
             "model_instance_device_id": "0",
             "model_repository": str(ctx.model_dir),
@@ -135,6 +135,16 @@ class PythonBackend:
         levels = self._observability.log_levels.current  # later changes: LOG_LEVELS frames
         body = {"path": str(path), "args": args, "log_levels": levels}
         await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
+
+
+def instance_kind(spec: ModelSpec, name: str) -> str:
+    """``args['model_instance_kind']`` of instance ``name``: its group's kind as Triton names
+    it (TRITONSERVER_InstanceGroupKindString), "CPU" or "MODEL" here (KIND_AUTO became
+    KIND_CPU in the spec, and KIND_GPU fails the load: no GPU)."""
+    for group in spec.config.instance_group:
+        if name in (f"{group.name}_{i}" for i in range(group.count)):
+            return str(mc.ModelInstanceGroup.Kind.Name(group.kind)).removeprefix("KIND_")
+    return "CPU"
 
 
 def execution_timeout(spec: ModelSpec) -> float | None:

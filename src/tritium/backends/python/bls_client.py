@@ -199,7 +199,7 @@ class BlsClient:
         self._mux = mux
         self._send = send
         self.segments = segments
-        self._instance = instance_name
+        self.instance = instance_name  # for its messages (the stub sets it again at INIT)
         self._ids = itertools.count(1)
         self._watching: dict[asyncio.AbstractEventLoop, int] = {}  # loop → its async calls
         self._watch_lock = threading.Lock()
@@ -284,15 +284,16 @@ class BlsClient:
             return started  # an error response, or a decoupled call's iterator
         return self._single(*started)
 
-    def _begin(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+    def _begin(self, request: pb_utils.InferenceRequest, decoupled: bool, wait: bool = True) -> Any:
         """Send the request: (call id, call) to wait on; for a decoupled call its
-        ``ResponseIterator``; an error response if the inputs could not be sent."""
+        ``ResponseIterator`` (unless ``wait`` is False: the caller waits for the first
+        response itself); an error response if the inputs could not be sent."""
         try:
             call_id, call = self.start(request, decoupled)
         except _InputsFailed as exc:
             response = _error(str(exc))
             return ResponseIterator(self, 0, None, response) if decoupled else response
-        if decoupled:
+        if decoupled and wait:
             return ResponseIterator(self, call_id, call)
         return call_id, call
 
@@ -306,22 +307,23 @@ class BlsClient:
         return _single_answer(last)
 
     async def async_exec(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """Sent at once; awaited on the running loop (no thread), so many run at once."""
-        started = self._begin(request, decoupled)
+        """Sent at once; awaited on the running loop (no thread), so many run at once. A
+        decoupled call gives its ``ResponseIterator`` once the first response came, as
+        Triton's (its ``Exec`` returns with the first response): a model that then iterates
+        a child that answers once does not hold the loop."""
+        started = self._begin(request, decoupled, wait=False)
         if not isinstance(started, tuple):
             return started
         call_id, call = started
         loop = asyncio.get_running_loop()
         self._watch(loop)
         try:
+            if decoupled:
+                response, final = await self._next_async(loop, call_id, call)
+                return ResponseIterator(self, call_id, None if final else call, response, True)
             last = None
             while not call.done:
-                try:
-                    frame = await self._next_frame(loop, call_id, call)
-                except EOFError:
-                    response, _ = self._gone(call)
-                else:
-                    response, _ = self._answered(call, frame)
+                response, _ = await self._next_async(loop, call_id, call)
                 if response is not None:
                     last = response
             return _single_answer(last)
@@ -330,6 +332,16 @@ class BlsClient:
             raise
         finally:
             self._unwatch(loop)
+
+    async def _next_async(
+        self, loop: asyncio.AbstractEventLoop, call_id: int, call: _Call
+    ) -> tuple[Any, bool]:
+        """``next_response`` awaited on ``loop``."""
+        try:
+            frame = await self._next_frame(loop, call_id, call)
+        except EOFError:
+            return self._gone(call)
+        return self._answered(call, frame)
 
     async def _next_frame(
         self, loop: asyncio.AbstractEventLoop, call_id: int, call: _Call
@@ -370,13 +382,13 @@ class BlsClient:
         except ipc.FrameTooLarge as exc:
             self._mux.forget(call_id)
             raise pb_utils.TritonModelException(
-                f"Failed to process the request for model '{self._instance}', message: {exc}"
+                f"Failed to process the request for model '{self.instance}', message: {exc}"
             ) from None
         _, body, _ = self._mux.next_answer(call_id, call)
         ok, value = body[1]
         if not ok:
             raise pb_utils.TritonModelException(
-                f"Failed to process the request for model '{self._instance}', message: {value}"
+                f"Failed to process the request for model '{self.instance}', message: {value}"
             )
         return value
 
@@ -387,10 +399,19 @@ class ResponseIterator:
     again after the end replays them. ``cancel()`` cancels the child request."""
 
     def __init__(
-        self, client: BlsClient, call_id: int, call: _Call | None, only: Any = None
+        self,
+        client: BlsClient,
+        call_id: int,
+        call: _Call | None,
+        first: Any = None,
+        has_first: bool = False,
     ) -> None:
+        """``call`` None: no more responses come. ``first`` (``has_first``, or when not
+        None): a response that already came (None: a flag-only final)."""
         self._client, self._id, self._call = client, call_id, call
-        self._seen: list[Any] = [] if only is None else [only]
+        self._seen: list[Any] = []
+        if has_first or first is not None:
+            self._seen.append(pb_utils.InferenceResponse() if first is None else first)
         self._index = 0
         self._finished = call is None
 
@@ -400,19 +421,19 @@ class ResponseIterator:
         return self
 
     def __next__(self) -> Any:
+        if self._index < len(self._seen):  # one that came already (or a replay)
+            self._index += 1
+            return self._seen[self._index - 1]
         if self._finished:
-            if self._index < len(self._seen):
-                self._index += 1
-                return self._seen[self._index - 1]
             raise StopIteration
         assert self._call is not None
         response, final = self._client.next_response(self._id, self._call)
         if response is None:
             response = pb_utils.InferenceResponse()  # the flag-only final, as Triton gives it
         self._seen.append(response)
+        self._index = len(self._seen)
         if final:
             self._finished = True
-            self._index = len(self._seen)
         return response
 
     def cancel(self) -> None:

@@ -260,11 +260,8 @@ class PythonInstance:
         arrived = time.perf_counter_ns()
         infer_ns = arrived - self._sent_ns
         self._sent_ns = arrived  # the next execution of a group ran after this one
-        if error is not None:
-            failure = internal(
-                f"Failed to process the request(s) for model instance '{self.name}', "
-                f"message: {error}"
-            )
+        if error is not None:  # the stub's text, as Triton's stub words (and logs) it
+            failure = internal(error)
             self._answer_unfinished(
                 requests, finished, lambda r: send_error(r, self._version, failure)
             )

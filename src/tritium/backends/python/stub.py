@@ -11,7 +11,6 @@ a closed socket (the server went away) ends it too. The model's own children die
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import importlib.util
 import inspect
@@ -31,6 +30,7 @@ from ...types import DataType
 from . import bls_client, ipc, shm_tensors
 from . import pb_metrics, pb_utils, stub_group
 from .stub_failure import describe
+from .stub_loop import StubLoop
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
 
@@ -45,11 +45,11 @@ class Stub:
         segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
         self._segments = segments  # large outputs go to the server through them too
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
-        self._name = name
+        self._name = name  # the instance's name (INIT says it again: Triton's messages)
         pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = StubLoop()  # coroutines of the model (stub_loop)
         self._execute_is_async = False
         self._decoupled = False
         self._output_names: list[str] = []
@@ -103,6 +103,7 @@ class Stub:
         self._decoupled = bool(config.get("model_transaction_policy", {}).get("decoupled"))
         self._output_names = [o["name"] for o in config.get("output", [])]
         self._model_name = body["args"]["model_name"]
+        self._name = self._bls.instance = body["args"]["model_instance_name"]
         self._model_version = int(body["args"]["model_version"])
         self._model = self._model_cls()
         execute = getattr(self._model, "execute", None)
@@ -115,13 +116,16 @@ class Stub:
         self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
 
     def _run(self, awaitable: Any) -> Any:
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(awaitable)
+        return self._loop.run(awaitable)
 
     # -- execution ---------------------------------------------------------------------------
     def _make_request(
-        self, batch_id: int, index: int, wire: ipc.RequestWire, buffers: ipc.Buffers
+        self,
+        batch_id: int,
+        index: int,
+        wire: ipc.RequestWire,
+        buffers: ipc.Buffers,
+        finished: list[bool],
     ) -> pb_utils.InferenceRequest:
         request_id, correlation_id, flags, timeout_us, inputs, outputs, params = wire
         tensors = [
@@ -133,6 +137,7 @@ class Stub:
         def send(response: Any, flags: int) -> None:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if final:
+                finished[index] = True
                 self._cancelled.discard(key)
             out = shm_tensors.FrameTensors(self._segments)
             try:
@@ -188,15 +193,21 @@ class Stub:
         """One ``execute`` call of the model; returns its EXEC_DONE entry (output tensors
         queued on ``out``)."""
         parent = bls_client.current_batch.set(batch_id)  # the parent of BLS calls it makes
+        finished = [False] * len(wires)  # which requests had their final response
         try:
-            requests = [self._make_request(batch_id, i, w, buffers) for i, w in enumerate(wires)]
+            requests = [
+                self._make_request(batch_id, i, w, buffers, finished) for i, w in enumerate(wires)
+            ]
             result = self._model.execute(requests)
             if self._execute_is_async or (
                 type(result) is not list and result is not None and inspect.isawaitable(result)
             ):
+                if self._decoupled:  # answered through its senders: runs on, in the background
+                    self._loop.start(self._background(batch_id, result, finished))
+                    return (batch_id, None, None)
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
-            return (batch_id, f"{type(exc).__name__}: {exc}", None)
+            return self._failed(batch_id, describe(exc).reason)
         finally:
             bls_client.current_batch.reset(parent)
         if self._decoupled or result is None:  # answered (or answering) through senders
@@ -207,14 +218,40 @@ class Stub:
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                 f"and InferenceResponse(s) size is:{len(result)}"
             )
-            return (batch_id, message, None)
+            return self._failed(batch_id, message)
         mark = out.mark()
         try:
             wired = [None if r is None else self._wire_response(r, out) for r in result]
         except Exception as exc:
             out.rollback(mark)
-            return (batch_id, f"{type(exc).__name__}: {exc}", None)
+            return self._failed(batch_id, f"{type(exc).__name__}: {exc}")
         return (batch_id, None, wired)
+
+    def _failed(self, batch_id: int, detail: str) -> ipc.ExecDone:
+        """``execute`` failed: Triton's stub logs it as an error and every request of the
+        execution gets it (pb_stub.cc ProcessRequests)."""
+        message = self._execute_failure(detail)
+        self._outbox.log("ERROR", message, _here())
+        return (batch_id, message, None)
+
+    def _execute_failure(self, detail: str) -> str:
+        return f"Failed to process the request(s) for model '{self._name}', message: {detail}"
+
+    async def _background(self, batch_id: int, execution: Any, finished: list[bool]) -> None:
+        """A decoupled model's ``async def execute``, run concurrently with the next ones.
+        If it raises, its requests still waiting for a final response get the error."""
+        bls_client.current_batch.set(batch_id)  # this task's own context
+        try:
+            await execution
+        except Exception as exc:  # Triton logs the traceback (Stub::BackgroundFutureDone)
+            failure = describe(exc)
+            self._outbox.log("ERROR", failure.traceback, _here())
+            payload = (None, self._execute_failure(failure.reason), pb_utils.TritonError.INTERNAL)
+            for index, done in enumerate(finished):
+                if not done:
+                    finished[index] = True
+                    self._cancelled.discard((batch_id, index))
+                    self.send(ipc.RESPONSE, (batch_id, index, payload, True))
 
     def execute_all(
         self, executions: list[tuple[int, list[ipc.RequestWire]]], buffers: ipc.Buffers
@@ -242,10 +279,15 @@ class Stub:
     def finalize(self) -> None:
         self._bls.enabled = False  # Triton: no BLS while finalizing
         hook = getattr(self._model, "finalize", None)
-        if hook is not None:
-            result = hook()
-            if inspect.isawaitable(result):
-                self._run(result)
+        try:
+            if hook is not None:
+                result = hook()
+                if inspect.isawaitable(result):
+                    self._run(result)
+        except Exception as exc:  # Triton logs it (at INFO) and goes on finalizing
+            self._outbox.log("INFO", describe(exc).reason, _here())
+        finally:
+            self._loop.stop()
 
     # -- main loop ---------------------------------------------------------------------------
     def serve(self) -> bool:
@@ -278,7 +320,6 @@ class Stub:
             self.send(ipc.REPLY, reply)
             if kind == ipc.FINALIZE:
                 return True
-
 
     def _failure(self, kind: int, body: Any, exc: Exception) -> str:
         """The reply's error text. The model failed to load (``import``,
@@ -315,6 +356,11 @@ _TYPE_CODE = {
     for t in DataType
 }
 _INTERNAL = pb_utils.TritonError.INTERNAL
+
+
+def _here() -> str:
+    """``stub.py:<line>`` of the caller: where a log record of the stub's own comes from."""
+    return f"{Path(__file__).name}:{sys._getframe(1).f_lineno}"
 
 
 def _never() -> bool:
@@ -370,6 +416,9 @@ def main() -> None:
     sys.modules["triton_python_backend_utils"] = pb_utils
     server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
     name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    # The model sees the argv of Triton's embedded interpreter, not the stub's command line
+    # (``unittest.main()`` and ``argparse`` read it; ``ps`` still shows the command line).
+    sys.argv = [""]
     stub = Stub(ipc.BlockingChannel(sock), server_pid, name)
     stub.observe()
     if not stub.serve():

@@ -1,30 +1,41 @@
-"""How a Python model's failure to load reads: Triton's shape (python_backend's stub reports
+"""How an exception of a Python model reads: Triton's shape (python_backend's stub reports
 pybind11's ``error_already_set::what()``), and the traceback the log gets.
 
-``describe`` turns an exception raised while importing ``model.py``, in ``auto_complete_config``
-or in ``initialize`` into:
+``describe`` turns an exception raised while importing ``model.py``, in ``auto_complete_config``,
+``initialize``, ``execute`` or ``finalize`` into:
 
-- ``reason``: the model's UNAVAILABLE reason, ``<Type>: <message>`` and then, as pybind11
-  writes it, ``\\n\\nAt:\\n`` and one ``  <file>(<line>): <function>`` per frame, innermost
-  first (at most ``MAX_FRAMES``); a SyntaxError's own line comes first, as ``<module>``;
+- ``reason``: the model's UNAVAILABLE reason (or the error of the requests of an ``execute``),
+  ``<Type>: <message>`` (the class's own name, as pybind11 names it; ``<EMPTY MESSAGE>`` for
+  none) and then, as pybind11 writes it, ``\\n\\nAt:\\n`` and one
+  ``  <file>(<line>): <function>`` per frame, innermost first (at most ``MAX_FRAMES``); a
+  SyntaxError's own line comes first, as ``<module>``;
 - ``traceback``: Python's own traceback text, for the log;
 - ``where``: ``<file>:<line>`` of the innermost frame in the model's file (for a SyntaxError, the
   offending line), else of the innermost frame shown: the log record's source location.
 
-Frames of the server's own machinery (up to tritium's last frame before the first frame of the
-code it called) and of ``<frozen importlib...>`` are left out, as CPython leaves
-import machinery out of an ``import`` statement's traceback. Standard library only: the stub
-imports it.
+Frames of the server's own machinery are left out: the leading ones (the stub's call of the
+model, and the event loop and future that carried an exception of a coroutine across threads),
+tritium's anywhere (``pb_utils``, BLS: Triton has them in C++), and ``<frozen importlib...>``,
+as CPython leaves import machinery out of an ``import`` statement's traceback. Standard library
+only: the stub imports it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import os
 import traceback as _traceback
 from dataclasses import dataclass
 from pathlib import Path
 
 MAX_FRAMES = 30
 _OWN = str(Path(__file__).resolve().parents[2]) + "/"  # the tritium package
+_CARRIERS = tuple(
+    str(Path(m.__file__).resolve().parent) + os.sep
+    for m in (asyncio, concurrent.futures)
+    if m.__file__
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,10 +47,7 @@ class Failure:
 
 def describe(exc: BaseException, model_file: str = "") -> Failure:
     innermost = list(reversed(_model_frames(_traceback.extract_tb(exc.__traceback__))))
-    if isinstance(exc, SyntaxError):
-        head = f"{type(exc).__name__}: {exc}"  # one line: "<msg> (model.py, line N)"
-    else:
-        head = "".join(_traceback.format_exception_only(type(exc), exc)).strip()
+    head = f"{type(exc).__name__}: {_message(exc)}"  # a SyntaxError: "<msg> (model.py, line N)"
     lines = _at_lines(exc, innermost)
     reason = head + "\n\nAt:\n" + "\n".join(lines) if lines else head
     return Failure(reason, _traceback_text(exc), _where(exc, innermost, model_file))
@@ -54,15 +62,28 @@ def _at_lines(exc: BaseException, innermost: list[_traceback.FrameSummary]) -> l
     return lines
 
 
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc) or "<EMPTY MESSAGE>"
+    except Exception:  # the model's __str__ raised
+        return "<MESSAGE UNAVAILABLE DUE TO ANOTHER EXCEPTION>"
+
+
 def _model_frames(stack: _traceback.StackSummary) -> list[_traceback.FrameSummary]:
-    """The frames from where tritium called into other code on, without import machinery."""
+    """The frames from where tritium called into other code on (the event loop and the
+    future between tritium's frames are its own), without tritium's own frames further in
+    and import machinery."""
     frames, start, called = list(stack), 0, False
     for index, frame in enumerate(frames):
-        if frame.filename.startswith(_OWN):
+        if _ours(frame):
             start, called = index + 1, True
-        elif called and not _frozen(frame):
+        elif called and not _frozen(frame) and not frame.filename.startswith(_CARRIERS):
             break  # the first frame of the code tritium called
-    return [f for f in frames[start:] if not _frozen(f)]
+    return [f for f in frames[start:] if not _frozen(f) and not _ours(f)]
+
+
+def _ours(frame: _traceback.FrameSummary) -> bool:
+    return frame.filename.startswith(_OWN)
 
 
 def _frozen(frame: _traceback.FrameSummary) -> bool:
