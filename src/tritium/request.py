@@ -302,6 +302,10 @@ class ResponseSender:
         if request.classify is not None and response is not None and response.error is None:
             _classify(request.classify, response)
         self.callback(response, final)
+        if final:
+            # The request and its sender refer to each other: a response kept here would
+            # live (outputs and all) until the cyclic garbage collector runs.
+            self.last = None
 
 
 def _first_response(request: InferenceRequest) -> None:
