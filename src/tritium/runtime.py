@@ -12,6 +12,7 @@ import ssl
 from dataclasses import replace
 
 from .access.policy import AccessControl, build_access
+from .frontends.accept import Connections
 from .frontends.grpc.listener import GrpcListener
 from .frontends.grpc.tls import server_ssl_context
 from .frontends.http.app import HttpApp
@@ -135,23 +136,27 @@ async def _serve(
     access: AccessControl,
     bound: dict[str, list[socket.socket]],
 ) -> tuple[list[HttpListener], GrpcListener | None, dict[str, int]]:
-    """Start accepting on every bound front-end (``tls``: HTTP's and gRPC's); the ports."""
+    """Start accepting on every bound front-end (``tls``: HTTP's and gRPC's); the ports. The
+    listeners share one set of live connections: out of descriptors, any of them closes the
+    connections idle longest of all (frontends/accept.py)."""
     http_tls, grpc_tls = tls
+    pool = Connections()
     where = endpoints(options)
     ports = {name: bound_port(socks) for name, socks in bound.items()}
     listeners: list[HttpListener] = []
     if "http" in bound:
         limits = HttpLimits.from_options(options)
-        listeners.append(serve_http(bound["http"], HttpApp(server, access), limits, http_tls))
+        app = HttpApp(server, access)
+        listeners.append(serve_http(bound["http"], app, limits, http_tls, pool))
         scheme = "HTTPS" if http_tls is not None else "HTTP"
         log.info("Started %sService at %s:%d", scheme, where["http"].address, ports["http"])
     if "metrics" in bound:
         limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
-        listeners.append(serve_http(bound["metrics"], MetricsApp(server), limits))
+        listeners.append(serve_http(bound["metrics"], MetricsApp(server), limits, None, pool))
         log.info("Started Metrics Service at %s:%d", where["metrics"].address, ports["metrics"])
     grpc_server: GrpcListener | None = None
     if "grpc" in bound:
-        grpc_server = GrpcListener(server, access)
+        grpc_server = GrpcListener(server, access, pool)
         await grpc_server.serve(bound["grpc"], grpc_tls)
         log.info("Started GRPCInferenceService at %s:%d", where["grpc"].address, ports["grpc"])
     return listeners, grpc_server, ports

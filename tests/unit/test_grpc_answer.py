@@ -14,6 +14,8 @@ import h2.events
 
 from tests.support.grpc_memory import MemoryTransport
 
+from tritium.frontends.accept import Connections
+from tritium.frontends.grpc.bounds import ConnectionLimits
 from tritium.frontends.grpc.call import ServerCall
 from tritium.frontends.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
@@ -48,6 +50,8 @@ class _Listener:
         method = Method(Kind.UNARY, _unused, lambda b: b, fast=_echo)
         self.dispatch = Dispatcher({PATH: method}, self.options, None)
         self.connections: set[GrpcConnection] = set()
+        self.limits = ConnectionLimits.from_options(self.options)
+        self.pool = Connections()
 
     def connection_closed(self) -> None:
         pass

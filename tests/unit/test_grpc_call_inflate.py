@@ -21,6 +21,7 @@ class _Conn:
 
     def __init__(self) -> None:
         self.given_back = 0
+        self.input_held = 0  # request bytes the calls hold (frontends/grpc/bounds.py)
 
     def acknowledge(self, sid: int, size: int) -> None:
         self.given_back += size

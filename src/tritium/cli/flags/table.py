@@ -431,6 +431,34 @@ FLAGS: tuple[Flag, ...] = (
          Into("grpc.stream_inflight", lambda limit: max(1, limit)),
          "tritium: requests in flight per ModelStreamInfer stream; more are not read until "
          "responses are written (back-pressure)"),
+    _own("grpc-preface-timeout-secs", "GRPC", _F,
+         "seconds from accept for the TLS handshake and the HTTP/2 preface",
+         "grpc.preface_timeout_secs",
+         "tritium: seconds from accept for a gRPC client's TLS handshake and HTTP/2 preface; "
+         "a connection still silent then is closed", parse=positive(float)),
+    _own("grpc-idle-timeout-secs", "GRPC", _F,
+         "seconds a connection with no open stream stays open (then GOAWAY)",
+         "grpc.idle_timeout_secs",
+         "tritium: seconds a gRPC connection with no open stream stays open (then GOAWAY; "
+         "pings do not count as activity)", parse=positive(float)),
+    _own("grpc-stall-timeout-secs", "GRPC", _F,
+         "a stream whose client sends or reads nothing of a message for this long is reset",
+         "grpc.stall_timeout_secs",
+         "tritium: a gRPC stream whose client sends nothing of a message it began (having "
+         "window to), or reads nothing of a response waiting for its window, this long is "
+         "reset", parse=positive(float)),
+    _own("grpc-connection-input-bytes", "GRPC", _I,
+         "bytes of unfinished request messages a connection may hold",
+         "grpc.connection_input_bytes",
+         "tritium: bytes of unfinished request messages one gRPC connection may hold "
+         "(default 256 MiB); past it its newest calls holding some end RESOURCE_EXHAUSTED "
+         "(the oldest always goes on)", parse=positive(int)),
+    _own("grpc-connection-output-bytes", "GRPC", _I,
+         "bytes of responses a connection may hold for a client that does not read",
+         "grpc.connection_output_bytes",
+         "tritium: bytes of responses one gRPC connection may hold waiting for the client to "
+         "read them (default 256 MiB); at it, new calls and responses that would wait end "
+         "RESOURCE_EXHAUSTED", parse=positive(int)),
     _own("http-max-header-size", "HTTP", _I, "bytes of request headers (431)",
          "http.max_header_size", parse=positive(int)),
     _own("http-max-url-length", "HTTP", _I, "bytes of a request URL (414)",

@@ -15,6 +15,7 @@ bound, so a client that stops reading stops a streaming handler.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,9 @@ class Deferred:
         self._data = data
         self._encoding = encoding
         self._limit = limit
+
+    def __len__(self) -> int:
+        return len(self._data)  # what it holds until inflated
 
     async def inflate(self) -> bytes:
         """On a worker thread (zlib lets the GIL go), bounded by the max receive size."""
@@ -85,6 +89,10 @@ class ServerCall:
         "rpc",
         "guard",
         "consumer",
+        "held",
+        "_inbox_bytes",
+        "progress",
+        "_mark",
     )
 
     def __init__(
@@ -126,6 +134,11 @@ class ServerCall:
         # takes a message as it completes, inside data_received (no task hop), or says no
         # (False: it waits in the inbox for ``read``)
         self.consumer: Callable[[bytes], bool] | None = None
+        # request bytes received and not yet taken (counted in the connection's input_held)
+        self.held = 0
+        self._inbox_bytes = 0
+        self.progress = time.monotonic()  # the client last sent, or read, something of it
+        self._mark = 0  # pending_bytes when progress was last looked at
 
     @property
     def peer(self) -> str:
@@ -167,11 +180,32 @@ class ServerCall:
             consumer = self.consumer
             if consumer is None or self._inbox or isinstance(body, Deferred) or not consumer(body):
                 self._inbox.append((body, start))
+                self._inbox_bytes += len(body)
         if not self._inbox or self._waiter is not None:
             self._give_back(self._received)  # the handler keeps up: nothing waits
         elif self._padding:
             self._give_back(self._acked)
+        self.progress = time.monotonic()
+        self._count()
         self._wake()
+
+    def _count(self) -> None:
+        """The bytes this call holds, into the connection's count (bounds.py)."""
+        held = len(self._buffer) + self._inbox_bytes
+        self._conn.input_held += held - self.held
+        self.held = held
+
+    def release(self) -> None:
+        """The call is over: drop the request bytes it holds, and give their window back
+        (only the connection's, once the stream is closed)."""
+        if self.held or self._inbox:
+            self._buffer = bytearray()
+            self._inbox.clear()
+            self._inbox_bytes = 0
+            self._need = -1
+            self._count()
+        if self._received > self._acked or self._padding:
+            self._give_back(self._received)
 
     def _prefix(self, buffer: bytearray) -> int:
         """The next message's length from its prefix, checked against the bound."""
@@ -234,6 +268,8 @@ class ServerCall:
         if not self._inbox:
             return None
         message, end = self._inbox.popleft()
+        self._inbox_bytes -= len(message)
+        self._count()
         self._give_back(end if self._inbox else self._received)
         return message
 
@@ -280,7 +316,8 @@ class ServerCall:
         """One response message of a streaming call."""
         if not self.done:
             head, body = self.frame(payload)
-            self._conn.send_message(self, head, body)
+            if self._conn.admit_output(self, len(head) + len(body)):
+                self._conn.send_message(self, head, body)
 
     def answer(self, payload: bytes) -> None:
         """The one response of a unary call and its OK status."""
@@ -289,8 +326,9 @@ class ServerCall:
         head, body = self.frame(payload)
         if len(body) < _ONE_FRAME and self._conn.answer(self, head + body):
             return
-        self._conn.send_message(self, head, body)
-        self.finish()
+        if self._conn.admit_output(self, len(head) + len(body)):
+            self._conn.send_message(self, head, body)
+            self.finish()
 
     async def drain(self) -> None:
         """Waits while more than ``HIGH_WATER`` bytes wait for the peer's window."""
@@ -299,7 +337,10 @@ class ServerCall:
             await self._drained
 
     def writable(self) -> None:
-        """Called by the connection when pending bytes went out."""
+        """Called by the connection when pending bytes may have gone out."""
+        if self.pending_bytes != self._mark:  # some did: the client reads
+            self._mark = self.pending_bytes
+            self.progress = time.monotonic()
         drained = self._drained
         if drained is not None and self.pending_bytes <= HIGH_WATER:
             self._drained = None
@@ -308,8 +349,12 @@ class ServerCall:
 
     def keep(self, view: memoryview) -> None:
         """Response bytes to send when the peer's window opens."""
+        if not self.pending:  # the stall clock (bounds.py) runs from the first byte kept
+            self.progress = time.monotonic()
+            self._conn.watch_stall()
         self.pending.append(view)
         self.pending_bytes += len(view)
+        self._mark = self.pending_bytes
 
     def finish(self, code: StatusCode = StatusCode.OK, message: str = "") -> None:
         """Ends the call with its status (trailers; Trailers-Only before any message)."""
@@ -321,6 +366,7 @@ class ServerCall:
         """The client reset the stream, the deadline passed, or the connection went away:
         wake every waiter and cancel the work (once)."""
         self.done = True
+        self.release()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

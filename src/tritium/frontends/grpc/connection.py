@@ -14,6 +14,8 @@ loop, calls dispatched to the service's handlers.
   between data frames).
 - Draining: GOAWAY (``--grpc-max-connection-age``, server shutdown) lets in-flight calls end,
   refuses new streams, and closes once they are done or the grace is over.
+- Bounds (``bounds.py``): the preface and idle timeouts, the bytes of requests held and of
+  responses waiting for the peer, stalled streams.
 - A protocol error ends this connection with its HTTP/2 error code; nothing else is touched.
 """
 
@@ -34,6 +36,7 @@ from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
+from .bounds import Bounds
 from .call import ServerCall
 from .frames import FrameSizeGuard
 from .h2_server import ServerConnection
@@ -64,7 +67,7 @@ _H2_CONFIG = h2.config.H2Configuration(
 )
 
 
-class GrpcConnection(Outbound, asyncio.Protocol):
+class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
     def __init__(self, listener: GrpcListener) -> None:
         self._listener = listener
         self.max_receive = listener.max_receive
@@ -85,6 +88,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
         self._frames = FrameSizeGuard(MAX_FRAME, 2 * MAX_HEADER_LIST)
+        self._init_bounds(listener.limits, listener.pool)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -120,6 +124,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         if options.grpc.max_connection_age_ms > 0:
             self._age = loop.call_later(options.grpc.max_connection_age_ms / 1000, self._aged)
         self._listener.connections.add(self)
+        self._start_bounds()
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -154,6 +159,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         for timer in (self._keepalive, self._ping_timeout, self._age):
             if timer is not None:
                 timer.cancel()
+        self._stop_bounds()
         calls = list(self.calls.values())
         self.calls.clear()
         self._blocked.clear()
@@ -177,6 +183,9 @@ class GrpcConnection(Outbound, asyncio.Protocol):
             self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
             return
         self._last_stream = max(self._last_stream, sid)
+        if self._blocked and self.output_full():
+            self.refuse_busy(sid)
+            return
         self._listener.dispatch.start(self, sid, event.headers or [])  # END_STREAM: its event
 
     def open_call(
@@ -184,6 +193,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
     ) -> ServerCall:
         call = ServerCall(self, sid, method, metadata, encoding)
         self.calls[sid] = call
+        self.watch_stall()
         return call
 
     def refuse(self, sid: int, status: int) -> None:
@@ -213,6 +223,8 @@ class GrpcConnection(Outbound, asyncio.Protocol):
             self.finish_call(call, exc.code, exc.message)
             call.cancelled()
             return
+        if not self.check_input(call):
+            return  # ended by the connection's input bound
         if event.stream_ended:
             self._ended_input(call)
 
@@ -237,6 +249,7 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self._write_blocked(event.stream_id)
 
     def _settings(self, event: h2.events.RemoteSettingsChanged) -> None:
+        self._preface_done()
         self._write_blocked()
 
     def _ping(self, event: h2.events.PingReceived) -> None:
@@ -304,8 +317,12 @@ class GrpcConnection(Outbound, asyncio.Protocol):
         self._maybe_close()
 
     def _maybe_close(self) -> None:
-        if self._draining and not self.calls and not self._closed:
+        if self.calls or self._closed:
+            return
+        if self._draining:
             self._close(ErrorCodes.NO_ERROR)
+        else:
+            self._went_idle()
 
     def _close(self, code: int, debug: bytes = b"") -> None:
         if self._closed:
@@ -327,7 +344,10 @@ class GrpcConnection(Outbound, asyncio.Protocol):
             # sending is read and dropped for a moment, so that closing on unread bytes
             # (a TCP reset) does not destroy the GOAWAY before the peer reads it.
             transport.write_eof()
-            asyncio.get_running_loop().call_later(_LINGER_SECS, transport.close)
+            loop = asyncio.get_running_loop()
+            loop.call_later(_LINGER_SECS, transport.close)
+            # a peer that reads nothing would keep the socket until its buffer is written
+            loop.call_later(self._limits.stall_timeout, transport.abort)
         else:
             transport.close()
 

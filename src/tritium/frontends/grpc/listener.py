@@ -1,5 +1,7 @@
-"""The gRPC listening socket: one ``GrpcConnection`` per client, TLS when asked, and the
-graceful stop (GOAWAY to every connection, in-flight calls complete, then close)."""
+"""The gRPC listening socket: one ``GrpcConnection`` per client, TLS when asked, accepted by
+the front-ends' one accept policy (``frontends/accept.py``: out of descriptors, accepting
+pauses and the connections idle longest, of every listener, are closed), and the graceful
+stop (GOAWAY to every connection, in-flight calls complete, then close)."""
 
 from __future__ import annotations
 
@@ -10,26 +12,37 @@ import ssl
 from ...access.policy import AccessControl
 from ...options import ServerOptions
 from ...server import InferenceServer
+from ..accept import Acceptor, Connections
+from ..sockets import Endpoint, bind, bound_port
+from .bounds import ConnectionLimits
 from .connection import GrpcConnection
 from .dispatch import Dispatcher
 from .guard import RpcGuard
 from .service import method_table
-from ..sockets import BACKLOG, Endpoint, bind, bound_port
 
 DEFAULT_MAX_STREAMS = 1024  # --grpc-max-concurrent-streams 0: tritium's bound per connection
 
 
 class GrpcListener:
-    def __init__(self, server: InferenceServer, access: AccessControl | None) -> None:
+    """``pool``: the server's live connections of every listener (a new one by default)."""
+
+    def __init__(
+        self,
+        server: InferenceServer,
+        access: AccessControl | None,
+        pool: Connections | None = None,
+    ) -> None:
         options = server.options
         self.options: ServerOptions = options
         self.max_receive = options.http.max_input_size
         self.max_send = options.grpc.max_send_message_size
         self.max_streams = options.grpc.max_concurrent_streams or DEFAULT_MAX_STREAMS
+        self.limits = ConnectionLimits.from_options(options)
+        self.pool = pool if pool is not None else Connections()
         guard = RpcGuard(access) if access is not None and access.guards_grpc else None
         self.dispatch = Dispatcher(method_table(server), options, guard)
         self.connections: set[GrpcConnection] = set()
-        self._servers: list[asyncio.Server] = []
+        self._acceptor: Acceptor | None = None
         self._idle: asyncio.Event | None = None
 
     async def listen(self, host: str, port: int, tls: ssl.SSLContext | None) -> int:
@@ -39,14 +52,16 @@ class GrpcListener:
 
     async def serve(self, socks: list[socket.socket], tls: ssl.SSLContext | None) -> int:
         """Start accepting on sockets already listening (``frontends/sockets.py:bind``); the
-        port."""
-        loop = asyncio.get_running_loop()
-        for sock in socks:
-            self._servers.append(
-                await loop.create_server(
-                    lambda: GrpcConnection(self), sock=sock, ssl=tls, backlog=BACKLOG
-                )
-            )
+        port. The TLS handshake counts in the preface time."""
+        self._acceptor = Acceptor(
+            socks,
+            lambda: GrpcConnection(self),
+            self.pool,
+            "gRPC",
+            tls,
+            self.limits.preface_timeout,
+        )
+        self._acceptor.start()
         return bound_port(socks)
 
     def connection_closed(self) -> None:
@@ -55,8 +70,8 @@ class GrpcListener:
 
     def drain(self) -> None:
         """Stop accepting, and GOAWAY to every client: calls in flight go on."""
-        for listening in self._servers:
-            listening.close()
+        if self._acceptor is not None:
+            self._acceptor.close()
         for conn in list(self.connections):
             conn.drain(None)
 

@@ -135,6 +135,7 @@ class Outbound:
         self._pings.sent_data()
         self.calls.pop(call.stream_id, None)
         self._blocked.pop(call.stream_id, None)
+        call.release()
         self._flush()
         self._maybe_close()
 

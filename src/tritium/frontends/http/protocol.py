@@ -18,6 +18,7 @@ from typing import Any
 import httptools
 
 from ...access.policy import format_peer
+from ..accept import Connections
 from .cors import CorsPolicy
 from .cycle import RequestCycle
 from .flow import FlowControl
@@ -45,6 +46,7 @@ _NO_TRACING = _NoTracing()
 
 
 class HttpProtocol(asyncio.Protocol):
+    kind = "HTTP"  # for the log of frontends/accept.py
     __slots__ = (
         "_tracer",
         "_recv_ns",
@@ -75,6 +77,7 @@ class HttpProtocol(asyncio.Protocol):
         "_deadline",
         "_timer",
         "registry",
+        "_idle_at",
         "__weakref__",
     )
 
@@ -112,8 +115,10 @@ class HttpProtocol(asyncio.Protocol):
         self._queue: deque[RequestCycle] = deque()
         self._deadline = 0.0  # when the current read phase times out (0: it does not)
         self._timer: asyncio.TimerHandle | None = None
-        # The listener's live connections, so it can shed idle ones when out of descriptors.
-        self.registry: set[HttpProtocol] | None = None
+        # The server's live connections, so a listener can shed idle ones when out of
+        # descriptors (frontends/accept.py).
+        self.registry: Connections | None = None
+        self._idle_at = self.loop.time()  # when the current keep-alive wait began
 
     def idle_deadline(self) -> float | None:
         """When this connection's keep-alive wait ends, while it sits idle between requests
@@ -123,6 +128,11 @@ class HttpProtocol(asyncio.Protocol):
         if self._active is not None or self._queue:
             return None
         return self._deadline
+
+    def idle_since(self) -> float | None:
+        """When this connection's keep-alive wait began, while it sits idle between requests
+        (or never sent one); None while it is busy or closed (frontends/accept.py)."""
+        return self._idle_at if self.idle_deadline() is not None else None
 
     def shed(self) -> None:
         """Close this idle connection now to give its descriptor to a new client."""
@@ -135,7 +145,7 @@ class HttpProtocol(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         self.flow = FlowControl(transport)  # type: ignore[arg-type]
         self._peer = format_peer(transport.get_extra_info("peername"))
-        self._arm(self._limits.keepalive_timeout)
+        self._keep_alive()
         if self.registry is not None:
             self.registry.add(self)
 
@@ -356,7 +366,7 @@ class HttpProtocol(asyncio.Protocol):
                 self.flow.resume_reading()
                 self._rearm()
         elif self._active is None and not self._queue and self._state == _IDLE:
-            self._arm(self._limits.keepalive_timeout)
+            self._keep_alive()
 
     # writing (for cycles) ------------------------------------------------------------------
     def write(self, parts: list[Any]) -> None:
@@ -404,6 +414,11 @@ class HttpProtocol(asyncio.Protocol):
                 timer.cancel()
             self._timer = self.loop.call_at(deadline, self._on_timer)
 
+    def _keep_alive(self) -> None:
+        """Idle from now: the keep-alive clock runs."""
+        self._idle_at = self.loop.time()
+        self._arm(self._limits.keepalive_timeout)
+
     def _rearm(self) -> None:
         limits = self._limits
         self._timed = self._state
@@ -412,7 +427,7 @@ class HttpProtocol(asyncio.Protocol):
         elif self._state == _BODY:
             self._arm(limits.body_timeout)
         elif self._active is None and not self._queue:
-            self._arm(limits.keepalive_timeout)
+            self._keep_alive()
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -1,0 +1,323 @@
+"""What one gRPC connection may hold, and for how long, whatever its client does (issue 22,
+findings 3 and 4). Mixed into ``GrpcConnection``; the limits come from tritium's flags.
+
+- **Preface** (``--grpc-preface-timeout-secs``): from accept, the TLS handshake and the
+  client's HTTP/2 preface (the magic and its first SETTINGS) must be done in time, else the
+  connection is closed. A silent socket costs a descriptor for that long at most.
+- **Idle** (``--grpc-idle-timeout-secs``): a connection with no open stream for that long gets
+  GOAWAY(NO_ERROR) and is closed (grpc's MAX_CONNECTION_IDLE; pings do not count as
+  activity). Idle connections, and those still before their preface, are also the ones the
+  listeners may shed when the process runs out of descriptors (``frontends/accept.py``).
+- **Input** (``--grpc-connection-input-bytes``): the bytes of request messages received and
+  not yet taken by a handler (messages still arriving, and whole ones waiting), over all the
+  connection's calls. Past the bound, the newest calls holding some end RESOURCE_EXHAUSTED
+  until it holds again; the oldest is never cut, so one message of the largest size allowed
+  always gets through, whatever the bound.
+- **Output** (``--grpc-connection-output-bytes``): the response bytes waiting for the peer's
+  flow-control windows (or its TCP window) over all calls. While at the bound, a new call
+  is refused (RESOURCE_EXHAUSTED, Trailers-Only); a response that would have to wait on top
+  ends its call: RESOURCE_EXHAUSTED when none of its bytes is waiting yet, else RST_STREAM
+  ENHANCE_YOUR_CALM (which gRPC clients read as RESOURCE_EXHAUSTED).
+- **Stall** (``--grpc-stall-timeout-secs``): a call whose client sends nothing of a message it
+  started (or of the one message a unary call waits for), or reads nothing of a response
+  waiting for its window, for that long is reset: DEADLINE_EXCEEDED for a request not
+  received, RST_STREAM CANCEL for a response not read. One timer per connection, armed only
+  while a call waits on its client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import h2.connection
+import h2.exceptions
+from h2.errors import ErrorCodes
+
+from ...options import ServerOptions
+from .call import ServerCall
+from .status import StatusCode
+
+if TYPE_CHECKING:
+    from ..accept import Connections
+
+log = logging.getLogger("tritium")
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    preface_timeout: float
+    idle_timeout: float
+    stall_timeout: float
+    input_bytes: int
+    output_bytes: int
+
+    @classmethod
+    def from_options(cls, options: ServerOptions) -> ConnectionLimits:
+        grpc = options.grpc
+        return cls(
+            grpc.preface_timeout_secs,
+            grpc.idle_timeout_secs,
+            grpc.stall_timeout_secs,
+            grpc.connection_input_bytes,
+            grpc.connection_output_bytes,
+        )
+
+
+class Bounds:
+    """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
+
+    kind = "gRPC"  # for the log of frontends/accept.py
+    _h2: h2.connection.H2Connection
+    _transport: asyncio.Transport | None
+    calls: dict[int, ServerCall]
+    _blocked: dict[int, ServerCall]
+    _paused: bool
+    _closed: bool
+    _draining: bool
+    peer: str
+    # set by ``_init_bounds``
+    _limits: ConnectionLimits
+    _pool: Connections
+    _born: float
+    _prefaced: bool
+    _idle_at: float
+    _preface_timer: asyncio.TimerHandle | None
+    _idle_timer: asyncio.TimerHandle | None
+    _stall_timer: asyncio.TimerHandle | None
+    input_held: int  # bytes of request messages not yet taken, all calls (call.py keeps it)
+
+    # GrpcConnection's
+    def open_call(
+        self, sid: int, method: str, metadata: dict[str, str], encoding: str | None
+    ) -> ServerCall:
+        raise NotImplementedError
+
+    def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
+        raise NotImplementedError
+
+    def _close(self, code: int, debug: bytes = b"") -> None:
+        raise NotImplementedError
+
+    def _flush(self) -> None:
+        raise NotImplementedError
+
+    def _write_now(self) -> None:
+        raise NotImplementedError
+
+    def _maybe_close(self) -> None:
+        raise NotImplementedError
+
+    def _init_bounds(self, limits: ConnectionLimits, pool: Connections) -> None:
+        self._limits = limits
+        self._pool = pool
+        self._born = self._idle_at = time.monotonic()
+        self._prefaced = False
+        self._preface_timer = self._idle_timer = self._stall_timer = None
+        self.input_held = 0
+
+    def _start_bounds(self) -> None:
+        """The connection is open (after any TLS handshake): its preface clock runs from
+        accept."""
+        delay = max(0.0, self._born + self._limits.preface_timeout - time.monotonic())
+        self._preface_timer = asyncio.get_running_loop().call_later(delay, self._no_preface)
+        self._pool.add(self)
+
+    def _stop_bounds(self) -> None:
+        for timer in (self._preface_timer, self._idle_timer, self._stall_timer):
+            if timer is not None:
+                timer.cancel()
+        self._preface_timer = self._idle_timer = self._stall_timer = None
+        self._pool.discard(self)
+
+    # -- preface, idle, shedding -------------------------------------------------------------
+    def _preface_done(self) -> None:
+        """The client's first SETTINGS arrived: the preface is complete."""
+        if not self._prefaced:
+            self._prefaced = True
+            if self._preface_timer is not None:
+                self._preface_timer.cancel()
+                self._preface_timer = None
+            self._went_idle()
+
+    def _no_preface(self) -> None:
+        self._preface_timer = None
+        if not self._prefaced and not self._closed:
+            log.info("gRPC connection %s: no HTTP/2 preface in time, closing", self.peer)
+            self._hang_up(b"preface timeout")
+
+    def idle_since(self) -> float | None:
+        """When this connection last had no open stream (accept, before its preface); None
+        while a call is open (frontends/accept.py)."""
+        if self._closed or self.calls:
+            return None
+        return self._idle_at
+
+    def shed(self) -> None:
+        """Out of descriptors: close this idle connection now."""
+        self._hang_up(b"server out of file descriptors")
+
+    def _hang_up(self, debug: bytes) -> None:
+        """GOAWAY(NO_ERROR) and close at once (no lingering: the descriptor is wanted)."""
+        if self._closed:
+            return
+        try:
+            self._h2.close_connection(ErrorCodes.NO_ERROR, additional_data=debug)
+        except h2.exceptions.ProtocolError:
+            pass
+        self._write_now()
+        self._closed = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def _went_idle(self) -> None:
+        """No call is open (any more): the idle clock runs from now."""
+        self._idle_at = time.monotonic()
+        if self._idle_timer is None and self._prefaced:
+            self._idle_timer = asyncio.get_running_loop().call_later(
+                self._limits.idle_timeout, self._idle_check
+            )
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        if self._closed or self._draining or self.calls:
+            return  # armed again when the connection is next idle
+        left = self._idle_at + self._limits.idle_timeout - time.monotonic()
+        if left > 0:
+            self._idle_timer = asyncio.get_running_loop().call_later(left, self._idle_check)
+            return
+        log.debug("gRPC connection %s: idle, closing", self.peer)
+        self._close(ErrorCodes.NO_ERROR, b"max_idle")  # no call: one GOAWAY, then close
+
+    # -- request bytes held ------------------------------------------------------------------
+    def check_input(self, call: ServerCall) -> bool:
+        """After ``call`` took DATA: its clock, and the connection's input bound. False when
+        the call was ended for it."""
+        if not call.half_closed and (call.incomplete or call.task is None):
+            self.watch_stall()
+        if self.input_held > self._limits.input_bytes:
+            self._over_input()
+            return not call.done
+        return True
+
+    def _over_input(self) -> None:
+        """The newest calls holding request bytes end until the bound holds; the oldest
+        always goes on."""
+        holders = sorted((c for c in self.calls.values() if c.held), key=_stream_id)
+        limit = self._limits.input_bytes
+        message = f"this connection holds more than {limit} bytes of unfinished request messages"
+        for call in reversed(holders[1:]):
+            if self.input_held <= limit:
+                break
+            log.info("gRPC connection %s: %s; stream %d ended", self.peer, message,
+                     call.stream_id)  # fmt: skip
+            self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
+            call.cancelled()
+
+    # -- response bytes waiting --------------------------------------------------------------
+    def output_waiting(self) -> int:
+        """Response bytes waiting for the peer: kept by calls, and in the socket's buffer."""
+        waiting = sum(call.pending_bytes for call in self._blocked.values())
+        if self._transport is not None:
+            waiting += self._transport.get_write_buffer_size()
+        return waiting
+
+    def output_full(self) -> bool:
+        return bool(self._blocked) and self.output_waiting() >= self._limits.output_bytes
+
+    def refuse_busy(self, sid: int) -> None:
+        """A new call while the connection is at its output bound: Trailers-Only."""
+        call = self.open_call(sid, "", {}, None)
+        self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
+
+    def admit_output(self, call: ServerCall, size: int) -> bool:
+        """May ``size`` bytes of ``call``'s response be written or kept? No when they would
+        wait on top of the connection's bound: the call then ends (True: go on)."""
+        if not self._blocked or self.output_waiting() < self._limits.output_bytes:
+            return True
+        if not call.pending and not self._paused and size <= self._send_window(call):
+            return True  # goes out at once
+        log.info("gRPC connection %s: %s; stream %d ended", self.peer, self._output_message(),
+                 call.stream_id)  # fmt: skip
+        if call.pending:  # part of a message is out: the stream cannot end with a status
+            self.reset_call(call, ErrorCodes.ENHANCE_YOUR_CALM)
+        else:
+            self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
+            call.cancelled()
+        return False
+
+    def _send_window(self, call: ServerCall) -> int:
+        try:
+            return int(self._h2.local_flow_control_window(call.stream_id))
+        except (h2.exceptions.StreamClosedError, h2.exceptions.NoSuchStreamError):
+            return 0
+
+    def _output_message(self) -> str:
+        return (
+            f"the client is not reading: more than {self._limits.output_bytes} bytes of "
+            "responses wait for its flow-control window on this connection"
+        )
+
+    def reset_call(self, call: ServerCall, code: int) -> None:
+        """RST_STREAM ``code``: the call and everything it holds are dropped."""
+        sid = call.stream_id
+        self.calls.pop(sid, None)
+        self._blocked.pop(sid, None)
+        call.pending.clear()
+        call.pending_bytes = 0
+        call.trailers = None
+        try:
+            self._h2.reset_stream(sid, code)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
+            pass
+        call.cancelled()
+        self._flush()
+        self._maybe_close()
+
+    # -- stalls ------------------------------------------------------------------------------
+    def watch_stall(self) -> None:
+        """A call waits on its client: make sure the stall clock runs."""
+        if self._stall_timer is None and not self._closed:
+            self._stall_timer = asyncio.get_running_loop().call_later(
+                self._limits.stall_timeout, self._stall_check
+            )
+
+    def _stall_check(self) -> None:
+        self._stall_timer = None
+        if self._closed:
+            return
+        now, limit = time.monotonic(), self._limits.stall_timeout
+        waiting = False
+        for call in list(self.calls.values()):
+            stalled = _waits_on_client(call)
+            if stalled is None:
+                continue
+            if now - call.progress < limit:
+                waiting = True
+            elif stalled == "output":
+                log.info("gRPC connection %s: stream %d read nothing for %g s, reset",
+                         self.peer, call.stream_id, limit)  # fmt: skip
+                self.reset_call(call, ErrorCodes.CANCEL)
+            else:
+                why = f"no request data for {limit:g} s (stalled stream)"
+                self.finish_call(call, StatusCode.DEADLINE_EXCEEDED, why)
+                call.cancelled()
+        if waiting:
+            self.watch_stall()
+
+
+def _stream_id(call: ServerCall) -> int:
+    return call.stream_id
+
+
+def _waits_on_client(call: ServerCall) -> str | None:
+    """"output" when the call's response waits for the peer's window, "input" when its
+    request does for the client's bytes, else None."""
+    if call.pending:
+        return "output"
+    if not call.half_closed and not call.done and (call.incomplete or call.task is None):
+        return "input"
+    return None

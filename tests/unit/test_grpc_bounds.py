@@ -1,0 +1,187 @@
+"""The bounds of one gRPC connection (frontends/grpc/bounds.py) driven by an h2 client in
+memory: the request bytes its calls hold are counted (and forgotten with the calls), past the
+input bound the newest calls end and the oldest never does, past the output bound responses
+that would wait end their calls, and an idle connection can be shed."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+from tests.support.grpc_memory import MemoryTransport
+from h2.settings import SettingCodes
+
+from tritium.frontends.accept import Connections
+from tritium.frontends.grpc.bounds import ConnectionLimits
+from tritium.frontends.grpc.call import ServerCall
+from tritium.frontends.grpc.connection import GrpcConnection
+from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
+from tritium.options import ServerOptions
+
+PATH = "/test.Service/Echo"
+HEADERS = [
+    (":method", "POST"),
+    (":scheme", "http"),
+    (":path", PATH),
+    (":authority", "localhost"),
+    ("content-type", "application/grpc"),
+]
+
+
+def _echo(raw: bytes, call: ServerCall) -> bool:
+    call.answer(raw)
+    return True
+
+
+async def _unused(request: Any, call: ServerCall) -> Any:
+    raise AssertionError("the fast path answers")
+
+
+class _Listener:
+    def __init__(self, **limits: Any) -> None:
+        self.options = ServerOptions()
+        self.max_receive = 1 << 24
+        self.max_send = 1 << 24
+        self.max_streams = 100
+        self.dispatch = Dispatcher(
+            {PATH: Method(Kind.UNARY, _unused, lambda b: b, fast=_echo)}, self.options, None
+        )
+        self.connections: set[GrpcConnection] = set()
+        self.limits = replace(ConnectionLimits.from_options(self.options), **limits)
+        self.pool = Connections()
+
+    def connection_closed(self) -> None:
+        pass
+
+
+class _Peer:
+    """An h2 client and the server connection it talks to, in memory."""
+
+    def __init__(self, listener: _Listener, settings: dict[int, int] | None = None) -> None:
+        self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        if settings:
+            self.h2.local_settings = h2.settings.Settings(client=True, initial_values=settings)
+        self.h2.initiate_connection()
+        self.transport = MemoryTransport()
+        self.transport.get_write_buffer_size = lambda: 0  # type: ignore[attr-defined]
+        self.server = GrpcConnection(listener)  # type: ignore[arg-type]
+        self.server.connection_made(self.transport)
+        self.status: dict[int, str] = {}
+        self.data: dict[int, bytes] = {}
+        self.pump()
+
+    def pump(self) -> None:
+        for _ in range(20):
+            pending = self.h2.data_to_send()
+            if pending:
+                self.server.data_received(pending)
+            out = self.transport.take()
+            if not out and not pending:
+                return
+            for event in self.h2.receive_data(out) if out else ():
+                self._event(event)
+
+    def _event(self, event: Any) -> None:
+        sid = getattr(event, "stream_id", 0)
+        if isinstance(event, h2.events.ResponseReceived | h2.events.TrailersReceived):
+            headers = dict(event.headers)
+            if b"grpc-status" in headers:
+                self.status[sid] = headers[b"grpc-status"].decode()
+        elif isinstance(event, h2.events.DataReceived):
+            self.data[sid] = self.data.get(sid, b"") + event.data
+            self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
+
+    def start(self, body: bytes, end: bool = False) -> int:
+        sid = self.h2.get_next_available_stream_id()
+        self.h2.send_headers(sid, HEADERS)
+        self.send(sid, body, end)
+        return sid
+
+    def send(self, sid: int, body: bytes, end: bool = False) -> None:
+        """``body`` in DATA frames; stops where the server ended the stream."""
+        try:
+            for at in range(0, len(body), 16384):
+                self.h2.send_data(sid, body[at : at + 16384])
+                self.pump()
+            if end:
+                self.h2.end_stream(sid)
+        except h2.exceptions.StreamClosedError:
+            pass
+        self.pump()
+
+
+def _message(size: int) -> bytes:
+    return b"\0" + size.to_bytes(4, "big") + bytes(size)
+
+
+def test_held_bytes_are_counted_and_forgotten_with_the_call() -> None:
+    async def main() -> None:
+        peer = _Peer(_Listener())
+        message = _message(100_000)
+        sid = peer.start(message[:60_000])
+        assert peer.server.input_held == 60_000  # the prefix counts too
+        peer.send(sid, message[60_000:])  # whole, waiting for END_STREAM in the inbox
+        assert peer.server.input_held == 100_000
+        peer.send(sid, b"", end=True)
+        assert peer.status[sid] == "0" and peer.data[sid] == message
+        assert peer.server.input_held == 0 and not peer.server.calls
+        other = peer.start(message[:50_000])
+        peer.h2.reset_stream(other)
+        peer.pump()
+        assert peer.server.input_held == 0
+
+    asyncio.run(main())
+
+
+def test_past_the_input_bound_the_newest_end_and_the_oldest_goes_on() -> None:
+    async def main() -> None:
+        peer = _Peer(_Listener(input_bytes=50_000))  # less than one message
+        message = _message(100_000)
+        sids = [peer.start(message[:40_000]) for _ in range(3)]
+        assert peer.status == {sids[1]: "8", sids[2]: "8"}  # RESOURCE_EXHAUSTED
+        peer.send(sids[0], message[40_000:], end=True)
+        assert peer.status[sids[0]] == "0" and peer.data[sids[0]] == message
+        assert peer.server.input_held == 0
+
+    asyncio.run(main())
+
+
+def test_past_the_output_bound_a_response_that_would_wait_ends_its_call() -> None:
+    async def main() -> None:
+        listener = _Listener(output_bytes=250_000)
+        peer = _Peer(listener, {SettingCodes.INITIAL_WINDOW_SIZE: 0})
+        sids = [peer.start(_message(100_000), end=True) for _ in range(5)]
+        assert peer.server.output_waiting() >= 250_000
+        refused = [sid for sid in sids if peer.status.get(sid) == "8"]
+        assert refused == sids[3:]  # three answers wait (300 KB), then the bound holds
+        late = peer.start(_message(10), end=True)
+        assert peer.status[late] == "8"  # a new call while at the bound
+        for sid in sids[:3]:
+            peer.h2.increment_flow_control_window(200_000, stream_id=sid)
+        peer.h2.increment_flow_control_window(600_000)
+        peer.pump()
+        assert [peer.status.get(sid) for sid in sids[:3]] == ["0"] * 3
+        assert peer.server.output_waiting() == 0
+
+    asyncio.run(main())
+
+
+def test_an_idle_connection_is_sheddable_and_a_busy_one_is_not() -> None:
+    async def main() -> None:
+        listener = _Listener()
+        peer = _Peer(listener)
+        assert peer.server in list(listener.pool)
+        assert peer.server.idle_since() is not None
+        sid = peer.start(_message(10))  # open, no END_STREAM
+        assert peer.server.idle_since() is None
+        peer.send(sid, b"", end=True)
+        assert peer.server.idle_since() is not None
+        peer.server.shed()
+        assert peer.server.idle_since() is None  # closed
+
+    asyncio.run(main())
