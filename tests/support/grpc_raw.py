@@ -22,6 +22,54 @@ RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 8, 12, 13
 NO_ERROR, PROTOCOL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, ENHANCE_YOUR_CALM = 0, 1, 6, 7, 11
 
 
+BIG_OUTPUT = "big_output"  # a Python model answering N zero bytes (uint8 OUT)
+_BIG_OUTPUT_CONFIG = """name: "big_output"
+backend: "python"
+max_batch_size: 0
+input [ { name: "N" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+parameters { key: "delay_ms" value: { string_value: "%d" } }
+"""
+_BIG_OUTPUT_PY = """\
+import json
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        parameters = json.loads(args["model_config"])["parameters"]
+        self.delay = int(parameters["delay_ms"]["string_value"]) / 1000
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            time.sleep(self.delay)
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy().reshape(-1)[0])
+            out = pb_utils.Tensor("OUT", np.zeros(n, np.uint8))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+"""
+
+
+def write_big_output(repo: Path, delay_ms: int = 0) -> None:
+    """The ``big_output`` model in ``repo``: each request's answer is ``N`` zero bytes,
+    after ``delay_ms`` (so that a test can keep the backend from racing ahead of the loop)."""
+    (repo / BIG_OUTPUT / "1").mkdir(parents=True)
+    (repo / BIG_OUTPUT / "config.pbtxt").write_text(_BIG_OUTPUT_CONFIG % delay_ms)
+    (repo / BIG_OUTPUT / "1" / "model.py").write_text(_BIG_OUTPUT_PY)
+
+
+def big_output_request(size: int) -> bytes:
+    """ModelInferRequest for ``big_output``: an answer of ``size`` bytes."""
+    message = pb.ModelInferRequest(model_name=BIG_OUTPUT)
+    message.inputs.add(name="N", datatype="INT32", shape=[1])
+    message.raw_input_contents.append(np.array([size], np.int32).tobytes())
+    return message.SerializeToString()
+
+
 def start_server(repos: list[Path], models: list[str], *flags: str) -> ServerProcess:
     """A server loading only ``models`` (explicit mode: quick to start), with ``flags``."""
     loads = [f"--load-model={name}" for name in models]

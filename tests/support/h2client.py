@@ -251,6 +251,13 @@ class H2Client:
         assert self.wait_for(lambda: result.done, timeout), f"no answer on stream {sid}"
         return result
 
+    def call_async(self, path: str, payload: bytes) -> int:
+        """One unary call sent whole (headers, one message, the end) without waiting for
+        the answer; its stream id."""
+        sid = self.start_call(path, flush=False)
+        self.send_data(sid, grpc_message(payload), end_stream=True)
+        return sid
+
     # -- reading ---------------------------------------------------------------------------
     def wait_for(self, condition: Callable[[], bool], timeout: float = 15.0) -> bool:
         """Read and process frames until ``condition()`` holds (True), the connection closes
