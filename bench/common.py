@@ -7,7 +7,8 @@ that there is no cycle): ``common`` → ``drivers``, ``server``, ``baselines``, 
 ``engine`` → ``scenarios/*`` (one module per list) → ``catalog`` (the registries) → ``cli`` →
 ``run.py`` (the script). bench/hostile.py and bench/soak.py (issue 10) sit on ``raw_http`` →
 ``probes``, ``hostile_clients`` → ``soak_load`` → ``hostile_cli``, ``soak_cli`` (with
-``server`` and ``report``).
+``server`` and ``report``); bench/hostile_grpc.py (issue 22) on ``hostile_clients`` →
+``hostile_grpc_clients`` → ``hostile_grpc_cli``.
 """
 
 from __future__ import annotations
