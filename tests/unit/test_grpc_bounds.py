@@ -42,15 +42,28 @@ async def _unused(request: Any, call: ServerCall) -> Any:
     raise AssertionError("the fast path answers")
 
 
+async def _hold(call: ServerCall) -> None:
+    """A streaming handler that reads nothing: flow control holds its client back."""
+    await asyncio.Event().wait()
+
+
+async def _read_all(call: ServerCall) -> None:
+    while await call.read() is not None:
+        pass
+
+
 class _Listener:
     def __init__(self, **limits: Any) -> None:
         self.options = ServerOptions()
         self.max_receive = 1 << 24
         self.max_send = 1 << 24
         self.max_streams = 100
-        self.dispatch = Dispatcher(
-            {PATH: Method(Kind.UNARY, _unused, lambda b: b, fast=_echo)}, self.options, None
-        )
+        methods = {
+            PATH: Method(Kind.UNARY, _unused, lambda b: b, fast=_echo),
+            "/test.Service/Hold": Method(Kind.BIDI, _hold, lambda b: b),
+            "/test.Service/Read": Method(Kind.BIDI, _read_all, lambda b: b),
+        }
+        self.dispatch = Dispatcher(methods, self.options, None)
         self.connections: set[GrpcConnection] = set()
         self.limits = replace(ConnectionLimits.from_options(self.options), **limits)
         self.pool = Connections()
@@ -96,9 +109,9 @@ class _Peer:
             self.data[sid] = self.data.get(sid, b"") + event.data
             self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
 
-    def start(self, body: bytes, end: bool = False) -> int:
+    def start(self, body: bytes, end: bool = False, path: str = PATH) -> int:
         sid = self.h2.get_next_available_stream_id()
-        self.h2.send_headers(sid, HEADERS)
+        self.h2.send_headers(sid, [(k, path if k == ":path" else v) for k, v in HEADERS])
         self.send(sid, body, end)
         return sid
 
@@ -106,7 +119,10 @@ class _Peer:
         """``body`` in DATA frames; stops where the server ended the stream."""
         try:
             for at in range(0, len(body), 16384):
-                self.h2.send_data(sid, body[at : at + 16384])
+                piece = body[at : at + 16384]
+                if self.h2.local_flow_control_window(sid) < len(piece):
+                    break  # the server holds the client back
+                self.h2.send_data(sid, piece)
                 self.pump()
             if end:
                 self.h2.end_stream(sid)
@@ -183,5 +199,24 @@ def test_an_idle_connection_is_sheddable_and_a_busy_one_is_not() -> None:
         assert peer.server.idle_since() is not None
         peer.server.shed()
         assert peer.server.idle_since() is None  # closed
+
+    asyncio.run(main())
+
+
+def test_a_client_held_back_by_flow_control_is_not_stalled_one_that_stops_is() -> None:
+    """A stream whose handler reads nothing fills its window mid-message: the client waits
+    on the server, and the stall clock leaves it alone. A stream whose handler reads, with
+    a client that stops mid-message, ends DEADLINE_EXCEEDED."""
+
+    async def main() -> None:
+        peer = _Peer(_Listener(stall_timeout=0.05))
+        held = peer.start(_message(100_000) + _message(2 << 20), path="/test.Service/Hold")
+        assert peer.h2.local_flow_control_window(held) < 16384
+        stopped = peer.start(_message(100_000)[:50_000], path="/test.Service/Read")
+        for _ in range(10):  # several stall periods
+            await asyncio.sleep(0.05)
+            peer.pump()
+        assert peer.status.get(stopped) == "4"  # DEADLINE_EXCEEDED
+        assert held not in peer.status and held in peer.server.calls
 
     asyncio.run(main())

@@ -19,10 +19,11 @@ findings 3 and 4). Mixed into ``GrpcConnection``; the limits come from tritium's
   ends its call: RESOURCE_EXHAUSTED when none of its bytes is waiting yet, else RST_STREAM
   ENHANCE_YOUR_CALM (which gRPC clients read as RESOURCE_EXHAUSTED).
 - **Stall** (``--grpc-stall-timeout-secs``): a call whose client sends nothing of a message it
-  started (or of the one message a unary call waits for), or reads nothing of a response
-  waiting for its window, for that long is reset: DEADLINE_EXCEEDED for a request not
-  received, RST_STREAM CANCEL for a response not read. One timer per connection, armed only
-  while a call waits on its client.
+  started while it has window to send it (or of the one message and END_STREAM a unary
+  call waits for), or reads nothing of a response waiting for its window, for that long is
+  reset: DEADLINE_EXCEEDED for a request not received, RST_STREAM CANCEL for a response not
+  read. Flow control holding a client back is the server's wait, not a stall. One timer per
+  connection, armed while a call may wait on its client.
 """
 
 from __future__ import annotations
@@ -292,7 +293,7 @@ class Bounds:
         now, limit = time.monotonic(), self._limits.stall_timeout
         waiting = False
         for call in list(self.calls.values()):
-            stalled = _waits_on_client(call)
+            stalled = self._waits_on_client(call)
             if stalled is None:
                 continue
             if now - call.progress < limit:
@@ -309,15 +310,23 @@ class Bounds:
             self.watch_stall()
 
 
+    def _waits_on_client(self, call: ServerCall) -> str | None:
+        """"output" when the call's response waits for the peer's window, "input" when its
+        request waits for bytes the client may send (a message it began, with window to send
+        it: flow control holding it back is the server's wait, not the client's; or the one
+        message and END_STREAM of a unary call), else None."""
+        if call.pending:
+            return "output"
+        if call.half_closed or call.done:
+            return None
+        if call.incomplete:
+            try:
+                window = self._h2.remote_flow_control_window(call.stream_id)
+            except (h2.exceptions.StreamClosedError, h2.exceptions.NoSuchStreamError):
+                return None
+            return "input" if window > 0 else None
+        return "input" if call.task is None else None
+
+
 def _stream_id(call: ServerCall) -> int:
     return call.stream_id
-
-
-def _waits_on_client(call: ServerCall) -> str | None:
-    """"output" when the call's response waits for the peer's window, "input" when its
-    request does for the client's bytes, else None."""
-    if call.pending:
-        return "output"
-    if not call.half_closed and not call.done and (call.incomplete or call.task is None):
-        return "input"
-    return None

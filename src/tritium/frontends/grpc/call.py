@@ -250,6 +250,7 @@ class ServerCall:
             self._acked = max(self._acked, upto)
             self._padding = 0
             self._conn.acknowledge(self.stream_id, size)
+            self.progress = time.monotonic()  # the client may send again: its clock restarts
 
     def _wake(self) -> None:
         waiter = self._waiter
