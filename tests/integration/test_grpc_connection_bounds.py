@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from grpc_raw import (
+from tests.support.grpc_raw import (
     BIG_OUTPUT,
     DEADLINE_EXCEEDED,
     INFER,
@@ -35,11 +35,11 @@ from grpc_raw import (
     write_big_output,
 )
 from h2.settings import SettingCodes
-from h2client import H2Client, grpc_message
+from tests.support.h2client import H2Client, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
-from clients import add_sub_inputs, client
-from server_process import ServerProcess
+from tests.support.clients import add_sub_inputs, client
+from tests.support.server_process import ServerProcess
 
 MIB = 1 << 20
 CANCEL = 8  # RST_STREAM CANCEL (RFC 9113 §7)
