@@ -14,7 +14,8 @@ traced request (``TracedRequest``), its trace timestamps are recorded. What is p
 rather than per request (``ModelStats.executed``:
 execution count, batch sizes, compute times) is recorded by the scheduler that ran it.
 Every inference answers through one ``ResponseSender``: 0..N responses, then the final flag
-(Triton's response sender).
+(Triton's response sender). A call answered once (a unary call, a non-decoupled request on a
+gRPC stream) gives it a ``FinalAnswer``: the last response, on the final flag.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOpt
 
 if TYPE_CHECKING:
     from .extensions.classification import Classifier
+    from .repository.model import Model
     from .tracing import Trace
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
@@ -93,7 +95,7 @@ class InferenceRequest:
         parent: InferenceRequest | None = None,
     ) -> None:
         self.client = client
-        self.model: Any = None  # the model.Model version that serves it, once resolved
+        self.model: Model | None = None  # the version that serves it, once resolved
         self.model_name = client.model_name
         self.model_version = client.model_version  # the serving version once resolved
         self.inputs: list[Tensor] = list(client.inputs)
@@ -237,8 +239,8 @@ class TracedRequest(InferenceRequest):
         trace = self.trace
         assert trace is not None
         end = time.perf_counter_ns()
-        start, timing = self.start_ns, self.timing
-        if start and timing is not None and self.model.spec.ensemble is None:
+        start, timing, model = self.start_ns, self.timing, self.model
+        if start and timing is not None and model is not None and model.spec.ensemble is None:
             compute_input = start + timing[0]
             compute_output = min(compute_input + timing[1], end)
             trace.stamp("COMPUTE_START", start)
@@ -306,6 +308,37 @@ class ResponseSender:
             # The request and its sender refer to each other: a response kept here would
             # live (outputs and all) until the cyclic garbage collector runs.
             self.last = None
+
+
+class FinalAnswer:
+    """The sender's callback of a call answered once, on the final flag: a unary call
+    (``InferenceServer.infer``, gRPC ModelInfer's fast path) or a non-decoupled request on a
+    gRPC stream. The answer is the final response, else the last one sent
+    (``ResponseSender.last``: a model may send its answer, then a flag-only final), else an
+    error: the sender's (a non-decoupled model that sent nothing is INTERNAL). A subclass
+    says what to do with it (``answer``); responses before the final are only kept."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: InferenceRequest) -> None:
+        self.request = request
+
+    def __call__(self, response: InferenceResponse | None, final: bool) -> None:
+        if final:
+            self.answer(response if response is not None else _last(self.request))
+
+    def answer(self, response: InferenceResponse) -> None:
+        raise NotImplementedError
+
+
+def _last(request: InferenceRequest) -> InferenceResponse:
+    sender = request.sender
+    if sender is not None and sender.last is not None:
+        return sender.last
+    error = sender.error if sender is not None else None
+    return InferenceResponse(
+        request.model_name, "", request.id, error=error or internal("the model sent no response")
+    )
 
 
 def _first_response(request: InferenceRequest) -> None:

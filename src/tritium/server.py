@@ -25,7 +25,6 @@ from .metrics.custom import CustomMetrics
 from .errors import (
     ErrorKind,
     ServerError,
-    internal,
     invalid_arg,
     not_found,
     unavailable,
@@ -46,7 +45,13 @@ from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
 from .extensions.parameters import parse_parameters
 from .extensions.raw_input import raw_tensor
-from .request import InferenceRequest, ResponseCallback, ResponseSender, TracedRequest
+from .request import (
+    FinalAnswer,
+    InferenceRequest,
+    ResponseCallback,
+    ResponseSender,
+    TracedRequest,
+)
 from .tracing import Trace, TraceManager, parse_update
 from .types import ClientRequest, InferenceResponse
 
@@ -56,9 +61,11 @@ __all__ = [
     "EXTENSIONS",
     "AccessEntry",
     "AccessLog",
+    "FinalAnswer",
     "InferenceRequest",
     "InferenceServer",
     "LogUpdate",
+    "ResponseCallback",
     "ResponseSender",
     "Trace",
     "grpc_update",
@@ -419,6 +426,7 @@ class InferenceServer:
         if not self._accepting and request.parent is None:  # an ensemble's steps go on
             raise unavailable("Server is not ready to accept inference requests")
         model = request.model
+        assert model is not None  # resolved by request()
         if request.uses_shm:
             self._map_shm(request)
         try:
@@ -449,7 +457,7 @@ class InferenceServer:
         if request.decoupled:
             raise unsupported(decoupled_error)
         future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self.submit(request, ResponseSender(_unary(future)))
+        self.submit(request, ResponseSender(_Resolve(request, future)))
         try:
             response = await future
         except asyncio.CancelledError:
@@ -481,7 +489,7 @@ class InferenceServer:
             raise
 
     @staticmethod
-    def _from_cache(cache: ResponseCache, model: Any, request: InferenceRequest) -> bool:
+    def _from_cache(cache: ResponseCache, model: Model, request: InferenceRequest) -> bool:
         """Answer from the response cache when the same request was answered before;
         otherwise remember the key, so the response is stored when it comes."""
         started = time.perf_counter_ns()
@@ -538,18 +546,18 @@ def _access_log(options: ServerOptions) -> AccessLog | None:
         ) from None
 
 
-def _unary(future: asyncio.Future[InferenceResponse]) -> ResponseCallback:
-    """The callback of a unary call: the last response (a model may send its answer, then a
-    flag-only final) resolves ``future``, unless the caller has gone away."""
-    kept: list[InferenceResponse] = []
+class _Resolve(FinalAnswer):
+    """The callback of ``InferenceServer.infer``: the answer resolves the future it awaits,
+    unless the caller has gone away."""
 
-    def callback(response: InferenceResponse | None, final: bool) -> None:
-        if response is not None:
-            kept[:] = [response]
-        if final and not future.done():
-            if kept:
-                future.set_result(kept[0])
-            else:
-                future.set_exception(internal("the model sent no response"))
+    __slots__ = ("future",)
 
-    return callback
+    def __init__(
+        self, request: InferenceRequest, future: asyncio.Future[InferenceResponse]
+    ) -> None:
+        self.request = request
+        self.future = future
+
+    def answer(self, response: InferenceResponse) -> None:
+        if not self.future.done():
+            self.future.set_result(response)

@@ -23,6 +23,7 @@ from ...errors import unsupported
 from ...server import (
     AccessEntry,
     AccessLog,
+    FinalAnswer,
     InferenceRequest,
     InferenceServer,
     ResponseSender,
@@ -39,6 +40,7 @@ from .guard import HEALTH_SERVICE, SERVICE
 from .metadata import compile_forward_pattern, forwarded_parameters
 from .status import RpcError, StatusCode
 from .stream import stream_infer
+from .traces import sample
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _NOT_YET: frozenset[str] = frozenset()
@@ -219,31 +221,20 @@ class InferenceService:
         _, inference = await decode_off_loop(len(request), decode_message, request, forwarded)
         if access is not None:
             _asked(access, inference)
-        trace = self._sample(inference, call, began) if began else None
-        if trace is None:
-            response = await self._server.infer(inference, _DECOUPLED, None, access)
-            return encode_response(response)
-        try:  # on this path the transport writes the answer: SEND_* frame its encoding
+        trace = sample(self._server, inference, call, began) if began else None
+        try:
             response = await self._server.infer(inference, _DECOUPLED, trace, access)
+            if trace is None:
+                return encode_response(response)
+            # On this path the transport writes the answer: SEND_* frame its encoding.
             trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
             trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
             answer = encode_response(response).SerializeToString()
             trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
             return answer
         finally:
-            trace.end()
-
-    def _sample(self, client: ClientRequest, call: ServerCall, began: int) -> Trace | None:
-        """A trace of this call's request when the tracer samples it (GRPC_WAITREAD_*: from
-        the handler's start to the decoded message)."""
-        metadata = call.metadata
-        trace = self._server.tracer.sample(
-            client.model_name, metadata.get("traceparent"), metadata.get("tracestate")
-        )
-        if trace is not None:
-            trace.stamp("GRPC_WAITREAD_START", began)
-            trace.stamp("GRPC_WAITREAD_END", time.perf_counter_ns())
-        return trace
+            if trace is not None:
+                trace.end()
 
     def model_infer_now(self, raw: bytes, call: ServerCall) -> bool:
         """ModelInfer without a task: decode here, submit, answer from the response
@@ -258,7 +249,7 @@ class InferenceService:
         try:
             _, client = decode_message(raw, self.forwarded(call))
             if began:
-                trace = self._sample(client, call, began)
+                trace = sample(server, client, call, began)
             if entry is not None:
                 _asked(entry, client)
             request = server.request(client, None, trace, entry)
@@ -302,39 +293,38 @@ def _logged(access_log: AccessLog, entry: AccessEntry, code: StatusCode) -> None
     access_log.put(entry)
 
 
-class _UnaryAnswer:
-    """The response callback of a fast-path ModelInfer: writes the answer and its status;
-    a cancelled call (reset, deadline, connection lost) cancels the request. ``access``: its
-    access-log line, put once the answer or the error status is written."""
+class _UnaryAnswer(FinalAnswer):
+    """The response callback of a fast-path ModelInfer: writes the answer and its status
+    (stamping INFER_RESPONSE_COMPLETE and GRPC_SEND_* when traced); a cancelled call
+    (reset, deadline, connection lost) cancels the request. ``access``: its access-log line,
+    put once the answer or the error status is written."""
 
-    __slots__ = ("_call", "_request", "_kept", "_trace", "access")
+    __slots__ = ("_call", "_trace", "access")
 
     def __init__(
         self, call: ServerCall, request: InferenceRequest, trace: Trace | None = None
     ) -> None:
+        self.request = request
         self._call = call
-        self._request = request
-        self._kept: InferenceResponse | None = None
         self._trace = trace
         self.access: tuple[AccessLog, AccessEntry] | None = None
         call.on_cancel = request.cancel
 
-    def __call__(self, response: InferenceResponse | None, final: bool) -> None:
-        if not final:
-            if response is not None:
-                self._kept = response
-            return
-        call = self._call
-        call.on_cancel = None
-        if response is None:
-            response = self._kept or InferenceResponse(self._request.model_name, "", "")
+    def answer(self, response: InferenceResponse) -> None:
         trace = self._trace
+        self._call.on_cancel = None
         if trace is not None:
-            code = self._traced_answer(trace, response)
-        elif response.error is not None:
+            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+        if response.error is not None:
             code = self._fail(response.error)
         else:
-            code = self._answer(response)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
+            code = self._write(response)
+            if trace is not None:
+                trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
+        if trace is not None:
+            trace.end()
         if self.access is not None:
             _logged(*self.access, code)
 
@@ -343,7 +333,7 @@ class _UnaryAnswer:
         self._call.finish(code, message)
         return code
 
-    def _answer(self, response: InferenceResponse) -> StatusCode:
+    def _write(self, response: InferenceResponse) -> StatusCode:
         try:
             answer = encode_response(response).SerializeToString()
             self._call.answer(answer)
@@ -352,17 +342,6 @@ class _UnaryAnswer:
         if self.access is not None:
             self.access[1].bytes_out = len(answer)
         return StatusCode.OK
-
-    def _traced_answer(self, trace: Trace, response: InferenceResponse) -> StatusCode:
-        trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-        if response.error is not None:
-            code = self._fail(response.error)
-        else:
-            trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-            code = self._answer(response)
-            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
-        trace.end()
-        return code
 
 
 class HealthService:

@@ -33,8 +33,10 @@ from ...access.policy import ALLOWED, Verdict
 from ...errors import ErrorKind, ServerError
 from ...server import (
     AccessEntry,
+    FinalAnswer,
     InferenceRequest,
     InferenceServer,
+    ResponseCallback,
     ResponseSender,
     Trace,
     parse_version,
@@ -47,6 +49,7 @@ from .call import HIGH_WATER, ServerCall
 from .errors import CODE, status_message, triton_status
 from .guard import CallGuard, refusal_code
 from .status import RpcError, StatusCode
+from .traces import sample
 
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
@@ -100,6 +103,30 @@ def _error_message(
 
 def _kind(error: Exception) -> ErrorKind:
     return error.kind if isinstance(error, ServerError) else ErrorKind.INTERNAL
+
+
+class _OrderedAnswer(FinalAnswer):
+    """A non-decoupled request's callback: its answer (exactly one response) goes to its
+    slot in the stream's order (with its access-log line, when the log is on)."""
+
+    __slots__ = ("_session", "_slot", "_access")
+
+    def __init__(
+        self,
+        request: InferenceRequest,
+        session: StreamSession,
+        slot: _Slot,
+        access: AccessEntry | None,
+    ) -> None:
+        self.request = request
+        self._session = session
+        self._slot = slot
+        self._access = access
+
+    def answer(self, response: InferenceResponse) -> None:
+        kind = _kind(response.error) if response.error is not None else None
+        item = _Item(_response_message(response, True), kind, True, self._access)
+        self._session.answered(self.request, self._slot, item)
 
 
 class StreamSession:
@@ -198,7 +225,7 @@ class StreamSession:
             if isinstance(client, ServerError):
                 raise client
             if self._server.tracer.active:
-                trace = _sample(self._server, client, self._call)
+                trace = sample(self._server, client, self._call)
             request = self._server.request(client, None, trace, entry)  # the one lookup
         except ServerError as exc:
             if trace is not None:
@@ -229,9 +256,10 @@ class StreamSession:
         trace: Trace | None,
         held: Verdict,
         entry: AccessEntry | None,
-    ) -> Any:
+    ) -> ResponseCallback:
         """The request's response callback: ordered or decoupled, traced, giving its slot
         back."""
+        callback: ResponseCallback
         if request.decoupled:
             empty_final = False
             if _EMPTY_FINAL in message.parameters:
@@ -280,26 +308,19 @@ class StreamSession:
         self._ordered.append(slot)
         self._flush()
 
-    def _ordered_callback(self, request: InferenceRequest, entry: AccessEntry | None) -> Any:
+    def _ordered_callback(
+        self, request: InferenceRequest, entry: AccessEntry | None
+    ) -> _OrderedAnswer:
         slot = _Slot()
         self._ordered.append(slot)
-        kept: list[InferenceResponse] = []  # a response sent before a flag-only final
+        return _OrderedAnswer(request, self, slot, entry)
 
-        def on_response(response: InferenceResponse | None, final: bool) -> None:
-            if not final:
-                if response is not None:
-                    kept[:] = [response]
-                return
-            self._active.discard(request)
-            if response is None:
-                response = (
-                    kept[0] if kept else InferenceResponse(request.model_name, "", request.id)
-                )
-            kind = _kind(response.error) if response.error is not None else None
-            slot.item = _Item(_response_message(response, True), kind, True, entry)
-            self._flush()
-
-        return on_response
+    def answered(self, request: InferenceRequest, slot: _Slot, item: _Item) -> None:
+        """A non-decoupled request's final answer: its slot is filled, and the ready slots
+        at the head of the order are written."""
+        self._active.discard(request)
+        slot.item = item
+        self._flush()
 
     def _flush(self) -> None:
         ordered = self._ordered
@@ -310,7 +331,7 @@ class StreamSession:
 
     def _decoupled_callback(
         self, request: InferenceRequest, empty_final: bool, entry: AccessEntry | None
-    ) -> Any:
+    ) -> ResponseCallback:
         def on_response(response: InferenceResponse | None, final: bool) -> None:
             if final:
                 self._active.discard(request)
@@ -392,26 +413,14 @@ class StreamSession:
         self._wake()
 
 
-def _sample(server: InferenceServer, client: ClientRequest, call: ServerCall) -> Trace | None:
-    """A trace of a stream's request when the tracer samples it; its message has been read
-    (GRPC_WAITREAD_* mark its start in the server)."""
-    metadata = call.metadata
-    trace = server.tracer.sample(
-        client.model_name, metadata.get("traceparent"), metadata.get("tracestate")
-    )
-    if trace is not None:
-        now = time.perf_counter_ns()
-        trace.stamp("GRPC_WAITREAD_START", now)
-        trace.stamp("GRPC_WAITREAD_END", now)
-    return trace
-
-
 def _code(kind: ErrorKind | StatusCode) -> StatusCode:
     """An item's status: a refusal's own, or its error kind's."""
     return kind if isinstance(kind, StatusCode) else CODE[kind]
 
 
-def _releasing(callback: Any, session: StreamSession, held: Verdict) -> Any:
+def _releasing(
+    callback: ResponseCallback, session: StreamSession, held: Verdict
+) -> ResponseCallback:
     """The callback of a request holding a per-client slot: the final response gives the
     slot back (the request has left the server), before it is written."""
 
@@ -423,7 +432,7 @@ def _releasing(callback: Any, session: StreamSession, held: Verdict) -> Any:
     return on_response
 
 
-def _traced(callback: Any, trace: Trace) -> Any:
+def _traced(callback: ResponseCallback, trace: Trace) -> ResponseCallback:
     """The callback of a traced request: its final response's writing is stamped
     (INFER_RESPONSE_COMPLETE, GRPC_SEND_*), then the trace ends."""
 

@@ -17,7 +17,7 @@ import orjson
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
 from ...server import AccessEntry, InferenceServer, Trace, http_update
-from ...types import ClientRequest
+from ...types import ClientRequest, InferenceResponse
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
 from ..tensors import decode_off_loop
@@ -160,19 +160,13 @@ class HttpApp:
 
     def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
         params = request.params
-        name, version = params["model"], params.get("version", "")
         if self.server.access_log is not None:
             return self._logged(request, self._logged_infer)
-        if self.server.tracer.active:
-            return self._traced_infer(request, name, version)
-        return self._infer(request, name, version)
+        return self._infer(request, params["model"], params.get("version", ""))
 
     def _logged_infer(self, request: HttpRequest, entry: AccessEntry) -> Awaitable[Result]:
         params = request.params
-        name, version = params["model"], params.get("version", "")
-        if self.server.tracer.active:
-            return self._traced_infer(request, name, version, entry)
-        return self._infer(request, name, version, None, entry)
+        return self._infer(request, params["model"], params.get("version", ""), entry)
 
     async def _logged(
         self,
@@ -315,77 +309,43 @@ class HttpApp:
         stream.request = self.server.stream(inference, stream, None, access)
         return stream
 
-    async def _traced_infer(
+    async def _infer(
         self, request: HttpRequest, name: str, version: str, access: AccessEntry | None = None
     ) -> HttpResponse:
-        """An inference the tracer may sample: the trace gets the read times, and ends once
-        the response is written (HTTP_SEND_*) or the request failed."""
-        headers = request.headers
-        traceparent = headers.get(b"traceparent")
-        tracestate = headers.get(b"tracestate")
-        trace = self.server.tracer.sample(
-            name,
-            None if traceparent is None else traceparent.decode("latin-1"),
-            None if tracestate is None else tracestate.decode("latin-1"),
-        )
-        if trace is None:
-            return await self._infer(request, name, version, None, access)
-        if request.received is not None:
-            trace.stamp("HTTP_RECV_START", request.received[0])
-            trace.stamp("HTTP_RECV_END", request.received[1])
+        """An inference (``access``: its access-log line). When the tracer samples it, the
+        trace gets the read times and ends once the response is written (HTTP_SEND_*) or the
+        request failed."""
+        server = self.server
+        trace = _sample(server, request, name) if server.tracer.active else None
         try:
-            response = await self._infer(request, name, version, trace, access)
+            header_length = _header_length(request)
+            if header_length == 0:  # a raw binary request: the body is the one input's bytes
+                inference = server.raw_request(name, _version(version), request.body)
+                plan = OutputPlan(binary_default=True)  # Triton answers it in binary
+            else:
+                inference, plan = await decode_off_loop(
+                    len(request.body),
+                    decode_request,
+                    request.body,
+                    header_length,
+                    name,
+                    _version(version),
+                )
+            if self._forward is not None:
+                inference = self._forwarded(inference, request)
+            if access is not None:
+                access.request_id = inference.id
+            response = await server.infer(inference, _DECOUPLED, trace, access)
+            if trace is not None:
+                trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+            answer = _answer(response, plan)
         except BaseException:
-            trace.end()
+            if trace is not None:
+                trace.end()
             raise
-        response.on_sent = _sent(trace)
-        return response
-
-    async def _infer(
-        self,
-        request: HttpRequest,
-        name: str,
-        version: str,
-        trace: Trace | None = None,
-        access: AccessEntry | None = None,
-    ) -> HttpResponse:
-        header = request.headers.get(b"inference-header-content-length")
-        header_length = None
-        if header is not None:
-            try:
-                header_length = int(header)
-            except ValueError:
-                raise invalid_arg("Inference-Header-Content-Length must be an integer") from None
-        if header_length == 0:  # a raw binary request: the body is the one input's bytes
-            inference = self.server.raw_request(name, _version(version), request.body)
-            plan = OutputPlan(binary_default=True)  # Triton answers it in binary
-        else:
-            inference, plan = await decode_off_loop(
-                len(request.body),
-                decode_request,
-                request.body,
-                header_length,
-                name,
-                _version(version),
-            )
-        if self._forward is not None:
-            inference = self._forwarded(inference, request)
-        if access is not None:
-            access.request_id = inference.id
-        response = await self.server.infer(inference, _DECOUPLED, trace, access)
         if trace is not None:
-            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-        head, parts, json_length = encode_response(response, plan)
-        if json_length < 0:
-            return HttpResponse(200, [head], _JSON, compressible=True)
-        return HttpResponse(
-            200,
-            [head, *parts],
-            _OCTET,
-            [(b"Inference-Header-Content-Length", b"%d" % json_length)],
-            compressible=True,
-        )
-
+            answer.on_sent = _sent(trace)
+        return answer
 
     def _forwarded(self, inference: ClientRequest, request: HttpRequest) -> ClientRequest:
         """The request with the headers the pattern finds as parameters, by the rules of the
@@ -401,6 +361,47 @@ class HttpApp:
 
 def _named_repository(request: HttpRequest) -> HttpResponse:
     raise unsupported("'repository_name' specification is not supported")
+
+
+def _sample(server: InferenceServer, request: HttpRequest, name: str) -> Trace | None:
+    """A trace of this request when the tracer samples it (its ``traceparent`` and
+    ``tracestate`` headers), with the times its bytes were read (HTTP_RECV_*)."""
+    headers = request.headers
+    traceparent = headers.get(b"traceparent")
+    tracestate = headers.get(b"tracestate")
+    trace = server.tracer.sample(
+        name,
+        None if traceparent is None else traceparent.decode("latin-1"),
+        None if tracestate is None else tracestate.decode("latin-1"),
+    )
+    if trace is not None and request.received is not None:
+        trace.stamp("HTTP_RECV_START", request.received[0])
+        trace.stamp("HTTP_RECV_END", request.received[1])
+    return trace
+
+
+def _header_length(request: HttpRequest) -> int | None:
+    """The binary extension's Inference-Header-Content-Length (None: a JSON body)."""
+    header = request.headers.get(b"inference-header-content-length")
+    if header is None:
+        return None
+    try:
+        return int(header)
+    except ValueError:
+        raise invalid_arg("Inference-Header-Content-Length must be an integer") from None
+
+
+def _answer(response: InferenceResponse, plan: OutputPlan) -> HttpResponse:
+    head, parts, json_length = encode_response(response, plan)
+    if json_length < 0:
+        return HttpResponse(200, [head], _JSON, compressible=True)
+    return HttpResponse(
+        200,
+        [head, *parts],
+        _OCTET,
+        [(b"Inference-Header-Content-Length", b"%d" % json_length)],
+        compressible=True,
+    )
 
 
 def _sent(trace: Trace) -> Callable[[int, int], None]:
