@@ -31,6 +31,7 @@ from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOpt
 
 if TYPE_CHECKING:
     from .extensions.classification import Classifier
+    from .extensions.shm import ShmRegion
     from .repository.model import Model
     from .tracing import Trace
 
@@ -113,7 +114,7 @@ class InferenceRequest:
         self.stats: ModelStats | None = None
         self.cache_key: bytes | None = None  # set on a cache miss: the response is stored
         self.cached = False  # answered from the response cache
-        self.shm_held: list[Any] | None = None  # shared-memory regions in use until done
+        self.shm_held: list[ShmRegion] | None = None  # regions in use until it is done
         # Set by a backend while the request runs: tells the model (pb_utils is_cancelled()).
         self.on_cancel: Callable[[], None] | None = None
         self.cancelled = False  # the client went away

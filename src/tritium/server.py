@@ -22,6 +22,7 @@ from .backends.python.supervisor import RestartPolicy
 from .extensions.classification import classifier_for
 from .extensions.cache import ResponseCache, cache_key
 from .metrics.custom import CustomMetrics
+from .metrics.stats import ModelStats
 from .errors import (
     ErrorKind,
     ServerError,
@@ -68,6 +69,7 @@ __all__ = [
     "ResponseCallback",
     "ResponseSender",
     "Trace",
+    "TraceManager",
     "grpc_update",
     "http_update",
     "parse_version",
@@ -292,7 +294,7 @@ class InferenceServer:
             raise invalid_arg(f"requested model '{name}' is not available")
         return {"model_stats": [m.stats.as_dict() for m in models]}
 
-    def stats_snapshot(self) -> list[Any]:
+    def stats_snapshot(self) -> list[ModelStats]:
         """Every loaded model version's ModelStats (for the metrics endpoint)."""
         return [m.stats for m in self.repository.loaded("", -1)]
 

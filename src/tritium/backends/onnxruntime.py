@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import internal, invalid_arg
+from ..errors import ServerError, internal, invalid_arg
 from ..logs.settings import about_model
 from ..config.model_config import ModelConfig, mc
 from ..config.spec import ModelSpec
@@ -50,7 +50,9 @@ INLINE_MAX_SECONDS = 100e-6
 INLINE_MAX_BYTES = 64 * 1024
 
 # What the loop hands an instance thread: where to answer, and the batch to run.
-_Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[Any], list[InferenceRequest]]
+# What one execution gives: a response per request, or the error that fails them all.
+_Outcome = list[InferenceResponse] | ServerError
+_Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[_Outcome], list[InferenceRequest]]
 
 
 def _session_options(config: ModelConfig) -> ort.SessionOptions:
@@ -287,13 +289,13 @@ class OnnxInstance:
         no thread hand-off."""
         self._answer([request], self._run_or_error([request]))
 
-    def _run_or_error(self, requests: list[InferenceRequest]) -> Any:
+    def _run_or_error(self, requests: list[InferenceRequest]) -> _Outcome:
         try:
             return self._run_timed(requests)
         except Exception as exc:  # onnxruntime raises its own exception types
             return internal(f"onnxruntime execute failure: {exc}")
 
-    def _answer(self, requests: list[InferenceRequest], outcome: Any) -> None:
+    def _answer(self, requests: list[InferenceRequest], outcome: _Outcome) -> None:
         for i, request in enumerate(requests):
             if isinstance(outcome, list):
                 assert request.sender is not None
@@ -307,7 +309,7 @@ class OnnxInstance:
             self._answer(requests, self._run_or_error(requests))
             return
         loop = asyncio.get_running_loop()
-        future = loop.create_future()
+        future: asyncio.Future[_Outcome] = loop.create_future()
         self._work.put((loop, future, requests))
         self._answer(requests, await future)
 
@@ -346,7 +348,7 @@ def _bytes_out(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _resolve(future: asyncio.Future[Any], outcome: Any) -> None:
+def _resolve(future: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
     if not future.done():
         future.set_result(outcome)
 

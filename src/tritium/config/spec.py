@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..extensions.classification import read_labels
 from ..types import DataType
@@ -24,6 +24,9 @@ from .batch_io import BatchInput, BatchOutput, batch_io
 from .files import model_file
 from .model_metrics import MetricSpec, metric_spec
 from .sequence import SequenceConfig, sequence_config
+
+if TYPE_CHECKING:
+    from .ensemble import EnsemblePlan
 
 # Default instance count per backend for KIND_CPU groups (Triton core's rule).
 _CPU_DEFAULT_COUNT = {"onnxruntime": 2, "tensorflow": 2}
@@ -56,7 +59,7 @@ class ModelSpec:
     required_inputs: frozenset[str]
     decoupled: bool
     config_json: dict[str, Any]
-    ensemble: Any = None  # an ensemble's EnsemblePlan (platform "ensemble")
+    ensemble: EnsemblePlan | None = None  # an ensemble's plan (platform "ensemble")
     sequence: SequenceConfig | None = None  # sequence_batching, validated
     # classification: each output's labels (its label_filename), read once at load
     labels: dict[str, tuple[bytes, ...]] = field(default_factory=dict)

@@ -11,7 +11,7 @@ a request stays mapped until that request finishes, even if it is unregistered m
 
 The client owns the object and may shrink it at any time; touching a mapped page past its end
 raises SIGBUS, which would kill the server. So the region keeps its descriptor open and checks
-the object's current size (``fstat``) every time a request uses it (see ``_Region.view``).
+the object's current size (``fstat``) every time a request uses it (see ``ShmRegion.view``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ def posix_shm_name(key: str) -> str | None:
     return name if len(encoded) <= NAME_MAX else None
 
 
-class _Region:
+class ShmRegion:
+    """One registered system shared-memory region (what a request holds while it uses it)."""
+
     __slots__ = ("name", "key", "offset", "byte_size", "fd", "map", "users", "closing")
 
     def __init__(self, name: str, key: str, window: tuple[int, int], fd: int, size: int) -> None:
@@ -122,7 +124,7 @@ class _Region:
 class SharedMemoryManager:
     def __init__(self, allowed: bool) -> None:
         self.allowed = allowed
-        self._regions: dict[str, _Region] = {}
+        self._regions: dict[str, ShmRegion] = {}
         self._dir_fd = -1  # the shm directory, opened on the first registration
 
     # -- the extension's endpoints --------------------------------------------------------------
@@ -141,7 +143,7 @@ class SharedMemoryManager:
                     f"failed to register shared memory region '{name}': offset {offset} + "
                     f"byte_size {byte_size} exceeds the size {size} of '{key}'"
                 )
-            region = _Region(name, key, (offset, byte_size), fd, size)
+            region = ShmRegion(name, key, (offset, byte_size), fd, size)
         except OSError as exc:  # mmap: no address space left
             os.close(fd)
             raise invalid_arg(
@@ -281,8 +283,8 @@ def _check_key(name: str, key: str) -> str:
     return file_name
 
 
-def _held(request: InferenceRequest, name: str) -> _Region:
-    held: list[_Region] = request.shm_held or []
+def _held(request: InferenceRequest, name: str) -> ShmRegion:
+    held: list[ShmRegion] = request.shm_held or []
     for region in held:
         if region.name == name:
             return region

@@ -25,9 +25,12 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    from ..request import InferenceRequest
 
 log = logging.getLogger("tritium")
 
@@ -55,7 +58,7 @@ class AccessEntry:
     bytes_out: int = 0
     status: str = "SUCCESS"  # Triton's: SUCCESS or the error kind (INVALID_ARG, ...)
     code: int | None = None  # the transport's: HTTP status, gRPC status code
-    request: Any = None  # the InferenceRequest (InferenceServer.request links it)
+    request: InferenceRequest | None = None  # linked by InferenceServer.request
     began: float = 0.0  # wall clock at arrival
     began_ns: int = 0  # perf_counter_ns at arrival
     queue_us: int | None = None

@@ -18,10 +18,29 @@ Triton's semantics (model_configuration.md, "Dynamic Batcher"):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from ..errors import unavailable
+from ..types import Tensor
+
+
+class Batchable(Protocol):
+    """What the policy reads of a request: ``request.py:InferenceRequest`` in the server
+    (the unit tests pass lighter ones)."""
+
+    @property
+    def inputs(self) -> Sequence[Tensor]: ...
+
+    @property
+    def batch_size(self) -> int: ...
+
+    @property
+    def priority(self) -> int: ...
+
+
+R = TypeVar("R", bound=Batchable)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +102,13 @@ class BatchConfig:
         )
 
 
-class _Entry:
+_ShapeKey = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+class _Entry(Generic[R]):
     __slots__ = ("request", "arrived", "deadline", "size", "shape")
 
-    def __init__(self, request: Any, arrived: int, deadline: int, size: int, shape: Any):
+    def __init__(self, request: R, arrived: int, deadline: int, size: int, shape: _ShapeKey):
         self.request = request
         self.arrived = arrived
         self.deadline = deadline  # 0: none
@@ -94,9 +116,7 @@ class _Entry:
         self.shape = shape
 
 
-def _shape_key(
-    request: Any, names: frozenset[str] | None
-) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def _shape_key(request: Batchable, names: frozenset[str] | None) -> _ShapeKey:
     """Non-batch shapes of the inputs (of ``names`` only, unless None): requests batch
     together only when these match."""
     return tuple(
@@ -104,10 +124,12 @@ def _shape_key(
     )
 
 
-class DynamicBatchPolicy:
+class DynamicBatchPolicy(Generic[R]):
+    """The queues of one dynamic batcher, of requests of type ``R``."""
+
     def __init__(self, config: BatchConfig) -> None:
         self.config = config
-        self._queues: list[deque[_Entry]] = [deque() for _ in range(config.levels)]
+        self._queues: list[deque[_Entry[R]]] = [deque() for _ in range(config.levels)]
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues)
@@ -117,9 +139,9 @@ class DynamicBatchPolicy:
         config = self.config
         return priority if 1 <= priority <= config.levels else config.default_level
 
-    def enqueue(self, request: Any, now: int, timeout_us: int = 0) -> None:
+    def enqueue(self, request: R, now: int, timeout_us: int = 0) -> None:
         """Queue a request; raises UNAVAILABLE when its queue is full."""
-        level = self.level_of(getattr(request, "priority", 0))
+        level = self.level_of(request.priority)
         policy = self.config.policies[level - 1]
         queue = self._queues[level - 1]
         if policy.max_size and len(queue) >= policy.max_size:
@@ -133,15 +155,15 @@ class DynamicBatchPolicy:
         shape = () if config.ragged else _shape_key(request, config.equal_shape)
         queue.append(_Entry(request, now, deadline, request.batch_size, shape))
 
-    def expire(self, now: int) -> list[Any]:
+    def expire(self, now: int) -> list[R]:
         """Requests whose queue timeout passed: REJECT ones are returned (to be answered
         "Request timeout expired"); DELAY ones move behind the rest of their queue."""
         rejected = []
         for level, queue in enumerate(self._queues):
             if not any(e.deadline and e.deadline <= now for e in queue):
                 continue
-            keep: deque[_Entry] = deque()
-            late: list[_Entry] = []
+            keep: deque[_Entry[R]] = deque()
+            late: list[_Entry[R]] = []
             for entry in queue:
                 if entry.deadline and entry.deadline <= now:
                     if self.config.policies[level].delay_on_timeout:
@@ -155,7 +177,7 @@ class DynamicBatchPolicy:
             self._queues[level] = keep
         return rejected
 
-    def take(self, now: int) -> list[Any] | None:
+    def take(self, now: int) -> list[R] | None:
         """The next batch to run now, or None if it should wait (see ``wake_at``)."""
         candidates, blocked = self._candidates()
         if not candidates:
@@ -180,10 +202,10 @@ class DynamicBatchPolicy:
             times.append(min(e.arrived for e in candidates) + self.config.max_delay_ns)
         return min(times) if times else None
 
-    def _candidates(self) -> tuple[list[_Entry], bool]:
+    def _candidates(self) -> tuple[list[_Entry[R]], bool]:
         """Requests that can form the next batch, in priority then arrival order, and
         whether a waiting request could not join it (so waiting would not help)."""
-        batch: list[_Entry] = []
+        batch: list[_Entry[R]] = []
         total = 0
         limit = self.config.max_batch_size
         for queue in self._queues:
@@ -194,7 +216,7 @@ class DynamicBatchPolicy:
                 total += entry.size
         return batch, False
 
-    def _pop(self, entries: list[_Entry]) -> list[Any]:
+    def _pop(self, entries: list[_Entry[R]]) -> list[R]:
         chosen = {id(e) for e in entries}
         for level, queue in enumerate(self._queues):
             if any(id(e) in chosen for e in queue):

@@ -33,7 +33,7 @@ class DynamicBatcher:
         self._idle: list[ModelInstance] = list(instances)
         self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
         self._version = version
-        self._policy = DynamicBatchPolicy(config)
+        self._policy: DynamicBatchPolicy[InferenceRequest] = DynamicBatchPolicy(config)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._running: set[asyncio.Task[None]] = set()

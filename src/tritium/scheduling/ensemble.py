@@ -12,7 +12,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Protocol
+
+import numpy as np
 
 from ..backends.base import send_error
 from ..errors import ErrorKind, ServerError, cancelled, invalid_arg
@@ -300,7 +302,8 @@ class _Run:
         if self.error is not None:
             send_error(request, owner.version, self.error)
             return
-        timing: Any = tuple(self.timing)
+        compute_input, compute_infer, compute_output = self.timing
+        timing = (compute_input, compute_infer, compute_output)
         request.timing = timing
         assert request.stats is not None  # set when it was queued
         request.stats.executed(request.batch_size, timing)
@@ -316,7 +319,7 @@ class _Run:
             request.sender.send(response, True)
 
 
-def _fit(data: Any, rank: int) -> Any:
+def _fit(data: np.ndarray, rank: int) -> np.ndarray:
     """Triton's ReshapeTensorDims between a model that batches and one that does not: add a
     leading batch of 1, or drop one; any other difference is left to the model's checks."""
     shape = data.shape

@@ -57,7 +57,7 @@ class SequenceScheduler:
         self._config = config
         self._spec = spec
         self._version = version
-        self._slots = SequenceSlots(
+        self._slots: SequenceSlots[InferenceRequest] = SequenceSlots(
             max(len(instances), 1), config.slots, config.max_idle_ns, backlog_limit
         )
         kind = OldestWorker if config.oldest else DirectWorker
@@ -139,7 +139,7 @@ class SequenceScheduler:
             self._reject(backlog)
         self._arm()
 
-    def _reject(self, backlog: Backlog) -> None:
+    def _reject(self, backlog: Backlog[InferenceRequest]) -> None:
         error = unavailable("timeout of the corresponding sequence has been expired")
         for request in backlog.requests:
             send_error(request, self._version, error)

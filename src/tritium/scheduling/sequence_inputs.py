@@ -5,8 +5,7 @@ direct batch. Pure functions of the config and the request; ``sequence.py`` call
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -90,7 +89,10 @@ def add_state(config: SequenceConfig, tensors: list[Tensor], state: SequenceStat
 
 
 def state_capture(
-    config: SequenceConfig, state: SequenceState, request: InferenceRequest, configured: Any
+    config: SequenceConfig,
+    state: SequenceState,
+    request: InferenceRequest,
+    configured: Iterable[str],
 ) -> Callable[[InferenceResponse], None]:
     """A sender hook that keeps the state outputs of a response as the sequence's next state
     inputs, and removes them from what the client gets unless the client asked for an
@@ -152,5 +154,7 @@ def _drop(response: InferenceResponse | None, final: bool) -> None:
     """A filler's answer goes nowhere."""
 
 
-def _ignore(request: InferenceRequest, error: Exception | None, last: Any) -> None:
+def _ignore(
+    request: InferenceRequest, error: Exception | None, last: InferenceResponse | None
+) -> None:
     """A filler has no statistics, cache or shared memory to settle."""

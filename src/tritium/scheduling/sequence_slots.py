@@ -25,11 +25,22 @@ from __future__ import annotations
 import heapq
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Generic, Protocol, TypeVar
 
 from ..errors import invalid_arg, unavailable
 
 CorrelationId = int | str
+
+
+class _Named(Protocol):
+    """A request as the slots see it (``request.py:InferenceRequest`` in the server): only
+    its model's name, for a message."""
+
+    @property
+    def model_name(self) -> str: ...
+
+
+R = TypeVar("R", bound=_Named)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -42,16 +53,18 @@ class Slot:
 
 
 @dataclass(eq=False, slots=True)
-class Backlog:
+class Backlog(Generic[R]):
     """A sequence waiting for a slot, with every request it sent meanwhile."""
 
     cid: CorrelationId
-    requests: deque[Any] = field(default_factory=deque)
+    requests: deque[R] = field(default_factory=deque)
     expires_ns: int = 0  # 0: never
     ended: bool = False  # its END request is among ``requests``
 
 
-class SequenceSlots:
+class SequenceSlots(Generic[R]):
+    """The slots and the backlog of one sequence batcher, of requests of type ``R``."""
+
     def __init__(
         self, instances: int, slots_per_instance: int, max_idle_ns: int, max_backlog: int = 0
     ) -> None:
@@ -59,8 +72,8 @@ class SequenceSlots:
         self._free = [Slot(i, n) for n in range(instances) for i in range(slots_per_instance)]
         heapq.heapify(self._free)
         self._active: dict[CorrelationId, Slot] = {}
-        self._backlogged: dict[CorrelationId, Backlog] = {}
-        self._backlog: deque[Backlog] = deque()
+        self._backlogged: dict[CorrelationId, Backlog[R]] = {}
+        self._backlog: deque[Backlog[R]] = deque()
         self._seen: OrderedDict[CorrelationId, int] = OrderedDict()  # oldest first
         self._max_idle_ns = max_idle_ns
         self._next_expiry = 0  # the earliest backlog expiry (0: none), so most calls scan nothing
@@ -79,7 +92,7 @@ class SequenceSlots:
         return len(self._seen)
 
     def route(
-        self, cid: CorrelationId, start: bool, end: bool, request: Any, now: int, timeout_ns: int
+        self, cid: CorrelationId, start: bool, end: bool, request: R, now: int, timeout_ns: int
     ) -> tuple[Slot | None, bool]:
         """Where ``request`` goes: (its slot, or None when it was put in the backlog;
         whether it STARTs over a sequence still in progress). Raises INVALID_ARG for a
@@ -128,7 +141,7 @@ class SequenceSlots:
     def _backlog_full(self) -> bool:
         return 0 < self._max_backlog <= len(self._backlog)
 
-    def release(self, slot: Slot) -> Backlog | None:
+    def release(self, slot: Slot) -> Backlog[R] | None:
         """``slot``'s sequence is over: it goes to the oldest backlogged sequence (returned,
         its requests to be run there, in order), or back to the free slots."""
         while self._backlog:
@@ -171,7 +184,7 @@ class SequenceSlots:
             seen[cid] = now
         return idle
 
-    def expired(self, now: int) -> list[Backlog]:
+    def expired(self, now: int) -> list[Backlog[R]]:
         """Backlogged sequences whose request timeout passed: removed, to be rejected."""
         if not self._next_expiry or self._next_expiry > now:
             return []
@@ -193,7 +206,7 @@ class SequenceSlots:
             times.append(next(iter(self._seen.values())) + self._max_idle_ns)
         return min(times) if times else None
 
-    def drain(self) -> list[Any]:
+    def drain(self) -> list[R]:
         """Unloading: every backlogged request, removed."""
         requests = [r for b in self._backlog for r in b.requests]
         self._backlog.clear()

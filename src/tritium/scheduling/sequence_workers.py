@@ -15,7 +15,7 @@ import functools
 import time
 from collections import deque
 from collections.abc import Awaitable
-from typing import Any, Protocol
+from typing import Protocol
 
 from ..backends.base import ModelInstance, send_error
 from ..config.sequence import SequenceConfig
@@ -192,7 +192,7 @@ class DirectWorker(Worker):
         if not heads or self._wait(heads):
             return
         chosen: list[InferenceRequest | None] = []
-        shapes = None
+        shapes: _Shapes | None = None
         for slot in range(heads[-1] + 1):
             lane = self._lanes[slot]
             head = lane[0] if lane else None
@@ -231,11 +231,14 @@ class DirectWorker(Worker):
         return True
 
 
-def _shapes(request: InferenceRequest) -> tuple[tuple[str, tuple[int, ...]], ...]:
+_Shapes = tuple[tuple[str, tuple[int, ...]], ...]
+
+
+def _shapes(request: InferenceRequest) -> _Shapes:
     return tuple((t.name, t.shape) for t in request.inputs)
 
 
-def _fits(request: InferenceRequest, shapes: Any, owner: Owner) -> bool:
+def _fits(request: InferenceRequest, shapes: _Shapes | None, owner: Owner) -> bool:
     """A batched model's requests join one batch only with equal input shapes (the others
     wait for the next batch, a filler in their place)."""
     return shapes is None or not owner.config.batched or _shapes(request) == shapes
@@ -250,7 +253,7 @@ class OldestWorker(Worker):
         # (a pump visits only these, not every candidate slot).
         self._waiting: dict[int, None] = {}
         self._slot_of: dict[int, int] = {}  # id(request) -> its slot, while in the batcher
-        self._policy = DynamicBatchPolicy(
+        self._policy: DynamicBatchPolicy[InferenceRequest] = DynamicBatchPolicy(
             BatchConfig(
                 max_batch_size=owner.max_batch_size,
                 preferred=config.preferred,

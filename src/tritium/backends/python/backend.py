@@ -79,7 +79,9 @@ class PythonBackend:
                 for group in spec.config.instance_group
                 for i in range(group.count)
             ]
-            stubs[0].name = stubs[0].observer.name = names[0]
+            observer = stubs[0].observer
+            assert observer is not None  # every stub of _stub has one
+            stubs[0].name = observer.name = names[0]
             for name in names[1:]:
                 stubs.append(self._stub(ctx.model_name, name, env))
             await asyncio.gather(*(self._start(s) for s in stubs[1:]))

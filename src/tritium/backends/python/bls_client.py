@@ -263,12 +263,15 @@ class BlsClient:
         call.done = True
         return _error("BLS request failed: the server closed the connection"), True
 
-    def _response(self, payload: Any, buffers: ipc.Buffers) -> pb_utils.InferenceResponse:
+    def _response(
+        self, payload: shm_tensors.ResponseWire, buffers: ipc.Buffers
+    ) -> pb_utils.InferenceResponse:
         tensors, message, extra = payload
         if message is not None:
             return _error(
                 message, extra if isinstance(extra, int) else pb_utils.TritonError.INTERNAL
             )
+        assert tensors is not None  # no error message: the server sent the outputs
         outputs = []
         for name, packed in tensors:
             array = shm_tensors.unpack(packed, buffers, self.segments)

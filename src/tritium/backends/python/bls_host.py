@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ...errors import ErrorKind, ServerError, cancelled
-from ...request import InferenceRequest, RequestState, ResponseSender
+from ...request import InferenceRequest, RequestState, ResponseCallback, ResponseSender
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from . import ipc, shm_tensors
 from .process import StubProcess
@@ -52,7 +52,18 @@ _FLAG_START, _FLAG_END = 1, 2
 # BLS_REQUEST: (call id, parent batch id or -1, decoupled, model name, model version,
 # request id, correlation id, flags, timeout (us), inputs, requested outputs, parameters JSON).
 BlsRequestWire = tuple[
-    int, int, bool, str, int, str, Any, int, int, list[tuple[str, Any]], list[str], str
+    int,
+    int,
+    bool,
+    str,
+    int,
+    str,
+    int | str,
+    int,
+    int,
+    list[tuple[str, shm_tensors.PackedTensor]],
+    list[str],
+    str,
 ]
 
 
@@ -174,7 +185,7 @@ class BlsHost:
             parameters,
         )
 
-    def _callback(self, call_id: int) -> Any:
+    def _callback(self, call_id: int) -> ResponseCallback:
         def callback(response: InferenceResponse | None, final: bool) -> None:
             if final:
                 self._children.pop(call_id, None)
@@ -186,11 +197,13 @@ class BlsHost:
         if not self._stub.alive:
             return
         buffers: ipc.Buffers = []
-        payload: Any = None
+        payload: shm_tensors.ResponseWire | None = None
         if response is not None:
             error = response.error
             if error is not None:
-                code = _KIND_TO_CODE.get(getattr(error, "kind", None), _INTERNAL)  # type: ignore[arg-type]
+                code = _INTERNAL
+                if isinstance(error, ServerError):
+                    code = _KIND_TO_CODE.get(error.kind, _INTERNAL)
                 payload = (None, str(error), code)
             else:
                 try:

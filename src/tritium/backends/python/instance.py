@@ -15,10 +15,10 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Container
 from dataclasses import dataclass
-from typing import Any
 
+import numpy as np
 import orjson
 
 from ...errors import ErrorKind, ServerError, cancelled, internal
@@ -192,7 +192,7 @@ class PythonInstance:
             params,
         )
 
-    def _canceller(self, batch_id: int, index: int) -> Any:
+    def _canceller(self, batch_id: int, index: int) -> Callable[[], None]:
         def cancel() -> None:
             if self._stub.alive and batch_id in self._batches:
                 self._stub.send(ipc.CANCEL, (batch_id, index))
@@ -206,10 +206,7 @@ class PythonInstance:
     ) -> InferenceResponse:
         response = InferenceResponse(request.model_name, self._version, request.id)
         if payload is None:
-            response.error = internal(
-                f"Failed to process the request(s) for model instance '{self.name}', "
-                "message: the model returned no response for the request"
-            )
+            response.error = self._no_response()
             return response
         tensors, message, extra = payload
         if message is not None:
@@ -220,7 +217,7 @@ class PythonInstance:
             return response
         assert tensors is not None  # no error message: the stub sent the outputs
         if request.outputs or request.extra_outputs:
-            wanted: Any = set(requested_names(self._spec, request))
+            wanted: Container[str] = set(requested_names(self._spec, request))
         else:  # the common case: every configured output (a dict answers ``in``)
             wanted = self._spec.outputs
         try:
@@ -244,12 +241,18 @@ class PythonInstance:
     def _segments(self) -> shm_tensors.SegmentPool | None:
         return self._stub.segments
 
-    def _array(self, packed: Any, buffers: ipc.Buffers) -> Any:
+    def _array(self, packed: shm_tensors.PackedTensor, buffers: ipc.Buffers) -> np.ndarray:
         """An output's array: from the frame's buffers (the common case), or copied out of
         the shared-memory segment a large one came in."""
         if type(packed[2]) is int:
             return ipc.unpack_array(packed, buffers)
         return shm_tensors.unpack(packed, buffers, self._segments, keep=False)
+
+    def _no_response(self) -> ServerError:
+        return internal(
+            f"Failed to process the request(s) for model instance '{self.name}', "
+            "message: the model returned no response for the request"
+        )
 
     def _batch_done(self, body: ipc.ExecDone, buffers: ipc.Buffers) -> None:
         """``execute`` returned. Its requests are answered now, except a decoupled model's,
@@ -270,9 +273,7 @@ class PythonInstance:
             finished[:] = [True] * len(requests)
         elif not self._spec.decoupled:  # execute returned None: senders must have answered
             self._answer_unfinished(
-                requests,
-                finished,
-                lambda r: r.sender.send(self._make_response(r, None, buffers), True),
+                requests, finished, lambda r: send_error(r, self._version, self._no_response())
             )
         for request in requests:  # decoupled requests still answering, failed ones
             if request.timing is None:
@@ -298,16 +299,16 @@ class PythonInstance:
 
     @staticmethod
     def _answer_unfinished(
-        requests: list[InferenceRequest], finished: list[bool], answer: Any
+        requests: list[InferenceRequest],
+        finished: list[bool],
+        answer: Callable[[InferenceRequest], None],
     ) -> None:
         for i, request in enumerate(requests):
             if not finished[i]:
                 finished[i] = True
                 answer(request)
 
-    def _response(
-        self, body: tuple[int, int, ipc.ResponseWire | None, bool], buffers: ipc.Buffers
-    ) -> None:
+    def _response(self, body: ipc.ResponseFrame, buffers: ipc.Buffers) -> None:
         batch_id, index, payload, final = body
         entry = self._batches.get(batch_id)
         if entry is None or entry[2][index]:

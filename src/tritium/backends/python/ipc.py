@@ -71,6 +71,8 @@ RequestWire = tuple[str, int | str, int, int, list[tuple[str, PackedArray]], lis
 ResponseWire = tuple[list[tuple[str, PackedArray]] | None, str | None, Any]
 # EXEC_DONE entry of one ``execute``: batch id, error message or None, responses or None.
 ExecDone = tuple[int, str | None, list[ResponseWire | None] | None]
+# RESPONSE (a response sender's): batch id, request index, the response or None, final flag.
+ResponseFrame = tuple[int, int, ResponseWire | None, bool]
 
 
 # The common case's lookups, done once: a native fixed-size dtype → its wire name, and back.

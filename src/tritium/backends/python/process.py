@@ -19,11 +19,16 @@ import signal
 import socket
 import subprocess
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ...errors import ServerError, internal, unavailable
 from . import ipc, shm_tensors
 from .execenv import PythonEnv
+
+if TYPE_CHECKING:
+    from .bls_host import BlsHost
+    from .observer import StubObserver
 
 STUB_MODULE = "tritium.backends.python.stub"
 _EXIT_POLL_S = 0.25  # without pidfd: how often an exit is looked for
@@ -48,11 +53,14 @@ class StubProcess(asyncio.Protocol):
         self._connected = False
         self._gone = False  # the death is handled (reported if it was one)
         self.cause: str | None = None  # why the server killed it (a malformed frame)
-        self.on_batch_done: Any = None  # set by PythonInstance
-        self.on_response: Any = None
-        self.on_death: Any = None  # (status) -> None, for a death the server did not cause
-        self.observer: Any = None  # observer.StubObserver: the model's logs and metrics
-        self.bls: Any = None  # bls_host.BlsHost: the model's BLS requests (from its start)
+        # Set by the PythonInstance it serves, before it sends any execution: an EXEC_DONE
+        # entry, a RESPONSE (a decoupled model's, or a sender's), and a death the server
+        # did not cause (the exit status).
+        self.on_batch_done: Callable[[ipc.ExecDone, ipc.Buffers], None] | None = None
+        self.on_response: Callable[[ipc.ResponseFrame, ipc.Buffers], None] | None = None
+        self.on_death: Callable[[str], None] | None = None
+        self.observer: StubObserver | None = None  # the model's logs and metrics
+        self.bls: BlsHost | None = None  # the model's BLS requests (from its start)
         self.segments: shm_tensors.SegmentPool | None = None  # the pair's, from the start
         self.alive = False
 
@@ -200,10 +208,14 @@ class StubProcess(asyncio.Protocol):
                 self.send(ipc.RELEASED, returned)
 
     def _handle(self, kind: int, body: Any, buffers: ipc.Buffers) -> None:
+        if kind in (ipc.EXEC_DONE, ipc.RESPONSE) and self.on_batch_done is None:
+            raise ValueError("no execution was sent to it")  # no instance attached yet
         if kind == ipc.EXEC_DONE:
+            assert self.on_batch_done is not None
             for entry in body:
                 self.on_batch_done(entry, buffers)
         elif kind == ipc.RESPONSE:
+            assert self.on_response is not None  # attached with on_batch_done
             self.on_response(body, buffers)
         elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
             ok, value = body

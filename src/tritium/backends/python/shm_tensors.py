@@ -45,6 +45,9 @@ _PREFIX = "tritium-bls"
 # A tensor in a BLS frame: (datatype, shape, where); where is the index of an out-of-band
 # buffer of the frame, or (segment name, byte size) for a tensor in shared memory.
 PackedTensor = tuple[str, tuple[int, ...], Any]
+# A BLS_RESPONSE's response: (outputs, None, parameters JSON or None), or (None, error
+# message, error code); ipc.ResponseWire with tensors that may lie in shared memory.
+ResponseWire = tuple[list[tuple[str, PackedTensor]] | None, str | None, Any]
 
 
 def available() -> bool:

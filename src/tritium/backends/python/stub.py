@@ -78,9 +78,10 @@ class Stub:
             self._flush()  # the logs and counts of what produced this frame go first
             self._channel.send(kind, body, buffers)
 
-    def _cancel(self, key: Any) -> None:
-        """The server's CANCEL of a request of an ``execute`` (read by any thread)."""
-        self._cancelled.add(tuple(key))
+    def _cancel(self, key: tuple[int, int]) -> None:
+        """The server's CANCEL of a request of an ``execute`` (read by any thread): its
+        (batch id, index)."""
+        self._cancelled.add((key[0], key[1]))
 
     # -- lifecycle ---------------------------------------------------------------------------
     def _import_model(self, path: str) -> None:
@@ -134,7 +135,7 @@ class Stub:
         ]
         decoupled = self._decoupled
 
-        def send(response: Any, flags: int) -> None:
+        def send(response: pb_utils.InferenceResponse | None, flags: int) -> None:
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if final:
                 finished[index] = True
@@ -174,11 +175,15 @@ class Stub:
         return request
 
     @staticmethod
-    def _wire_response(response: Any, out: shm_tensors.FrameTensors) -> ipc.ResponseWire:
-        """``response`` is what the model returned or sent (untyped model code); its tensors
-        go inline or, when large, through shared memory (``out``)."""
-        if response.has_error():
-            return (None, response.error().message(), response.error().code())
+    def _wire_response(
+        response: pb_utils.InferenceResponse, out: shm_tensors.FrameTensors
+    ) -> ipc.ResponseWire:
+        """``response`` is what the model sent, or returned from ``execute`` (model code,
+        not checked: anything else raises here, and the batch fails with it); its tensors go
+        inline or, when large, through shared memory (``out``)."""
+        error = response.error()
+        if error is not None:
+            return (None, error.message(), error.code())
         tensors = [(t.name(), out.pack(t._as_array())) for t in response.output_tensors()]
         params = response.parameters()
         return (tensors, None, params if params and params != "{}" else None)

@@ -25,6 +25,8 @@ from .status import RpcError, StatusCode
 
 if TYPE_CHECKING:
     from .connection import GrpcConnection
+    from .dispatch import Method
+    from .guard import CallGuard
 
 _PREFIX = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
 HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
@@ -126,11 +128,11 @@ class ServerCall:
         self.pending_bytes = 0
         self.trailers: list[tuple[str, str]] | None = None  # sent once pending is written
         self.task: asyncio.Task[Any] | None = None
-        self.on_cancel: Any = None  # called once when the call is cancelled
+        self.on_cancel: Callable[[], None] | None = None  # called once when it is cancelled
         self.timer: asyncio.TimerHandle | None = None  # the deadline
         self._drained: asyncio.Future[None] | None = None
-        self.rpc: Any = None  # the dispatcher's Method
-        self.guard: Any = None  # the access guard, when access control is on
+        self.rpc: Method | None = None  # the dispatcher's
+        self.guard: CallGuard | None = None  # the access guard, when access control is on
         # takes a message as it completes, inside data_received (no task hop), or says no
         # (False: it waits in the inbox for ``read``)
         self.consumer: Callable[[bytes], bool] | None = None

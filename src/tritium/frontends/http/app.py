@@ -16,7 +16,7 @@ import orjson
 
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
-from ...server import AccessEntry, InferenceServer, Trace, http_update
+from ...server import AccessEntry, InferenceServer, Trace, TraceManager, http_update
 from ...types import ClientRequest, InferenceResponse
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
@@ -63,7 +63,7 @@ class HttpApp:
         self.cors = cors_policy(server.options) if server is not None else None
 
     @property
-    def tracer(self) -> Any:
+    def tracer(self) -> TraceManager:
         """The server's TraceManager: each connection reads it (HTTP_RECV_* while tracing)."""
         return self.server.tracer
 

@@ -19,7 +19,7 @@ import numpy as np
 import orjson
 
 from ...errors import ServerError, invalid_arg
-from ...server import AccessEntry, AccessLog, InferenceServer, parse_version
+from ...server import AccessEntry, AccessLog, InferenceRequest, InferenceServer, parse_version
 from ...types import ClientRequest, DataType, InferenceResponse, Tensor
 from ..tensors import numeric_array
 from .errors import triton_status
@@ -108,7 +108,7 @@ class GenerateStream:
     """Responses of one generate request as they come (from the server's callback)."""
 
     def __init__(self) -> None:
-        self.request: Any = None  # the server's request, once started (to cancel it)
+        self.request: InferenceRequest | None = None  # the server's, once started (to cancel)
         self._queue: asyncio.Queue[tuple[InferenceResponse | None, bool]] = asyncio.Queue()
 
     def __call__(self, response: InferenceResponse | None, final: bool) -> None:
