@@ -18,6 +18,7 @@ class _Conn:
     max_receive = 4 * INLINE_INFLATE
     max_send = 1 << 20
     peer = "127.0.0.1:1"
+    message_budget = 1 << 30  # no per-turn bound here (tests/unit/test_grpc_budgets.py)
 
     def __init__(self) -> None:
         self.given_back = 0

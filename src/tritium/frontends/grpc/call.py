@@ -77,6 +77,7 @@ class ServerCall:
         "_received",
         "_acked",
         "_padding",
+        "_backlogged",
         "_waiter",
         "half_closed",
         "done",
@@ -119,6 +120,7 @@ class ServerCall:
         self._received = 0  # DATA bytes received (stream offset)
         self._acked = 0  # of those, given back to the client's window
         self._padding = 0  # padding received, not yet given back
+        self._backlogged = False  # complete messages may wait uncut in _buffer (feed's budget)
         self._waiter: asyncio.Future[None] | None = None
         self.half_closed = False  # the client sent END_STREAM
         self.done = False  # the answer's end (trailers or reset) is decided
@@ -152,27 +154,33 @@ class ServerCall:
         return self._conn
 
     # -- receiving (called by the connection) ------------------------------------------------
-    def feed(self, data: bytes, flow: int) -> None:
+    def feed(self, data: bytes, flow: int) -> bool:
         """DATA of this stream: complete messages go to the inbox (raises RpcError for a
-        message over the bound or one that cannot be inflated).
+        message over the bound or one that cannot be inflated), as many as the connection's
+        ``message_budget`` for this turn allows. True when messages may be left uncut: the
+        connection calls ``feed(b"", 0)`` again on a later turn.
 
         Window accounting by stream offset: the bytes of a message in the inbox are given
         back when the handler takes it; the bytes of the message still arriving, only while
-        the inbox is empty (a message larger than the window must be able to complete);
-        padding at once."""
+        the inbox is empty (a message larger than the window must be able to complete) and
+        no complete message waits uncut; padding at once."""
         self._padding += flow - len(data)
         buffer = self._buffer
         buffer += data
         self._received += len(data)
         start = self._received - len(buffer)  # stream offset of the buffer's first byte
-        while True:
+        conn = self._conn
+        more = False
+        while len(buffer) >= _PREFIX:
             if self._need < 0:  # a prefix is due
-                if len(buffer) < _PREFIX:
-                    break
                 self._need = self._prefix(buffer)
-            if len(buffer) < _PREFIX + self._need:
-                break
             end = _PREFIX + self._need
+            if len(buffer) < end:
+                break
+            if conn.message_budget <= 0:
+                more = True  # the rest on a later turn
+                break
+            conn.message_budget -= 1
             with memoryview(buffer) as view:
                 message = view[_PREFIX:end].tobytes()
             del buffer[:end]
@@ -183,13 +191,20 @@ class ServerCall:
             if consumer is None or self._inbox or isinstance(body, Deferred) or not consumer(body):
                 self._inbox.append((body, start))
                 self._inbox_bytes += len(body)
+        self._backlogged = more
         if not self._inbox or self._waiter is not None:
-            self._give_back(self._received)  # the handler keeps up: nothing waits
+            self._give_back(self._taken())  # the handler keeps up: nothing waits
         elif self._padding:
             self._give_back(self._acked)
         self.progress = time.monotonic()
         self._count()
         self._wake()
+        return more
+
+    def _taken(self) -> int:
+        """The stream offset up to which bytes may go back to the client's window when the
+        inbox is empty: all received, unless complete messages wait uncut."""
+        return self._received - len(self._buffer) if self._backlogged else self._received
 
     def _count(self) -> None:
         """The bytes this call holds, into the connection's count (bounds.py)."""
@@ -273,7 +288,7 @@ class ServerCall:
         message, end = self._inbox.popleft()
         self._inbox_bytes -= len(message)
         self._count()
-        self._give_back(end if self._inbox else self._received)
+        self._give_back(end if self._inbox else self._taken())
         return message
 
     @property
@@ -294,7 +309,7 @@ class ServerCall:
                     raise RpcError(StatusCode.INTERNAL, "truncated message at end of stream")
                 return None
             self._waiter = asyncio.get_running_loop().create_future()
-            self._give_back(self._received)
+            self._give_back(self._taken())
             await self._waiter
 
     def frame(self, payload: bytes) -> tuple[bytes, bytes]:

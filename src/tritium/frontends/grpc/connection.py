@@ -16,6 +16,10 @@ loop, calls dispatched to the service's handlers.
   refuses new streams, and closes once they are done or the grace is over.
 - Bounds (``bounds.py``): the preface and idle timeouts, the bytes of requests held and of
   responses waiting for the peer, stalled streams.
+- Reading in turns (``inbound.py``): a bounded number of frames and messages per turn of the
+  event loop, reading paused while the rest waits or while the peer leaves our answers unread;
+  a control-frame flood (``budgets.py:FloodLedger``) ends the connection with GOAWAY
+  ENHANCE_YOUR_CALM.
 - A protocol error ends this connection with its HTTP/2 error code; nothing else is touched.
 """
 
@@ -37,10 +41,12 @@ from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
 
 from .bounds import Bounds
+from .budgets import UNREAD, FloodLedger
 from .call import ServerCall
-from .frames import FrameSizeGuard
+from .frames import Buffer, FrameSizeGuard
 from .h2_server import ServerConnection
 from .hpack_fast import CachingDecoder, LiteralEncoder
+from .inbound import Inbound
 from .outbound import Outbound
 from .pings import PingPolicy
 from .status import RpcError
@@ -67,7 +73,7 @@ _H2_CONFIG = h2.config.H2Configuration(
 )
 
 
-class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
+class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     def __init__(self, listener: GrpcListener) -> None:
         self._listener = listener
         self.max_receive = listener.max_receive
@@ -87,7 +93,9 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
-        self._frames = FrameSizeGuard(MAX_FRAME, 2 * MAX_HEADER_LIST)
+        self._ledger = FloodLedger(time.monotonic())
+        self._frames = FrameSizeGuard(MAX_FRAME, 2 * MAX_HEADER_LIST, self._ledger)
+        self._init_inbound()
         self._init_bounds(listener.limits, listener.pool)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
@@ -129,10 +137,11 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return  # lingering after our GOAWAY: dropped
-        refused = self._frames.check(data)
-        if refused is not None:  # a bad preface, or a frame refused from its header alone
-            self._close(refused)
-            return
+        self._read(data)  # in turns: inbound.py
+
+    def _receive(self, data: Buffer) -> None:
+        """Frames (one turn's, checked by ``FrameSizeGuard``) to h2, their events to the
+        handlers."""
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
@@ -141,7 +150,7 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
         self._corked = True  # what the events make is written once, below
         try:
             for event in events:
-                if type(event) in _DATA_EVENTS:
+                if _is_data(event):
                     self._pings.data()
                 handler = _EVENTS.get(type(event))
                 if handler is not None:
@@ -156,6 +165,7 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self._stop_turns()
         for timer in (self._keepalive, self._ping_timeout, self._age):
             if timer is not None:
                 timer.cancel()
@@ -173,6 +183,9 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._paused = False
+        self._unread = 0
+        self._release_reading(UNREAD)
+        self._schedule()  # the turns left waiting while the peer did not read
         self._write_blocked()
         self._flush()
 
@@ -218,11 +231,13 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
                 self.acknowledge(sid, flow)
             return
         try:
-            call.feed(event.data or b"", flow)
+            more = call.feed(event.data or b"", flow)
         except RpcError as exc:
             self.finish_call(call, exc.code, exc.message)
             call.cancelled()
             return
+        if more:  # messages left for a later turn
+            self.defer(call)
         if not self.check_input(call):
             return  # ended by the connection's input bound
         if event.stream_ended:
@@ -234,6 +249,8 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
             self._ended_input(call)
 
     def _ended_input(self, call: ServerCall) -> None:
+        if self.deferred_end(call):
+            return  # after the messages still to be cut (inbound.py)
         call.end_of_input()
         if not call.done:
             self._listener.dispatch.input_ended(call)
@@ -241,6 +258,7 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
     def _reset(self, event: h2.events.StreamReset) -> None:
         call = self.calls.pop(event.stream_id, None)
         self._blocked.pop(event.stream_id, None)
+        self._forget(event.stream_id)
         if call is not None:
             call.cancelled()
             self._maybe_close()
@@ -336,6 +354,7 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
             pass
         self._write_now()
         self._closed = True
+        self._stop_turns()
         transport = self._transport
         if transport is None:
             return
@@ -345,7 +364,7 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
             # (a TCP reset) does not destroy the GOAWAY before the peer reads it.
             transport.write_eof()
             loop = asyncio.get_running_loop()
-            loop.call_later(_LINGER_SECS, transport.close)
+            loop.call_later(_LINGER_SECS, _end_linger, transport)
             # a peer that reads nothing would keep the socket until its buffer is written
             loop.call_later(self._limits.stall_timeout, transport.abort)
         else:
@@ -362,7 +381,22 @@ class GrpcConnection(Outbound, Bounds, asyncio.Protocol):
         self._close(code)
 
 
-_DATA_EVENTS = frozenset({h2.events.RequestReceived, h2.events.DataReceived})
+def _end_linger(transport: asyncio.Transport) -> None:
+    """Closes after the linger; aborts when the peer left what we wrote unread (a close
+    would wait for it to read, and go on reading what it sends)."""
+    if transport.get_write_buffer_size():
+        transport.abort()
+    else:
+        transport.close()
+
+
+def _is_data(event: h2.events.Event) -> bool:
+    """Headers or DATA with a payload: the pings so far were not abuse (empty DATA is not)."""
+    if type(event) is h2.events.DataReceived:
+        return bool(event.flow_controlled_length)
+    return type(event) is h2.events.RequestReceived
+
+
 _EVENTS: dict[type, Callable[[GrpcConnection, Any], None]] = {
     h2.events.RequestReceived: GrpcConnection._request,
     h2.events.DataReceived: GrpcConnection._data,

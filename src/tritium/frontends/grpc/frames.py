@@ -2,7 +2,8 @@
 
 - ``FrameSizeGuard`` follows the frame boundaries of what a client sends and stops a frame
   whose header declares more than the frame size we accept, or a header block longer than
-  allowed, before h2 would buffer it; it also checks the connection preface.
+  allowed, before h2 would buffer it; it also checks the connection preface, counts the
+  frames for the flood ledger and cuts a read into turns of a bounded number of frames.
 - ``headers_frame``/``data_frame``/``unary_answer``: response headers, a message, and the
   three frames of a successful unary answer (headers, one DATA frame, ``grpc-status: 0``),
   built from cached header blocks (``GrpcConnection`` advances h2's state to match).
@@ -10,10 +11,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from h2.errors import ErrorCodes
 from hyperframe.frame import DataFrame
 
 from .hpack_fast import LiteralEncoder
+
+if TYPE_CHECKING:
+    from .budgets import FloodLedger
+
+Buffer = bytes | bytearray | memoryview
 
 # h2 logs ``repr(frame)`` of every frame it receives, eagerly, and a DATA frame's repr
 # hex-encodes its whole payload before cutting it to 20 characters: ~10% of the server's CPU
@@ -68,42 +76,56 @@ class FrameSizeGuard:
     frame header alone, a frame that declares more than the frame size we accept, and a
     header block (HEADERS + CONTINUATION frames) longer than ``max_block``: h2 buffers a
     frame's whole declared body, and up to 64 CONTINUATION frames, before it checks either.
-    Also checks the connection preface."""
+    Also checks the connection preface, shows each frame header to the ``ledger``
+    (``budgets.py:FloodLedger``; ENHANCE_YOUR_CALM once it says the client floods), and cuts
+    a read into turns (``scan``)."""
 
-    __slots__ = ("_limit", "_max_block", "_preface", "_skip", "_head", "_block")
+    __slots__ = ("_limit", "_max_block", "_preface", "_skip", "_head", "_block", "ledger")
 
-    def __init__(self, limit: int, max_block: int) -> None:
+    def __init__(self, limit: int, max_block: int, ledger: FloodLedger | None = None) -> None:
         self._limit = limit
         self._max_block = max_block
         self._preface = 0  # preface bytes checked so far
         self._skip = 0  # body bytes of the current frame still to come
         self._head = b""
         self._block = 0  # bytes of the header block being received (0: none open)
+        self.ledger = ledger
 
     def check(self, data: bytes) -> int | None:
-        """None, or the HTTP/2 error code that ends the connection."""
-        pos, size = 0, len(data)
+        """None, or the HTTP/2 error code that ends the connection (all of ``data``)."""
+        return self.scan(data, len(data) + 1, len(data))[2]
+
+    def scan(self, data: Buffer, frames: int, size: int) -> tuple[int, int, int | None]:
+        """Follows ``data`` until ``frames`` frames have begun (the next one is left for
+        later) or about ``size`` bytes went by: how many bytes it took (what h2 gets this
+        turn), how many frames began, and None or the HTTP/2 error code that ends the
+        connection."""
+        pos, end, begun = 0, min(len(data), size), 0
         if self._preface < len(PREFACE):
-            pos = min(len(PREFACE) - self._preface, size)
+            pos = min(len(PREFACE) - self._preface, end)
             if data[:pos] != PREFACE[self._preface : self._preface + pos]:
-                return ErrorCodes.PROTOCOL_ERROR
+                return pos, begun, ErrorCodes.PROTOCOL_ERROR
             self._preface += pos
-        while pos < size:
+        while pos < end:
             if self._skip:
-                step = min(self._skip, size - pos)
+                step = min(self._skip, end - pos)
                 self._skip -= step
                 pos += step
                 continue
-            need = 9 - len(self._head)
-            self._head += data[pos : pos + need]
-            pos += need
+            if not self._head:  # a frame begins here
+                if begun >= frames:
+                    break
+                begun += 1
+            piece = bytes(data[pos : pos + 9 - len(self._head)])
+            self._head += piece
+            pos += len(piece)
             if len(self._head) < 9:
-                return None
+                break
             refused = self._frame(self._head)
             if refused is not None:
-                return refused
+                return pos, begun, refused
             self._head = b""
-        return None
+        return pos, begun, None
 
     def _frame(self, head: bytes) -> int | None:
         length = int.from_bytes(head[:3], "big")
@@ -115,5 +137,7 @@ class FrameSizeGuard:
                 return ErrorCodes.ENHANCE_YOUR_CALM  # an HPACK bomb in the making
             if head[4] & _END_HEADERS_FLAG:
                 self._block = 0
+        if self.ledger is not None and self.ledger.frame(head):
+            return ErrorCodes.ENHANCE_YOUR_CALM  # a control-frame flood
         self._skip = length
         return None

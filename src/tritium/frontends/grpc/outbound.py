@@ -16,6 +16,7 @@ import h2.exceptions
 from h2.errors import ErrorCodes
 from h2.stream import StreamInputs
 
+from .budgets import MAX_UNREAD_BYTES, UNREAD, FloodLedger
 from .call import ServerCall
 from .frames import RESPONSE_HEADERS, data_frame, headers_frame, unary_answer
 from .metadata import encode_grpc_message
@@ -37,9 +38,14 @@ class Outbound:
     _flush_soon: bool  # a write is scheduled for this loop iteration
     _closed: bool
     _pings: PingPolicy
+    _ledger: FloodLedger  # credited for the DATA frames sent
+    _unread: int  # bytes written while the peer did not read (inbound.py)
 
     def _maybe_close(self) -> None:
         raise NotImplementedError  # GrpcConnection's
+
+    def _hold_reading(self, reason: int) -> None:
+        raise NotImplementedError  # inbound.py's
 
     def _headers(self, call: ServerCall) -> None:
         call.headers_sent = True
@@ -92,6 +98,7 @@ class Outbound:
         stream.outbound_flow_control_window -= size
         h2conn.outbound_flow_control_window -= size
         h2conn._data_to_send += frames + data_frame(sid, data)
+        self._ledger.sent(1, size)
         return True
 
     def answer(self, call: ServerCall, data: bytes) -> bool:
@@ -122,6 +129,7 @@ class Outbound:
         stream.outbound_flow_control_window -= size
         h2conn.outbound_flow_control_window -= size
         h2conn._data_to_send += unary_answer(call.stream_id, _encoding(call), data)
+        self._ledger.sent(1, size)
         call.headers_sent = True
         call.done = True
         self._ended(call)
@@ -165,6 +173,7 @@ class Outbound:
         stream.outbound_flow_control_window -= size
         h2conn.outbound_flow_control_window -= size
         h2conn._data_to_send += b"".join(frames)
+        self._ledger.sent(len(frames), size)
         return view[size:] if size < len(view) else None
 
     def _write_blocked(self, sid: int = 0) -> None:
@@ -245,6 +254,10 @@ class Outbound:
     def _write_now(self) -> None:
         data = self._h2.data_to_send()
         if data and self._transport is not None and not self._closed:
+            if self._paused:  # the peer reads nothing: stop reading what makes us write
+                self._unread += len(data)
+                if self._unread > MAX_UNREAD_BYTES:
+                    self._hold_reading(UNREAD)
             self._transport.write(data)
 
 

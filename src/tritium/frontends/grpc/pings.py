@@ -6,7 +6,9 @@ allowed after the previous one is a strike (the allowance is
 ``--grpc-keepalive-permit-without-calls`` is set, two hours otherwise), and more than
 ``--grpc-http2-max-ping-strikes`` strikes (0: no limit) end the connection with GOAWAY
 ENHANCE_YOUR_CALM "too_many_pings". Pings that come with data are never strikes: headers or
-DATA either way reset the count, as clients ping to measure bandwidth while answers flow.
+DATA either way reset the count, as clients ping to measure bandwidth while answers flow
+(received DATA only with a payload: an empty DATA frame excuses nothing, or PING + empty DATA
+would flood unchecked).
 It also counts our own keepalive pings since data was last sent
 (``--grpc-http2-max-pings-without-data``).
 """

@@ -45,6 +45,7 @@ from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
+from .budgets import MESSAGES_PER_TURN
 from .call import HIGH_WATER, ServerCall
 from .errors import CODE, status_message, triton_status
 from .guard import CallGuard, refusal_code
@@ -154,17 +155,22 @@ class StreamSession:
 
     async def run(self) -> None:
         """Starts the requests ``consume`` left in the inbox until the client half-closes,
-        then waits until every request has had its final response."""
+        then waits until every request has had its final response. The loop gets a turn
+        after every ``MESSAGES_PER_TURN`` messages (the inbox may hold many)."""
         call = self._call
         call.consumer = self.consume
+        started = 0
         while True:
             while self._free <= 0 and not call.done:
                 self._freed = asyncio.get_running_loop().create_future()
                 await self._freed
             await call.drain()
+            if started and started % MESSAGES_PER_TURN == 0:
+                await asyncio.sleep(0)  # other connections' turn
             raw = await call.read()
             if raw is None or call.done:
                 break
+            started += 1
             self._free -= 1
             if len(raw) <= OFFLOAD_BYTES:
                 message, request = _decode(raw, self._forwarded)

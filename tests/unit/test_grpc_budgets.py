@@ -1,0 +1,375 @@
+"""Issue 22, findings 1 and 2: a gRPC connection reads in bounded turns and refuses
+control-frame floods. The flood ledger and the frame scanner are pure; the rest drives a real
+``GrpcConnection`` in memory (tests/support/grpc_memory.py) with an h2 client and counts what one
+``data_received`` did before the loop got its turn back."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import pytest
+from h2.errors import ErrorCodes
+
+from tests.support.grpc_memory import MemoryTransport
+
+from tritium.frontends.accept import Connections
+from tritium.frontends.grpc import outbound
+from tritium.frontends.grpc.bounds import ConnectionLimits
+from tritium.frontends.grpc.budgets import (
+    BURST,
+    FRAMES_PER_TURN,
+    MESSAGES_PER_TURN,
+    REFILL_PER_S,
+    STREAM_CREDIT,
+    FloodLedger,
+)
+from tritium.frontends.grpc.call import ServerCall
+from tritium.frontends.grpc.connection import GrpcConnection
+from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
+from tritium.frontends.grpc.frames import PREFACE, FrameSizeGuard
+from tritium.options import ServerOptions
+
+DATA, HEADERS, SETTINGS, PING, WINDOW_UPDATE, GOAWAY = 0, 1, 4, 6, 8, 7
+SINK = "/test.Service/Sink"
+
+
+def frame(kind: int, flags: int = 0, sid: int = 0, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def message(body: bytes) -> bytes:
+    return b"\0" + len(body).to_bytes(4, "big") + body
+
+
+# -- the flood ledger --------------------------------------------------------------------------
+
+
+def test_ledger_allows_a_burst_of_control_frames_then_floods() -> None:
+    ledger = FloodLedger(0.0)
+    ping = frame(PING, payload=bytes(8))[:9]
+    assert not any(ledger.frame(ping) for _ in range(BURST))
+    assert ledger.frame(ping) and ledger.flooded
+
+
+def test_ledger_refills_with_time_up_to_the_burst() -> None:
+    ledger = FloodLedger(0.0)
+    settings = frame(SETTINGS)
+    for _ in range(BURST):
+        ledger.frame(settings)
+    ledger.refill(1.0)  # one second: REFILL_PER_S more
+    assert not any(ledger.frame(settings) for _ in range(int(REFILL_PER_S)))
+    assert ledger.frame(settings)
+    idle = FloodLedger(0.0)
+    idle.refill(3600.0)  # an hour idle banks no more than the burst
+    assert not any(idle.frame(settings) for _ in range(BURST))
+    assert idle.frame(settings)
+
+
+def test_requests_and_their_data_cost_nothing() -> None:
+    ledger = FloodLedger(0.0)
+    for sid in range(1, 20 * BURST, 2):
+        assert not ledger.frame(frame(HEADERS, 0x4, sid, b"x"))  # a new stream
+        assert not ledger.frame(frame(DATA, 0, sid, b"payload")[:9])
+        assert not ledger.frame(frame(DATA, 0x1, sid))  # the empty END_STREAM half-close
+
+
+def test_empty_data_and_old_stream_headers_cost_a_credit() -> None:
+    ledger = FloodLedger(0.0)
+    ledger.frame(frame(HEADERS, 0x4, 9, b"x"))
+    spent = [frame(DATA, 0, 9), frame(HEADERS, 0x5, 9, b"x"), frame(HEADERS, 0x5, 3, b"x")]
+    for _ in range((BURST + STREAM_CREDIT) // 3):
+        for head in spent:
+            ledger.frame(head[:9])
+    assert any(ledger.frame(spent[0]) for _ in range(3))
+
+
+def test_streams_opened_and_data_sent_earn_credit() -> None:
+    ledger = FloodLedger(0.0)
+    for sid in range(1, 201, 2):  # 100 streams
+        ledger.frame(frame(HEADERS, 0x4, sid, b"x"))
+    ledger.sent(frames=1000, size=1000 * 16384)  # 1000 DATA frames of 16 KiB
+    window = frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1))
+    allowed = BURST + 100 * STREAM_CREDIT + 2 * 1000 + 1000
+    assert not any(ledger.frame(window) for _ in range(allowed))
+    assert ledger.frame(window)
+
+
+# -- the frame scanner -------------------------------------------------------------------------
+
+
+def test_scan_stops_before_the_first_frame_past_the_budget() -> None:
+    guard = FrameSizeGuard(16384, 32768)
+    data = PREFACE + frame(SETTINGS) * 10
+    used, begun, refused = guard.scan(data, 3, 1 << 20)
+    assert (used, begun, refused) == (len(PREFACE) + 3 * 9, 3, None)
+    assert guard.scan(data[used:], 100, 1 << 20) == (7 * 9, 7, None)
+
+
+def test_scan_counts_a_split_header_once_and_cuts_bodies_at_the_byte_budget() -> None:
+    guard = FrameSizeGuard(16384, 32768)
+    body = frame(DATA, 0, 1, bytes(10000))
+    assert guard.scan(PREFACE + body[:4], 1, 1 << 20) == (len(PREFACE) + 4, 1, None)
+    assert guard.scan(body[4:], 0, 4096) == (4096, 0, None)  # inside the frame: no new frame
+    rest = body[4 + 4096 :] + frame(PING, 0, 0, bytes(8))
+    assert guard.scan(rest, 0, 1 << 20) == (len(body) - 4 - 4096, 0, None)  # the PING waits
+
+
+def test_scan_refuses_a_flood_with_enhance_your_calm() -> None:
+    ledger = FloodLedger(0.0)
+    guard = FrameSizeGuard(16384, 32768, ledger)
+    pings = PREFACE + frame(PING, 0, 0, bytes(8)) * (BURST + 1)
+    used, _, refused = guard.scan(pings, BURST + 10, 1 << 20)
+    assert refused == ErrorCodes.ENHANCE_YOUR_CALM and ledger.flooded
+    assert used == len(pings) - 8  # at the header of the frame one past the burst
+
+
+# -- a call's message budget -------------------------------------------------------------------
+
+
+class _Conn:
+    max_receive = 1 << 20
+    max_send = 1 << 20
+    peer = "127.0.0.1:1"
+
+    def __init__(self, budget: int) -> None:
+        self.message_budget = budget
+        self.given_back = 0
+        self.input_held = 0  # request bytes the calls hold (frontends/grpc/bounds.py)
+
+    def acknowledge(self, sid: int, size: int) -> None:
+        self.given_back += size
+
+
+def test_feed_cuts_only_the_turns_budget_and_keeps_order() -> None:
+    conn = _Conn(3)
+    call = ServerCall(conn, 1, "/x/Y", {}, None)  # type: ignore[arg-type]
+    wire = b"".join(message(bytes([i])) for i in range(10))
+    assert call.feed(wire, len(wire)) is True
+    assert call.messages_waiting == 3
+    taken = []
+    while True:
+        conn.message_budget = 3  # the next turn
+        more = call.feed(b"", 0)
+        while (raw := call.take()) is not None:
+            taken.append(raw)
+        if not more:
+            break
+    assert taken == [bytes([i]) for i in range(10)]
+    assert conn.given_back == len(wire)
+
+
+def test_window_comes_back_only_for_messages_cut() -> None:
+    """A consumer takes every message as it is cut: the bytes of the messages the budget
+    left uncut are not given back to the client's window yet."""
+    conn = _Conn(4)
+    call = ServerCall(conn, 1, "/x/Y", {}, None)  # type: ignore[arg-type]
+    seen: list[bytes] = []
+    call.consumer = lambda raw: seen.append(raw) is None
+    wire = b"".join(message(b"ab") for _ in range(10))
+    assert call.feed(wire, len(wire))
+    assert len(seen) == 4 and conn.given_back == 4 * 7
+    conn.message_budget = 100
+    assert not call.feed(b"", 0)
+    assert len(seen) == 10 and conn.given_back == len(wire)
+
+
+# -- a connection, in memory -------------------------------------------------------------------
+
+
+class _Listener:
+    def __init__(self, handler: Callable[[ServerCall], Any]) -> None:
+        self.options = ServerOptions()
+        self.max_receive = 1 << 24
+        self.max_send = 1 << 24
+        self.max_streams = 100
+        method = Method(Kind.BIDI, handler, lambda b: b)
+        self.dispatch = Dispatcher({SINK: method}, self.options, None)
+        self.connections: set[GrpcConnection] = set()
+        self.limits = ConnectionLimits.from_options(self.options)
+        self.pool = Connections()
+
+    def connection_closed(self) -> None:
+        pass
+
+
+class _Peer:
+    """A GrpcConnection on a MemoryTransport and the h2 client in front of it."""
+
+    def __init__(self, handler: Callable[[ServerCall], Any] | None = None) -> None:
+        self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        self.client.initiate_connection()
+        self.transport = MemoryTransport()
+        self.server = GrpcConnection(_Listener(handler or _sink([])))  # type: ignore[arg-type]
+        self.server.connection_made(self.transport)
+        self.server.data_received(self.client.data_to_send())
+        self.events: list[h2.events.Event] = []
+        self.read()
+
+    def read(self) -> list[h2.events.Event]:
+        """What the server wrote, through the client (GOAWAY frames too)."""
+        out = self.transport.take()
+        events = self.client.receive_data(out) if out else []
+        self.events += events
+        return events
+
+    async def turns(self, condition: Callable[[], bool], limit: int = 10_000) -> int:
+        for turn in range(limit):
+            if condition():
+                return turn
+            await asyncio.sleep(0)
+        raise AssertionError(f"not done after {limit} loop turns")
+
+
+def _sink(received: list[bytes]) -> Callable[[ServerCall], Any]:
+    async def sink(call: ServerCall) -> None:
+        call.consumer = lambda raw: received.append(raw) is None
+        while (raw := await call.read()) is not None:
+            received.append(raw)
+
+    return sink
+
+
+def _acks(data: bytes) -> int:
+    """SETTINGS ACK frames in what the server wrote."""
+    count = 0
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        count += data[3] == SETTINGS and data[4] == 1
+        data = data[9 + length :]
+    return count
+
+
+def test_a_settings_flood_is_read_in_turns_then_ends_with_enhance_your_calm() -> None:
+    """3,000 SETTINGS frames in one read: h2 gets FRAMES_PER_TURN of them, reading pauses,
+    the rest is read on later loop turns, and past the ledger's burst the connection ends
+    with GOAWAY ENHANCE_YOUR_CALM (before: all 3,000 acknowledged inside the read)."""
+
+    async def run() -> None:
+        peer = _Peer()
+        raw = peer.transport
+        peer.server.data_received(frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 65535)) * 3000)
+        written = raw.take()
+        assert _acks(written) <= FRAMES_PER_TURN
+        assert not raw.reading
+        await peer.turns(lambda: raw.closed)
+        written += raw.take()
+        assert BURST - 10 <= _acks(written) <= BURST + FRAMES_PER_TURN  # then it was cut off
+        goaway = written[written.rindex(bytes([GOAWAY, 0, 0, 0, 0, 0])) + 6 :]
+        assert int.from_bytes(goaway[4:8], "big") == ErrorCodes.ENHANCE_YOUR_CALM
+        assert goaway[8:] == b"too_many_control_frames"
+
+    asyncio.run(run())
+
+
+def test_reads_in_one_loop_turn_share_its_budget() -> None:
+    """uvloop may hand a connection several reads in one turn of the loop: together they get
+    one turn's budget, and what is past it waits for the next turn."""
+
+    async def run() -> None:
+        peer = _Peer()
+        await asyncio.sleep(0)  # a fresh turn
+        for _ in range(3):
+            peer.server.data_received(frame(SETTINGS) * 80)
+        assert _acks(peer.transport.take()) == FRAMES_PER_TURN
+        assert not peer.transport.reading
+        await peer.turns(lambda: peer.transport.reading)
+        assert _acks(peer.transport.take()) == 3 * 80 - FRAMES_PER_TURN
+
+    asyncio.run(run())
+
+
+def test_one_data_frame_of_many_messages_is_cut_in_turns_in_order() -> None:
+    """A stream's 10,000 messages in one DATA frame: one read cuts at most
+    MESSAGES_PER_TURN of them; the rest come on later turns, in order, the END_STREAM after
+    the last, and every byte goes back to the client's window (before: all 10,000 handled
+    inside the read)."""
+
+    async def run() -> None:
+        received: list[bytes] = []
+        peer = _Peer(_sink(received))
+        sid = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(sid, _headers(SINK))
+        peer.server.data_received(peer.client.data_to_send())
+        await asyncio.sleep(0)  # the handler starts: it takes messages as they are cut
+        wire = b"".join(message(i.to_bytes(2, "big")) for i in range(10_000))
+        peer.client.send_data(sid, wire, end_stream=True)
+        peer.server.data_received(peer.client.data_to_send())
+        assert 0 < len(received) <= MESSAGES_PER_TURN
+        assert not peer.transport.reading
+        done = lambda: any(isinstance(e, h2.events.StreamEnded) for e in peer.read())  # noqa: E731
+        turns = await peer.turns(done)
+        assert turns > 10_000 // MESSAGES_PER_TURN // 2
+        assert received == [i.to_bytes(2, "big") for i in range(10_000)]
+        answer = [e for e in peer.events if isinstance(e, h2.events.ResponseReceived)]
+        assert dict(answer[-1].headers)[b"grpc-status"] == b"0"  # Trailers-Only: no message
+        given = sum(
+            e.delta for e in peer.events if isinstance(e, h2.events.WindowUpdated) and e.delta
+        )
+        assert given >= len(wire)  # stream and connection windows: every byte came back
+        assert peer.transport.reading
+
+    asyncio.run(run())
+
+
+def test_reading_stops_while_the_peer_leaves_answers_unread(monkeypatch: Any) -> None:
+    """The socket's buffer is full (pause_writing) and the client sends frames that make the
+    server answer: past MAX_UNREAD_BYTES reading stops, even between turns, until the socket
+    drains (resume_writing); then the rest is read and answered."""
+    monkeypatch.setattr(outbound, "MAX_UNREAD_BYTES", 9 * 50)
+
+    async def run() -> None:
+        peer = _Peer()
+        peer.server.pause_writing()
+        peer.server.data_received(frame(SETTINGS) * 300)
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not peer.transport.reading
+        acks = _acks(peer.transport.take())
+        assert 50 < acks <= 50 + FRAMES_PER_TURN  # one turn past the bound, then it stopped
+        peer.server.resume_writing()
+        await peer.turns(lambda: peer.transport.reading)
+        assert acks + _acks(peer.transport.take()) == 300
+
+    asyncio.run(run())
+
+
+def _headers(path: str) -> list[tuple[str, str]]:
+    return [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", path),
+        (":authority", "localhost"),
+        ("te", "trailers"),
+        ("content-type", "application/grpc"),
+    ]
+
+
+@pytest.mark.parametrize("empty", [True, False])
+def test_empty_data_does_not_excuse_pings(empty: bool) -> None:
+    """Pings with empty DATA between them are still strikes (GOAWAY too_many_pings); DATA
+    with a payload resets them, as before."""
+
+    async def run() -> list[tuple[int, bytes | None]]:
+        peer = _Peer()
+        sid = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(sid, _headers(SINK))
+        peer.server.data_received(peer.client.data_to_send())
+        data = frame(DATA, 0, sid) if empty else frame(DATA, 0, sid, message(b"x"))
+        for i in range(5):
+            peer.server.data_received(frame(PING, 0, 0, i.to_bytes(8, "big")) + data)
+            await asyncio.sleep(0)
+        peer.read()
+        return [
+            (e.error_code, e.additional_data)
+            for e in peer.events
+            if isinstance(e, h2.events.ConnectionTerminated)
+        ]
+
+    expected = [(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")] if empty else []
+    assert asyncio.run(run()) == expected
