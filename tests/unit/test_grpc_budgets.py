@@ -373,3 +373,72 @@ def test_empty_data_does_not_excuse_pings(empty: bool) -> None:
 
     expected = [(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")] if empty else []
     assert asyncio.run(run()) == expected
+
+
+# -- what h2 decided later in the same read ----------------------------------------------------
+# h2 handles a whole read before the handlers see its events: a frame later in the read may
+# already have closed what an earlier event's handler writes to (found by tests/fuzz/fuzz_h2.py).
+
+
+def _echo(call: ServerCall) -> Any:
+    async def echo() -> None:
+        call.consumer = lambda raw: call.send(raw) is None
+        while (raw := await call.read()) is not None:
+            call.send(raw)
+
+    return echo()
+
+
+def _terminated(peer: _Peer) -> list[tuple[int, bytes | None]]:
+    return [
+        (e.error_code, e.additional_data)
+        for e in peer.events
+        if isinstance(e, h2.events.ConnectionTerminated)
+    ]
+
+
+def test_a_goaway_after_a_request_in_the_same_read_still_gets_it_answered() -> None:
+    """The client's GOAWAY closes h2's connection state as soon as h2 reads it; the call that
+    came before it in the same read is answered all the same, then the connection closes."""
+
+    async def run() -> None:
+        peer = _Peer(_echo)
+        sid = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(sid, _headers(SINK))
+        peer.client.send_data(sid, message(b"hello"), end_stream=True)
+        goaway = frame(GOAWAY, 0, 0, struct.pack(">II", 0, 0))
+        peer.server.data_received(peer.client.data_to_send() + goaway)
+        await peer.turns(lambda: peer.transport.closed)
+        peer.read()
+        data = b"".join(e.data for e in peer.events if isinstance(e, h2.events.DataReceived))
+        assert data == message(b"hello")
+        trailers = [e for e in peer.events if isinstance(e, h2.events.TrailersReceived)]
+        assert dict(trailers[0].headers)[b"grpc-status"] == b"0"
+        assert _terminated(peer) == [(ErrorCodes.NO_ERROR, None)]
+
+    asyncio.run(run())
+
+
+def test_data_after_end_stream_in_the_same_read_ends_only_that_call() -> None:
+    """DATA after the stream's END_STREAM, in the same read: h2 resets the stream before the
+    handler answers the messages before it; the call ends, the connection goes on."""
+
+    async def run() -> None:
+        peer = _Peer(_echo)
+        sid = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(sid, _headers(SINK))
+        peer.server.data_received(peer.client.data_to_send())
+        await asyncio.sleep(0)  # the handler answers messages as they are cut
+        late = frame(DATA, 0, sid, message(b"late"))
+        peer.server.data_received(frame(DATA, 0x1, sid, message(b"x") * 3) + late)
+        await peer.turns(lambda: not peer.server.calls)
+        assert not peer.transport.closed and _terminated(peer) == []
+        sid = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(sid, _headers(SINK))
+        peer.client.send_data(sid, message(b"again"), end_stream=True)
+        peer.server.data_received(peer.client.data_to_send())
+        done = lambda: any(isinstance(e, h2.events.StreamEnded) for e in peer.read())  # noqa: E731
+        await peer.turns(done)
+        assert _terminated(peer) == []
+
+    asyncio.run(run())

@@ -36,6 +36,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 import h2.settings
+from h2.connection import ConnectionState
 from h2.errors import ErrorCodes
 from h2.settings import SettingCodes
 from hyperframe.frame import GoAwayFrame
@@ -141,12 +142,20 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
 
     def _receive(self, data: Buffer) -> None:
         """Frames (one turn's, checked by ``FrameSizeGuard``) to h2, their events to the
-        handlers."""
+        handlers. A GOAWAY from the peer closes h2's side of the connection and drops what
+        it had not written: what is queued goes first, and the calls in flight (this batch's
+        too) can still be answered (``_goaway``)."""
+        self._write_now()
         try:
             events = self._h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             self._protocol_error(exc)
             return
+        machine = self._h2.state_machine
+        if machine.state is ConnectionState.CLOSED and any(
+            type(event) is h2.events.ConnectionTerminated for event in events
+        ):
+            machine.state = ConnectionState.SERVER_OPEN
         self._corked = True  # what the events make is written once, below
         try:
             for event in events:

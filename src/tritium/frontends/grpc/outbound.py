@@ -58,6 +58,23 @@ class Outbound:
         """Writes one framed message: ``head`` is its 5-byte prefix."""
         if self._closed or call.done:
             return
+        try:
+            self._send_message(call, head, payload)
+        except h2.exceptions.NoSuchStreamError:
+            self._stream_gone(call)
+            return
+        self._pings.sent_data()
+        self._flush()
+
+    def _stream_gone(self, call: ServerCall) -> None:
+        """h2 closed the stream under the call (the peer sent DATA after its END_STREAM in
+        the same read: h2 reset it): the call ends as if the peer had reset it."""
+        self.calls.pop(call.stream_id, None)
+        self._blocked.pop(call.stream_id, None)
+        call.cancelled()
+        self._maybe_close()
+
+    def _send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
         if len(payload) < _JOIN_BELOW:
             data = head + payload
             if not self._data_frame(call, data):
@@ -69,8 +86,6 @@ class Outbound:
                 self._headers(call)
             self._send_data(call, head)
             self._send_data(call, payload)
-        self._pings.sent_data()
-        self._flush()
 
     def _data_frame(self, call: ServerCall, data: bytes) -> bool:
         """``data`` as one DATA frame built here (with the response headers before the
@@ -82,6 +97,7 @@ class Outbound:
         stream = h2conn.streams.get(sid)
         if (
             stream is None
+            or stream.closed
             or call.pending
             or self._paused
             or size > h2conn.max_outbound_frame_size
@@ -112,6 +128,7 @@ class Outbound:
         stream = h2conn.streams.get(call.stream_id)
         if (
             stream is None
+            or stream.closed
             or not call.half_closed
             or call.headers_sent
             or call.pending
