@@ -5,6 +5,7 @@ from __future__ import annotations
 from fuzz_harness import Target
 from fuzz_structured import CONFIG_STRUCT, GRPC_STRUCT, HTTP_CODEC_STRUCT
 from fuzz_grpc import GRPC_BYTES
+from fuzz_h2 import H2_FRAMES
 from fuzz_http import HTTP_CODEC, HTTP_PROTOCOL
 from fuzz_misc import BYTES, CONFIG
 
@@ -16,6 +17,7 @@ TARGETS: dict[str, Target] = {
         HTTP_CODEC_STRUCT,
         GRPC_BYTES,
         GRPC_STRUCT,
+        H2_FRAMES,
         BYTES,
         CONFIG,
         CONFIG_STRUCT,
