@@ -282,7 +282,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     def _ping(self, event: h2.events.PingReceived) -> None:
         """h2 has queued the ACK; too many pings without data end the connection."""
         if self._pings.received(time.monotonic(), bool(self.calls)):
-            self._close(ErrorCodes.ENHANCE_YOUR_CALM, b"too_many_pings")
+            self.end_flood(b"too_many_pings")
 
     def _ping_ack(self, event: h2.events.PingAckReceived) -> None:
         if self._ping_timeout is not None:

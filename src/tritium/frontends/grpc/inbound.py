@@ -96,15 +96,21 @@ class Inbound:
         self._byte_budget -= used
         if refused is not None:  # a bad preface, or a frame refused from its header alone
             if self._ledger.flooded:
-                log.info("gRPC connection %s: control frame flood, closing", self.peer)
-                self._close(refused, b"too_many_control_frames")
-                self._hold_reading(BUSY)  # no lingering read of a flood
+                self.end_flood(b"too_many_control_frames")
             else:
                 self._close(refused)
             return len(data)
         if used:
             self._receive(data[:used] if used < len(data) else data)
         return used
+
+    def end_flood(self, why: bytes) -> None:
+        """GOAWAY ENHANCE_YOUR_CALM ``why``; the flood is not read further (no lingering
+        read: the socket closes after the linger, whatever the peer still sends). Logged at
+        debug level only: a client reconnecting to flood would flood the log too."""
+        log.debug("gRPC connection %s: %s, closing", self.peer, why.decode())  # not per flood
+        self._close(ErrorCodes.ENHANCE_YOUR_CALM, why)
+        self._hold_reading(BUSY)
 
     def _schedule(self) -> None:
         """A later turn for what is left, unless the peer leaves our answers unread (then
