@@ -1,6 +1,6 @@
 """HTTP/2 frame-layer fuzz target (issue 22): arbitrary frame sequences into one
 ``GrpcConnection`` after a valid preface and SETTINGS, on an in-memory transport
-(tests/grpc_memory.py), over a real ``InferenceServer`` with no models, so that every gRPC
+(tests/support/grpc_memory.py), over a real ``InferenceServer`` with no models, so that every gRPC
 method runs and answers its error.
 
 The input is a list of frames in a compact form the mutator can work with: per frame one byte
@@ -29,9 +29,11 @@ from hyperframe.exceptions import HyperframeError
 from hyperframe.frame import Frame
 from tritonclient.grpc import service_pb2 as pb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/: grpc_memory
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # run_fuzz.py's workers start in tests/fuzz
+    sys.path.append(str(ROOT))
 
-from grpc_memory import MemoryTransport  # noqa: E402
+from tests.support.grpc_memory import MemoryTransport  # noqa: E402
 
 from tritium.frontends.grpc.connection import GrpcConnection  # noqa: E402
 from tritium.frontends.grpc.frames import PREFACE  # noqa: E402
@@ -149,7 +151,7 @@ def _listener() -> tuple[asyncio.AbstractEventLoop, GrpcListener]:
     global _LOOP, _LISTENER
     if _LOOP is None or _LISTENER is None:
         _LOOP = asyncio.new_event_loop()
-        server = InferenceServer(ServerOptions(model_repositories=()))
+        server = InferenceServer(ServerOptions())  # no repository
         _LOOP.run_until_complete(server.start())
         _LISTENER = GrpcListener(server, None)
     return _LOOP, _LISTENER

@@ -1,5 +1,5 @@
 """Issue 22, findings 1 and 2: one hostile HTTP/2 client on the gRPC port must not stall the
-others. Each test floods (tests/h2_floods.py, raw sockets) for at least 10 s, on a new
+others. Each test floods (tests/support/h2_floods.py, raw sockets) for at least 10 s, on a new
 connection whenever the server ends one (an attacker that reconnects), while tritonclient
 clients on connections of their own keep asking: HTTP readiness and a ``simple`` inference,
 gRPC ServerLive and a ``simple`` inference, with 30 s client timeouts. The flood goes on until
@@ -23,11 +23,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from clients import add_sub_inputs
-from grpc_raw import ENHANCE_YOUR_CALM, start_server
-from h2_floods import repeat
 
-from server_process import ServerProcess
+from tests.support.clients import add_sub_inputs
+from tests.support.grpc_raw import ENHANCE_YOUR_CALM, start_server
+from tests.support.h2_floods import repeat
+
+from tests.support.server_process import ServerProcess
 
 FLOOD_S = 10.0
 VICTIM_ROUNDS = 5
