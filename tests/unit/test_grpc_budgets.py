@@ -442,3 +442,26 @@ def test_data_after_end_stream_in_the_same_read_ends_only_that_call() -> None:
         assert _terminated(peer) == []
 
     asyncio.run(run())
+
+
+def test_a_request_reset_and_forgotten_in_the_same_read_ends_quietly() -> None:
+    """HEADERS for an unknown method, its RST_STREAM and a second stream in one read: h2
+    has closed and forgotten the first stream before its handler answers UNIMPLEMENTED (it
+    would open it anew: ID too low); that answer is dropped, the second stream is served."""
+
+    async def run() -> None:
+        peer = _Peer(_echo)
+        first = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(first, _headers("/no.Such/Method"), end_stream=True)
+        peer.client.reset_stream(first)
+        second = peer.client.get_next_available_stream_id()
+        peer.client.send_headers(second, _headers(SINK))
+        peer.client.send_data(second, message(b"still"), end_stream=True)
+        peer.server.data_received(peer.client.data_to_send())
+        done = lambda: any(isinstance(e, h2.events.StreamEnded) for e in peer.read())  # noqa: E731
+        await peer.turns(done)
+        assert _terminated(peer) == []
+        data = b"".join(e.data for e in peer.events if isinstance(e, h2.events.DataReceived))
+        assert data == message(b"still")
+
+    asyncio.run(run())

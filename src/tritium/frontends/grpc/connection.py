@@ -48,7 +48,7 @@ from .frames import Buffer, FrameSizeGuard
 from .h2_server import ServerConnection
 from .hpack_fast import CachingDecoder, LiteralEncoder
 from .inbound import Inbound
-from .outbound import Outbound
+from .outbound import STREAM_GONE, Outbound
 from .pings import PingPolicy
 from .status import RpcError
 
@@ -202,7 +202,10 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     def _request(self, event: h2.events.RequestReceived) -> None:
         sid = event.stream_id
         if self._draining and sid > self._last_stream:
-            self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            try:
+                self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
+            except STREAM_GONE:
+                pass
             return
         self._last_stream = max(self._last_stream, sid)
         if self._blocked and self.output_full():
@@ -228,7 +231,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
             stream = self._h2.streams.get(sid)
             if stream is not None and not stream.closed:
                 self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
-        except h2.exceptions.StreamClosedError:
+        except STREAM_GONE:
             pass
 
     def _data(self, event: h2.events.DataReceived) -> None:

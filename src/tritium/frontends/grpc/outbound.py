@@ -23,6 +23,10 @@ from .metadata import encode_grpc_message
 from .pings import PingPolicy
 from .status import StatusCode
 
+# h2 no longer has the stream: closed (a reset, or DATA after END_STREAM, in the same read as
+# the event being handled), or already forgotten once a later stream opened (it would then
+# try to open it anew and find the ID too low)
+STREAM_GONE = (h2.exceptions.NoSuchStreamError, h2.exceptions.StreamIDTooLowError)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 
 
@@ -60,7 +64,7 @@ class Outbound:
             return
         try:
             self._send_message(call, head, payload)
-        except h2.exceptions.NoSuchStreamError:
+        except STREAM_GONE:
             self._stream_gone(call)
             return
         self._pings.sent_data()
@@ -205,7 +209,7 @@ class Outbound:
                 break
             try:
                 self._write_pending(call)
-            except h2.exceptions.StreamClosedError:
+            except STREAM_GONE:
                 self._blocked.pop(call.stream_id, None)
         self._flush()
 
@@ -252,7 +256,7 @@ class Outbound:
                 call.headers_sent = True
             if not call.half_closed:  # the client may still be sending: tell it to stop
                 self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
-        except h2.exceptions.StreamClosedError:
+        except STREAM_GONE:
             pass
         self._ended(call)
 
