@@ -30,6 +30,7 @@ import grpc
 import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
+from tests.support.identity_model import IDENTITY_FP32_CONFIG, IDENTITY_FP32_PY
 from tests.support.clients import client, make_input
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.support.models import build_test_repository
@@ -49,28 +50,7 @@ TOKENS = f"""\
 """
 
 # A Python model only ever delivered in a load request (config + file:1/model.py).
-FILE_MODEL_PY = b"""\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor(
-                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-                    )
-                ]
-            )
-            for r in requests
-        ]
-"""
-FILE_MODEL_CONFIG = {
-    "backend": "python",
-    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-}
+FILE_MODEL_PY, FILE_MODEL_CONFIG = IDENTITY_FP32_PY, IDENTITY_FP32_CONFIG
 
 # Holds every request until the file named by its ``gate`` parameter exists (bounded); while a
 # request executes, a file of its own exists in the ``running`` directory next to the gate.

@@ -23,6 +23,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from tests.support.identity_model import IDENTITY_FP32_CONFIG, IDENTITY_FP32_PY
 from tests.support.clients import client
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
@@ -38,28 +39,7 @@ from tritium.server import InferenceServer
 SERVING = health_pb2.HealthCheckResponse.SERVING
 NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 WAIT_S = 30.0
-GOOD_PY = b"""\
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                output_tensors=[
-                    pb_utils.Tensor(
-                        "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
-                    )
-                ]
-            )
-            for r in requests
-        ]
-"""
-GOOD_CONFIG = {
-    "backend": "python",
-    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-}
+GOOD_PY, GOOD_CONFIG = IDENTITY_FP32_PY, IDENTITY_FP32_CONFIG
 
 
 @pytest.fixture(scope="module")
