@@ -240,7 +240,8 @@ def shm_grpc(grpc_port: int, count: int) -> str:
 @dataclass(frozen=True)
 class HostileKind:
     name: str
-    run: Callable[[int, int], str]  # (port, count) -> outcome
+    # (port, count) -> outcome: a text, or {what: how many} (bench/soak_attacks.py)
+    run: Callable[[int, int], str | dict[str, int]]
     protocol: str = "http"
 
 

@@ -75,7 +75,7 @@ def idle_sockets_case(ports: dict[str, int], deadline: float) -> dict[str, Any]:
     return {"connected": len(socks), "connect_failed": refused, "closed_by_server": closed}
 
 
-def _outcome(results: list[StreamResult]) -> dict[str, int]:
+def stream_outcomes(results: list[StreamResult]) -> dict[str, int]:
     seen: dict[str, int] = {}
     for result in results:
         if result.status is not None:
@@ -106,7 +106,7 @@ def unfinished_case(ports: dict[str, int], deadline: float) -> dict[str, Any]:
             if client.send_data(sid, body):
                 sent += len(body)
         client.wait_for(lambda: False, max(0.0, deadline - time.monotonic()))
-        outcome = _outcome([client.streams[s] for s in sids])
+        outcome = stream_outcomes([client.streams[s] for s in sids])
     return {"calls": len(sids), "sent_mib": round(sent / MIB), "outcome": outcome}
 
 
@@ -118,7 +118,7 @@ def zero_window_case(ports: dict[str, int], deadline: float) -> dict[str, Any]:
     with H2Client(_grpc_url(ports), settings=settings, auto_ack=False) as client:
         sids = [client.call_async(INFER, request) for _ in range(ZERO_WINDOW_CALLS)]
         client.wait_for(lambda: False, max(0.0, deadline - time.monotonic()))
-        outcome = _outcome([client.streams[s] for s in sids])
+        outcome = stream_outcomes([client.streams[s] for s in sids])
     return {"calls": len(sids), "outcome": outcome}
 
 

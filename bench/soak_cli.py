@@ -46,20 +46,45 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import RESULTS_DIR
-from bench.hostile_clients import hostile_kinds
+from bench.hostile_clients import HostileKind, hostile_kinds
 from bench.probes import proc_status, raise_own_nofile
 from bench.raw_http import HOST, bomb_body, http_status, serves_after
 from bench.report import git_describe
 from bench.server import Server, model_subset, start_ready
+from bench.soak_attacks import SEQUENCE_MODEL, attack_kinds
 from bench.soak_load import REQUEST_TIMEOUT_S, HostileMixer, Load, Tally, sample, worker
+from tests.support.grpc_raw import BIG_OUTPUT, write_big_output
+from tests.support.models import build_test_repository
 
-MODELS = ("simple", "add_sub_python")
+MODELS = ("simple", "add_sub_python")  # the normal load's
+# What the hostile requests use (bench/soak_attacks.py): an example sequence model, the
+# hostile Python models of tests/support/hostile_models.py and the children they call.
+EXAMPLE_HOSTILE_MODELS = (SEQUENCE_MODEL,)
+TEST_HOSTILE_MODELS = (
+    "hostile_truncate",
+    "hostile_frames",
+    "hostile_self_call",
+    "hostile_fork",
+    "identity_onnx_queued",
+    "identity_fp32",
+)
+ALL_MODELS = (*MODELS, *EXAMPLE_HOSTILE_MODELS, *TEST_HOSTILE_MODELS, BIG_OUTPUT)
+# The soak server's own flags, so that the bounds under test exist and act within a run:
+# the sequence backlog is unbounded by default (as Triton's); stalled streams are reset at
+# 60 s by default (longer than a hostile run holds them); hostile models crash their stubs
+# more often than the default 5 restarts a minute.
+SERVER_ARGS = (
+    "--allow-client-shm=true",
+    "--sequence-backlog-limit=16",
+    "--grpc-stall-timeout-secs=5",
+    "--model-instance-max-restarts=1000000",
+)
 PROTOCOLS = ("http", "grpc")
 RESULTS = RESULTS_DIR / "soak.json"
 HEALTH_TIMEOUT_S = 10.0
+NOT_READY_S = 60.0
 STALL_S = 30.0  # no inference answered for this long: the server stopped answering
 WARMUP_S = 10.0
-SETTLE_S = 5.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -97,14 +122,25 @@ async def guard(server: Server, load: Load, args: argparse.Namespace, samples: l
 
 
 async def health_watch(port: int, load: Load) -> None:
-    """``/v2/health/ready`` every second; two misses in a row (each 10 s) stop the soak."""
-    loop, misses = asyncio.get_running_loop(), 0
+    """``/v2/health/ready`` every second; two misses in a row (no answer in 10 s, or an
+    answer other than 200 and 400) stop the soak. 400 is "not ready": with strict readiness
+    (the default) while a hostile model's stub restarts; counted, and more than
+    ``NOT_READY_S`` of it in a row stops the soak too."""
+    loop, misses, not_ready_since = asyncio.get_running_loop(), 0, None
     while not load.stop.is_set():
         path = "/v2/health/ready"
         status = await loop.run_in_executor(None, http_status, port, path, HEALTH_TIMEOUT_S)
-        misses = 0 if status == 200 else misses + 1
-        if misses >= 2 and not load.stop.is_set():
-            load.tally.fail(f"/v2/health/ready answered {status} twice in a row (10 s timeout)")
+        misses = 0 if status in (200, 400) else misses + 1
+        load.tally.health[str(status)] += 1
+        now = time.monotonic()
+        not_ready_since = (not_ready_since or now) if status == 400 else None
+        why = None
+        if misses >= 2:
+            why = f"/v2/health/ready answered {status} twice in a row (10 s timeout)"
+        elif not_ready_since is not None and now - not_ready_since > NOT_READY_S:
+            why = f"/v2/health/ready not ready for more than {NOT_READY_S:.0f} s"
+        if why and not load.stop.is_set():
+            load.tally.fail(why)
             load.stop.set()
             return
         await asyncio.sleep(1.0)
@@ -133,10 +169,24 @@ async def stop_load(workers: list[asyncio.Task], others: list[asyncio.Task], loa
     await load.mixer.drain()
 
 
+def soak_kinds(args: argparse.Namespace) -> list[HostileKind]:
+    """The hostile rotation: issue 10's requests, then issue 22's attacks; ``--hostile``
+    keeps only the kinds it names."""
+    kinds = [*hostile_kinds(args.bomb_mib), *attack_kinds()]
+    if not args.hostile:
+        return kinds
+    wanted = args.hostile.split(",")
+    unknown = sorted(set(wanted) - {k.name for k in kinds})
+    if unknown:
+        known = ", ".join(k.name for k in kinds)
+        raise SystemExit(f"--hostile: unknown kind(s) {', '.join(unknown)}; known: {known}")
+    return [k for k in kinds if k.name in wanted]
+
+
 async def soak(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     pid, ports = server.pid, {p: server.ports[p] for p in PROTOCOLS}
     tally, stop = Tally(), asyncio.Event()
-    mixer = HostileMixer(args.hostile_every, hostile_kinds(args.bomb_mib), ports, tally)
+    mixer = HostileMixer(args.hostile_every, soak_kinds(args), ports, tally)
     urls = {p: f"{HOST}:{port}" for p, port in ports.items()}
     load = Load(urls, tally, stop, mixer, args.workers / args.rate)
     started = time.monotonic()
@@ -157,10 +207,27 @@ async def soak(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     await stop_load(workers, others, load)
     samples.append(sample("end", pid, started, tally))
     if server.proc.poll() is None:
-        await asyncio.sleep(SETTLE_S)
+        await asyncio.sleep(args.settle)
         samples.append(sample("settled", pid, started, tally))
     samples[0].pop("started")
     return summarise(server, tally, mixer, samples, elapsed)
+
+
+GROWN = ("rss_mib", "fds", "threads", "stubs", "stub_rss_mib")
+
+
+def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each resource from the warm-up sample to the end and to the settled one (after
+    ``--settle`` idle seconds): flat means the settled value is the warm one."""
+    by_label = {s["label"]: s for s in samples}
+    warm = by_label.get("warm")
+    if warm is None:
+        return {}
+    return {
+        label: {k: round((by_label[label][k] or 0) - (warm[k] or 0), 1) for k in GROWN}
+        for label in ("end", "settled")
+        if label in by_label
+    }
 
 
 def summarise(
@@ -188,8 +255,13 @@ def summarise(
         "hostile_skipped": tally.hostile_skipped,
         "hostile_unfinished": mixer.launched - sum(tally.hostile.values()),
         "hostile": dict(sorted(tally.hostile.items())),
+        "health_polls": dict(tally.health),
+        "hostile_runs": dict(sorted(tally.hostile_runs.items())),
+        "hostile_items": dict(sorted(tally.hostile_items.items())),
+        "hostile_max_s": dict(sorted(tally.hostile_max_s.items())),
         "samples": samples,
         "max": {k: max(s[k] or 0 for s in samples) for k in ("rss_mib", "fds", "threads", "stubs")},
+        "growth": growth(samples),
         "serves_at_end": serves,
         "failure": tally.failure,
     }
@@ -204,7 +276,7 @@ def markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
         f"soak {report['seconds']} s, target {args.rate:g} req/s on {args.workers} workers, "
         f"{report['answers_per_s']} answers/s; hostile {report['hostile_launched']} of "
         f"{report['request_slots']} slots (skipped {report['hostile_skipped']}, unfinished "
-        f"{report['hostile_unfinished']}); {verdict}",
+        f"{report['hostile_unfinished']}); health polls {report['health_polls']}; {verdict}",
         "",
         "| protocol/model | answered |",
         "|---|---|",
@@ -217,9 +289,9 @@ def markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
             for k, n in sorted(report["errors"].items())
         ),
         "",
-        "| hostile request: outcome | count |",
-        "|---|---|",
-        *(f"| {k} | {n} |" for k, n in report["hostile"].items()),
+        "| hostile kind | runs | longest s | outcomes (runs) | streams/sockets (summed) |",
+        "|---|---|---|---|---|",
+        *kind_rows(report),
         "",
         "| sample | t s | answered | server RSS MiB | fds | threads | stubs | stub RSS MiB |",
         "|---|---|---|---|---|---|---|---|",
@@ -235,6 +307,22 @@ def markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
         f"| max | | | {top['rss_mib']} | {top['fds']} | {top['threads']} | {top['stubs']} | |"
     )
     return "\n".join(lines)
+
+
+def kind_rows(report: dict[str, Any]) -> list[str]:
+    rows = []
+    for kind, runs in report["hostile_runs"].items():
+        outcomes = "; ".join(
+            f"{k.split(': ', 1)[1]} ×{n}" for k, n in report["hostile"].items()
+            if k.split(": ", 1)[0] == kind
+        )  # fmt: skip
+        items = "; ".join(
+            f"{k.split(': ', 1)[1]} {n}" for k, n in report["hostile_items"].items()
+            if k.split(": ", 1)[0] == kind
+        )  # fmt: skip
+        rows.append(f"| {kind} | {runs} | {report['hostile_max_s'][kind]} | {outcomes} "
+                    f"| {items} |")  # fmt: skip
+    return rows
 
 
 def save(label: str, report: dict[str, Any], args: argparse.Namespace) -> None:
@@ -260,6 +348,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--bomb-mib", type=int, default=1280, help="inflated size of the bombs")
     parser.add_argument("--rss-cap-mib", type=int, default=4096)
     parser.add_argument("--sample-every", type=float, default=30.0)
+    parser.add_argument(
+        "--settle", type=float, default=15.0, help="idle seconds before the settled sample"
+    )
+    parser.add_argument(
+        "--hostile", default="", help="comma-separated hostile kinds (default: all)"
+    )
     parser.add_argument("--label", default="run", help="the key of this run in the JSON")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument(
@@ -268,15 +362,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def soak_repository(tmp: Path) -> Path:
+    """The example models the soak uses (bench/server.py ``model_subset``) with the test
+    models of the hostile requests linked in next to them."""
+    repo = model_subset(tmp, (*MODELS, *EXAMPLE_HOSTILE_MODELS))
+    test_repo = build_test_repository(tmp / "test", TEST_HOSTILE_MODELS)
+    write_big_output(test_repo)
+    for model in (*TEST_HOSTILE_MODELS, BIG_OUTPUT):
+        (repo / model).symlink_to(test_repo / model, target_is_directory=True)
+    return repo
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     raise_own_nofile()
     for encoding in ("gzip", "deflate"):  # seconds of CPU each: not during the load
         bomb_body(encoding, args.bomb_mib)
+    soak_kinds(args)  # an unknown --hostile kind: refused before the server starts
     with tempfile.TemporaryDirectory(prefix="tritium-soak-") as tmp:
-        repo = model_subset(Path(tmp), MODELS)
-        server_args = ["--allow-client-shm=true", *args.server_arg]
-        server = start_ready(repo, Path(tmp) / "server", server_args, MODELS)
+        repo = soak_repository(Path(tmp))
+        server_args = [*SERVER_ARGS, *args.server_arg]
+        server = start_ready(repo, Path(tmp) / "server", server_args, ALL_MODELS)
         try:
             report = asyncio.run(soak(server, args))
             report["server_log_tail"] = server.log_tail(20).splitlines()

@@ -16,9 +16,10 @@ import numpy as np
 
 from bench.hostile_clients import SOAK_TIMEOUT_S, HostileKind
 from bench.probes import process_sample
+from bench.soak_attacks import ATTACK_MAX_S
 
 REQUEST_TIMEOUT_S = 30.0
-HOSTILE_TIMEOUT_S = SOAK_TIMEOUT_S
+HOSTILE_TIMEOUT_S = max(SOAK_TIMEOUT_S, ATTACK_MAX_S)
 HOSTILE_IN_FLIGHT = 8
 
 
@@ -29,7 +30,11 @@ class Tally:
     examples: dict[str, str] = field(default_factory=dict)  # one message per error kind
     wrong: Counter[str] = field(default_factory=Counter)
     hostile: Counter[str] = field(default_factory=Counter)  # "gzip_bomb: 400" -> count
+    hostile_runs: Counter[str] = field(default_factory=Counter)  # kind -> finished runs
+    hostile_items: Counter[str] = field(default_factory=Counter)  # "kind: what" -> summed
+    hostile_max_s: dict[str, float] = field(default_factory=dict)  # kind -> longest run
     hostile_skipped: int = 0
+    health: Counter[str] = field(default_factory=Counter)  # /v2/health/ready status -> polls
     last_answer: float = field(default_factory=time.monotonic)
     failure: str | None = None
 
@@ -39,6 +44,17 @@ class Tally:
 
     def fail(self, why: str) -> None:
         self.failure = self.failure or why
+
+    def record_hostile(self, kind: str, outcome: str | dict[str, int], seconds: float) -> None:
+        """One finished hostile run: its outcome (of a {what: how many}, the whats seen;
+        the numbers summed per kind) and how long it took."""
+        if isinstance(outcome, dict):
+            for what, n in outcome.items():
+                self.hostile_items[f"{kind}: {what}"] += n
+            outcome = " + ".join(sorted(outcome)) or "nothing"
+        self.hostile[f"{kind}: {outcome}"] += 1
+        self.hostile_runs[kind] += 1
+        self.hostile_max_s[kind] = round(max(seconds, self.hostile_max_s.get(kind, 0.0)), 1)
 
 
 def sample(label: str, pid: int, started: float, tally: Tally) -> dict[str, Any]:
@@ -166,11 +182,12 @@ class HostileMixer:
         return True
 
     def _run(self, kind: HostileKind, count: int) -> None:
+        started = time.monotonic()
         try:
             outcome = kind.run(self.ports[kind.protocol], count)
         except Exception as exc:  # noqa: BLE001 - the client's own failure is an outcome
             outcome = f"client {type(exc).__name__}"
-        self.tally.hostile[f"{kind.name}: {outcome}"] += 1
+        self.tally.record_hostile(kind.name, outcome, time.monotonic() - started)
 
     async def drain(self) -> None:
         if self.tasks:

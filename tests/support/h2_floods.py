@@ -210,16 +210,28 @@ def _reading(port: int, deadline: float, opening: bytes, block: bytes) -> dict[s
 SETTING = struct.pack(">HI", 0x4, 65535)  # INITIAL_WINDOW_SIZE = its default: no effect
 
 
-def settings_unread(port: int, deadline: float) -> dict[str, Any]:
-    """SETTINGS frames from a client that never reads a byte (their ACKs pile up)."""
+def unread(port: int, deadline: float, opening: bytes, block: bytes) -> dict[str, Any]:
+    """``opening``, then ``block`` again and again, from a client that never reads a byte
+    (what the server answers piles up); bench/soak.py floods PING, WINDOW_UPDATE and
+    PRIORITY frames so too."""
     sock = _connect(port, rcvbuf=4096)
     seen, watch = Seen(), _Deadline(sock, deadline)
     try:
-        sent = _blast(sock, repeated(frame(SETTINGS, 0, 0, SETTING)), watch, seen)
+        sock.sendall(opening)
+        sent = _blast(sock, block, watch, seen)
+    except OSError:  # the opening refused: the server ended it (or the deadline passed)
+        sent = {"sent_mib": 0.0, "send_error": "opening", "stalled_s": 0.0}
+        if not watch.passed:
+            seen.ended()
     finally:
         watch.cancel()
         sock.close()
     return {**sent, **seen.summary()}
+
+
+def settings_unread(port: int, deadline: float) -> dict[str, Any]:
+    """SETTINGS frames from a client that never reads a byte (their ACKs pile up)."""
+    return unread(port, deadline, b"", repeated(frame(SETTINGS, 0, 0, SETTING)))
 
 
 def settings_read(port: int, deadline: float) -> dict[str, Any]:
