@@ -2,9 +2,11 @@
 
 The command line of bench/soak.py (issue 10, "Figures to report"; bench/README.md "Soak with
 hostile requests"). A fresh server (bench/server.py ``start_ready``: the tests'
-``ServerProcess``, 127.0.0.1, port 0, ``--allow-client-shm=true``) over a repository holding
-the examples ``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub). This process
-is the client:
+``ServerProcess``, 127.0.0.1, port 0, ``SERVER_ARGS``) over a repository holding the examples
+``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub) for the normal load, and
+the models the hostile requests use (``soak_repository``: ``simple_sequence``, the hostile
+models of tests/support/hostile_models.py with the children they call, ``big_output``). This
+process is the client:
 
 * ``--workers`` coroutines on tritonclient's asyncio clients, spread over HTTP (binary) and
   gRPC × the two models (one client each), paced together at ``--rate`` requests/s (open
@@ -16,19 +18,26 @@ is the client:
   deflate bombs (``--bomb-mib`` inflated), a truncated body (Content-Length 64 KiB, 32 KiB
   sent, the write side shut), a disconnect mid-body, a 1 MiB header, and system shared-memory
   registrations with a key escaping /dev/shm (``/../../etc/passwd``) over HTTP and gRPC
-  (registration only; one that is accepted is unregistered at once and reported). At most
-  ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them all busy is counted as skipped.
+  (registration only; one that is accepted is unregistered at once and reported); then issue
+  22's attacks (bench/soak_attacks.py: control-frame floods, a DATA frame packed with empty
+  messages, silent sockets and partial prefaces, stalled streams, a burst of streams beyond
+  the bound, Health.Watch streams, unended sequences, hostile models). ``--hostile`` keeps
+  only the kinds it names. At most ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them
+  all busy is counted as skipped (the rotation waits for it).
 
 Reported: requests answered per protocol/model, errors by kind (HTTP status / gRPC code /
-client exception, with one message each), wrong answers, the hostile requests' outcomes, and
-the server's RSS, open fds and threads and its stub processes (count, RSS) before the load,
-after a 10 s warm-up, every ``--sample-every`` seconds, at the end, and after 5 s idle; the
-maximum of each. A watchdog polls ``/v2/health/ready`` every second.
+client exception, with one message each), wrong answers, per hostile kind its runs, longest
+run and outcomes (and the streams or sockets of each outcome, summed), and the server's RSS,
+open fds and threads and its stub processes (count, RSS) before the load, after a 10 s
+warm-up, every ``--sample-every`` seconds, at the end, and after ``--settle`` idle seconds;
+the maximum of each and the growth from the warm-up to the end and to the settled sample. A
+watchdog polls ``/v2/health/ready`` every second (400, not ready, is an answer: a hostile
+model's stub restarting makes a strict server not ready).
 
-The exit status is 1 when the server died, stopped answering (health unanswered 10 s, or no
-inference answered for 30 s), passed ``--rss-cap-mib`` (it is killed then), gave a wrong
-answer, or does not serve at the end; 0 otherwise. Results: a summary on stdout and
-``bench/results/soak.json`` (one entry per ``--label``).
+The exit status is 1 when the server died, stopped answering (health unanswered 10 s twice
+in a row, not ready for 60 s, or no inference answered for 30 s), passed ``--rss-cap-mib``
+(it is killed then), gave a wrong answer, or does not serve at the end; 0 otherwise.
+Results: a summary on stdout and ``bench/results/soak.json`` (one entry per ``--label``).
 """
 
 from __future__ import annotations
@@ -216,15 +225,19 @@ async def soak(server: Server, args: argparse.Namespace) -> dict[str, Any]:
 GROWN = ("rss_mib", "fds", "threads", "stubs", "stub_rss_mib")
 
 
-def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """Each resource from the warm-up sample to the end and to the settled one (after
-    ``--settle`` idle seconds): flat means the settled value is the warm one."""
+def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
+    """Each resource at the end and at the settled sample (after ``--settle`` idle seconds),
+    against the sample before the load (``start``) and the one after the warm-up (``warm``,
+    which may hold hostile connections in flight): flat means settled = start, or = warm."""
     by_label = {s["label"]: s for s in samples}
-    warm = by_label.get("warm")
-    if warm is None:
-        return {}
     return {
-        label: {k: round((by_label[label][k] or 0) - (warm[k] or 0), 1) for k in GROWN}
+        label: {
+            f"from_{base}": {
+                k: round((by_label[label][k] or 0) - (by_label[base][k] or 0), 1) for k in GROWN
+            }
+            for base in ("start", "warm")
+            if base in by_label
+        }
         for label in ("end", "settled")
         if label in by_label
     }
