@@ -77,13 +77,27 @@ browser-deps:
 # `prometheus` package is fetched with `apt-get download` and unpacked under $(PROM_DIR) (no
 # service installed or started; the tests find it there). apt's package lists are refreshed
 # first only where it has none, which needs root (or sudo).
-ops-deps:
+ops-deps: redis-deps
 	@if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then \
 		echo "ops-deps: using $$(command -v prometheus) and $$(command -v promtool)"; \
 	elif [ -x $(PROM_DIR)/usr/bin/prometheus ] && [ -x $(PROM_DIR)/usr/bin/promtool ]; then \
 		echo "ops-deps: using $(PROM_DIR)/usr/bin"; \
 	else \
 		$(MAKE) -s --no-print-directory ops-unpack; \
+	fi
+
+# Debian's redis-server for the shared response cache tests (tests/integration/test_redis_cache.py
+# start their own on a loopback port; the package's service is not used). As root or with sudo;
+# apt's lists are refreshed only if the install fails. Without it those tests skip.
+.PHONY: redis-deps
+redis-deps:
+	@if command -v redis-server >/dev/null 2>&1; then \
+		echo "redis-deps: using $$(command -v redis-server)"; \
+	else \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y --no-install-recommends redis-server || \
+			{ $$SUDO apt-get update -q && \
+			  $$SUDO apt-get install -y --no-install-recommends redis-server; }; \
 	fi
 
 ops-unpack:

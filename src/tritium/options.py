@@ -165,13 +165,38 @@ class RateLimitOptions:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisCacheOptions:
+    """``--cache-config redis,<key>=<value>``: Triton's redis cache keys (timeouts in ms; tritium
+    bounds every call, so a timeout is never 0) and tritium's own circuit cool-down and entry
+    bound (``extensions/redis_cache.py``)."""
+
+    host: str
+    port: int
+    user: str = ""  # "": no AUTH user (Redis's "default")
+    password: str = ""
+    db: int = 0
+    connect_timeout_ms: int = 1000
+    socket_timeout_ms: int = 1000
+    pool_size: int = 4
+    wait_timeout_ms: int = 1000
+    tls_enabled: bool = False
+    cert: str = ""
+    key: str = ""
+    cacert: str = ""
+    cacert_dir: str = ""
+    cooldown_ms: int = 2000  # after a failure, Redis is left alone this long (misses)
+    max_entry_bytes: int = 64 << 20  # a stored or fetched entry larger than this is a miss
+
+
+@dataclass(frozen=True, slots=True)
 class ServerOptions:
     server_id: str = "triton"  # the server metadata's name
     exit_on_error: bool = True  # stop when a model fails to load at start
     strict_readiness: bool = True  # ready only when every model is
     exit_timeout_secs: float = 30.0  # drain time for in-flight requests at shutdown
     allow_client_shm: bool = False  # Triton's default since 2.69
-    response_cache_size: int = 0  # bytes of the response cache; 0: no cache
+    response_cache_size: int = 0  # bytes of the local response cache; 0: no local cache
+    response_cache_redis: RedisCacheOptions | None = None  # the shared Redis cache, if any
     ports_file: str = ""  # the bound ports are written there as JSON once serving
     http: HttpOptions = HttpOptions()
     grpc: GrpcOptions = GrpcOptions()

@@ -21,6 +21,7 @@ from .backends.python.observer import ModelLogLevels, Observability
 from .backends.python.supervisor import RestartPolicy
 from .extensions.classification import classifier_for
 from .extensions.cache import ResponseCache, cache_key
+from .extensions.redis_cache import RedisResponseCache
 from .metrics.custom import CustomMetrics
 from .metrics.stats import ModelStats
 from .errors import (
@@ -179,7 +180,9 @@ class InferenceServer:
         if options.rate_limit.mode == "execution_count":
             self.repository.limiter = RateLimiter(options.rate_limit.resources)
         self.repository.metrics = replace(
-            options.metrics.settings, response_cache=options.response_cache_size > 0
+            options.metrics.settings,
+            response_cache=options.response_cache_size > 0
+            or options.response_cache_redis is not None,
         )
         self.control = ModelControl(
             self.repository,
@@ -189,6 +192,10 @@ class InferenceServer:
         )
         cache_size = options.response_cache_size
         self._cache = ResponseCache(cache_size) if cache_size > 0 else None
+        redis = options.response_cache_redis
+        # The shared cache in Redis (its lookups are awaited in tasks, held in _lookups).
+        self._remote = RedisResponseCache(redis) if redis is not None else None
+        self._lookups: set[asyncio.Task[None]] = set()
         self.shm = SharedMemoryManager(options.allow_client_shm)
         # The trace extension; front-ends read ``tracer.active`` once per request.
         self.tracer = TraceManager(options.tracing)
@@ -210,6 +217,8 @@ class InferenceServer:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._live = True
+        if self._remote is not None:
+            await self._remote.start()
         await self.control.start()
         log.info("%s", model_table(self.repository.index(), terminal_width()))
         failures = self.repository.failures()
@@ -237,6 +246,8 @@ class InferenceServer:
         await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
         if self.access_log is not None:
             await asyncio.to_thread(self.access_log.close)  # what waits is written
+        if self._remote is not None:
+            await self._remote.close()
         self._live = False
 
     # -- health and metadata -----------------------------------------------------------------
@@ -440,9 +451,11 @@ class InferenceServer:
         request.queued(model.stats)
         self._inflight += 1
         self._idle.clear()
-        cache = self._cache if model.spec.config.response_cache.enable else None
-        if cache is not None and not request.decoupled:
-            if self._from_cache(cache, model, request):
+        if model.spec.config.response_cache.enable and not request.decoupled:
+            if self._remote is not None:
+                self._remote_lookup(self._remote, model, request)
+                return
+            if self._cache is not None and self._from_cache(self._cache, model, request):
                 return
         model.scheduler.submit(request)
 
@@ -511,14 +524,54 @@ class InferenceServer:
         request.sender.send(response, True)
         return True
 
+    def _remote_lookup(
+        self, cache: RedisResponseCache, model: Model, request: InferenceRequest
+    ) -> None:
+        """Look the request up in Redis in a task; the answer or the scheduler follows."""
+        task = asyncio.get_running_loop().create_task(self._answer_remote(cache, model, request))
+        self._lookups.add(task)
+        task.add_done_callback(self._lookups.discard)
+
+    @staticmethod
+    async def _answer_remote(
+        cache: RedisResponseCache, model: Model, request: InferenceRequest
+    ) -> None:
+        started = time.perf_counter_ns()
+        key = cache_key(request)
+        outputs = await cache.get(key)  # bounded; a failure is a miss
+        model.stats.cache_lookup(outputs is not None, time.perf_counter_ns() - started)
+        assert request.sender is not None
+        if outputs is not None:
+            request.cached = True
+            response = InferenceResponse(
+                request.model_name, model.version_str, request.id, outputs
+            )
+            request.sender.send(response, True)
+            return
+        request.cache_key = key
+        try:
+            model.scheduler.submit(request)
+        except Exception as exc:  # e.g. the version went away while Redis answered
+            log.warning("request for %s after a cache miss: %s", request.model_name, exc)
+            request.sender.send(
+                InferenceResponse(
+                    request.model_name, model.version_str, request.id,
+                    error=unavailable(f"model '{request.model_name}' is not available"),
+                ),
+                True,
+            )
+
     def _finished(
         self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
     ) -> None:
         """A request's final response is going out: store it in the cache, copy outputs into
         shared memory, and end the request's lifecycle (statistics)."""
         if request.cache_key is not None and error is None and response is not None:
-            assert self._cache is not None
-            self._cache.put(request.cache_key, list(response.outputs))
+            if self._remote is not None:
+                self._remote.put(request.cache_key, list(response.outputs))
+            else:
+                assert self._cache is not None
+                self._cache.put(request.cache_key, list(response.outputs))
         if request.shm_held is not None:
             if error is None and response is not None:
                 try:

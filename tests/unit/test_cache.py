@@ -45,7 +45,10 @@ def test_entries_larger_than_the_cache_are_not_stored() -> None:
 
 
 def test_cache_config_syntax() -> None:
-    assert parse_cache_config([]) == 0
-    assert parse_cache_config(["local,size=1048576"]) == 1048576
-    with pytest.raises(ValueError):
-        parse_cache_config(["redis,host=x"])
+    assert parse_cache_config([]).size == 0
+    assert parse_cache_config(["local,size=1048576"]).size == 1048576
+    for bad in (["memcached,size=1"], ["local,size=big"], ["local,count=1"], ["local"]):
+        with pytest.raises(ValueError):
+            parse_cache_config(bad)
+    with pytest.raises(ValueError, match="only one cache"):
+        parse_cache_config(["local,size=1", "redis,host=x", "redis,port=1"])

@@ -1,5 +1,7 @@
-"""The response cache (``--cache-config local,size=BYTES`` + ``response_cache { enable: true }``
-in a model's config): identical requests are answered without executing the model.
+"""The response cache (``--cache-config local,size=BYTES`` or ``--cache-config redis,…`` +
+``response_cache { enable: true }`` in a model's config): identical requests are answered
+without executing the model. The local cache lives here; the Redis one, which shares entries
+between servers under the same keys, in ``redis_cache.py``.
 
 The key hashes the model name and version, every input (name, datatype, shape, bytes) and the
 requested outputs. Entries are evicted least-recently-used first to stay within the size.
@@ -8,11 +10,15 @@ requested outputs. Entries are evicted least-recently-used first to stay within 
 from __future__ import annotations
 
 import hashlib
+import os
 from collections import OrderedDict
+from dataclasses import dataclass
 
-from ..tensor_codec import raw_bytes
+from ..options import RedisCacheOptions
 from ..request import InferenceRequest
+from ..tensor_codec import raw_bytes
 from ..types import Tensor
+from .redis_options import redis_options
 
 
 def cache_key(request: InferenceRequest) -> bytes:
@@ -61,16 +67,41 @@ class ResponseCache:
         return len(self._entries)
 
 
-def parse_cache_config(values: list[str]) -> int:
-    """``--cache-config local,size=N`` (repeatable) → the local cache's size in bytes (0: no
-    cache). Other caches (redis) are not supported."""
-    size = 0
+@dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """What ``--cache-config`` chose: the local cache's size (0: none) or the Redis cache."""
+
+    size: int = 0
+    redis: RedisCacheOptions | None = None
+
+
+def parse_cache_config(values: list[str]) -> CacheSettings:
+    """``--cache-config <cache>,<key>=<value>`` (repeatable, as Triton: the settings of one
+    cache accumulate) → the local cache (``local,size=N``) or the Redis cache
+    (``redis,host=…``, ``extensions/redis_cache.py:redis_options``). One cache at a time."""
+    settings: dict[str, dict[str, str]] = {}
     for value in values:
-        kind, _, setting = value.partition(",")
-        key, _, number = setting.partition("=")
-        if kind != "local":
-            raise ValueError(f"unsupported cache '{kind}': tritium has the 'local' cache")
+        kind, comma, setting = value.partition(",")
+        key, equals, text = setting.partition("=")
+        if kind not in ("local", "redis"):
+            raise ValueError(
+                f"unsupported cache '{kind}': tritium has the 'local' and 'redis' caches"
+            )
+        if not (comma and equals and key):
+            raise ValueError(f"'{value}' is not <cache>,<key>=<value>")
+        settings.setdefault(kind, {})[key] = text
+    if len(settings) > 1:
+        raise ValueError("only one cache can be configured: 'local' or 'redis', not both")
+    if "redis" in settings:
+        return CacheSettings(redis=redis_options(settings["redis"], os.environ))
+    return CacheSettings(size=_local_size(settings.get("local", {})))
+
+
+def _local_size(settings: dict[str, str]) -> int:
+    for key in settings:
         if key != "size":
             raise ValueError(f"unsupported setting '{key}' for the local cache")
-        size = int(number)
-    return size
+    text = settings.get("size", "0")
+    if not text.isdigit():
+        raise ValueError(f"the local cache's size must be a number of bytes, not '{text}'")
+    return int(text)
