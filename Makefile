@@ -13,7 +13,8 @@ NODE_INTEROP := tests/interop/node
 # Where `make ops-deps` unpacks Debian's prometheus package (promtool, prometheus).
 PROM_DIR := build/prometheus
 
-.PHONY: serve test models bench lint clean fuzz interop-deps ops-deps ops-unpack test-ops
+.PHONY: serve test models bench lint clean fuzz interop-deps ops-deps ops-unpack test-ops \
+	cluster-deps test-cluster
 
 # `make serve` installs what serving needs (the runtime dependencies) and the `models` extra
 # that builds the example models; `make test`, `lint` and `bench` add the test extras.
@@ -36,8 +37,9 @@ serve: models
 	$(PY) -m tritium serve --model-repository $(REPO) $(ARGS)
 
 # Everything the suite starts is installed first: grpc-js (interop-deps), Prometheus with
-# promtool (ops-deps) and Chromium (browser-deps), so those tests run instead of skipping.
-test: $(VENV)/.installed interop-deps ops-deps browser-deps
+# promtool and redis-server (ops-deps), Chromium (browser-deps) and HAProxy (cluster-deps),
+# so those tests run instead of skipping.
+test: $(VENV)/.installed interop-deps ops-deps browser-deps cluster-deps
 	$(PY) -m pytest $(ARGS)
 
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
@@ -107,6 +109,21 @@ ops-unpack:
 		{ $$SUDO apt-get update -q && apt-get download prometheus; }; }
 	dpkg-deb -x $(PROM_DIR)/deb/prometheus_*.deb $(PROM_DIR)
 	$(PROM_DIR)/usr/bin/promtool --version | head -1
+
+# The replicas behind a load balancer (tests/integration/test_cluster.py): Debian's haproxy,
+# with redis-server and Prometheus from ops-deps; nginx for the check of deploy/nginx's config.
+cluster-deps: ops-deps
+	@if command -v haproxy >/dev/null 2>&1 && command -v nginx >/dev/null 2>&1; then \
+		echo "cluster-deps: using $$(command -v haproxy) and $$(command -v nginx)"; \
+	else \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y --no-install-recommends haproxy nginx || \
+			{ $$SUDO apt-get update -q && \
+			  $$SUDO apt-get install -y --no-install-recommends haproxy nginx; }; \
+	fi
+
+test-cluster: $(VENV)/.installed cluster-deps
+	$(PY) -m pytest tests/integration/test_cluster.py tests/integration/test_redis_cache.py $(ARGS)
 
 test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \

@@ -405,7 +405,11 @@ class InferenceServer:
         ensemble step's or BLS call's request (``parent``) carries its parent's options and
         parameters, and a child of its trace. ``trace``: the front-end sampled this request
         for tracing. ``access``: its access-log line, which reads the request's times when it
-        ends. Errors raise."""
+        ends. Errors raise; once shutdown began, a new request is UNAVAILABLE before its model is
+        looked up (the models may already be unloaded while the listeners still answer, and a
+        balancer retries a 503 elsewhere, not a 404)."""
+        if not self._accepting and parent is None:
+            raise unavailable("Server is not ready to accept inference requests")
         near = parent.model.namespace if parent is not None and parent.model else None
         model = self._model(client.model_name, client.model_version, near)
         if parent is None:
