@@ -125,6 +125,15 @@ cluster-deps: ops-deps
 test-cluster: $(VENV)/.installed cluster-deps
 	$(PY) -m pytest tests/integration/test_cluster.py tests/integration/test_redis_cache.py $(ARGS)
 
+# The CPU image (Containerfile) with buildah (Debian's package); IMAGE names it. Where the
+# network intercepts TLS, give pip the CA bundle: make image BUD_ARGS="--volume
+# /etc/ssl/certs/ca-certificates.crt:/run/ca.crt:ro --build-arg PIP_CERT=/run/ca.crt".
+IMAGE ?= localhost/tritium:cpu
+BUD_ARGS ?=
+.PHONY: image
+image:
+	buildah bud --isolation chroot --format docker $(BUD_ARGS) -t $(IMAGE) -f Containerfile .
+
 test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
