@@ -239,9 +239,7 @@ def test_user_password_and_db_reach_redis(repo: Path, monkeypatch: pytest.Monkey
     [
         ("ttl=5", "unknown setting 'ttl' for the redis cache"),
         ("socket_timeout=0", "'socket_timeout' must be > 0 ms"),
-        ("cacert=/ca.pem", "'cacert' needs tls_enabled=true"),
-        ("sni=redis.local", "'sni' is not supported"),
-    ],
+    ],  # the other refusals: tests/unit/test_redis_cache.py
 )
 def test_bad_settings_stop_the_server_at_start(repo: Path, setting: str, message: str) -> None:
     command = server_command([repo], *_cache_flags(6379, setting))
