@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from tests.support import clients
-from tests.support.redis_server import REDIS_SERVER, SKIP_REASON, RedisServer
+from tests.support.certs import have_openssl, make_certs
+from tests.support.redis_server import REDIS_SERVER, SKIP_REASON, RedisServer, free_port
 from tests.support.server_process import ServerProcess, server_command
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
@@ -234,12 +235,45 @@ def test_user_password_and_db_reach_redis(repo: Path, monkeypatch: pytest.Monkey
         locked.stop()
 
 
+@pytest.mark.skipif(not have_openssl(), reason="openssl not installed")
+def test_tls_with_a_client_certificate(repo: Path, tmp_path: Path) -> None:
+    certs = make_certs(tmp_path)
+    tls_port = free_port()
+    secure = RedisServer(
+        "--tls-port", str(tls_port), "--tls-cert-file", str(certs.server_cert),
+        "--tls-key-file", str(certs.server_key), "--tls-ca-cert-file", str(certs.ca),
+        "--tls-auth-clients", "yes",
+    )  # fmt: skip
+    mutual = (f"cert={certs.client_cert}", f"key={certs.client_key}")
+    try:
+        flags = _cache_flags(tls_port, "tls_enabled=true", f"cacert={certs.ca}", *mutual)
+        server = ServerProcess([repo], *flags)
+        try:
+            x = np.array([8.5], dtype=np.float32)
+            _infer(server, "http", "outage", x)
+            _wait_for(lambda: _entries(secure) == 1, "the entry stored over TLS")
+            _infer(server, "grpc", "outage", x)
+            assert _stats(server, "outage")["hits"] == 1
+        finally:
+            server.stop()
+        # A server certificate this client does not trust: misses, answers all the same.
+        flags = _cache_flags(tls_port, "tls_enabled=true", f"cacert={certs.other_ca}", *mutual)
+        server = ServerProcess([repo], *flags)
+        try:
+            _outage(server, np.array([9.5], dtype=np.float32), 2)
+            assert "does not answer" in server.log_text()
+        finally:
+            server.stop()
+    finally:
+        secure.stop()
+
+
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
         ("ttl=5", "unknown setting 'ttl' for the redis cache"),
         ("socket_timeout=0", "'socket_timeout' must be > 0 ms"),
-    ],  # the other refusals: tests/unit/test_redis_cache.py
+    ],  # the other refusals: tests/unit/test_redis_settings.py
 )
 def test_bad_settings_stop_the_server_at_start(repo: Path, setting: str, message: str) -> None:
     command = server_command([repo], *_cache_flags(6379, setting))
