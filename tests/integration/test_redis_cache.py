@@ -1,7 +1,8 @@
 """The shared response cache in a real Redis (``--cache-config redis,...``): an entry stored by
 one server is a hit on another; a Redis that is paused (SIGSTOP), killed, or refuses the
 credentials costs misses, never a failed inference, and is used again once it answers;
-``user``/``password``/``db`` reach Redis; bad settings stop the server at start."""
+``user``/``password``/``db`` and TLS with a client certificate reach Redis; bad settings stop
+the server at start."""
 
 from __future__ import annotations
 
