@@ -159,3 +159,14 @@ def test_the_circuit_opens_on_failure_and_tries_again_after_the_cooldown() -> No
     assert circuit.succeeded() is True  # closed again
     assert circuit.allow() and circuit.allow()
     assert circuit.openings == 1
+
+
+def test_a_missing_redis_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "redis" else real(name, *a)
+    )
+    with pytest.raises(ValueError, match=r"pip install 'tritium\[redis\]'"):
+        _redis("host=h", "port=1")
