@@ -6,6 +6,7 @@ the server at start."""
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import time
 import urllib.request
@@ -152,6 +153,38 @@ def test_an_entry_stored_by_one_server_is_a_hit_on_another(
     }
     assert _metric(second, "nv_cache_num_hits_per_model", model) == "3"
     assert _metric(first, "nv_cache_num_misses_per_model", model) == "1"
+
+
+def test_an_entry_that_is_not_tritium_s_is_a_miss(
+    pair: tuple[ServerProcess, ServerProcess], shared_redis: RedisServer
+) -> None:
+    """What Redis sends back is untrusted: a value another writer put under the key (garbage,
+    a forged tensor whose shape does not match its bytes) is a miss, and the model answers."""
+    first, second = pair
+    x = np.array([6.0, 7.0], dtype=np.float32)
+    client = redis.Redis(host="127.0.0.1", port=shared_redis.port, socket_timeout=5)
+    earlier = set(client.keys("tritium:cache:v1:*"))
+    _infer(first, "http", "shared_http", x)
+    _wait_for(lambda: set(client.keys("tritium:cache:v1:*")) - earlier, "the entry in Redis")
+    (key,) = set(client.keys("tritium:cache:v1:*")) - earlier
+    forged = (
+        b"TRC1" + struct.pack("<H", 1) + struct.pack("<H", 7) + b"OUTPUT0" + struct.pack("<B", 4)
+        + b"FP32" + struct.pack("<B", 1) + struct.pack("<q", 1000) + struct.pack("<Q", 8)
+        + b"\0" * 8
+    )
+    try:
+        for value in (b"\xff" * 64, forged):
+            client.set(key, value)
+            before = _stats(second, "shared_http")
+            _infer(second, "http", "shared_http", x)  # checked: x * 2, from the model
+            after = _stats(second, "shared_http")
+            assert after["misses"] == before["misses"] + 1
+            assert after["executions"] == before["executions"] + 1
+            # The miss stored a good entry again: wait for it before forging the next.
+            _wait_for(lambda v=value: client.get(key) != v, "the entry stored again")
+    finally:
+        client.close()
+    assert "ignoring the entry" in second.log_text()
 
 
 def _outage(server: ServerProcess, x: np.ndarray, count: int) -> None:
