@@ -16,7 +16,8 @@ PROM_DIR := build/prometheus
 .PHONY: serve test models bench lint clean fuzz interop-deps ops-deps ops-unpack test-ops
 
 # `make serve` installs what serving needs (the runtime dependencies) and the `models` extra
-# that builds the example models; `make test`, `lint` and `bench` add the test extras.
+# that builds the example models; `make test`, `lint` and `bench` add the test extras and the
+# `pytorch` extra (the PyTorch backend's torch, CPU build; ~190 MB).
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -24,7 +25,7 @@ $(VENV)/.runtime: pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,pytorch]'
 	touch $@
 
 venv: $(VENV)/.installed

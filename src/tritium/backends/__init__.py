@@ -17,9 +17,14 @@ from ..errors import unavailable
 # name -> (module, class) of the backend, relative to this package.
 _BACKENDS = {
     "onnxruntime": (".onnxruntime", "OnnxRuntimeBackend"),
+    "pytorch": (".pytorch", "PyTorchBackend"),
     "python": (".python.backend", "PythonBackend"),
     "ensemble": (".ensemble", "EnsembleBackend"),
 }
+
+# The optional extras (pyproject.toml) that bring a backend's framework: a model of a backend
+# whose framework is missing fails its load naming the extra to install.
+_EXTRAS = {"pytorch": "pytorch"}
 
 
 def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
@@ -34,6 +39,15 @@ def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
         f"unable to find backend '{name}' for model '{model}': tritium's backends are built in "
         f"({', '.join(sorted(served))}); it loads no backend libraries"
     )
+
+
+def missing_framework(name: str, exc: ImportError) -> str:
+    """Why a backend whose framework cannot be imported serves nothing, and what to install."""
+    reason = f"backend '{name}' is not available: {exc}"
+    extra = _EXTRAS.get(name)
+    if extra is None:
+        return reason
+    return f"{reason}; install it with: pip install 'tritium[{extra}]'"
 
 
 class BackendRegistry(Mapping[str, Any]):
@@ -52,7 +66,7 @@ class BackendRegistry(Mapping[str, Any]):
         try:
             module = importlib.import_module(module_name, __name__)
         except ImportError as exc:
-            raise unavailable(f"backend '{name}' is not available: {exc}") from None
+            raise unavailable(missing_framework(name, exc)) from None
         factory: Callable[..., Any] = getattr(module, class_name)
         backend = self._loaded[name] = factory(*self._args.get(name, ()))
         return backend
