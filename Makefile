@@ -123,3 +123,4 @@ lint: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) build src/*.egg-info $(NODE_INTEROP)/node_modules
 	find $(REPO) -name '*.onnx' -delete
+	rm -rf $(REPO)/pytorch_classifier $(REPO)/mlp_small_pytorch $(REPO)/mlp_small_onnx
