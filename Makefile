@@ -104,6 +104,7 @@ bench: $(VENV)/.installed models
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py
+	$(PY) bench/backends.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
 # FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.

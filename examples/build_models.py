@@ -460,11 +460,11 @@ def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
     written += [_save(build(name), onnx_path(name)) for name, build in COMPOSING_MODELS.items()]
     written += [_save(build(name), onnx_path(name)) for name, build in IMAGE_MODELS.items()]
     written += write_labels(repo_dir)
-    written += _torch_examples(repo_dir)
+    written += torch_examples(repo_dir)
     return written + _initial_state_files(repo_dir) + _ensemble_version_dirs(repo_dir)
 
 
-def _torch_examples(repo_dir: Path) -> list[Path]:
+def torch_examples(repo_dir: Path) -> list[Path]:
     """The PyTorch examples and the ONNX twin of their MLP (examples/torch_models.py); the
     PyTorch ones only where torch is installed, else skipped with a message."""
     import torch_models

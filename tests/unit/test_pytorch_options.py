@@ -4,6 +4,7 @@ follow Triton's first-value-wins rule."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -92,17 +93,33 @@ def test_thread_counts_of_zero_or_less_leave_torchs_default() -> None:
     assert _options(INTER_OP_THREAD_COUNT="-1").inter_op_threads is None
 
 
+def _threads_seen(pools: _ThreadPools) -> int:
+    """The intra-op size an instance thread runs with (OpenMP keeps it per thread)."""
+    seen: list[int] = []
+
+    def run() -> None:
+        pools.on_this_thread()
+        seen.append(torch.get_num_threads())
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
 def test_the_first_explicit_intra_op_count_wins(caplog: pytest.LogCaptureFixture) -> None:
     before = torch.get_num_threads()
     pools = _ThreadPools()
     try:
-        pools.configure("a", _options(), instances=1)  # no value: sized by the CPUs
-        pools.configure("b", _options(INTRA_OP_THREAD_COUNT="1"), instances=1)
-        assert torch.get_num_threads() == 1
-        pools.configure("c", _options(INTRA_OP_THREAD_COUNT="3"), instances=1)
-        assert torch.get_num_threads() == 1
+        torch.set_num_threads(3)
+        pools.configure("a", _options())  # no value yet: one thread per instance
+        assert _threads_seen(pools) == 1
+        pools.configure("b", _options(INTRA_OP_THREAD_COUNT="2"))
+        assert _threads_seen(pools) == 2
+        pools.configure("c", _options(INTRA_OP_THREAD_COUNT="3"))
+        assert _threads_seen(pools) == 2
         assert "INTRA_OP_THREAD_COUNT 3 is not applied" in caplog.text
-        pools.configure("d", _options(), instances=4)  # an explicit value stays
-        assert torch.get_num_threads() == 1
+        pools.configure("d", _options())  # an explicit value stays
+        assert _threads_seen(pools) == 2
     finally:
         torch.set_num_threads(before)
