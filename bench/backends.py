@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The same network under ONNX Runtime and PyTorch, each against its framework run in-process.
 
-    .venv/bin/python bench/backends.py [--seconds 4] [--batch 8] [--concurrency 1,2] [--rounds 2]
+    .venv/bin/python bench/backends.py [--seconds 3] [--batch 8,64] [--concurrency 1,2] [--rounds 2]
 
 ``mlp_small_onnx`` and ``mlp_small_pytorch`` (examples/torch_models.py: one MLP 256 -> 1024 ->
 1024 -> 16 with the same weights) are served by one tritium child process; this process is
 the client (tritonclient's gRPC asyncio client, closed loop: N coroutines each sending a
-request of ``--batch`` rows when the previous answer arrives). For each backend and
+request of ``--batch`` rows when the previous answer arrives). For each backend, batch size and
 concurrency it reports samples per second and the **server's CPU seconds per sample** (utime +
 stime of the server process, from /proc), against a plain Python loop running the same
 framework on the same batch size in this process (``time.process_time`` per sample; ONNX
@@ -82,7 +82,7 @@ class InProcess:
 
     def measure(self, batch: int, seconds: float) -> dict[str, float]:
         x = np.random.default_rng(0).standard_normal((batch, 256), dtype=np.float32)
-        for _ in range(20):
+        for _ in range(5):
             self._call(x)
         calls, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
         while time.perf_counter() - wall0 < seconds:
@@ -161,27 +161,31 @@ def _measure(
 ) -> list[dict[str, Any]]:
     rows = []
     for backend, model in MODELS.items():
-        for concurrency in args.concurrency:
-            served, local = [], []
-            before = _batch_sizes(server.grpc_url, model)
-            for _ in range(args.rounds):  # alternate: the machine's other load hits both
-                served.append(
-                    asyncio.run(
-                        _serve_window(
-                            server.grpc_url,
-                            model,
-                            args.batch,
-                            concurrency,
-                            args.seconds,
-                            server.proc.pid,
-                        )
-                    )
-                )
-                local.append(loops[backend].measure(args.batch, args.seconds / 2))
-            after = _batch_sizes(server.grpc_url, model)
-            rows.append(_row(backend, concurrency, args.batch, served, local, before, after))
-            print(_line(rows[-1]), flush=True)
+        for batch in args.batch:
+            for concurrency in args.concurrency:
+                rows.append(_scenario(args, server, loops[backend], model, batch, concurrency))
+                print(_line(rows[-1]), flush=True)
     return rows
+
+
+def _scenario(  # noqa: PLR0913 - one scenario of the grid
+    args: argparse.Namespace,
+    server: ServerProcess,
+    loop: InProcess,
+    model: str,
+    batch: int,
+    concurrency: int,
+) -> dict[str, Any]:
+    served, local = [], []
+    before = _batch_sizes(server.grpc_url, model)
+    for _ in range(args.rounds):  # alternate: the machine's other load hits both
+        window = _serve_window(
+            server.grpc_url, model, batch, concurrency, args.seconds, server.proc.pid
+        )
+        served.append(asyncio.run(window))
+        local.append(loop.measure(batch, args.seconds / 2))
+    after = _batch_sizes(server.grpc_url, model)
+    return _row(loop.backend, concurrency, batch, served, local, before, after)
 
 
 def _median(windows: list[dict[str, float]], key: str) -> float:
@@ -245,11 +249,10 @@ def _report(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=4.0, help="one server window")
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument(
-        "--concurrency", type=lambda t: [int(v) for v in t.split(",")], default=[1, 2]
-    )
+    numbers = lambda t: [int(v) for v in t.split(",")]  # noqa: E731
+    parser.add_argument("--seconds", type=float, default=3.0, help="one server window")
+    parser.add_argument("--batch", type=numbers, default=[8, 64])
+    parser.add_argument("--concurrency", type=numbers, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args(argv)
     try:

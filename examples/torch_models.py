@@ -33,7 +33,7 @@ TORCH_EXAMPLES = (CLASSIFIER, NET_PYTORCH)
 _NET_CONFIG = """\
 name: "{name}"
 platform: "{platform}"
-max_batch_size: 32
+max_batch_size: 64
 input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
 output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ {classes} ] }} ]
 dynamic_batching {{ max_queue_delay_microseconds: 1000 }}
