@@ -152,6 +152,29 @@ def test_a_dynamic_batch_forms_and_splits(served: ServerProcess, protocol: str) 
     assert grown == {count: 1}, grown
 
 
+def test_implicit_state_across_a_sequence(served: ServerProcess, protocol: str) -> None:
+    """pt_running_sum: the server feeds INPUT_STATE__1 the OUTPUT_STATE__1 of the previous
+    step of the same sequence (zeros at START); two sequences interleaved keep apart."""
+    c = client(protocol, served.url(protocol))
+    rows = np.arange(1, 13, dtype=np.float32).reshape(3, 1, 4)
+    totals: dict[int, np.ndarray] = {}
+    try:
+        for step, row in enumerate(rows):
+            for seq, scale in ((41, 1.0), (42, 10.0)):
+                result = c.infer(
+                    "pt_running_sum",
+                    [make_input(protocol, "INPUT__0", row * scale, "FP32")],
+                    sequence_id=seq,
+                    sequence_start=step == 0,
+                    sequence_end=step == len(rows) - 1,
+                )
+                totals[seq] = result.as_numpy("OUTPUT__0")
+    finally:
+        c.close()
+    np.testing.assert_array_equal(totals[41], rows.sum(axis=0))
+    np.testing.assert_array_equal(totals[42], rows.sum(axis=0) * 10)
+
+
 def _counts(served: ServerProcess, protocol: str, model: str, requests: int) -> list[int]:
     module = _aio(protocol)
 

@@ -120,6 +120,14 @@ class Doubles(torch.nn.Module):
         return x * 2
 
 
+class RunningSum(torch.nn.Module):
+    """OUTPUT__0 = OUTPUT_STATE__1 = INPUT__0 + INPUT_STATE__1 (the server keeps the state)."""
+
+    def forward(self, x: torch.Tensor, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        total = x + state
+        return total, total
+
+
 class TakesInt(torch.nn.Module):
     def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x * n
@@ -161,7 +169,23 @@ def good_models() -> dict[str, tuple[str, torch.nn.Module]]:
     fp32_out = [("OUTPUT0", "TYPE_FP32", "4"), ("OUTPUT1", "TYPE_FP32", "4")]
     one_in, one_out = [("INPUT__0", "TYPE_FP32", "-1")], [("OUTPUT__0", "TYPE_INT64", "-1")]
     counted = f"instance_group [ {{ count: {INSTANCES} kind: KIND_CPU }} ]"
+    running = """sequence_batching {
+  oldest { max_candidate_sequences: 8 max_queue_delay_microseconds: 1000 }
+  state [ { input_name: "INPUT_STATE__1" output_name: "OUTPUT_STATE__1" data_type: TYPE_FP32
+            dims: [ 4 ]
+            initial_state { name: "zeros" data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } ]
+}"""
     return {
+        "pt_running_sum": (
+            config(
+                "pt_running_sum",
+                [("INPUT__0", "TYPE_FP32", "4")],
+                [("OUTPUT__0", "TYPE_FP32", "4")],
+                running,
+                max_batch_size=8,
+            ),
+            RunningSum(),
+        ),
         "pt_types": (config("pt_types", types_in, types_out), AllTypes()),
         "pt_add_sub": (
             config("pt_add_sub", fp32, fp32_out, counted, max_batch_size=8, platform=True),
