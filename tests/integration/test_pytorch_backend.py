@@ -97,6 +97,14 @@ def test_dictionary_input(served: ServerProcess, protocol: str) -> None:
     np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), a * b)
 
 
+def test_default_model_filename_names_the_file(served: ServerProcess, protocol: str) -> None:
+    x = np.array([1, 2, 3], dtype=np.float32)
+    result = _infer(
+        served, protocol, "pt_named_file", [make_input(protocol, "INPUT__0", x, "FP32")]
+    )
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), x * 2)
+
+
 def test_metadata_reports_the_platform(served: ServerProcess, protocol: str) -> None:
     c = client(protocol, served.url(protocol))
     try:
@@ -236,6 +244,7 @@ def test_parameters_apply(served: ServerProcess, protocol: str) -> None:
     assert _modes(served, protocol, "pt_modes_grad") == [0, 0]
     log = served.log_text()
     assert "Intra op thread count is set to 1 for model 'pt_modes_grad'" in log
+    assert "Inter op thread count is set to 1 for model 'pt_modes_grad'" in log
     for key in ("DISABLE_CUDNN", "ENABLE_CACHE_CLEANING"):
         assert f"field 'parameters.{key}': accepted but ignored" in log, log[-3000:]
 

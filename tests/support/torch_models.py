@@ -8,6 +8,7 @@ Needs torch (the ``pytorch`` extra).
 from __future__ import annotations
 
 import io
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,15 @@ def good_models() -> dict[str, tuple[str, torch.nn.Module]]:
             ),
             AddSub(),
         ),
+        "pt_named_file": (
+            config(
+                "pt_named_file",
+                [("INPUT__0", "TYPE_FP32", "-1")],
+                [("OUTPUT__0", "TYPE_FP32", "-1")],
+                'default_model_filename: "doubles.pt"',
+            ),
+            Doubles(),
+        ),
         "pt_dict": (
             config(
                 "pt_dict",
@@ -302,11 +312,13 @@ def module_bytes(module: torch.nn.Module) -> bytes:
 
 
 def write_model(root: Path, name: str, text: str, model: torch.nn.Module | bytes | None) -> None:
+    """The model's folder; the file is named as the config's default_model_filename says."""
     (root / name / "1").mkdir(parents=True, exist_ok=True)
     (root / name / "config.pbtxt").write_text(text)
+    named = re.search(r'default_model_filename: "([^"]+)"', text)
     if model is not None:
         data = model if isinstance(model, bytes) else module_bytes(model)
-        (root / name / "1" / "model.pt").write_bytes(data)
+        (root / name / "1" / (named[1] if named else "model.pt")).write_bytes(data)
 
 
 def build(root: Path, models: dict[str, tuple[str, Any]]) -> Path:

@@ -176,6 +176,12 @@ class _ThreadPools:
                 )
         elif wanted != self._inter:
             _kept(model, "INTER_OP_THREAD_COUNT", wanted, self._inter)
+        log.info(
+            "Inter op thread count is set to %d for model '%s'",
+            torch.get_num_interop_threads(),
+            model,
+            extra=about_model(model),
+        )
 
 
 def _kept(model: str, key: str, wanted: int, kept: int) -> None:
