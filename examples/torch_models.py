@@ -32,7 +32,7 @@ TORCH_EXAMPLES = (CLASSIFIER, NET_PYTORCH)
 
 _NET_CONFIG = """\
 name: "{name}"
-platform: "{platform}"
+{backend}
 max_batch_size: 64
 input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ {width} ] }} ]
 output [ {{ name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ {classes} ] }} ]
@@ -51,10 +51,10 @@ output [
 """
 
 
-def net_config(name: str, platform: str) -> str:
-    return _NET_CONFIG.format(
-        name=name, platform=platform, width=NET_SIZES[0], classes=NET_SIZES[-1]
-    )
+def net_config(name: str, backend: str) -> str:
+    """The MLP's config under one backend; ``backend`` is its line (``platform: "..."`` or
+    ``backend: "..."``): every copy of the network has the same tensors and batching."""
+    return _NET_CONFIG.format(name=name, backend=backend, width=NET_SIZES[0], classes=NET_SIZES[-1])
 
 
 def _write(repo_dir: Path, name: str, config: str, files: dict[str, bytes]) -> list[Path]:
@@ -71,7 +71,10 @@ def _write(repo_dir: Path, name: str, config: str, files: dict[str, bytes]) -> l
 
 def write_onnx_twin(repo_dir: Path, onnx_bytes: bytes) -> list[Path]:
     return _write(
-        repo_dir, NET_ONNX, net_config(NET_ONNX, "onnxruntime_onnx"), {"1/model.onnx": onnx_bytes}
+        repo_dir,
+        NET_ONNX,
+        net_config(NET_ONNX, 'platform: "onnxruntime_onnx"'),
+        {"1/model.onnx": onnx_bytes},
     )
 
 
@@ -82,7 +85,10 @@ def write_torch_examples(repo_dir: Path, net_layers: list[tuple[Any, Any]]) -> l
     classifier = _scripted(_classifier())
     labels = ("\n".join(CLASSES) + "\n").encode()
     return _write(
-        repo_dir, NET_PYTORCH, net_config(NET_PYTORCH, "pytorch_libtorch"), {"1/model.pt": net}
+        repo_dir,
+        NET_PYTORCH,
+        net_config(NET_PYTORCH, 'platform: "pytorch_libtorch"'),
+        {"1/model.pt": net},
     ) + _write(
         repo_dir, CLASSIFIER, _CLASSIFIER_CONFIG, {"1/model.pt": classifier, "labels.txt": labels}
     )
