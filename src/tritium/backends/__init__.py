@@ -8,6 +8,7 @@ tritium does not have fails with ``unknown_backend``'s reason.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -50,6 +51,13 @@ def missing_framework(name: str, exc: ImportError) -> str:
     return f"{reason}; install it with: pip install 'tritium[{extra}]'"
 
 
+async def find_backend(backends: Mapping[str, Any], name: str) -> Any | None:
+    """``backends.get(name)``; a registry's modules are imported off the event loop first."""
+    if isinstance(backends, BackendRegistry):
+        await backends.import_off_loop(name)
+    return backends.get(name)
+
+
 class BackendRegistry(Mapping[str, Any]):
     """A read-only mapping name -> backend instance; ``args`` are given to the backend's
     constructor (the Python backend takes the stub restart policy)."""
@@ -70,6 +78,17 @@ class BackendRegistry(Mapping[str, Any]):
         factory: Callable[..., Any] = getattr(module, class_name)
         backend = self._loaded[name] = factory(*self._args.get(name, ()))
         return backend
+
+    async def import_off_loop(self, name: str) -> None:
+        """Import backend ``name``'s module on a worker thread the first time (torch takes
+        seconds to import: meanwhile the event loop serves and loads the other models). A
+        missing framework is UNAVAILABLE with ``missing_framework``'s reason."""
+        if name in self._loaded or name not in _BACKENDS:
+            return
+        try:
+            await asyncio.to_thread(importlib.import_module, _BACKENDS[name][0], __name__)
+        except ImportError as exc:
+            raise unavailable(missing_framework(name, exc)) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(_BACKENDS)
