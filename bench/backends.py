@@ -1,19 +1,25 @@
 #!/usr/bin/env python3
 """The same network under ONNX Runtime and PyTorch, each against its framework run in-process.
 
-    .venv/bin/python bench/backends.py [--seconds 3] [--batch 8,64] [--concurrency 1,2] [--rounds 2]
+    .venv/bin/python bench/backends.py [--seconds 3] [--batch 8,64] [--concurrency 1,2]
+                                       [--rounds 2] [--protocol grpc|http]
 
 ``mlp_small_onnx`` and ``mlp_small_pytorch`` (examples/torch_models.py: one MLP 256 -> 1024 ->
 1024 -> 16 with the same weights) are served by one tritium child process; this process is
-the client (tritonclient's gRPC asyncio client, closed loop: N coroutines each sending a
-request of ``--batch`` rows when the previous answer arrives). For each backend, batch size and
-concurrency it reports samples per second and the **server's CPU seconds per sample** (utime +
-stime of the server process, from /proc), against a plain Python loop running the same
-framework on the same batch size in this process (``time.process_time`` per sample; ONNX
-Runtime with tritium's session settings, torch with tritium's default intra-op pool of one
-thread). The ratio server / in-process is tritium's overhead; the target is at most 1.15 at
-batch >= 8. Server and loop windows alternate, ``--rounds`` times, so load from
-elsewhere on the machine falls on both; the median of the rounds is reported.
+the client (tritonclient's asyncio client, gRPC or binary HTTP, closed loop: N coroutines
+each sending a request of ``--batch`` rows when the previous answer arrives).
+
+For each backend, batch size and concurrency it reports samples per second and the
+**server's CPU seconds per sample** (utime + stime of the server process, from /proc),
+against a plain Python loop running the same framework on the same batch size in this
+process (``time.process_time`` per sample; ONNX Runtime with tritium's session settings,
+torch with tritium's default intra-op pool of one thread). The ratio server / in-process is
+tritium's overhead; the target is at most 1.15 at batch >= 8. A request costs the server a
+fixed amount (gRPC, decoding, scheduling; ~0.4 ms of CPU for the ``simple`` model on a quiet
+2-core machine, bench/run.py), so the ratio falls as the batch grows: for this small network
+the fixed cost is of the order of the compute of a batch of 8, and a small part of a batch
+of 64. Server and loop windows alternate, ``--rounds`` times, so load from elsewhere on the
+machine falls on both; the median of the rounds is reported.
 
 Results: bench/results/backends.json and .md (git-ignored).
 """
@@ -93,18 +99,25 @@ class InProcess:
         return {"samples_per_s": samples / wall, "cpu_us_per_sample": 1e6 * cpu / samples}
 
 
-async def _serve_window(
-    url: str, model: str, batch: int, concurrency: int, seconds: float, pid: int
+async def _serve_window(  # noqa: PLR0913 - one window of one scenario
+    server: ServerProcess,
+    protocol: str,
+    model: str,
+    batch: int,
+    concurrency: int,
+    seconds: float,
 ) -> dict[str, float]:
     import tritonclient.grpc.aio as grpcaio
+    import tritonclient.http.aio as httpaio
 
+    module: Any = grpcaio if protocol == "grpc" else httpaio
     x = np.random.default_rng(0).standard_normal((batch, 256), dtype=np.float32)
-    clients = [grpcaio.InferenceServerClient(url) for _ in range(concurrency)]
+    clients = [module.InferenceServerClient(server.url(protocol)) for _ in range(concurrency)]
     counts = [0] * concurrency
     state = {"measuring": False, "stop": False}
 
     async def loop(i: int) -> None:
-        inp = grpcaio.InferInput("INPUT__0", [batch, 256], "FP32")
+        inp = module.InferInput("INPUT__0", [batch, 256], "FP32")
         inp.set_data_from_numpy(x)
         while not state["stop"]:
             result = await clients[i].infer(model, [inp])
@@ -115,6 +128,7 @@ async def _serve_window(
     tasks = [asyncio.create_task(loop(i)) for i in range(concurrency)]
     await asyncio.sleep(min(1.0, seconds / 4))  # warm-up
     state["measuring"] = True
+    pid = server.proc.pid
     wall0, cpu0 = time.perf_counter(), proc_cpu_seconds(pid)
     await asyncio.sleep(seconds)
     state["measuring"] = False
@@ -179,13 +193,12 @@ def _scenario(  # noqa: PLR0913 - one scenario of the grid
     served, local = [], []
     before = _batch_sizes(server.grpc_url, model)
     for _ in range(args.rounds):  # alternate: the machine's other load hits both
-        window = _serve_window(
-            server.grpc_url, model, batch, concurrency, args.seconds, server.proc.pid
-        )
+        window = _serve_window(server, args.protocol, model, batch, concurrency, args.seconds)
         served.append(asyncio.run(window))
         local.append(loop.measure(batch, args.seconds / 2))
     after = _batch_sizes(server.grpc_url, model)
-    return _row(loop.backend, concurrency, batch, served, local, before, after)
+    row = _row(loop.backend, concurrency, batch, served, local, before, after)
+    return {"protocol": args.protocol, **row}
 
 
 def _median(windows: list[dict[str, float]], key: str) -> float:
@@ -220,7 +233,7 @@ def _row(  # noqa: PLR0913 - one report row gathers them all
 
 def _line(row: dict[str, Any]) -> str:
     return (
-        f"{row['backend']:8} batch {row['batch']:3} c{row['concurrency']:<2} "
+        f"{row['protocol']:4} {row['backend']:8} batch {row['batch']:3} c{row['concurrency']:<2} "
         f"server {row['server_samples_per_s']:9.0f}/s {row['server_cpu_us_per_sample']:7.1f} µs "
         f"CPU/sample | in-process {row['inprocess_samples_per_s']:9.0f}/s "
         f"{row['inprocess_cpu_us_per_sample']:7.1f} µs | ratio {row['cpu_ratio']:.2f} "
@@ -233,13 +246,13 @@ def _report(rows: list[dict[str, Any]]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "backends.json").write_text(json.dumps(rows, indent=2) + "\n")
     lines = [
-        "| backend | batch | concurrency | server samples/s | in-process samples/s | server CPU "
-        "µs/sample | in-process CPU µs/sample | ratio | executions by batch size |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| protocol | backend | batch | concurrency | server samples/s | in-process samples/s "
+        "| server CPU µs/sample | in-process CPU µs/sample | ratio | executions by batch size |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['backend']} | {r['batch']} | {r['concurrency']} | "
+            f"| {r['protocol']} | {r['backend']} | {r['batch']} | {r['concurrency']} | "
             f"{r['server_samples_per_s']:.0f} | {r['inprocess_samples_per_s']:.0f} | "
             f"{r['server_cpu_us_per_sample']:.1f} | {r['inprocess_cpu_us_per_sample']:.1f} | "
             f"{r['cpu_ratio']:.2f} | {r['executions_by_batch_size']} |"
@@ -254,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=numbers, default=[8, 64])
     parser.add_argument("--concurrency", type=numbers, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     args = parser.parse_args(argv)
     try:
         import torch  # noqa: F401
