@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
+from tritonclient.utils import InferenceServerException
 
 torch_models = pytest.importorskip("tests.support.torch_models")
 
@@ -103,6 +104,32 @@ def test_default_model_filename_names_the_file(served: ServerProcess, protocol: 
         served, protocol, "pt_named_file", [make_input(protocol, "INPUT__0", x, "FP32")]
     )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), x * 2)
+
+
+def _error(served: ServerProcess, protocol: str, model: str, x: np.ndarray) -> str:
+    with pytest.raises(InferenceServerException) as caught:
+        _infer(served, protocol, model, [make_input(protocol, "INPUT__0", x, "FP32")])
+    return str(caught.value)
+
+
+def test_an_error_in_forward_fails_the_request_and_the_model_serves_on(
+    served: ServerProcess, protocol: str
+) -> None:
+    message = _error(served, protocol, "pt_raises", np.array([-1, 2], dtype=np.float32))
+    assert "PyTorch execute failure: " in message and "negative input" in message, message
+    x = np.array([1, 2], dtype=np.float32)
+    result = _infer(served, protocol, "pt_raises", [make_input(protocol, "INPUT__0", x, "FP32")])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT__0"), x)
+
+
+def test_an_output_of_another_datatype_than_configured_fails(
+    served: ServerProcess, protocol: str
+) -> None:
+    message = _error(served, protocol, "pt_wrong_output_type", np.ones(2, dtype=np.float32))
+    assert (
+        "configuration expects datatype TYPE_INT64 for output 'OUTPUT__0', model provides "
+        "TYPE_FP32" in message
+    ), message
 
 
 def test_metadata_reports_the_platform(served: ServerProcess, protocol: str) -> None:

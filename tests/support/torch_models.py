@@ -129,6 +129,15 @@ class RunningSum(torch.nn.Module):
         return total, total
 
 
+class Raises(torch.nn.Module):
+    """Fails for a negative first element, as a model's own check would."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if bool(x[0] < 0):
+            raise RuntimeError("negative input")
+        return x
+
+
 class TakesInt(torch.nn.Module):
     def forward(self, x: torch.Tensor, n: int) -> torch.Tensor:
         return x * n
@@ -203,6 +212,9 @@ def good_models() -> dict[str, tuple[str, torch.nn.Module]]:
             ),
             AddSub(),
         ),
+        "pt_raises": (config("pt_raises", one_in, [("OUTPUT__0", "TYPE_FP32", "-1")]), Raises()),
+        # the config says INT64 for what forward() returns as FP32: each request fails
+        "pt_wrong_output_type": (config("pt_wrong_output_type", one_in, one_out), Doubles()),
         "pt_named_file": (
             config(
                 "pt_named_file",
