@@ -17,7 +17,8 @@ PROM_DIR := build/prometheus
 	cluster-deps test-cluster
 
 # `make serve` installs what serving needs (the runtime dependencies) and the `models` extra
-# that builds the example models; `make test`, `lint` and `bench` add the test extras.
+# that builds the example models; `make test`, `lint` and `bench` add the test extras and the
+# `pytorch` extra (the PyTorch backend's torch, CPU build; ~190 MB).
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -25,7 +26,7 @@ $(VENV)/.runtime: pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,pytorch]'
 	touch $@
 
 venv: $(VENV)/.installed
@@ -145,6 +146,7 @@ bench: $(VENV)/.installed models
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py
+	$(PY) bench/backends.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
 # FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.
@@ -164,3 +166,4 @@ lint: $(VENV)/.installed
 clean:
 	rm -rf $(VENV) build src/*.egg-info $(NODE_INTEROP)/node_modules
 	find $(REPO) -name '*.onnx' -delete
+	rm -rf $(REPO)/pytorch_classifier $(REPO)/mlp_small_pytorch $(REPO)/mlp_small_onnx

@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from image_models import IMAGE_MODELS, check_image_models, write_labels
+from torch_models import NET_SEED, NET_SIZES, TORCH_EXAMPLES, check_twins, write_onnx_twin
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
 DEFAULT_REPOSITORY = EXAMPLES_DIR / "model_repository"
@@ -459,7 +460,34 @@ def build_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> list[Path]:
     written += [_save(build(name), onnx_path(name)) for name, build in COMPOSING_MODELS.items()]
     written += [_save(build(name), onnx_path(name)) for name, build in IMAGE_MODELS.items()]
     written += write_labels(repo_dir)
+    written += torch_examples(repo_dir)
     return written + _initial_state_files(repo_dir) + _ensemble_version_dirs(repo_dir)
+
+
+def torch_examples(repo_dir: Path) -> list[Path]:
+    """The PyTorch examples and the ONNX twin of their MLP (examples/torch_models.py); the
+    PyTorch ones only where torch is installed, else skipped with a message."""
+    import torch_models
+
+    layers = _mlp_weights(NET_SIZES, NET_SEED)
+    nodes, initializers = _dense_nodes("INPUT__0", layers, "OUTPUT__0")
+    twin = _onnx_model(
+        torch_models.NET_ONNX,
+        nodes,
+        [_fp32("INPUT__0", ["batch", NET_SIZES[0]])],
+        [_fp32("OUTPUT__0", ["batch", NET_SIZES[-1]])],
+        initializers,
+    )
+    written = write_onnx_twin(repo_dir, twin.SerializeToString())
+    try:
+        return written + torch_models.write_torch_examples(repo_dir, layers)
+    except ImportError as exc:
+        print(
+            f"skipped the PyTorch examples ({', '.join(TORCH_EXAMPLES)}): {exc}; "
+            "install them with: pip install 'tritium[pytorch]'",
+            file=sys.stderr,
+        )
+        return written
 
 
 def _session(repo_dir: Path, name: str):
@@ -569,6 +597,9 @@ def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
     _check_composing(repo_dir)
     _check_running_sum(repo_dir)
     check_image_models(lambda name: _session(repo_dir, name))
+    if all((repo_dir / name).is_dir() for name in TORCH_EXAMPLES):
+        difference = check_twins(repo_dir)
+        assert difference < 1e-4, f"the ONNX and TorchScript MLPs differ by {difference}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -140,10 +140,9 @@ def qa_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProces
     """Started as Triton's QA scripts start tritonserver, over a repository that also holds a
     model of a backend tritium does not have."""
     repo = build_test_repository(tmp_path_factory.mktemp("qa") / "repo", [MODEL])
-    torch_model = repo / "torch_model"
-    (torch_model / "1").mkdir(parents=True)
-    (torch_model / "1" / "model.pt").write_bytes(b"not read")
-    (torch_model / "config.pbtxt").write_text('backend: "pytorch"\nmax_batch_size: 0\n')
+    tf_model = repo / "tf_model"
+    (tf_model / "1" / "model.savedmodel").mkdir(parents=True)
+    (tf_model / "config.pbtxt").write_text('backend: "tensorflow"\nmax_batch_size: 0\n')
     proc = ServerProcess(
         [repo],
         "--backend-directory=/opt/tritonserver/backends",
@@ -180,11 +179,11 @@ def test_a_backend_not_built_in_is_unavailable_naming_it(
     qa_server: ServerProcess, protocol: str
 ) -> None:
     rows = {row["name"]: row for row in index_rows(qa_server, protocol)}
-    torch_row = rows["torch_model"]
-    assert torch_row["state"] == "UNAVAILABLE", torch_row
-    reason = torch_row["reason"]
-    assert "unable to find backend 'pytorch' for model 'torch_model'" in reason, reason
-    assert "built in (ensemble, onnxruntime, python)" in reason, reason
+    tf_row = rows["tf_model"]
+    assert tf_row["state"] == "UNAVAILABLE", tf_row
+    reason = tf_row["reason"]
+    assert "unable to find backend 'tensorflow' for model 'tf_model'" in reason, reason
+    assert "built in (ensemble, onnxruntime, python, pytorch)" in reason, reason
     assert rows[MODEL]["state"] == "READY", rows
 
 

@@ -8,6 +8,7 @@ tritium does not have fails with ``unknown_backend``'s reason.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -17,9 +18,14 @@ from ..errors import unavailable
 # name -> (module, class) of the backend, relative to this package.
 _BACKENDS = {
     "onnxruntime": (".onnxruntime", "OnnxRuntimeBackend"),
+    "pytorch": (".pytorch", "PyTorchBackend"),
     "python": (".python.backend", "PythonBackend"),
     "ensemble": (".ensemble", "EnsembleBackend"),
 }
+
+# The optional extras (pyproject.toml) that bring a backend's framework: a model of a backend
+# whose framework is missing fails its load naming the extra to install.
+_EXTRAS = {"pytorch": "pytorch"}
 
 
 def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
@@ -34,6 +40,22 @@ def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
         f"unable to find backend '{name}' for model '{model}': tritium's backends are built in "
         f"({', '.join(sorted(served))}); it loads no backend libraries"
     )
+
+
+def missing_framework(name: str, exc: ImportError) -> str:
+    """Why a backend whose framework cannot be imported serves nothing, and what to install."""
+    reason = f"backend '{name}' is not available: {exc}"
+    extra = _EXTRAS.get(name)
+    if extra is None:
+        return reason
+    return f"{reason}; install it with: pip install 'tritium[{extra}]'"
+
+
+async def find_backend(backends: Mapping[str, Any], name: str) -> Any | None:
+    """``backends.get(name)``; a registry's modules are imported off the event loop first."""
+    if isinstance(backends, BackendRegistry):
+        await backends.import_off_loop(name)
+    return backends.get(name)
 
 
 class BackendRegistry(Mapping[str, Any]):
@@ -52,10 +74,21 @@ class BackendRegistry(Mapping[str, Any]):
         try:
             module = importlib.import_module(module_name, __name__)
         except ImportError as exc:
-            raise unavailable(f"backend '{name}' is not available: {exc}") from None
+            raise unavailable(missing_framework(name, exc)) from None
         factory: Callable[..., Any] = getattr(module, class_name)
         backend = self._loaded[name] = factory(*self._args.get(name, ()))
         return backend
+
+    async def import_off_loop(self, name: str) -> None:
+        """Import backend ``name``'s module on a worker thread the first time (torch takes
+        seconds to import: meanwhile the event loop serves and loads the other models). A
+        missing framework is UNAVAILABLE with ``missing_framework``'s reason."""
+        if name in self._loaded or name not in _BACKENDS:
+            return
+        try:
+            await asyncio.to_thread(importlib.import_module, _BACKENDS[name][0], __name__)
+        except ImportError as exc:
+            raise unavailable(missing_framework(name, exc)) from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(_BACKENDS)

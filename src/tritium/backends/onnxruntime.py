@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -14,14 +12,16 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
-from ..errors import ServerError, internal, invalid_arg
+from ..errors import internal, invalid_arg
 from ..logs.settings import about_model
 from ..config.model_config import ModelConfig, mc
 from ..config.spec import ModelSpec
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse
-from .base import LoadContext, ModelInstance, output_tensor, requested_names, send_error
+from .model_io_check import ModelTensor, check_model_io
+from .base import LoadContext, ModelInstance, output_tensor, requested_names
 from .ragged import batch_input_array, merge_ragged, scatter_output
+from .threaded import ThreadedInstance, union
 
 log = logging.getLogger("tritium")
 
@@ -42,17 +42,6 @@ _ONNX_TO_CONFIG = {
     "tensor(string)": "TYPE_STRING",
 }
 DEFAULT_MAX_BATCH_SIZE = 4
-# A model whose executions take less than this (moving average) on inputs of at most this
-# size runs on the event loop: handing it to the instance thread would cost more (measured
-# here: ~40-60 µs of GIL hand-over and wake-ups against ~10 µs for `simple`). Anything
-# bigger, or any model that turns out slower, runs on the instance's own thread.
-INLINE_MAX_SECONDS = 100e-6
-INLINE_MAX_BYTES = 64 * 1024
-
-# What the loop hands an instance thread: where to answer, and the batch to run.
-# What one execution gives: a response per request, or the error that fails them all.
-_Outcome = list[InferenceResponse] | ServerError
-_Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[_Outcome], list[InferenceRequest]]
 
 
 def _session_options(config: ModelConfig) -> ort.SessionOptions:
@@ -168,27 +157,53 @@ def auto_complete(
                     entry.reshape.SetInParent()
 
 
-class OnnxInstance:
+def _model_tensors(args: Any) -> list[ModelTensor]:
+    """ORT's view of a session's inputs or outputs: a symbolic or unknown dimension is -1."""
+    return [
+        ModelTensor(
+            arg.name,
+            _ONNX_TO_CONFIG.get(arg.type, "TYPE_INVALID"),
+            tuple(d if isinstance(d, int) and d >= 0 else -1 for d in arg.shape),
+        )
+        for arg in args
+    ]
+
+
+# The config datatypes ONNX Runtime takes (every TYPE_* but TYPE_INVALID).
+_SUPPORTED = frozenset(
+    dt for dt in map(DataType.from_config, _ONNX_TO_CONFIG.values()) if dt is not None
+)
+
+
+def check_against_session(spec: ModelSpec, session: ort.InferenceSession) -> None:
+    """The configuration against the ONNX model (Triton's ORT backend checks at load)."""
+    check_model_io(
+        spec,
+        _model_tensors(session.get_inputs()),
+        _model_tensors(session.get_outputs()),
+        _SUPPORTED,
+        extra_inputs=_model_tensors(session.get_overridable_initializers()),
+    )
+
+
+class OnnxInstance(ThreadedInstance):
     """One ORT session with its own thread; the event loop hands it work and is called back."""
 
+    failure = "onnxruntime execute failure"
+
     def __init__(self, name: str, spec: ModelSpec, version: int, session: Any) -> None:
-        self.name = name
         self._spec = spec
-        self._version = str(version)
         self._session = session
-        self._cost = 1.0  # seconds; unknown until measured, so the first runs use the thread
         # Ragged batching: inputs fed as 1-D concatenations, batch inputs, batch outputs.
         self._ragged = frozenset(n for n, io in spec.inputs.items() if io.allow_ragged)
         self._plain = not (self._ragged or spec.batch_inputs or spec.batch_outputs)
-        self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name=f"ort-{name}", daemon=True)
-        self._thread.start()
+        super().__init__(name, version, "ort")
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """One session run for a batch: inputs concatenated along the batch dimension,
         outputs split back per request."""
         t0 = time.perf_counter_ns()
-        names = _union(requested_names(self._spec, r) for r in requests)
+        names = union(requested_names(self._spec, r) for r in requests)
         if not self._plain:
             feeds = self._ragged_feeds(requests)
         elif len(requests) == 1:
@@ -259,71 +274,6 @@ class OnnxInstance:
                     parts[target] = scatter_output(batch_output, results[target], shapes)
         return parts
 
-    def _serve(self) -> None:
-        """The instance thread: run each batch, hand the answers back to the loop."""
-        while (item := self._work.get()) is not None:
-            loop, future, requests = item
-            loop.call_soon_threadsafe(_resolve, future, self._run_or_error(requests))
-
-    def _run_timed(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        started = time.perf_counter()
-        responses = self._run(requests)
-        elapsed = time.perf_counter() - started
-        # Moving average of one execution; the first measurement replaces the guess.
-        self._cost = elapsed if self._cost >= 1.0 else 0.8 * self._cost + 0.2 * elapsed
-        return responses
-
-    def cheap(self, requests: list[InferenceRequest]) -> bool:
-        """Whether to run on the loop: the measured cost is below what a thread hand-off
-        costs (GIL hand-over, two wake-ups), and the inputs are small."""
-        if self._cost > INLINE_MAX_SECONDS:
-            return False
-        size = 0
-        for request in requests:
-            for tensor in request.inputs:
-                size += tensor.data.nbytes
-        return size <= INLINE_MAX_BYTES
-
-    def run_now(self, request: InferenceRequest) -> None:
-        """Run and answer ``request`` right here (the scheduler checked ``cheap``): no task,
-        no thread hand-off."""
-        self._answer([request], self._run_or_error([request]))
-
-    def _run_or_error(self, requests: list[InferenceRequest]) -> _Outcome:
-        try:
-            return self._run_timed(requests)
-        except Exception as exc:  # onnxruntime raises its own exception types
-            return internal(f"onnxruntime execute failure: {exc}")
-
-    def _answer(self, requests: list[InferenceRequest], outcome: _Outcome) -> None:
-        for i, request in enumerate(requests):
-            if isinstance(outcome, list):
-                assert request.sender is not None
-                request.sender.send(outcome[i], True)
-            else:
-                send_error(request, self._version, outcome)
-
-    async def execute(self, requests: list[InferenceRequest]) -> None:
-        """One execution over ``requests`` (a dynamic batch, or a single request)."""
-        if self.cheap(requests):
-            self._answer(requests, self._run_or_error(requests))
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[_Outcome] = loop.create_future()
-        self._work.put((loop, future, requests))
-        self._answer(requests, await future)
-
-    async def execute_each(self, requests: list[InferenceRequest]) -> None:
-        for request in requests:
-            await self.execute([request])
-
-    async def is_ready(self) -> bool:
-        return self._thread.is_alive()
-
-    async def close(self) -> None:
-        self._work.put(None)
-        await asyncio.to_thread(self._thread.join)
-
 
 def _along_batch(parts: list[np.ndarray]) -> np.ndarray:
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=0)
@@ -334,23 +284,11 @@ def _shapes(requests: list[InferenceRequest], name: str) -> list[tuple[int, ...]
     return [next(t.shape for t in r.inputs if t.name == name) for r in requests]
 
 
-def _union(groups: Any) -> list[str]:
-    names: dict[str, None] = {}
-    for group in groups:
-        names.update(dict.fromkeys(group))
-    return list(names)
-
-
 def _bytes_out(array: np.ndarray) -> np.ndarray:
     if array.dtype.kind in "OU":  # ORT strings come back as str
         flat = [v.encode("utf-8") if isinstance(v, str) else v for v in array.reshape(-1)]
         return np.array(flat, dtype=object).reshape(array.shape)
     return array
-
-
-def _resolve(future: asyncio.Future[_Outcome], outcome: _Outcome) -> None:
-    if not future.done():
-        future.set_result(outcome)
 
 
 class OnnxRuntimeBackend:
@@ -367,6 +305,7 @@ class OnnxRuntimeBackend:
             config.name = config.name or ctx.model_name
             auto_complete(config, first, self._default_max_batch_size)
         spec = ctx.finalize(config)
+        check_against_session(spec, first)
         names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
         rest = await asyncio.gather(
             *(asyncio.to_thread(_create_session, path, spec.config) for _ in names[1:])

@@ -53,12 +53,21 @@ _GRAPH_SPEC = (
 
 _TABLE: dict[str, tuple[Decision, str]] = {
     "name": (_I, "must match the model's directory name"),
-    "platform": (_I, "selects the backend (onnxruntime_onnx, ensemble) and is reported"),
-    "backend": (_I, "onnxruntime, python and ensemble are served; another fails the load"),
+    "platform": (
+        _I,
+        "selects the backend (onnxruntime_onnx, pytorch_libtorch, ensemble) and is reported",
+    ),
+    "backend": (
+        _I,
+        "onnxruntime, pytorch (TorchScript), python and ensemble are served; another fails "
+        "the load",
+    ),
     "runtime": (
         _R,
         "choosing a backend library ('runtime') is not supported by tritium: it serves its own "
-        "onnxruntime and python backends",
+        "onnxruntime, pytorch and python backends; the PyTorch 2 Python runtime (backend "
+        "pytorch with runtime \"model.py\") is not served: export the module to TorchScript "
+        "(model.pt), or serve it as a Python model",
     ),
     **_tree(
         "version_policy",
@@ -364,6 +373,34 @@ _TABLE: dict[str, tuple[Decision, str]] = {
 
 FIELDS: dict[str, FieldRule] = {path: FieldRule(*rule) for path, rule in _TABLE.items()}
 
+_TORCH_POOLS = (
+    "torch's pools are per process: the first model that sets it decides, a later different "
+    "value is logged and not applied (as in Triton)"
+)
+_PT2_RUNTIME = (
+    "a parameter of the PyTorch 2 Python runtime (runtime \"model.py\"), which tritium does "
+    "not serve; a TorchScript model takes INTRA_OP_THREAD_COUNT / INTER_OP_THREAD_COUNT"
+)
+# Triton's PyTorch backend parameters (backends/pytorch.py:TorchOptions reads them).
+_PYTORCH_PARAMETERS = {
+    ("pytorch", key): FieldRule(decision, reason)
+    for key, decision, reason in (
+        ("DISABLE_OPTIMIZED_EXECUTION", _I, "the TorchScript graph executor's optimisation off"),
+        ("INFERENCE_MODE", _I, "forward() under torch.inference_mode (default true), else no_grad"),
+        ("ENABLE_JIT_EXECUTOR", _I, "the profiling executor on or off, before each forward()"),
+        ("ENABLE_JIT_PROFILING", _I, "the JIT profiling mode on or off, before each forward()"),
+        ("ENABLE_TENSOR_FUSER", _I, "the TensorExpr fuser on or off, before each forward()"),
+        ("ENABLE_WEIGHT_SHARING", _I, "the model's instances share one loaded module"),
+        ("INTRA_OP_THREAD_COUNT", _I, f"torch.set_num_threads; {_TORCH_POOLS}"),
+        ("INTER_OP_THREAD_COUNT", _I, f"torch.set_num_interop_threads; {_TORCH_POOLS}"),
+        ("DISABLE_CUDNN", _G, f"cuDNN is a GPU library; {_NO_GPU}"),
+        ("ENABLE_CACHE_CLEANING", _G, f"empties the CUDA cache after each execution; {_NO_GPU}"),
+        ("NUM_THREADS", _R, _PT2_RUNTIME),
+        ("NUM_INTEROP_THREADS", _R, _PT2_RUNTIME),
+        ("TORCH_COMPILE_OPTIONAL_PARAMETERS", _R, _PT2_RUNTIME),
+    )
+}
+
 # Per-backend decisions on ``parameters`` keys (any other key is given to the model as is, as
 # in Triton: a Python model reads them all; Triton's ORT backend ignores the ones it does not
 # know).
@@ -390,4 +427,5 @@ PARAMETERS: dict[tuple[str, str], FieldRule] = {
     ("onnxruntime", "memory.enable_memory_arena_shrinkage"): FieldRule(
         _R, "memory.enable_memory_arena_shrinkage is not supported by tritium yet"
     ),
+    **_PYTORCH_PARAMETERS,
 }

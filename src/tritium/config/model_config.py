@@ -45,6 +45,7 @@ PLATFORM_TO_BACKEND = {
     "onnxruntime_onnx": "onnxruntime",
     "pytorch_libtorch": "pytorch",
     "libtorch": "pytorch",
+    "torch_aoti": "pytorch",  # refused by the backend with its reason
     "ensemble": "ensemble",
 }
 log = logging.getLogger("tritium")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..backends import unknown_backend
+from ..backends import find_backend, unknown_backend
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
 from .model import Model, ModelState
@@ -292,7 +292,7 @@ class ModelRepositoryManager:
                 f"at least one version must be available under the version policy of model "
                 f"'{record.name}'"
             )
-        backend = self._backends.get(config.backend)
+        backend = await find_backend(self._backends, config.backend)
         if backend is None:
             name = config.backend or config.platform
             raise invalid_arg(unknown_backend(name, record.name, self._backends))
