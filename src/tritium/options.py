@@ -198,6 +198,8 @@ class ServerOptions:
     response_cache_size: int = 0  # bytes of the local response cache; 0: no local cache
     response_cache_redis: RedisCacheOptions | None = None  # the shared Redis cache, if any
     ports_file: str = ""  # the bound ports are written there as JSON once serving
+    workers: int = 1  # processes serving the same ports (--workers; 1: this process alone)
+    worker_heartbeat_secs: float = 10.0  # a worker silent this long is killed and restarted
     http: HttpOptions = HttpOptions()
     grpc: GrpcOptions = GrpcOptions()
     metrics: MetricsOptions = MetricsOptions()

@@ -10,6 +10,7 @@ import signal
 import socket
 import ssl
 from dataclasses import replace
+from typing import Protocol
 
 from .access.policy import AccessControl, build_access
 from .frontends.accept import Connections
@@ -26,16 +27,26 @@ from .server import InferenceServer
 log = logging.getLogger("tritium")
 
 
-async def run(options: ServerOptions) -> int:
-    try:
-        tls = https_context(options)  # before loading models: a bad certificate fails fast
-    except OSError as exc:
-        log.error("error: failed to start the front-ends: HTTPS: %s", exc)
-        return 1
-    try:
-        grpc_tls = server_ssl_context(options)
-    except OSError as exc:
-        log.error("error: failed to start the front-ends: gRPC TLS: %s", exc)
+class WorkerLink(Protocol):
+    """One worker of ``--workers N`` (workers/member.py): the sockets the supervisor bound,
+    and the control plane, attached to the server before its models load."""
+
+    def sockets(self) -> dict[str, list[socket.socket]]: ...
+
+    async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None: ...
+
+    async def synced(self) -> None: ...
+
+    def serving(self) -> None: ...
+
+    def detach(self) -> None: ...
+
+
+async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
+    """Serve until SIGTERM/SIGINT. ``link``: this process is one worker of several (the
+    supervisor bound the sockets and writes the ports file)."""
+    contexts = _tls_contexts(options)
+    if contexts is None:
         return 1
     try:
         access = build_access(options)
@@ -50,7 +61,7 @@ async def run(options: ServerOptions) -> int:
         access.close()
         return 1
     try:  # before the models load: a port in use stops the start at once
-        bound = await bind_all(options)
+        bound = link.sockets() if link is not None else await bind_all(options)
     except OSError as exc:
         log.error("error: %s", exc)
         await server.stop()  # nothing loaded yet: removes its scratch directory
@@ -58,17 +69,36 @@ async def run(options: ServerOptions) -> int:
         return 1
     stop = asyncio.Event()
     install_signal_handlers(stop)
+    if link is not None:
+        await link.attach(server, stop)
     try:
         await server.start()
+        if link is not None:
+            await link.synced()  # the model control actions the other workers applied
     except RuntimeError as exc:
         log.error("error: creating server: Internal - %s", exc)
         _close(bound)
         access.close()
         return 1
-    listeners, grpc_server, ports = await _serve(server, options, (tls, grpc_tls), access, bound)
-    if options.ports_file:
+    listeners, grpc_server, ports = await _serve(server, options, contexts, access, bound)
+    if link is not None:
+        link.serving()
+    elif options.ports_file:
         write_ports(options.ports_file, ports)
     await stop.wait()
+    await _shutdown(server, listeners, grpc_server, access)
+    if link is not None:
+        link.detach()
+    log.info("server stopped")
+    return 0
+
+
+async def _shutdown(
+    server: InferenceServer,
+    listeners: list[HttpListener],
+    grpc_server: GrpcListener | None,
+    access: AccessControl,
+) -> None:
     log.info("shutting down: waiting for in-flight requests")
     if grpc_server is not None:
         grpc_server.drain()  # GOAWAY: clients stop sending, calls in flight complete
@@ -78,8 +108,23 @@ async def run(options: ServerOptions) -> int:
     if grpc_server is not None:
         await grpc_server.close(grace=1.0)
     access.close()
-    log.info("server stopped")
-    return 0
+
+
+def _tls_contexts(
+    options: ServerOptions,
+) -> tuple[ssl.SSLContext | None, ssl.SSLContext | None] | None:
+    """HTTPS's and gRPC's TLS contexts, read before loading models: a bad certificate fails
+    fast (None: one failed, and was logged)."""
+    try:
+        tls = https_context(options)
+    except OSError as exc:
+        log.error("error: failed to start the front-ends: HTTPS: %s", exc)
+        return None
+    try:
+        return tls, server_ssl_context(options)
+    except OSError as exc:
+        log.error("error: failed to start the front-ends: gRPC TLS: %s", exc)
+        return None
 
 
 def endpoints(options: ServerOptions) -> dict[str, Endpoint]:

@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol
 
 from . import TRITON_VERSION
 from .logs.access_log import AccessEntry, AccessLog
@@ -61,6 +61,7 @@ from .types import ClientRequest, InferenceResponse
 # parsing they hand to it.
 __all__ = [
     "EXTENSIONS",
+    "Cluster",
     "AccessEntry",
     "AccessLog",
     "FinalAnswer",
@@ -142,6 +143,23 @@ class Readiness:
         return ready
 
 
+class Cluster(Protocol):
+    """The other workers of ``tritium serve --workers N`` (workers/member.py): what must be
+    the whole server's goes through it. None in a single process."""
+
+    async def load(
+        self, name: str, config_json: str | None, files: dict[str, bytes] | None
+    ) -> None: ...
+
+    async def unload(self, name: str, unload_dependents: bool) -> None: ...
+
+    def ready(self) -> bool: ...
+
+    async def statistics(self, name: str, version: str) -> dict[str, Any]: ...
+
+    async def metrics(self) -> bytes: ...
+
+
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         """Raises RuntimeError when a repository path cannot be read (Triton's ServerNew
@@ -205,6 +223,7 @@ class InferenceServer:
         self._accepting = False
         self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository.on_change = self.readiness.changed
+        self.cluster: Cluster | None = None  # --workers N: set by the worker's member
         self._inflight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -255,6 +274,13 @@ class InferenceServer:
         return self._live
 
     def is_ready(self) -> bool:
+        """The server's readiness: with ``--workers N``, every worker's (``Cluster.ready``)."""
+        if not self.is_ready_here():
+            return False
+        return self.cluster is None or self.cluster.ready()
+
+    def is_ready_here(self) -> bool:
+        """This process's own readiness."""
         if not (self._live and self._accepting):
             return False
         return self.repository.all_ready() if self.options.strict_readiness else True
@@ -305,6 +331,14 @@ class InferenceServer:
             raise invalid_arg(f"requested model '{name}' is not available")
         return {"model_stats": [m.stats.as_dict() for m in models]}
 
+    async def statistics_total(self, name: str = "", version: str = "") -> dict[str, Any]:
+        """``statistics`` over the whole server: with ``--workers N``, summed over every
+        worker (the errors are this worker's, the same everywhere)."""
+        here = self.statistics(name, version)
+        if self.cluster is None:
+            return here
+        return await self.cluster.statistics(name, version)
+
     def stats_snapshot(self) -> list[ModelStats]:
         """Every loaded model version's ModelStats (for the metrics endpoint)."""
         return [m.stats for m in self.repository.loaded("", -1)]
@@ -324,10 +358,17 @@ class InferenceServer:
     async def load_model(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
-        await self.control.load(name, config_json, files)
+        """Triton's load: with ``--workers N``, answered once every worker serves it."""
+        if self.cluster is not None:
+            await self.cluster.load(name, config_json, files)
+        else:
+            await self.control.load(name, config_json, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self.control.unload(name, unload_dependents)
+        if self.cluster is not None:
+            await self.cluster.unload(name, unload_dependents)
+        else:
+            await self.control.unload(name, unload_dependents)
 
     # -- shared memory (system; CUDA needs a GPU this server does not have) -------------------
     def register_system_shm(self, name: str, key: str, offset: int, byte_size: int) -> None:

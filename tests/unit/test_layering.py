@@ -133,6 +133,7 @@ LAYERS: list[set[str]] = [
     {"server"},  # the facade
     {"frontends"},
     {"runtime"},
+    {"workers"},  # --workers N: the supervisor, a worker's control plane, totals
     {"cli"},  # tritium serve, the flag table
     {"__main__"},
 ]

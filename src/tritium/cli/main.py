@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from dataclasses import replace
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -52,17 +53,37 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
     _setup_logging(options)
-    for notice in check_table_flags(args) + notices(args):
-        log.log(notice.level, "%s", notice.message)
-    from ..runtime import run  # imported late: argument errors stay fast
+    from ..workers.member import from_environment  # imported late: argument errors stay fast
 
+    member = from_environment()  # this process is one worker of a supervisor's
+    if member is None:
+        for notice in check_table_flags(args) + notices(args):
+            log.log(notice.level, "%s", notice.message)
+    runner = _runner()
+    if member is not None:
+        from ..runtime import run
+
+        return runner(run(replace(options, workers=1, ports_file=""), member))
+    if options.workers > 1:
+        from ..workers.refusals import refusal
+        from ..workers.supervisor import supervise
+
+        problem = refusal(options)
+        if problem:
+            raise SystemExit(f"error: --workers {options.workers}: {problem}")
+        return runner(supervise(options, sys.argv[1:] if argv is None else list(argv)))
+    from ..runtime import run
+
+    return runner(run(options))
+
+
+def _runner() -> Callable[[Coroutine[Any, Any, int]], int]:
     try:
         import uvloop
 
-        runner: Callable[[Coroutine[Any, Any, int]], int] = uvloop.run
+        return uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency
-        runner = asyncio.run
-    return runner(run(options))
+        return asyncio.run
 
 
 if __name__ == "__main__":

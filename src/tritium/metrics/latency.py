@@ -79,6 +79,16 @@ class SlidingSummary:
 
     def quantiles(self, now_ns: int) -> list[tuple[float, float]]:
         """(quantile, value) over the window; NaN values when it holds no observation."""
+        merged = self.window(now_ns)
+        return list(zip(self._quantiles, _ranks(merged, self._quantiles), strict=True))
+
+    @property
+    def quantile_points(self) -> tuple[float, ...]:
+        return self._quantiles
+
+    def window(self, now_ns: int) -> dict[int, list[int]]:
+        """The sketch of the window's observations (cell -> [count, sum]): the sketches of
+        several processes merge by adding their cells (``--workers``)."""
         self._advance((now_ns - self._start_ns) // self._step_ns)
         oldest = self._index - self._steps.maxlen + 1  # type: ignore[operator]
         merged: dict[int, list[int]] = {}
@@ -88,7 +98,12 @@ class SlidingSummary:
                     cell = merged.setdefault(key, [0, 0])
                     cell[0] += count
                     cell[1] += total
-        return list(zip(self._quantiles, _ranks(merged, self._quantiles), strict=True))
+        return merged
+
+
+def quantiles_of(cells: dict[int, list[int]], quantiles: tuple[float, ...]) -> list[float]:
+    """The values at ``quantiles`` of a window sketch (``SlidingSummary.window``, merged)."""
+    return _ranks(cells, quantiles)
 
 
 def _ranks(cells: dict[int, list[int]], quantiles: tuple[float, ...]) -> list[float]:

@@ -70,6 +70,7 @@ from .values import (
     positive_seconds,
     rate_limit_mode,
     rate_limit_resource,
+    worker_count,
 )
 
 __all__ = ["BY_NAME", "FLAGS", "GROUPS", "Decision", "Flag"]
@@ -553,6 +554,19 @@ FLAGS: tuple[Flag, ...] = (
          parse=non_negative_int),
     _own("ports-file", "tritium", _S, "write the bound ports as JSON once serving",
          "ports_file", "tritium: write the bound ports as JSON to this file once serving"),
+    _own("workers", "tritium", _S, "processes serving the same ports, as one server",
+         "workers",
+         "tritium: serve the HTTP, gRPC and metrics ports from this many worker processes "
+         "(each a full replica; 'auto': one per CPU this process may use), kept one server "
+         "by a supervisor: model control, readiness, statistics and metrics are the whole "
+         "server's; a worker that crashes or hangs is restarted",
+         parse=worker_count, metavar="N|auto"),
+    _own("worker-heartbeat-secs", "tritium", _I,
+         "a worker silent this long is killed and restarted",
+         "worker_heartbeat_secs",
+         "tritium: with --workers, a worker whose heartbeat stops for this many seconds "
+         "(a blocked event loop, a stopped process) is killed and started again",
+         parse=positive_seconds),
 )  # fmt: skip
 
 BY_NAME: dict[str, Flag] = {flag.name: flag for flag in FLAGS}

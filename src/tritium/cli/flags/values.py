@@ -5,6 +5,7 @@ acting on them, with Triton's value syntax (``parser.py:add_table_flags``)."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -169,3 +170,18 @@ TRITON_SYNTAX: dict[str, Callable[[str], Any]] = {
 
 # What an implemented flag's value is parsed with when its Arg names no parser.
 PLAIN: dict[str, Callable[[str], Any]] = {"integer": int, "float": float, "boolean": parse_bool}
+
+
+def worker_count(text: str) -> int:
+    """``--workers``: a count >= 1, or ``auto``: the CPUs this process may run on."""
+    if text == "auto":
+        return max(1, len(os.sched_getaffinity(0)))
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of workers >= 1 or 'auto', got '{text}'"
+        )
+    return value

@@ -123,7 +123,7 @@ class InferenceService:
         return pb.ModelConfigResponse(config=config)
 
     async def ModelStatistics(self, request: Any, call: ServerCall) -> Any:
-        stats = self._server.statistics(request.name, request.version)
+        stats = await self._server.statistics_total(request.name, request.version)
         return json_format.ParseDict(stats, pb.ModelStatisticsResponse())
 
     async def LogSettings(self, request: Any, call: ServerCall) -> Any:

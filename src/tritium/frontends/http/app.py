@@ -143,12 +143,14 @@ class HttpApp:
         params = request.params
         return _json(self.server.model_config_json(params["model"], params.get("version", "")))
 
-    def _all_stats(self, request: HttpRequest) -> HttpResponse:
-        return _json(self.server.statistics())
+    async def _all_stats(self, request: HttpRequest) -> HttpResponse:
+        return _json(await self.server.statistics_total())
 
-    def _model_stats(self, request: HttpRequest) -> HttpResponse:
+    async def _model_stats(self, request: HttpRequest) -> HttpResponse:
         params = request.params
-        return _json(self.server.statistics(params["model"], params.get("version", "")))
+        return _json(
+            await self.server.statistics_total(params["model"], params.get("version", ""))
+        )
 
     def _logging(self, request: HttpRequest) -> HttpResponse:
         """The logging extension: GET reads, POST changes what it names (an empty body

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 from ...metrics.render import CONTENT_TYPE, CpuSampler, render
-from ...server import InferenceServer
+from ...server import Cluster, InferenceServer
 from .messages import HttpRequest, HttpResponse
 
 
@@ -17,13 +19,19 @@ class MetricsApp:
             else None
         )
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
         if request.path.split("?", 1)[0] != "/metrics":
             return HttpResponse(404, [b'{"error":"Not Found"}'])
         if request.method != "GET":
             return HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
         server = self._server
+        if server.cluster is not None:  # --workers N: the totals over every worker
+            return self._total(server.cluster)
         body = render(
             server.stats_snapshot(), self._cpu, server.custom_metrics, server.repository_index()
         )
         return HttpResponse(200, [body], CONTENT_TYPE)
+
+    @staticmethod
+    async def _total(cluster: Cluster) -> HttpResponse:
+        return HttpResponse(200, [await cluster.metrics()], CONTENT_TYPE)

@@ -1,0 +1,215 @@
+"""One worker's end of the control plane (``runtime.py:WorkerLink`` and ``server.py:Cluster``).
+
+The supervisor started this process with ``TRITIUM_WORKER`` set: its index, the inherited
+listening sockets, its channel and the supervisor's pid. The worker dies with the supervisor
+(``PR_SET_PDEATHSIG``, and a check for the race before it took effect); it stops (drains)
+when the channel closes.
+
+What must be the whole server's goes to the supervisor (load, unload, statistics, metrics);
+what the supervisor applies on every worker comes back as a call (``_on_call``); a heartbeat
+note, carrying this worker's own readiness, goes every ``_BEAT_S``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from typing import Any
+
+import orjson
+
+from ..errors import unavailable
+from ..metrics.render import CpuSampler, render
+from ..metrics.render_latency import SUMMARIES
+from ..server import InferenceServer
+from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
+from .supervisor import ENV
+
+log = logging.getLogger("tritium")
+
+_BEAT_S = 0.5
+_PR_SET_PDEATHSIG = 1
+
+
+def from_environment() -> Member | None:
+    """This process's Member when the supervisor started it, else None."""
+    text = os.environ.pop(ENV, "")
+    if not text:
+        return None
+    plan = orjson.loads(text)
+    _die_with(int(plan["parent"]))
+    sockets = {
+        name: [socket.socket(fileno=int(fd)) for fd in fds]
+        for name, fds in dict(plan["sockets"]).items()
+    }
+    for socks in sockets.values():
+        for sock in socks:
+            sock.setblocking(False)
+    return Member(int(plan["index"]), sockets, socket.socket(fileno=int(plan["channel"])))
+
+
+def _die_with(parent: int) -> None:
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the supervisor died before prctl took effect
+        os._exit(1)
+
+
+class Member:
+    def __init__(
+        self, index: int, sockets: dict[str, list[socket.socket]], channel: socket.socket
+    ) -> None:
+        self.index = index
+        self._sockets = sockets
+        self._channel_sock = channel
+        self._peer: Peer | None = None
+        self._server: InferenceServer | None = None
+        self._cluster_ready = False
+        self._control = asyncio.Lock()  # actions applied here one at a time, in order
+        self._tasks: list[asyncio.Task[None]] = []
+        self._cpu: CpuSampler | None = None
+
+    # -- runtime.py:WorkerLink -------------------------------------------------------------------
+    def sockets(self) -> dict[str, list[socket.socket]]:
+        return self._sockets
+
+    async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None:
+        self._server = server
+        server.cluster = self
+        if server.options.metrics.allow_cpu:
+            self._cpu = CpuSampler(server.options.metrics.interval_ms / 1000)
+        channel = await Channel.open(self._channel_sock)
+        self._peer = Peer(channel, self._on_call, self._on_note)
+        self._tasks = [
+            asyncio.ensure_future(self._serve(stop)),
+            asyncio.ensure_future(self._beat()),
+        ]
+
+    async def synced(self) -> None:
+        """Apply what the other workers applied since the start (the lock is held from the
+        ask on: an action broadcast meanwhile waits for the replay)."""
+        async with self._control:
+            answer = await self._call("sync", {})
+            self._cluster_ready = bool(answer["ready"])
+            for action in answer["actions"]:
+                await self._apply(str(action["action"]), dict(action["args"]))
+
+    def serving(self) -> None:
+        self._note("serving")
+
+    def detach(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        if self._peer is not None:
+            self._peer.channel.close()
+
+    # -- server.py:Cluster -----------------------------------------------------------------------
+    async def load(
+        self, name: str, config_json: str | None, files: dict[str, bytes] | None
+    ) -> None:
+        args = {"name": name, "config": config_json, "files": encode_files(files)}
+        await self._call("load", args)
+
+    async def unload(self, name: str, unload_dependents: bool) -> None:
+        await self._call("unload", {"name": name, "dependents": unload_dependents})
+
+    def ready(self) -> bool:
+        return self._cluster_ready
+
+    async def statistics(self, name: str, version: str) -> dict[str, Any]:
+        result = await self._call("statistics", {"name": name, "version": version})
+        assert isinstance(result, dict)
+        return result
+
+    async def metrics(self) -> bytes:
+        return str(await self._call("metrics", {})).encode()
+
+    # -- the channel -----------------------------------------------------------------------------
+    async def _call(self, action: str, args: dict[str, Any]) -> Any:
+        if self._peer is None:
+            raise unavailable("the server is starting")
+        try:
+            return await self._peer.call(action, args)
+        except ChannelClosed:
+            raise unavailable("the server is shutting down") from None
+
+    def _note(self, op: str, **fields: Any) -> None:
+        if self._peer is not None:
+            try:
+                self._peer.note(op, **fields)
+            except ChannelClosed:
+                pass
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        assert self._peer is not None
+        try:
+            await self._peer.serve()
+        except ChannelClosed:
+            pass
+        if not stop.is_set():
+            log.error("worker %d: the supervisor went away: stopping", self.index)
+            stop.set()
+
+    async def _beat(self) -> None:
+        """The heartbeat, from the event loop itself: a blocked loop stops it."""
+        while True:
+            server = self._server
+            self._note("beat", ready=server is not None and server.is_ready_here())
+            await asyncio.sleep(_BEAT_S)
+
+    def _on_note(self, note: dict[str, Any]) -> None:
+        if note.get("op") == "cluster" and self._server is not None:
+            self._cluster_ready = bool(note.get("ready"))
+            self._server.readiness.changed()
+
+    async def _on_call(self, action: str, args: dict[str, Any]) -> Any:
+        if action in ("load", "unload"):
+            async with self._control:
+                await self._apply(action, args)
+            self._note("ready", ready=self._here().is_ready_here())
+            return None
+        if action == "statistics":
+            return self._here().statistics(str(args["name"]), str(args["version"]))
+        if action == "metrics":
+            return self._metrics()
+        raise unavailable(f"unknown control action '{action}'")
+
+    def _here(self) -> InferenceServer:
+        assert self._server is not None
+        return self._server
+
+    async def _apply(self, action: str, args: dict[str, Any]) -> None:
+        control = self._here().control
+        if action == "load":
+            await control.load(str(args["name"]), args.get("config"), decode_files(args["files"]))
+        else:
+            await control.unload(str(args["name"]), bool(args.get("dependents")))
+
+    def _metrics(self) -> dict[str, Any]:
+        """This worker's exposition and the window sketches of its summaries."""
+        server = self._here()
+        models = server.stats_snapshot()
+        text = render(models, self._cpu, server.custom_metrics, server.repository_index())
+        now = time.perf_counter_ns()
+        sketches: dict[str, Any] = {}
+        for stats in models:
+            if stats.summaries is None:
+                continue
+            for attribute, name, _ in SUMMARIES:
+                summary = getattr(stats.summaries, attribute)
+                if summary is None:
+                    continue
+                cells = [[k, c, t] for k, (c, t) in summary.window(now).items()]
+                sketches[f"{name}{{{stats.labels}"] = {
+                    "quantiles": list(summary.quantile_points), "cells": cells,
+                }
+        return {"text": text.decode(), "sketches": sketches}

@@ -1,0 +1,36 @@
+"""What ``--workers N`` (N > 1) cannot give its whole-server meaning yet: refused at start
+with the reason, never accepted and ignored."""
+
+from __future__ import annotations
+
+from ..options import ServerOptions
+
+
+def refusal(options: ServerOptions) -> str:
+    """Why these options cannot run as several workers ('' when they can)."""
+    if options.repository.control_mode == "poll":
+        return (
+            "--model-control-mode=poll is not implemented yet with several workers (each "
+            "would poll the repository on its own and serve a different version for a while)"
+        )
+    if options.response_cache_size > 0:
+        return (
+            "the response cache is per process and not shared between workers yet: a hit "
+            "would depend on the worker a connection lands on"
+        )
+    if options.access.max_inflight_per_client > 0:
+        return (
+            "--max-inflight-per-client counts per process: with several workers a client "
+            "could hold N times the bound (not implemented yet)"
+        )
+    if options.rate_limit.mode == "execution_count":
+        return (
+            "--rate-limit=execution_count: the rate limiter's resources are per process; "
+            "several workers would each grant them (not implemented yet)"
+        )
+    if options.allow_client_shm:
+        return (
+            "system shared memory registered through one worker is not shared with the "
+            "others yet (--allow-client-shm)"
+        )
+    return ""

@@ -1,0 +1,341 @@
+"""The supervisor: binds every front-end's listening sockets once, starts N worker processes
+that inherit them (each a full replica: its own models, its own event loop), and keeps them
+one server through the control plane (channel.py).
+
+- A worker that exits (crash, ``kill -9``) is started again; the connections it had are
+  reset by the kernel (their requests in flight fail), the listening sockets and their
+  backlog stay with the others. A worker whose heartbeat stops for
+  ``--worker-heartbeat-secs`` (a blocked event loop, a stopped process) is killed, then
+  started again.
+- SIGTERM/SIGINT: every worker drains (the single server's shutdown, within
+  ``--exit-timeout-secs``); one still running after that and a grace is killed.
+- A worker dies with the supervisor (``PR_SET_PDEATHSIG``, worker.py), so killing the
+  supervisor leaves nothing behind (a worker's Python stubs die with their worker).
+- Model control goes through here: a load or unload sent to any worker is applied on every
+  worker, one control action at a time, and answered when all have done it; the actions
+  applied since the start are replayed on a worker that starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..errors import ServerError, unavailable
+from ..options import ServerOptions
+from ..runtime import bind_all, install_signal_handlers, write_ports
+from .channel import Channel, ChannelClosed, Peer
+from .merge import merge_metrics, merge_statistics
+
+log = logging.getLogger("tritium")
+
+ENV = "TRITIUM_WORKER"  # how a worker process learns its index, its sockets and its channel
+_RESTART_DELAY_S = (0.1, 0.5, 1.0, 2.0, 5.0)  # after 1, 2, ... quick crashes in a row
+_STOP_GRACE_S = 5.0  # past --exit-timeout-secs before a worker still running is killed
+_BEAT_CHECK_S = 0.5
+_START_GRACE_S = 30.0  # a starting worker imports before its first heartbeat
+
+
+@dataclass(eq=False)
+class _Worker:
+    index: int
+    proc: subprocess.Popen[bytes] | None = None
+    peer: Peer | None = None
+    synced: bool = False  # replayed the control history: gets every control action
+    serving: bool = False  # accepting connections
+    ready: bool = False  # its own readiness (strict readiness: every model ready)
+    last_beat: float = 0.0
+    started_at: float = 0.0
+    crashes: int = 0  # quick exits in a row (the restart delay grows)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Supervisor:
+    def __init__(
+        self, options: ServerOptions, argv: list[str], bound: dict[str, list[socket.socket]]
+    ) -> None:
+        self.options = options
+        self._argv = argv
+        self._bound = bound
+        self._workers = [_Worker(i) for i in range(options.workers)]
+        self._stopping = False
+        self._started = False  # every worker has served once
+        self._failed = asyncio.Event()  # a worker failed before the server ever served
+        self._all_serving = asyncio.Event()
+        self._control = asyncio.Lock()  # one model-control action at a time, server-wide
+        self._history: dict[str, dict[str, Any]] = {}  # model -> its last control action
+        self._cluster_ready = False
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._restarts = 0
+
+    @property
+    def failed(self) -> bool:
+        """A worker failed before the server ever served."""
+        return self._failed.is_set()
+
+    # -- processes -----------------------------------------------------------------------------
+    def _spawn(self, worker: _Worker) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds = {name: [s.fileno() for s in socks] for name, socks in self._bound.items()}
+        env = dict(os.environ)
+        env[ENV] = orjson.dumps(
+            {"index": worker.index, "channel": theirs.fileno(), "sockets": fds,
+             "parent": os.getpid()}
+        ).decode()
+        passed = [theirs.fileno(), *(fd for group in fds.values() for fd in group)]
+        try:
+            worker.proc = subprocess.Popen(
+                [sys.executable, "-m", "tritium", *self._argv], env=env, pass_fds=passed
+            )
+        finally:
+            theirs.close()
+        worker.started_at = worker.last_beat = time.monotonic()
+        worker.done = asyncio.Event()
+        log.info("worker %d started (pid %d)", worker.index, worker.proc.pid)
+        self._task(self._attend(worker, ours))
+
+    def _task(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _attend(self, worker: _Worker, sock: socket.socket) -> None:
+        """Serve one worker's channel until it closes (the process exited or is exiting),
+        then reap it and, unless the server stops, start it again."""
+        channel = await Channel.open(sock)
+        peer = Peer(channel, lambda a, args: self._on_call(worker, a, args),
+                    lambda note: self._on_note(worker, note))
+        worker.peer = peer
+        try:
+            await peer.serve()
+        except ChannelClosed:
+            pass
+        finally:
+            channel.close()
+            worker.peer = None
+            worker.synced = worker.serving = worker.ready = False
+        code = await self._reap(worker)
+        worker.done.set()
+        self._readiness_changed()
+        if self._stopping:
+            return
+        self._restart(worker, code)
+
+    async def _reap(self, worker: _Worker) -> int:
+        proc = worker.proc
+        assert proc is not None
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(proc.wait), _STOP_GRACE_S)
+        except TimeoutError:  # closed its channel but did not exit
+            proc.kill()
+            return await asyncio.to_thread(proc.wait)
+
+    def _restart(self, worker: _Worker, code: int) -> None:
+        pid = worker.proc.pid if worker.proc else 0
+        reason = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+        if not self._started:
+            log.error("error: worker %d (pid %d) %s while starting", worker.index, pid, reason)
+            self._failed.set()
+            return
+        quick = time.monotonic() - worker.started_at < 10.0
+        worker.crashes = worker.crashes + 1 if quick else 0
+        delay = _RESTART_DELAY_S[min(worker.crashes, len(_RESTART_DELAY_S) - 1)]
+        log.error("worker %d (pid %d) %s: its requests in flight failed; starting it again",
+                  worker.index, pid, reason)
+        self._restarts += 1
+        loop = asyncio.get_running_loop()
+        loop.call_later(delay, lambda: None if self._stopping else self._spawn(worker))
+
+    async def _watch_heartbeats(self) -> None:
+        limit = self.options.worker_heartbeat_secs
+        while not self._stopping:
+            await asyncio.sleep(_BEAT_CHECK_S)
+            now = time.monotonic()
+            for worker in self._workers:
+                proc = worker.proc
+                if proc is None or proc.poll() is not None:
+                    continue
+                allowed = limit if worker.serving else limit + _START_GRACE_S
+                if now - worker.last_beat > allowed:
+                    log.error("worker %d (pid %d) sent no heartbeat for %.1fs: killing it",
+                              worker.index, proc.pid, now - worker.last_beat)
+                    worker.serving = False
+                    proc.kill()
+
+    # -- the control plane -----------------------------------------------------------------------
+    def _on_note(self, worker: _Worker, note: dict[str, Any]) -> None:
+        op = note.get("op")
+        worker.last_beat = time.monotonic()
+        if op == "serving":
+            worker.serving = True
+            worker.crashes = 0 if worker.crashes and not self._started else worker.crashes
+            if all(w.serving for w in self._workers):
+                self._all_serving.set()
+        elif op in ("ready", "beat"):
+            worker.ready = bool(note.get("ready"))
+        if op in ("serving", "ready", "beat"):
+            self._readiness_changed()
+
+    def _readiness_changed(self) -> None:
+        """The server is ready once every worker has served, while every worker that serves
+        is ready (a worker starting again does not count: the others serve meanwhile)."""
+        live = [w for w in self._workers if w.serving]
+        ready = self._started and bool(live) and all(w.ready for w in live)
+        if ready == self._cluster_ready:
+            return
+        self._cluster_ready = ready
+        for worker in self._workers:
+            if worker.peer is not None:
+                try:
+                    worker.peer.note("cluster", ready=ready)
+                except ChannelClosed:
+                    pass
+
+    async def _on_call(self, worker: _Worker, action: str, args: dict[str, Any]) -> Any:
+        if action == "sync":
+            return await self._sync(worker)
+        if action in ("load", "unload"):
+            return await self._model_control(action, args)
+        if action == "statistics":
+            parts = await self._gather("statistics", args)
+            return merge_statistics(parts)
+        if action == "metrics":
+            parts = await self._gather("metrics", args)
+            return merge_metrics(parts) + self._own_metrics()
+        raise unavailable(f"unknown control action '{action}'")
+
+    def _own_metrics(self) -> str:
+        serving = sum(1 for w in self._workers if w.serving)
+        return (
+            "# HELP tritium_workers Worker processes (--workers): configured, serving\n"
+            "# TYPE tritium_workers gauge\n"
+            f'tritium_workers{{state="configured"}} {len(self._workers)}\n'
+            f'tritium_workers{{state="serving"}} {serving}\n'
+            "# HELP tritium_worker_restarts_total Workers started again after they exited "
+            "or hung\n"
+            "# TYPE tritium_worker_restarts_total counter\n"
+            f"tritium_worker_restarts_total {self._restarts}\n"
+        )
+
+    async def _sync(self, worker: _Worker) -> dict[str, Any]:
+        """A worker whose models are loaded asks for the control actions applied since the
+        start; from the answer on it gets every new one (the lock keeps none in between)."""
+        async with self._control:
+            worker.synced = True
+            return {"actions": list(self._history.values()), "ready": self._cluster_ready}
+
+    async def _model_control(self, action: str, args: dict[str, Any]) -> Any:
+        async with self._control:
+            targets = [w for w in self._workers if w.synced and w.peer is not None]
+            results = await asyncio.gather(
+                *(self._apply(w, action, args) for w in targets), return_exceptions=True
+            )
+            errors = [r for r in results if isinstance(r, ServerError)]
+            others = [r for r in results if isinstance(r, BaseException) and r not in errors]
+            if len(errors) + len(others) < len(results):  # some worker applied it
+                self._history.pop(str(args["name"]), None)
+                self._history[str(args["name"])] = {"action": action, "args": args}
+            if errors:
+                raise errors[0]
+            if others:
+                raise unavailable(f"model control: a worker failed: {others[0]}")
+            return None
+
+    @staticmethod
+    async def _apply(worker: _Worker, action: str, args: dict[str, Any]) -> Any:
+        peer = worker.peer
+        if peer is None:
+            raise ChannelClosed(f"worker {worker.index} is gone")
+        try:
+            return await peer.call(action, args)
+        except ChannelClosed:  # it died meanwhile: it replays the action when it starts again
+            return None
+
+    async def _gather(self, action: str, args: dict[str, Any]) -> list[Any]:
+        """One answer per serving worker (a worker that dies meanwhile is left out)."""
+        peers = [w.peer for w in self._workers if w.serving and w.peer is not None]
+        results = await asyncio.gather(
+            *(p.call(action, args) for p in peers), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, ServerError):
+                raise result
+        return [r for r in results if not isinstance(r, BaseException)]
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self, stop: asyncio.Event) -> bool:
+        """Start every worker; True once all serve, False if one fails first (or ``stop``
+        is set meanwhile)."""
+        for worker in self._workers:
+            self._spawn(worker)
+        waiting = {asyncio.ensure_future(self._all_serving.wait()),
+                   asyncio.ensure_future(self._failed.wait()),
+                   asyncio.ensure_future(stop.wait())}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        for task in waiting:
+            task.cancel()
+        if self._failed.is_set() or not self._all_serving.is_set():
+            return False
+        self._started = True
+        self._readiness_changed()
+        self._task(self._watch_heartbeats())
+        return True
+
+    async def stop(self) -> None:
+        """SIGTERM every worker (each drains within --exit-timeout-secs), kill those still
+        running after that and a grace, close the sockets."""
+        self._stopping = True
+        for worker in self._workers:
+            if worker.proc is not None and worker.proc.poll() is None:
+                worker.proc.send_signal(signal.SIGTERM)
+        limit = self.options.exit_timeout_secs + _STOP_GRACE_S
+        started = [w for w in self._workers if w.proc is not None]
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(w.done.wait() for w in started)), limit
+            )
+        except TimeoutError:
+            for worker in started:
+                if worker.proc is not None and worker.proc.poll() is None:
+                    log.error("worker %d (pid %d) still running at the exit timeout: killed",
+                              worker.index, worker.proc.pid)
+                    worker.proc.kill()
+            await asyncio.gather(*(w.done.wait() for w in started))
+        for socks in self._bound.values():
+            for sock in socks:
+                sock.close()
+
+
+async def supervise(options: ServerOptions, argv: list[str]) -> int:
+    """``tritium serve --workers N`` (N > 1): the supervisor's whole life."""
+    try:
+        bound = await bind_all(options)
+    except OSError as exc:
+        log.error("error: %s", exc)
+        return 1
+    stop = asyncio.Event()
+    install_signal_handlers(stop)
+    supervisor = Supervisor(options, argv, bound)
+    log.info("starting %d workers", options.workers)
+    if not await supervisor.start(stop):
+        await supervisor.stop()
+        return 0 if stop.is_set() and not supervisor.failed else 1
+    if options.ports_file:
+        ports = {name: int(socks[0].getsockname()[1]) for name, socks in bound.items()}
+        write_ports(options.ports_file, ports)
+    log.info("serving with %d workers", options.workers)
+    await stop.wait()
+    log.info("shutting down: stopping %d workers", options.workers)
+    await supervisor.stop()
+    log.info("server stopped")
+    return 0

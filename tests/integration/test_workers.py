@@ -1,0 +1,376 @@
+"""``tritium serve --workers N``: N processes on the same ports behave as one server.
+
+Two servers for the module: ``two`` (2 workers: ``simple`` and the Python ``slow`` model)
+and ``three`` (3 workers: ``simple``), both in explicit model-control mode. Each client call
+here opens a fresh connection unless said otherwise, so the calls spread over the workers as
+the kernel hands the connections out. The tests that kill a server come last in the file.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input
+from tests.support.identity_model import IDENTITY_FP32_CONFIG, IDENTITY_FP32_PY
+from tests.support.models import SLOW_SECONDS, build_test_repository
+from tests.support.server_process import ServerProcess
+
+PROTOCOLS = ["http", "grpc"]
+_FRESH = 12  # calls on fresh connections per check
+
+
+def _start(repos: list[Path], workers: int, *models: str) -> ServerProcess:
+    loads = [arg for m in models for arg in ("--load-model", m)]
+    return ServerProcess(
+        repos,
+        "--workers", str(workers),
+        "--model-control-mode", "explicit",
+        *loads,
+        "--worker-heartbeat-secs", "3",
+        "--exit-timeout-secs", "20",
+        start_timeout=120,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_test_repository(tmp_path_factory.mktemp("workers") / "repo", ["slow"])
+
+
+@pytest.fixture(scope="module")
+def two(example_repo: Path, slow_repo: Path) -> Iterator[ServerProcess]:
+    proc = _start([example_repo, slow_repo], 2, "simple", "slow")
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture(scope="module")
+def three(example_repo: Path) -> Iterator[ServerProcess]:
+    proc = _start([example_repo], 3, "simple")
+    yield proc
+    proc.stop()
+
+
+def _connect(protocol: str, server: ServerProcess) -> Any:
+    """A client on a connection of its own (gRPC channels otherwise share one per target)."""
+    if protocol == "grpc":
+        args = [("grpc.use_local_subchannel_pool", 1)]
+        return client(protocol, server.url(protocol), channel_args=args)
+    return client(protocol, server.url(protocol))
+
+
+def _children(pid: int) -> set[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return set()
+    return {int(p) for p in text.split()}
+
+
+def _workers(server: ServerProcess) -> set[int]:
+    return _children(server.proc.pid)
+
+
+def _wait_workers(server: ServerProcess, count: int, without: set[int] = frozenset()) -> set[int]:
+    """The worker pids once there are ``count`` of them, none of ``without``, all serving
+    (the supervisor's ``tritium_workers{state="serving"}``)."""
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        pids = _workers(server)
+        if len(pids) == count and not pids & without and _serving(server) == count:
+            return pids
+        time.sleep(0.1)
+    log = server.log_text()[-3000:]
+    raise AssertionError(f"workers {_workers(server)}, wanted {count} without {without}\n{log}")
+
+
+def _metrics_text(server: ServerProcess) -> str:
+    import urllib.request
+
+    url = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
+def _serving(server: ServerProcess) -> int:
+    for line in _metrics_text(server).splitlines():
+        if line.startswith('tritium_workers{state="serving"} '):
+            return int(line.split()[-1])
+    raise AssertionError("no tritium_workers metric")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _stats(server: ServerProcess, protocol: str, model: str) -> dict[str, Any]:
+    c = _connect(protocol, server)
+    try:
+        if protocol == "http":
+            doc = c.get_inference_statistics(model)
+        else:
+            doc = c.get_inference_statistics(model, as_json=True)
+    finally:
+        c.close()
+    entry: dict[str, Any] = doc["model_stats"][0]
+    return entry
+
+
+def _count(entry: dict[str, Any]) -> int:
+    return int(entry.get("inference_count", 0))
+
+
+def _fresh_simple(server: ServerProcess, protocol: str, times: int = _FRESH) -> None:
+    for _ in range(times):
+        c = _connect(protocol, server)
+        try:
+            assert_simple_works(c, protocol)
+        finally:
+            c.close()
+
+
+def _metric(server: ServerProcess, family: str, model: str) -> float:
+    text = _metrics_text(server)
+    prefix = f'{family}{{model="{model}",version="1"}} '
+    lines = [line for line in text.splitlines() if line.startswith(prefix)]
+    assert len(lines) == 1, text
+    return float(lines[0].split()[-1])
+
+
+# -- serving ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_every_worker_serves_the_same_ports(
+    two: ServerProcess, three: ServerProcess, protocol: str
+) -> None:
+    assert len(_workers(two)) == 2
+    assert len(_workers(three)) == 3
+    for server in (two, three):
+        _fresh_simple(server, protocol)
+
+
+# -- statistics and metrics: totals over the workers --------------------------------------------
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_statistics_and_metrics_are_totals(three: ServerProcess, protocol: str) -> None:
+    before = _count(_stats(three, protocol, "simple"))
+    metric_before = _metric(three, "nv_inference_count", "simple")
+    _fresh_simple(three, protocol)
+    after = _stats(three, protocol, "simple")
+    assert _count(after) == before + _FRESH
+    assert int(after["inference_stats"]["success"]["count"]) == before + _FRESH
+    assert _metric(three, "nv_inference_count", "simple") == metric_before + _FRESH
+    assert _metric(three, "nv_inference_request_success", "simple") >= metric_before + _FRESH
+    assert _metric(three, "tritium_model_ready", "simple") == 1  # ready everywhere, not 3
+
+
+# -- model control: the whole server's -----------------------------------------------------------
+def _identity(protocol: str) -> list[Any]:
+    return [make_input(protocol, "INPUT0", np.arange(4, dtype=np.float32), "FP32")]
+
+
+def _load_identity(server: ServerProcess, protocol: str, name: str) -> None:
+    import json
+
+    c = _connect(protocol, server)
+    try:
+        files = {"file:1/model.py": IDENTITY_FP32_PY}
+        c.load_model(name, config=json.dumps(IDENTITY_FP32_CONFIG), files=files)
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_load_and_unload_apply_to_every_worker(three: ServerProcess, protocol: str) -> None:
+    name = f"delivered_{protocol}"
+    _load_identity(three, protocol, name)
+    for _ in range(_FRESH):  # every connection, whichever worker it lands on, serves it
+        c = _connect(protocol, three)
+        try:
+            assert c.is_model_ready(name)
+            result = c.infer(name, _identity(protocol))
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.arange(4))
+        finally:
+            c.close()
+    c = _connect(protocol, three)
+    c.unload_model(name)
+    c.close()
+    for _ in range(_FRESH):
+        c = _connect(protocol, three)
+        try:
+            assert not c.is_model_ready(name)
+            with pytest.raises(InferenceServerException):
+                c.infer(name, _identity(protocol))
+        finally:
+            c.close()
+
+
+class _Load:
+    """Threads sending ``simple`` requests until stopped; each on a fresh connection unless
+    ``reuse``. Counts what succeeded and what failed."""
+
+    def __init__(self, server: ServerProcess, protocol: str, threads: int = 4) -> None:
+        self.ok = 0
+        self.failed: list[str] = []
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._server = server
+        self._protocol = protocol
+        self._threads = [threading.Thread(target=self._run) for _ in range(threads)]
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                c = _connect(self._protocol, self._server)
+                try:
+                    inputs, a, b = add_sub_inputs(self._protocol)
+                    result = c.infer("simple", inputs)
+                    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+                finally:
+                    c.close()
+                with self._lock:
+                    self.ok += 1
+            except Exception as exc:  # noqa: BLE001 - counted and shown
+                with self._lock:
+                    self.failed.append(f"{type(exc).__name__}: {exc}")
+
+    def wait_ok(self, count: int) -> None:
+        deadline = time.monotonic() + 60
+        while self.ok < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert self.ok >= count, self.failed
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_load_unload_under_load_fails_nothing(two: ServerProcess, protocol: str) -> None:
+    load = _Load(two, protocol)
+    try:
+        load.wait_ok(5)
+        for round_ in range(2):
+            _load_identity(two, protocol, f"under_load_{round_}")
+            c = _connect(protocol, two)
+            c.unload_model(f"under_load_{round_}")
+            c.close()
+        seen = load.ok
+        load.wait_ok(seen + 5)
+    finally:
+        load.stop()
+    assert load.failed == []
+
+
+def test_readiness_is_the_servers(two: ServerProcess) -> None:
+    for protocol in PROTOCOLS:
+        for _ in range(4):
+            c = _connect(protocol, two)
+            assert c.is_server_ready()
+            c.close()
+
+
+# -- faults ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_kill_9_of_one_worker_fails_only_its_requests(two: ServerProcess, protocol: str) -> None:
+    pids = _wait_workers(two, 2)
+    load = _Load(two, protocol, threads=4)
+    try:
+        load.wait_ok(10)
+        victim = min(pids)
+        os.kill(victim, signal.SIGKILL)
+        after = load.ok
+        load.wait_ok(after + 20)  # the other worker keeps serving meanwhile
+        _wait_workers(two, 2, without={victim})  # started again
+        load.wait_ok(load.ok + 10)
+    finally:
+        load.stop()
+    # at most the requests in flight on the killed worker's connections: one per thread
+    assert len(load.failed) <= 4, load.failed
+    _fresh_simple(two, protocol)
+
+
+def test_hung_worker_is_killed_and_restarted(two: ServerProcess) -> None:
+    pids = _wait_workers(two, 2)
+    victim = max(pids)
+    os.kill(victim, signal.SIGSTOP)  # its event loop stops: no heartbeat
+    try:
+        _wait_workers(two, 2, without={victim})
+    finally:
+        if _alive(victim):
+            os.kill(victim, signal.SIGCONT)
+    assert "sent no heartbeat" in two.log_text()
+    for protocol in PROTOCOLS:
+        _fresh_simple(two, protocol, 4)
+
+
+def test_restarted_worker_replays_model_control(two: ServerProcess) -> None:
+    _load_identity(two, "http", "kept")
+    pids = _wait_workers(two, 2)
+    for pid in pids:  # every worker started again: each must serve the loaded model
+        os.kill(pid, signal.SIGKILL)
+        pids = _wait_workers(two, 2, without={pid})
+    for protocol in PROTOCOLS:
+        for _ in range(6):
+            c = _connect(protocol, two)
+            try:
+                c.infer("kept", _identity(protocol))
+            finally:
+                c.close()
+
+
+def test_sigterm_drains_every_worker(two: ServerProcess) -> None:
+    pids = _wait_workers(two, 2)
+    stubs = set().union(*(_children(p) for p in pids))
+    results: list[Any] = []
+
+    def slow(protocol: str) -> None:
+        c = _connect(protocol, two)
+        try:
+            data = np.ones(3, dtype=np.float32)
+            results.append(c.infer("slow", [make_input(protocol, "INPUT0", data, "FP32")]))
+        except Exception as exc:  # noqa: BLE001 - shown by the assertion
+            results.append(exc)
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=slow, args=(p,)) for p in PROTOCOLS * 3]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30  # some requests are in flight, others wait their turn
+    while _metric(two, "nv_inference_pending_request_count", "slow") < 2:
+        assert time.monotonic() < deadline
+        time.sleep(SLOW_SECONDS / 10)
+    two.proc.send_signal(signal.SIGTERM)
+    for thread in threads:
+        thread.join()
+    assert two.proc.wait(60) == 0
+    assert all(not isinstance(r, Exception) for r in results), results
+    assert not [p for p in pids | stubs if _alive(p)]
+
+
+def test_killing_the_supervisor_leaves_nothing(three: ServerProcess) -> None:
+    pids = _wait_workers(three, 3)
+    everything = pids | set().union(*(_children(p) for p in pids))
+    three.proc.kill()
+    three.proc.wait()
+    deadline = time.monotonic() + 30
+    while [p for p in everything if _alive(p)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in everything if _alive(p)]

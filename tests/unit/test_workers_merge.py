@@ -1,0 +1,186 @@
+"""--workers: the totals over the workers (workers/merge.py), the control channel's framing
+(workers/channel.py), the flag and the combinations refused (workers/refusals.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+
+import pytest
+
+from tritium.cli.main import build_parser, options_from_args
+from tritium.errors import ErrorKind, ServerError
+from tritium.metrics.latency import SlidingSummary
+from tritium.metrics.stats import BatchStats, ModelStats
+from tritium.options import ServerOptions
+from tritium.workers.channel import Channel, ChannelClosed, Peer
+from tritium.workers.merge import merge_metrics, merge_statistics
+from tritium.workers.refusals import refusal
+
+
+def _stats(count: int, last: int, batches: dict[int, int]) -> dict[str, object]:
+    stats = ModelStats("m", "1")
+    stats.inference_count = count
+    stats.execution_count = count
+    stats.success.count = count
+    stats.success.ns = 10 * count
+    stats.last_inference_ms = last
+    for size, n in batches.items():
+        stats.batches[size] = BatchStats()
+        stats.batches[size].compute_infer.count = n
+    return stats.as_dict()
+
+
+def test_statistics_are_summed_per_version() -> None:
+    a = {"model_stats": [_stats(3, 100, {1: 3})]}
+    b = {"model_stats": [_stats(5, 250, {1: 4, 4: 1})]}
+    (merged,) = merge_statistics([a, b])["model_stats"]
+    assert merged["name"] == "m" and merged["version"] == "1"
+    assert merged["inference_count"] == 8
+    assert merged["execution_count"] == 8
+    assert merged["inference_stats"]["success"] == {"count": 8, "ns": 80}
+    assert merged["last_inference"] == 250
+    sizes = {e["batch_size"]: e["compute_infer"]["count"] for e in merged["batch_stats"]}
+    assert sizes == {1: 7, 4: 1}
+
+
+def test_statistics_keep_versions_apart() -> None:
+    one = _stats(1, 1, {})
+    two = {**_stats(2, 2, {}), "version": "2"}
+    merged = merge_statistics([{"model_stats": [one]}, {"model_stats": [two]}])
+    assert sorted((e["version"], e["inference_count"]) for e in merged["model_stats"]) == [
+        ("1", 1),
+        ("2", 2),
+    ]
+
+
+_WORKER_TEXT = """\
+# HELP nv_inference_count Number of inferences
+# TYPE nv_inference_count counter
+nv_inference_count{{model="m",version="1"}} {count}
+# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]
+# TYPE nv_cpu_utilization gauge
+nv_cpu_utilization {cpu}
+# TYPE nv_inference_request_duration_us_hist histogram
+nv_inference_request_duration_us_hist_bucket{{model="m",version="1",le="100"}} {low}
+nv_inference_request_duration_us_hist_bucket{{model="m",version="1",le="+Inf"}} {count}
+nv_inference_request_duration_us_hist_sum{{model="m",version="1"}} {total}
+nv_inference_request_duration_us_hist_count{{model="m",version="1"}} {count}
+# TYPE tritium_model_ready gauge
+tritium_model_ready{{model="m",version="1"}} {ready}
+"""
+
+
+def _text(count: int, low: int, total: int, cpu: float = 0.5, ready: int = 1) -> str:
+    return _WORKER_TEXT.format(count=count, low=low, total=total, cpu=cpu, ready=ready)
+
+
+def _samples(text: str) -> dict[str, float]:
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            found[key] = float(value)
+    return found
+
+
+def test_counters_and_histograms_are_summed_machine_gauges_taken_once() -> None:
+    merged = merge_metrics(
+        [{"text": _text(3, 2, 250)}, {"text": _text(5, 1, 900, ready=0)}]
+    )
+    samples = _samples(merged)
+    assert samples['nv_inference_count{model="m",version="1"}'] == 8
+    hist = 'nv_inference_request_duration_us_hist_{}{{model="m",version="1"{}}}'
+    assert samples[hist.format("bucket", ',le="100"')] == 3
+    assert samples[hist.format("bucket", ',le="+Inf"')] == 8
+    assert samples[hist.format("sum", "")] == 1150
+    assert samples["nv_cpu_utilization"] == 0.5
+    assert samples['tritium_model_ready{model="m",version="1"}'] == 0  # not ready everywhere
+    assert merged.count("# TYPE nv_inference_count counter") == 1
+
+
+def _sketch(summary: SlidingSummary, now: int) -> dict[str, object]:
+    cells = [[k, c, t] for k, (c, t) in summary.window(now).items()]
+    return {"quantiles": list(summary.quantile_points), "cells": cells}
+
+
+def test_summary_quantiles_are_those_of_all_observations() -> None:
+    quantiles = ((0.5, 0.05), (0.9, 0.01))
+    a, b, together = (SlidingSummary(quantiles, 0) for _ in range(3))
+    for value in range(1, 101):
+        (a if value <= 50 else b).observe(value, 1)
+        together.observe(value, 1)
+    series = 'nv_inference_request_summary_us{model="m",version="1"'
+    def text(s: SlidingSummary) -> str:
+        lines = [f'{series},quantile="{q}"}} {v}' for q, v in s.quantiles(2)]
+        return "\n".join([*lines, f"{series}}}_sum {s.total}"])
+
+    merged = merge_metrics(
+        [
+            {"text": text(a), "sketches": {series: _sketch(a, 2)}},
+            {"text": text(b), "sketches": {series: _sketch(b, 2)}},
+        ]
+    )
+    samples = _samples(merged)
+    for q, value in together.quantiles(2):
+        assert math.isclose(samples[f'{series},quantile="{q}"}}'], value)
+    assert samples[f'{series},quantile="0.5"}}'] == 50  # neither worker's own median
+
+
+def test_channel_carries_calls_replies_errors_and_notes() -> None:
+    async def scenario() -> None:
+        left, right = socket.socketpair()
+        notes: list[dict[str, object]] = []
+
+        async def on_call(action: str, args: dict[str, object]) -> object:
+            if action == "fail":
+                raise ServerError(ErrorKind.NOT_FOUND, "no such model")
+            return {"echo": args}
+
+        a = Peer(await Channel.open(left), on_call, notes.append)
+        b = Peer(await Channel.open(right), on_call, notes.append)
+        serving = [asyncio.ensure_future(p.serve()) for p in (a, b)]
+        assert await a.call("echo", {"x": 1}) == {"echo": {"x": 1}}
+        with pytest.raises(ServerError) as raised:
+            await b.call("fail", {})
+        assert raised.value.kind is ErrorKind.NOT_FOUND
+        assert raised.value.message == "no such model"
+        a.note("beat", ready=True)
+        await asyncio.sleep(0.05)
+        assert notes == [{"op": "beat", "ready": True}]
+        b.channel.close()
+        waiting = asyncio.ensure_future(a.call("echo", {}))
+        with pytest.raises(ChannelClosed):
+            await waiting
+        for task in serving:
+            task.cancel()
+
+    asyncio.run(scenario())
+
+
+def _options(*args: str) -> ServerOptions:
+    argv = ["serve", "--model-repository", "/r", *args]
+    return options_from_args(build_parser().parse_args(argv))
+
+
+def test_workers_flag() -> None:
+    assert _options().workers == 1
+    assert _options("--workers", "3").workers == 3
+    assert _options("--workers", "auto").workers >= 1
+    with pytest.raises(SystemExit):
+        _options("--workers", "0")
+
+
+@pytest.mark.parametrize(
+    ("args", "word"),
+    [
+        (["--model-control-mode", "poll"], "poll"),
+        (["--cache-config", "local,size=1048576"], "cache"),
+        (["--max-inflight-per-client", "4"], "max-inflight-per-client"),
+        (["--rate-limit", "execution_count"], "rate"),
+    ],
+)
+def test_combinations_not_kept_whole_are_refused(args: list[str], word: str) -> None:
+    assert word in refusal(_options("--workers", "2", *args))
+    assert refusal(_options("--workers", "2")) == ""
