@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import asdict, replace
 from typing import Any, Protocol
 
 from . import TRITON_VERSION
@@ -158,6 +158,10 @@ class Cluster(Protocol):
     async def statistics(self, name: str, version: str) -> dict[str, Any]: ...
 
     async def metrics(self) -> bytes: ...
+
+    async def broadcast(self, action: str, args: dict[str, Any]) -> None:
+        """Apply a setting change on every other worker (``apply_setting``): this one
+        applied it first."""
 
 
 class InferenceServer:
@@ -354,6 +358,31 @@ class InferenceServer:
         self._model_levels.set(self.logging.model_levels())
         return self.logging.as_dict()
 
+    async def update_log_settings_total(self, update: LogUpdate) -> dict[str, Any]:
+        """``update_log_settings`` here, then on every other worker of the server."""
+        settings = self.update_log_settings(update)
+        if self.cluster is not None:
+            changed = {k: v for k, v in asdict(update).items() if v is not None}
+            await self.cluster.broadcast("log", {"update": changed})
+        return settings
+
+    # -- every worker's settings (--workers N) --------------------------------------------------
+    def apply_setting(self, action: str, args: dict[str, Any]) -> None:
+        """A setting change the supervisor applies on every worker (``Cluster.broadcast``):
+        the log settings, a trace setting, a system shared-memory registration."""
+        if action == "log":
+            self.update_log_settings(LogUpdate(**args["update"]))
+        elif action == "trace":
+            self.trace_setting(str(args["model"]), args["update"])
+        elif action == "shm_register":
+            self.register_system_shm(
+                str(args["name"]), str(args["key"]), int(args["offset"]), int(args["size"])
+            )
+        elif action == "shm_unregister":
+            self.unregister_system_shm(str(args["name"]))
+        else:
+            raise invalid_arg(f"unknown setting action '{action}'")
+
     # -- model repository extension ------------------------------------------------------------
     async def load_model(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
@@ -371,6 +400,24 @@ class InferenceServer:
             await self.control.unload(name, unload_dependents)
 
     # -- shared memory (system; CUDA needs a GPU this server does not have) -------------------
+    async def register_system_shm_total(
+        self, name: str, key: str, offset: int, byte_size: int
+    ) -> None:
+        """``register_system_shm`` on every worker: here first (the errors are this
+        worker's, and no other worker maps a region this one refused), then on the others
+        (if one of them fails, the region is unregistered everywhere)."""
+        self.register_system_shm(name, key, offset, byte_size)
+        if self.cluster is None:
+            return
+        await self.cluster.broadcast(
+            "shm_register", {"name": name, "key": key, "offset": offset, "size": byte_size}
+        )
+
+    async def unregister_system_shm_total(self, name: str = "") -> None:
+        self.unregister_system_shm(name)
+        if self.cluster is not None:
+            await self.cluster.broadcast("shm_unregister", {"name": name})
+
     def register_system_shm(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.shm.register(name, key, offset, byte_size)
 
@@ -424,6 +471,15 @@ class InferenceServer:
         if update:
             self.tracer.update(model_name, parse_update(update))
         return self.tracer.settings(model_name)
+
+    async def trace_setting_total(
+        self, model_name: str = "", update: dict[str, list[str] | None] | None = None
+    ) -> dict[str, list[str]]:
+        """``trace_setting`` here (Triton's errors), then the change on every other worker."""
+        shown = self.trace_setting(model_name, update)
+        if self.cluster is not None and update:
+            await self.cluster.broadcast("trace", {"model": model_name, "update": update})
+        return shown
 
     # -- inference ---------------------------------------------------------------------------
     def raw_request(self, name: str, version: int, body: bytes | bytearray) -> ClientRequest:

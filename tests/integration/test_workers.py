@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
 from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input
@@ -37,6 +38,7 @@ def _start(repos: list[Path], workers: int, *models: str) -> ServerProcess:
         "--model-control-mode", "explicit",
         *loads,
         "--worker-heartbeat-secs", "3",
+        "--allow-client-shm", "true",
         "--exit-timeout-secs", "20",
         start_timeout=120,
     )  # fmt: skip
@@ -286,6 +288,88 @@ def test_readiness_is_the_servers(two: ServerProcess) -> None:
             c.close()
 
 
+# -- settings changed through one worker apply to all ---------------------------------------
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_log_settings_apply_to_every_worker(three: ServerProcess, protocol: str) -> None:
+    c = _connect(protocol, three)
+    verbose = 1 if protocol == "http" else 2
+    c.update_log_settings({"log_verbose_level": verbose, "log_info": False})
+    c.close()
+    for other in PROTOCOLS * 4:
+        c = _connect(other, three)
+        try:
+            settings = c.get_log_settings(**({} if other == "http" else {"as_json": True}))
+        finally:
+            c.close()
+        settings = settings.get("settings", settings)
+        shown = {k: (v.get("uint32_param", v.get("bool_param")) if isinstance(v, dict) else v)
+                 for k, v in settings.items()}
+        assert shown["log_verbose_level"] == verbose
+        assert shown["log_info"] is False
+    c = _connect(protocol, three)
+    c.update_log_settings({"log_verbose_level": 0, "log_info": True})
+    c.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_trace_settings_apply_to_every_worker(three: ServerProcess, protocol: str) -> None:
+    rate = "7" if protocol == "http" else "9"
+    c = _connect(protocol, three)
+    c.update_trace_settings(model_name="simple", settings={"trace_rate": rate})
+    c.close()
+    for other in PROTOCOLS * 4:
+        c = _connect(other, three)
+        try:
+            shown = c.get_trace_settings(model_name="simple", **(
+                {} if other == "http" else {"as_json": True}))
+        finally:
+            c.close()
+        value = shown["trace_rate"] if other == "http" else shown["settings"]["trace_rate"]
+        assert value in (rate, {"value": [rate]})
+
+
+_SHM_BYTES = 64  # one INT32 [1, 16] tensor
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_system_shared_memory_is_every_workers(three: ServerProcess, protocol: str) -> None:
+    name, key = f"w_{protocol}", f"/tritium_workers_{protocol}_{os.getpid()}"
+    handle = shm.create_shared_memory_region(name, key, 2 * _SHM_BYTES, create_only=True)
+    try:
+        a = np.arange(16, dtype=np.int32).reshape(1, 16)
+        b = np.full((1, 16), 3, dtype=np.int32)
+        shm.set_shared_memory_region(handle, [a])
+        shm.set_shared_memory_region(handle, [b], offset=_SHM_BYTES)
+        c = _connect(protocol, three)
+        c.register_system_shared_memory(name, key, 2 * _SHM_BYTES)
+        c.close()
+        for other in PROTOCOLS * 4:  # every connection: the region is there and usable
+            c = _connect(other, three)
+            try:
+                status = c.get_system_shared_memory_status(name)
+                assert name in str(status)
+                inputs = [make_input(other, "INPUT0", a, "INT32"),
+                          make_input(other, "INPUT1", b, "INT32")]
+                inputs[0].set_shared_memory(name, _SHM_BYTES)
+                inputs[1].set_shared_memory(name, _SHM_BYTES, offset=_SHM_BYTES)
+                result = c.infer("simple", inputs)
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+            finally:
+                c.close()
+        c = _connect(protocol, three)
+        c.unregister_system_shared_memory(name)
+        c.close()
+        for other in PROTOCOLS * 4:
+            c = _connect(other, three)
+            try:
+                with pytest.raises(InferenceServerException):
+                    c.get_system_shared_memory_status(name)
+            finally:
+                c.close()
+    finally:
+        shm.destroy_shared_memory_region(handle)
+
+
 # -- faults ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_kill_9_of_one_worker_fails_only_its_requests(two: ServerProcess, protocol: str) -> None:
@@ -320,19 +404,35 @@ def test_hung_worker_is_killed_and_restarted(two: ServerProcess) -> None:
         _fresh_simple(two, protocol, 4)
 
 
-def test_restarted_worker_replays_model_control(two: ServerProcess) -> None:
+def test_restarted_worker_replays_model_control_and_settings(two: ServerProcess) -> None:
     _load_identity(two, "http", "kept")
-    pids = _wait_workers(two, 2)
-    for pid in pids:  # every worker started again: each must serve the loaded model
-        os.kill(pid, signal.SIGKILL)
-        pids = _wait_workers(two, 2, without={pid})
-    for protocol in PROTOCOLS:
-        for _ in range(6):
-            c = _connect(protocol, two)
-            try:
-                c.infer("kept", _identity(protocol))
-            finally:
-                c.close()
+    key = f"/tritium_workers_replay_{os.getpid()}"
+    handle = shm.create_shared_memory_region("kept_region", key, 64, create_only=True)
+    try:
+        c = _connect("grpc", two)
+        c.register_system_shared_memory("kept_region", key, 64)
+        c.update_log_settings({"log_verbose_level": 1})
+        c.close()
+        pids = _wait_workers(two, 2)
+        for pid in pids:  # every worker started again: each must have what was changed
+            os.kill(pid, signal.SIGKILL)
+            pids = _wait_workers(two, 2, without={pid})
+        for protocol in PROTOCOLS:
+            for _ in range(6):
+                c = _connect(protocol, two)
+                try:
+                    c.infer("kept", _identity(protocol))
+                    assert "kept_region" in str(c.get_system_shared_memory_status())
+                    shown = c.get_log_settings(**({} if protocol == "http" else {"as_json": True}))
+                    assert "1" in str(shown.get("settings", shown)["log_verbose_level"])
+                finally:
+                    c.close()
+        c = _connect("http", two)
+        c.unregister_system_shared_memory("kept_region")
+        c.update_log_settings({"log_verbose_level": 0})
+        c.close()
+    finally:
+        shm.destroy_shared_memory_region(handle)
 
 
 def test_sigterm_drains_every_worker(two: ServerProcess) -> None:

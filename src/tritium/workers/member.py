@@ -5,7 +5,8 @@ listening sockets, its channel and the supervisor's pid. The worker dies with th
 (``PR_SET_PDEATHSIG``, and a check for the race before it took effect); it stops (drains)
 when the channel closes.
 
-What must be the whole server's goes to the supervisor (load, unload, statistics, metrics);
+What must be the whole server's goes to the supervisor (load, unload, statistics, metrics,
+the log and trace settings, system shared-memory registrations);
 what the supervisor applies on every worker comes back as a call (``_on_call``); a heartbeat
 note, carrying this worker's own readiness, goes every ``_BEAT_S``.
 """
@@ -133,6 +134,9 @@ class Member:
     async def metrics(self) -> bytes:
         return str(await self._call("metrics", {})).encode()
 
+    async def broadcast(self, action: str, args: dict[str, Any]) -> None:
+        await self._call("setting", {"action": action, "args": args, "origin": self.index})
+
     # -- the channel -----------------------------------------------------------------------------
     async def _call(self, action: str, args: dict[str, Any]) -> Any:
         if self._peer is None:
@@ -177,6 +181,9 @@ class Member:
                 await self._apply(action, args)
             self._note("ready", ready=self._here().is_ready_here())
             return None
+        if action == "setting":
+            self._here().apply_setting(str(args["action"]), dict(args["args"]))
+            return None
         if action == "statistics":
             return self._here().statistics(str(args["name"]), str(args["version"]))
         if action == "metrics":
@@ -189,7 +196,9 @@ class Member:
 
     async def _apply(self, action: str, args: dict[str, Any]) -> None:
         control = self._here().control
-        if action == "load":
+        if action == "setting":
+            self._here().apply_setting(str(args["action"]), dict(args["args"]))
+        elif action == "load":
             await control.load(str(args["name"]), args.get("config"), decode_files(args["files"]))
         else:
             await control.unload(str(args["name"]), bool(args.get("dependents")))

@@ -28,9 +28,4 @@ def refusal(options: ServerOptions) -> str:
             "--rate-limit=execution_count: the rate limiter's resources are per process; "
             "several workers would each grant them (not implemented yet)"
         )
-    if options.allow_client_shm:
-        return (
-            "system shared memory registered through one worker is not shared with the "
-            "others yet (--allow-client-shm)"
-        )
     return ""

@@ -73,7 +73,9 @@ class Supervisor:
         self._failed = asyncio.Event()  # a worker failed before the server ever served
         self._all_serving = asyncio.Event()
         self._control = asyncio.Lock()  # one model-control action at a time, server-wide
-        self._history: dict[str, dict[str, Any]] = {}  # model -> its last control action
+        # what a worker started again replays, in order: each model's last control action,
+        # the log settings changed, each model's trace settings changed, the shm regions
+        self._history: dict[str, dict[str, Any]] = {}
         self._cluster_ready = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._restarts = 0
@@ -206,6 +208,8 @@ class Supervisor:
             return await self._sync(worker)
         if action in ("load", "unload"):
             return await self._model_control(action, args)
+        if action == "setting":
+            return await self._setting(args)
         if action == "statistics":
             parts = await self._gather("statistics", args)
             return merge_statistics(parts)
@@ -243,13 +247,38 @@ class Supervisor:
             errors = [r for r in results if isinstance(r, ServerError)]
             others = [r for r in results if isinstance(r, BaseException) and r not in errors]
             if len(errors) + len(others) < len(results):  # some worker applied it
-                self._history.pop(str(args["name"]), None)
-                self._history[str(args["name"])] = {"action": action, "args": args}
+                key = f"model:{args['name']}"
+                self._history.pop(key, None)
+                self._history[key] = {"action": action, "args": args}
             if errors:
                 raise errors[0]
             if others:
                 raise unavailable(f"model control: a worker failed: {others[0]}")
             return None
+
+    async def _setting(self, change: dict[str, Any]) -> None:
+        """A setting change (log, trace, system shared memory) on every synced worker but
+        the one it came from (it applied it first); a registration that fails on one is
+        taken back everywhere."""
+        async with self._control:
+            origin = int(change["origin"])
+            targets = [w for w in self._workers if w.synced and w.index != origin]
+            results = await asyncio.gather(
+                *(self._apply(w, "setting", change) for w in targets), return_exceptions=True
+            )
+            failure = next((r for r in results if isinstance(r, BaseException)), None)
+            if failure is not None and change["action"] == "shm_register":
+                undo = {"action": "shm_unregister", "args": {"name": change["args"]["name"]}}
+                await asyncio.gather(
+                    *(self._apply(w, "setting", undo) for w in self._workers if w.synced),
+                    return_exceptions=True,
+                )
+                change = undo
+            _remember(self._history, change)
+            if isinstance(failure, ServerError):
+                raise failure
+            if failure is not None:
+                raise unavailable(f"a worker failed to apply the change: {failure}")
 
     @staticmethod
     async def _apply(worker: _Worker, action: str, args: dict[str, Any]) -> Any:
@@ -339,3 +368,27 @@ async def supervise(options: ServerOptions, argv: list[str]) -> int:
     await supervisor.stop()
     log.info("server stopped")
     return 0
+
+
+def _remember(history: dict[str, dict[str, Any]], change: dict[str, Any]) -> None:
+    """Keep a setting change for the replay, compacted: one entry per log settings, per
+    model's trace settings (later values over earlier ones) and per shm region."""
+    action, args = str(change["action"]), dict(change["args"])
+    if action == "shm_unregister":
+        name = str(args["name"])
+        gone = [k for k in history if k.startswith("shm:") and (not name or k == f"shm:{name}")]
+        for key in gone:
+            del history[key]
+        return
+    if action == "shm_register":
+        key = f"shm:{args['name']}"
+    elif action == "log":
+        key = "log"
+        args = {"update": {**history.get(key, {}).get("args", {}).get("update", {}),
+                           **args["update"]}}
+    else:  # trace
+        key = f"trace:{args['model']}"
+        earlier = history.get(key, {}).get("args", {}).get("update", {})
+        args = {"model": args["model"], "update": {**earlier, **args["update"]}}
+    history.pop(key, None)
+    history[key] = {"action": "setting", "args": {"action": action, "args": args}}

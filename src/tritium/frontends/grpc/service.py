@@ -131,7 +131,7 @@ class InferenceService:
         settings = self._server.log_settings()
         if request.settings:
             sent = {k: _setting_value(v) for k, v in request.settings.items()}
-            settings = self._server.update_log_settings(grpc_update(sent))
+            settings = await self._server.update_log_settings_total(grpc_update(sent))
         return pb.LogSettingsResponse(settings={k: _log_value(v) for k, v in settings.items()})
 
     async def SystemSharedMemoryStatus(self, request: Any, call: ServerCall) -> Any:
@@ -142,13 +142,13 @@ class InferenceService:
         )
 
     async def SystemSharedMemoryRegister(self, request: Any, call: ServerCall) -> Any:
-        self._server.register_system_shm(
+        await self._server.register_system_shm_total(
             request.name, request.key, request.offset, request.byte_size
         )
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, call: ServerCall) -> Any:
-        self._server.unregister_system_shm(request.name)
+        await self._server.unregister_system_shm_total(request.name)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, call: ServerCall) -> Any:
@@ -192,7 +192,7 @@ class InferenceService:
     async def TraceSetting(self, request: Any, call: ServerCall) -> Any:
         """The trace extension: an empty value list clears a model's own value."""
         update = {k: list(v.value) or None for k, v in request.settings.items()}
-        shown = self._server.trace_setting(request.model_name, update or None)
+        shown = await self._server.trace_setting_total(request.model_name, update or None)
         value = pb.TraceSettingResponse.SettingValue
         return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in shown.items()})
 

@@ -39,6 +39,11 @@ def _json(doc: Any, status: int = 200) -> HttpResponse:
     return HttpResponse(status, [orjson.dumps(doc)])
 
 
+async def _answered(done: Awaitable[None]) -> HttpResponse:
+    await done
+    return _EMPTY_OK
+
+
 _NOT_FOUND = NOT_FOUND
 _EMPTY_OK = HttpResponse(200, [], None)
 _EMPTY_BAD = HttpResponse(400, [], None)
@@ -152,12 +157,12 @@ class HttpApp:
             await self.server.statistics_total(params["model"], params.get("version", ""))
         )
 
-    def _logging(self, request: HttpRequest) -> HttpResponse:
+    async def _logging(self, request: HttpRequest) -> HttpResponse:
         """The logging extension: GET reads, POST changes what it names (an empty body
         nothing) and reads; Triton's checks in ``http_update``."""
         if request.method == "POST" and request.body.strip():
             update = http_update(_parse_json(request.body))
-            return _json(self.server.update_log_settings(update))
+            return _json(await self.server.update_log_settings_total(update))
         return _json(self.server.log_settings())
 
     def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
@@ -205,10 +210,10 @@ class HttpApp:
         log_.put(entry)
         return response
 
-    def _trace(self, request: HttpRequest) -> HttpResponse:
+    async def _trace(self, request: HttpRequest) -> HttpResponse:
         """The trace extension: GET reads a setting, POST changes it and reads it."""
         update = _trace_update(request.body) if request.method == "POST" else None
-        shown = self.server.trace_setting(request.params.get("model", ""), update)
+        shown = await self.server.trace_setting_total(request.params.get("model", ""), update)
         return _json({k: v if k == "trace_level" else v[-1] for k, v in shown.items()})
 
     async def _load(self, request: HttpRequest) -> HttpResponse:
@@ -227,13 +232,15 @@ class HttpApp:
         await self.server.unload_model(request.params["model"], dependents)
         return _EMPTY_OK
 
-    def _system_shm(self, request: HttpRequest) -> HttpResponse:
+    def _system_shm(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
         return self._shm_route(request, False, _rest(request))
 
-    def _cuda_shm(self, request: HttpRequest) -> HttpResponse:
+    def _cuda_shm(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
         return self._shm_route(request, True, _rest(request))
 
-    def _shm_route(self, request: HttpRequest, cuda: bool, rest: list[str]) -> HttpResponse:
+    def _shm_route(
+        self, request: HttpRequest, cuda: bool, rest: list[str]
+    ) -> HttpResponse | Coroutine[Any, Any, HttpResponse]:
         """``[region/{r}/](status|register|unregister)`` of the shared-memory extension."""
         region = ""
         if len(rest) == 3 and rest[0] == "region":
@@ -247,25 +254,22 @@ class HttpApp:
         if bad := self._expect(request, "POST"):
             return bad
         if action == "unregister":
-            unregister = (
-                self.server.unregister_cuda_shm if cuda else self.server.unregister_system_shm
-            )
-            unregister(region)
-            return _EMPTY_OK
+            if cuda:
+                self.server.unregister_cuda_shm(region)
+                return _EMPTY_OK
+            return _answered(self.server.unregister_system_shm_total(region))
         if action != "register":
             return _NOT_FOUND
         if cuda:
             self.server.register_cuda_shm(region)
         try:
             doc = orjson.loads(request.body)
-            self.server.register_system_shm(
-                region, str(doc["key"]), int(doc.get("offset", 0)), int(doc["byte_size"])
-            )
+            key, offset, size = str(doc["key"]), int(doc.get("offset", 0)), int(doc["byte_size"])
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             return HttpResponse(
                 400, [orjson_error(f"failed to parse the shared memory registration: {exc}")]
             )
-        return _EMPTY_OK
+        return _answered(self.server.register_system_shm_total(region, key, offset, size))
 
     async def _model_ready(self, request: HttpRequest) -> HttpResponse:
         params = request.params
