@@ -159,6 +159,12 @@ class Cluster(Protocol):
 
     async def metrics(self) -> bytes: ...
 
+    def sequence_owner(self, correlation_id: int | str) -> int | None:
+        """The worker that keeps this sequence's state, when it is another one."""
+
+    def forward(self, owner: int, request: InferenceRequest, sender: ResponseSender) -> None:
+        """Run ``request`` on worker ``owner``; its responses come to ``sender``."""
+
     async def broadcast(self, action: str, args: dict[str, Any]) -> None:
         """Apply a setting change on every other worker (``apply_setting``): this one
         applied it first."""
@@ -541,6 +547,12 @@ class InferenceServer:
             raise unavailable("Server is not ready to accept inference requests")
         model = request.model
         assert model is not None  # resolved by request()
+        cluster = self.cluster
+        if cluster is not None and model.spec.sequence is not None and request.parent is None:
+            owner = cluster.sequence_owner(request.options.correlation_id)
+            if owner is not None:  # --workers: another worker keeps this sequence's state
+                self._forward(cluster, owner, request, sender)
+                return
         if request.uses_shm:
             self._map_shm(request)
         try:
@@ -559,6 +571,27 @@ class InferenceServer:
             if self._cache is not None and self._from_cache(self._cache, model, request):
                 return
         model.scheduler.submit(request)
+
+    def _forward(
+        self, cluster: Cluster, owner: int, request: InferenceRequest, sender: ResponseSender
+    ) -> None:
+        """A sequence request whose state another worker keeps: that worker runs it (shared
+        memory, validation, classification, statistics and all); here its responses only
+        pass through (``_forwarded``)."""
+        request.stats = None
+        request.classify = None
+        sender.bind(request, self._forwarded)
+        self._inflight += 1
+        self._idle.clear()
+        cluster.forward(owner, request, sender)
+
+    def _forwarded(
+        self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
+    ) -> None:
+        request.finish(error)  # no statistics here: the owner recorded them
+        self._inflight -= 1
+        if not self._inflight:
+            self._idle.set()
 
     async def infer(
         self,

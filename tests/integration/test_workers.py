@@ -58,7 +58,7 @@ def two(example_repo: Path, slow_repo: Path) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def three(example_repo: Path) -> Iterator[ServerProcess]:
-    proc = _start([example_repo], 3, "simple")
+    proc = _start([example_repo], 3, "simple", "running_sum_onnx", "simple_sequence")
     yield proc
     proc.stop()
 
@@ -368,6 +368,83 @@ def test_system_shared_memory_is_every_workers(three: ServerProcess, protocol: s
                 c.close()
     finally:
         shm.destroy_shared_memory_region(handle)
+
+
+# -- sequences: one state per correlation ID, whichever worker a step reaches ------------------
+def _sum_step(protocol: str, server: ServerProcess, row: np.ndarray, **sequence: Any) -> Any:
+    c = _connect(protocol, server)  # a new connection for every step
+    try:
+        inp = make_input(protocol, "INPUT", row.reshape(1, 4).astype(np.float32), "FP32")
+        return c.infer("running_sum_onnx", [inp], **sequence).as_numpy("OUTPUT")[0]
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("first", PROTOCOLS)
+def test_sequence_steps_on_new_connections_share_one_state(
+    three: ServerProcess, first: str
+) -> None:
+    """Six sequences (integer and string IDs, so they have different owners), each step on a
+    new connection, the protocols alternating: every step sees its sequence's running sum."""
+    ids: list[int | str] = [7001, 7002, 7003, f"seq-{first}-a", f"seq-{first}-b", 7004]
+    rng = np.random.default_rng(5)
+    steps = {seq: rng.integers(-50, 50, size=(5, 4)).astype(np.float32) for seq in ids}
+    other = "grpc" if first == "http" else "http"
+    for i in range(5):
+        for n, seq in enumerate(ids):
+            protocol = first if (i + n) % 2 == 0 else other
+            flags = {"sequence_start": i == 0, "sequence_end": i == 4}
+            got = _sum_step(protocol, three, steps[seq][i], sequence_id=seq, **flags)
+            np.testing.assert_array_equal(got, steps[seq][: i + 1].sum(axis=0))
+
+
+def test_sequence_on_a_grpc_stream_and_unary_calls(three: ServerProcess) -> None:
+    """Sequences whose steps go on one gRPC stream (one connection, one worker) and, for one
+    step in two, on unary calls of fresh connections."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+
+    answers: queue.Queue[Any] = queue.Queue()
+    c = _connect("grpc", three)
+    c.start_stream(callback=lambda result, error: answers.put(error or result))
+    try:
+        for seq in (7101, 7102, 7103):
+            row = np.arange(4, dtype=np.float32) + seq
+            total = np.zeros(4, np.float32)
+            for i in range(4):
+                total += row
+                flags = {"sequence_start": i == 0, "sequence_end": i == 3}
+                if i % 2:
+                    got = _sum_step("http", three, row, sequence_id=seq, **flags)
+                else:
+                    inp = grpcclient.InferInput("INPUT", [1, 4], "FP32")
+                    inp.set_data_from_numpy(row.reshape(1, 4))
+                    c.async_stream_infer("running_sum_onnx", [inp], sequence_id=seq, **flags)
+                    answer = answers.get(timeout=60)
+                    assert not isinstance(answer, Exception), answer
+                    got = answer.as_numpy("OUTPUT")[0]
+                np.testing.assert_array_equal(got, total)
+    finally:
+        c.stop_stream()
+        c.close()
+
+
+def test_python_sequence_model_across_workers(three: ServerProcess) -> None:
+    """simple_sequence (a Python model): OUTPUT = INPUT + START, on new connections."""
+    for seq in (7201, 7202, 7203):
+        for i, value in enumerate((5, 6, 7)):
+            protocol = PROTOCOLS[i % 2]
+            c = _connect(protocol, three)
+            try:
+                inp = make_input(protocol, "INPUT", np.array([[value]], dtype=np.int32), "INT32")
+                result = c.infer(
+                    "simple_sequence", [inp], sequence_id=seq,
+                    sequence_start=i == 0, sequence_end=i == 2,
+                )
+                assert int(result.as_numpy("OUTPUT")[0][0]) == value + (1 if i == 0 else 0)
+            finally:
+                c.close()
 
 
 # -- faults ------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ import orjson
 from ..errors import unavailable
 from ..metrics.render import CpuSampler, render
 from ..metrics.render_latency import SUMMARIES
-from ..server import InferenceServer
+from ..server import InferenceRequest, InferenceServer, ResponseSender
 from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
+from .forward import Forwarder, SequenceOwner, owner_of, socket_path
 from .supervisor import ENV
 
 log = logging.getLogger("tritium")
@@ -52,7 +53,8 @@ def from_environment() -> Member | None:
     for socks in sockets.values():
         for sock in socks:
             sock.setblocking(False)
-    return Member(int(plan["index"]), sockets, socket.socket(fileno=int(plan["channel"])))
+    channel = socket.socket(fileno=int(plan["channel"]))
+    return Member(int(plan["index"]), int(plan["count"]), str(plan["forward"]), sockets, channel)
 
 
 def _die_with(parent: int) -> None:
@@ -67,9 +69,18 @@ def _die_with(parent: int) -> None:
 
 class Member:
     def __init__(
-        self, index: int, sockets: dict[str, list[socket.socket]], channel: socket.socket
+        self,
+        index: int,
+        count: int,
+        forward_dir: str,
+        sockets: dict[str, list[socket.socket]],
+        channel: socket.socket,
     ) -> None:
         self.index = index
+        self._count = count
+        self._forward_dir = forward_dir
+        self._forwarder = Forwarder(forward_dir)
+        self._owner: SequenceOwner | None = None
         self._sockets = sockets
         self._channel_sock = channel
         self._peer: Peer | None = None
@@ -103,11 +114,16 @@ class Member:
             self._cluster_ready = bool(answer["ready"])
             for action in answer["actions"]:
                 await self._apply(str(action["action"]), dict(action["args"]))
+        # the sequences this worker owns may come from the others from now on
+        self._owner = SequenceOwner(self._here(), socket_path(self._forward_dir, self.index))
+        await self._owner.start()
 
     def serving(self) -> None:
         self._note("serving")
 
     def detach(self) -> None:
+        if self._owner is not None:
+            self._owner.close()
         for task in self._tasks:
             task.cancel()
         if self._peer is not None:
@@ -133,6 +149,15 @@ class Member:
 
     async def metrics(self) -> bytes:
         return str(await self._call("metrics", {})).encode()
+
+    def sequence_owner(self, correlation_id: int | str) -> int | None:
+        if not correlation_id:
+            return None  # no sequence: the sequence batcher answers its error here
+        owner = owner_of(correlation_id, self._count)
+        return None if owner == self.index else owner
+
+    def forward(self, owner: int, request: InferenceRequest, sender: ResponseSender) -> None:
+        self._forwarder.forward(owner, request, sender)
 
     async def broadcast(self, action: str, args: dict[str, Any]) -> None:
         await self._call("setting", {"action": action, "args": args, "origin": self.index})

@@ -21,10 +21,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +81,8 @@ class Supervisor:
         self._cluster_ready = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._restarts = 0
+        # each worker's socket for the sequences it owns (workers/forward.py)
+        self._forward_dir = tempfile.mkdtemp(prefix="tritium-workers-")
 
     @property
     def failed(self) -> bool:
@@ -91,8 +95,8 @@ class Supervisor:
         fds = {name: [s.fileno() for s in socks] for name, socks in self._bound.items()}
         env = dict(os.environ)
         env[ENV] = orjson.dumps(
-            {"index": worker.index, "channel": theirs.fileno(), "sockets": fds,
-             "parent": os.getpid()}
+            {"index": worker.index, "count": len(self._workers), "channel": theirs.fileno(),
+             "sockets": fds, "parent": os.getpid(), "forward": self._forward_dir}
         ).decode()
         passed = [theirs.fileno(), *(fd for group in fds.values() for fd in group)]
         try:
@@ -343,6 +347,7 @@ class Supervisor:
         for socks in self._bound.values():
             for sock in socks:
                 sock.close()
+        shutil.rmtree(self._forward_dir, ignore_errors=True)
 
 
 async def supervise(options: ServerOptions, argv: list[str]) -> int:
