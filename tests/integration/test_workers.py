@@ -280,6 +280,56 @@ def test_load_unload_under_load_fails_nothing(two: ServerProcess, protocol: str)
     assert load.failed == []
 
 
+def _copy_model(source: Path, target: Path) -> None:
+    import shutil
+
+    shutil.copytree(source, target)
+    config = target / "config.pbtxt"
+    text = config.read_text().replace(f'name: "{source.name}"', f'name: "{target.name}"')
+    config.write_text(text)
+
+
+def _ready_everywhere(server: ServerProcess, name: str, ready: bool) -> bool:
+    for protocol in PROTOCOLS * 3:
+        c = _connect(protocol, server)
+        try:
+            if c.is_model_ready(name) != ready:
+                return False
+        finally:
+            c.close()
+    return True
+
+
+def test_poll_mode_is_polled_once_for_every_worker(
+    example_repo: Path, tmp_path: Path
+) -> None:
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _copy_model(example_repo / "simple", repo / "simple")
+    server = ServerProcess(
+        [repo], "--workers", "2", "--model-control-mode", "poll",
+        "--repository-poll-secs", "1", start_timeout=120,
+    )  # fmt: skip
+    try:
+        _copy_model(example_repo / "simple", repo / "simple_polled")
+        deadline = time.monotonic() + 60
+        while not _ready_everywhere(server, "simple_polled", True):
+            assert time.monotonic() < deadline, server.log_text()[-2000:]
+            time.sleep(0.2)
+        import shutil
+
+        shutil.rmtree(repo / "simple_polled")
+        while not _ready_everywhere(server, "simple_polled", False):
+            assert time.monotonic() < deadline, server.log_text()[-2000:]
+            time.sleep(0.2)
+        c = _connect("http", server)
+        with pytest.raises(InferenceServerException, match="polling is enabled"):
+            c.load_model("simple")
+        c.close()
+    finally:
+        server.stop()
+
+
 def test_readiness_is_the_servers(two: ServerProcess) -> None:
     for protocol in PROTOCOLS:
         for _ in range(4):

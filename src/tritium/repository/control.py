@@ -42,6 +42,8 @@ class ModelControl:
         self._signatures: dict[ModelId, tuple[object, ...]] = {}
         self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
         self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
+        # poll mode's own timer; --workers turns it off: the supervisor polls for all
+        self.own_poller = True
 
     async def start(self) -> None:
         if self.mode == "explicit":
@@ -51,7 +53,8 @@ class ModelControl:
             await self.manager.load_all()
         if self.mode == "poll":
             self._signatures = self._snapshot()
-            self._poller = asyncio.ensure_future(self._poll())
+            if self.own_poller:
+                self._poller = asyncio.ensure_future(self._poll())
 
     async def stop(self) -> None:
         if self._poller is not None:
@@ -162,7 +165,25 @@ class ModelControl:
                 log.exception("repository poll failed")
 
     async def _poll_once(self) -> None:
+        await self.apply_poll(await asyncio.to_thread(self._snapshot))
+
+    async def snapshot(self) -> list[list[Any]]:
+        """The repository as one poll sees it, as JSON (``[namespace, name, signature]``):
+        with ``--workers`` one worker takes it and every worker applies it (``apply_poll``)."""
         current = await asyncio.to_thread(self._snapshot)
+        return [[key.namespace, key.name, list(sig)] for key, sig in current.items()]
+
+    async def apply_poll_doc(self, doc: list[list[Any]]) -> None:
+        current = {
+            ModelId(str(namespace), str(name)): tuple(
+                tuple(e) if isinstance(e, list) else e for e in signature
+            )
+            for namespace, name, signature in doc
+        }
+        await self.apply_poll(current)
+
+    async def apply_poll(self, current: dict[ModelId, tuple[object, ...]]) -> None:
+        """Unload the models that left the repository, load those that changed."""
         locations = self.manager.scan()
         for key in self._signatures.keys() - current.keys():
             log.info(
@@ -170,7 +191,7 @@ class ModelControl:
             )
             await self.manager.unload_id(key)
         for key, signature in current.items():
-            if self._signatures.get(key) != signature:
+            if key in locations and self._signatures.get(key) != signature:
                 log.info(
                     "model '%s' changed in the repository: loading",
                     key.name,

@@ -97,6 +97,7 @@ class Member:
     async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None:
         self._server = server
         server.cluster = self
+        server.control.own_poller = False  # poll mode: the supervisor polls for every worker
         if server.options.metrics.allow_cpu:
             self._cpu = CpuSampler(server.options.metrics.interval_ms / 1000)
         channel = await Channel.open(self._channel_sock)
@@ -208,6 +209,13 @@ class Member:
             return None
         if action == "setting":
             self._here().apply_setting(str(args["action"]), dict(args["args"]))
+            return None
+        if action == "poll_snapshot":
+            return await self._here().control.snapshot()
+        if action == "poll_apply":
+            async with self._control:
+                await self._here().control.apply_poll_doc(list(args["snapshot"]))
+            self._note("ready", ready=self._here().is_ready_here())
             return None
         if action == "statistics":
             return self._here().statistics(str(args["name"]), str(args["version"]))

@@ -8,11 +8,6 @@ from ..options import ServerOptions
 
 def refusal(options: ServerOptions) -> str:
     """Why these options cannot run as several workers ('' when they can)."""
-    if options.repository.control_mode == "poll":
-        return (
-            "--model-control-mode=poll is not implemented yet with several workers (each "
-            "would poll the repository on its own and serve a different version for a while)"
-        )
     if options.response_cache_size > 0:
         return (
             "the response cache is per process and not shared between workers yet: a hit "

@@ -322,7 +322,33 @@ class Supervisor:
         self._started = True
         self._readiness_changed()
         self._task(self._watch_heartbeats())
+        if self.options.repository.control_mode == "poll":
+            self._task(self._poll())
         return True
+
+    async def _poll(self) -> None:
+        """``--model-control-mode=poll`` for the whole server: every ``--repository-poll-secs``
+        one worker takes the repository's snapshot and every worker applies that same one."""
+        while not self._stopping:
+            await asyncio.sleep(self.options.repository.poll_secs)
+            async with self._control:
+                targets = [w for w in self._workers if w.synced and w.peer is not None]
+                if not targets:
+                    continue
+                try:
+                    snapshot = await self._apply(targets[0], "poll_snapshot", {})
+                    if snapshot is None:  # that worker went away meanwhile
+                        continue
+                    results = await asyncio.gather(
+                        *(self._apply(w, "poll_apply", {"snapshot": snapshot}) for w in targets),
+                        return_exceptions=True,
+                    )
+                except ServerError as exc:
+                    log.error("repository poll failed: %s", exc.message)
+                    continue
+                for result in results:
+                    if isinstance(result, BaseException):
+                        log.error("repository poll failed in a worker: %s", result)
 
     async def stop(self) -> None:
         """SIGTERM every worker (each drains within --exit-timeout-secs), kill those still
