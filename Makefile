@@ -38,9 +38,9 @@ serve: models
 	$(PY) -m tritium serve --model-repository $(REPO) $(ARGS)
 
 # Everything the suite starts is installed first: grpc-js (interop-deps), Prometheus with
-# promtool and redis-server (ops-deps), Chromium (browser-deps) and HAProxy (cluster-deps),
-# so those tests run instead of skipping.
-test: $(VENV)/.installed interop-deps ops-deps browser-deps cluster-deps
+# promtool and redis-server (ops-deps), Chromium (browser-deps), HAProxy (cluster-deps) and
+# h2load (h2load-deps), so those tests run instead of skipping.
+test: $(VENV)/.installed interop-deps ops-deps browser-deps cluster-deps h2load-deps
 	$(PY) -m pytest $(ARGS)
 
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
@@ -73,6 +73,18 @@ browser-deps:
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
 		$$SUDO apt-get install -y chromium || \
 			{ $$SUDO apt-get update -q && $$SUDO apt-get install -y chromium; }; \
+	fi
+
+# h2load (Debian's nghttp2-client), the cheap HTTP/1.1 and gRPC load of bench/workers.py;
+# installed when missing, as chromium is.
+.PHONY: h2load-deps
+h2load-deps:
+	@if command -v h2load >/dev/null 2>&1; then \
+		echo "h2load-deps: using $$(command -v h2load)"; \
+	else \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y nghttp2-client || \
+			{ $$SUDO apt-get update -q && $$SUDO apt-get install -y nghttp2-client; }; \
 	fi
 
 # The dashboard and alert-rule tests (deploy/; tests/integration/test_ops_prometheus.py):
@@ -141,8 +153,9 @@ test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
 
-bench: $(VENV)/.installed models
+bench: $(VENV)/.installed models h2load-deps
 	$(PY) bench/run.py $(ARGS)
+	$(PY) bench/workers.py
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py

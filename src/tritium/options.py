@@ -200,6 +200,7 @@ class ServerOptions:
     ports_file: str = ""  # the bound ports are written there as JSON once serving
     workers: int = 1  # processes serving the same ports (--workers; 1: this process alone)
     worker_heartbeat_secs: float = 10.0  # a worker silent this long is killed and restarted
+    worker_sockets: str = "shared"  # shared: one accept queue; reuseport: one per worker
     http: HttpOptions = HttpOptions()
     grpc: GrpcOptions = GrpcOptions()
     metrics: MetricsOptions = MetricsOptions()

@@ -80,7 +80,10 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
         _close(bound)
         access.close()
         return 1
-    listeners, grpc_server, ports = await _serve(server, options, contexts, access, bound)
+    shared = link is not None  # other workers accept on the same sockets
+    listeners, grpc_server, ports = await _serve(
+        server, options, contexts, access, bound, shared
+    )
     if link is not None:
         link.serving()
     elif options.ports_file:
@@ -150,9 +153,13 @@ def endpoints(options: ServerOptions) -> dict[str, Endpoint]:
     return found
 
 
-async def bind_all(options: ServerOptions) -> dict[str, list[socket.socket]]:
+async def bind_all(
+    options: ServerOptions, reuse_group: bool = False
+) -> dict[str, list[socket.socket]]:
     """Listen on every enabled front-end's address, before any model loads; raises OSError
-    (``BindError``: the message names the flag and the address)."""
+    (``BindError``: the message names the flag and the address). ``reuse_group``: bind every
+    socket with SO_REUSEPORT and do not listen (``--worker-sockets reuseport``: the workers
+    listen on the ports, each with a socket of its own)."""
     wanted = endpoints(options)
     collision = port_collision(list(wanted.values()))
     if collision:
@@ -161,7 +168,10 @@ async def bind_all(options: ServerOptions) -> dict[str, list[socket.socket]]:
     bound: dict[str, list[socket.socket]] = {}
     try:
         for name, endpoint in wanted.items():
-            bound[name] = await bind(endpoint, reuse.get(name, False))
+            if reuse_group:
+                bound[name] = await bind(endpoint, True, listen=False)
+            else:
+                bound[name] = await bind(endpoint, reuse.get(name, False))
     except BaseException:
         _close(bound)
         raise
@@ -180,12 +190,15 @@ async def _serve(
     tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None],
     access: AccessControl,
     bound: dict[str, list[socket.socket]],
+    shared: bool = False,
 ) -> tuple[list[HttpListener], GrpcListener | None, dict[str, int]]:
     """Start accepting on every bound front-end (``tls``: HTTP's and gRPC's); the ports. The
     listeners share one set of live connections: out of descriptors, any of them closes the
     connections idle longest of all (frontends/accept.py)."""
     http_tls, grpc_tls = tls
     pool = Connections()
+    if shared:
+        pool.accept_batch = 1
     where = endpoints(options)
     ports = {name: bound_port(socks) for name, socks in bound.items()}
     listeners: list[HttpListener] = []

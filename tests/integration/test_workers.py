@@ -330,6 +330,40 @@ def test_poll_mode_is_polled_once_for_every_worker(
         server.stop()
 
 
+def test_reuseport_sockets_serve_and_survive_a_kill(example_repo: Path) -> None:
+    """--worker-sockets reuseport: each worker listens on its own socket of the port's
+    SO_REUSEPORT group; one killed, the others take the new connections, and it returns."""
+    server = ServerProcess(
+        [example_repo], "--workers", "2", "--worker-sockets", "reuseport",
+        "--model-control-mode", "explicit", "--load-model", "simple", start_timeout=120,
+    )  # fmt: skip
+    try:
+        for protocol in PROTOCOLS:
+            _fresh_simple(server, protocol, 6)
+        pids = _wait_workers(server, 2)
+        os.kill(min(pids), signal.SIGKILL)
+        for protocol in PROTOCOLS:  # whatever its queue held was reset; new ones are served
+            _fresh_simple_retrying(server, protocol)
+        _wait_workers(server, 2, without={min(pids)})
+        for protocol in PROTOCOLS:
+            _fresh_simple(server, protocol, 6)
+    finally:
+        server.stop()
+
+
+def _fresh_simple_retrying(server: ServerProcess, protocol: str) -> None:
+    """``_fresh_simple`` once a first call got through (the first may meet the dying
+    worker's queue)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            _fresh_simple(server, protocol, 1)
+            break
+        except (InferenceServerException, ConnectionError):
+            assert time.monotonic() < deadline
+    _fresh_simple(server, protocol, 6)
+
+
 def test_readiness_is_the_servers(two: ServerProcess) -> None:
     for protocol in PROTOCOLS:
         for _ in range(4):

@@ -59,6 +59,9 @@ class Connections:
     def __init__(self) -> None:
         self._live: set[Idle] = set()
         self.shed = 0  # idle connections closed to free descriptors
+        # connections a listener accepts per wake-up; 1 when several processes share the
+        # listening sockets (--workers): each takes one, so a burst spreads over them
+        self.accept_batch = BATCH
 
     def add(self, conn: Idle) -> None:
         self._live.add(conn)
@@ -157,7 +160,7 @@ class Acceptor:
             task.cancel()
 
     def _accept(self, sock: socket.socket) -> None:
-        for _ in range(BATCH):
+        for _ in range(self.connections.accept_batch):
             try:
                 conn, _ = sock.accept()
             except (BlockingIOError, InterruptedError, ConnectionAbortedError):

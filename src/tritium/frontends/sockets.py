@@ -88,10 +88,13 @@ def port_collision(endpoints: Sequence[Endpoint]) -> str:
     return ""
 
 
-async def bind(endpoint: Endpoint, reuse_port: bool = False) -> list[socket.socket]:
+async def bind(
+    endpoint: Endpoint, reuse_port: bool = False, listen: bool = True
+) -> list[socket.socket]:
     """Listening, non-blocking sockets for every address ``endpoint.address`` resolves to
     (one per address family, as ``loop.create_server`` makes). ``reuse_port``: SO_REUSEPORT,
-    so several servers share the port. Raises BindError."""
+    so several servers share the port. ``listen=False``: bound only (the port is held; with
+    ``reuse_port`` other sockets listen on it). Raises BindError."""
     loop = asyncio.get_running_loop()
     try:
         host = listen_host(endpoint.address) or None
@@ -116,7 +119,7 @@ async def bind(endpoint: Endpoint, reuse_port: bool = False) -> list[socket.sock
                 address = (address[0], bound_port(socks), *address[2:])
             sock = socket.socket(family, kind, proto)
             socks.append(sock)
-            _listen(sock, address, endpoint, reuse_port)
+            _listen(sock, address, endpoint, reuse_port, listen)
     except BaseException:
         for sock in socks:
             sock.close()
@@ -125,7 +128,11 @@ async def bind(endpoint: Endpoint, reuse_port: bool = False) -> list[socket.sock
 
 
 def _listen(
-    sock: socket.socket, address: tuple[object, ...], endpoint: Endpoint, reuse: bool
+    sock: socket.socket,
+    address: tuple[object, ...],
+    endpoint: Endpoint,
+    reuse: bool,
+    listen: bool = True,
 ) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if reuse:
@@ -134,7 +141,8 @@ def _listen(
         sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
     try:
         sock.bind(address)
-        sock.listen(BACKLOG)
+        if listen:
+            sock.listen(BACKLOG)
     except OSError as exc:
         raise BindError(
             f"failed to start {endpoint.service} service: {bind_problem(endpoint, address, exc)}"
@@ -165,3 +173,21 @@ def shown_address(address: tuple[object, ...]) -> str:
 def bound_port(socks: Sequence[socket.socket]) -> int:
     """The port the sockets listen on (the same for every family)."""
     return int(socks[0].getsockname()[1])
+
+
+def listen_again(bound: socket.socket) -> socket.socket:
+    """A new listening socket on the address of ``bound`` (a socket bound with SO_REUSEPORT):
+    one more member of the port's SO_REUSEPORT group, with an accept queue of its own."""
+    sock = socket.socket(bound.family, bound.type, bound.proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        if sock.family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(bound.getsockname())
+        sock.listen(BACKLOG)
+    except BaseException:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from ..errors import unavailable
+from ..frontends.sockets import listen_again
 from ..metrics.render import CpuSampler, render
 from ..metrics.render_latency import SUMMARIES
 from ..server import InferenceRequest, InferenceServer, ResponseSender
@@ -53,6 +54,12 @@ def from_environment() -> Member | None:
     for socks in sockets.values():
         for sock in socks:
             sock.setblocking(False)
+    if plan.get("reuseport"):  # a listening socket of our own on each port
+        held = sockets
+        sockets = {name: [listen_again(s) for s in socks] for name, socks in held.items()}
+        for socks in held.values():
+            for sock in socks:
+                sock.close()
     channel = socket.socket(fileno=int(plan["channel"]))
     return Member(int(plan["index"]), int(plan["count"]), str(plan["forward"]), sockets, channel)
 

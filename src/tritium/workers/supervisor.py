@@ -96,7 +96,8 @@ class Supervisor:
         env = dict(os.environ)
         env[ENV] = orjson.dumps(
             {"index": worker.index, "count": len(self._workers), "channel": theirs.fileno(),
-             "sockets": fds, "parent": os.getpid(), "forward": self._forward_dir}
+             "sockets": fds, "parent": os.getpid(), "forward": self._forward_dir,
+             "reuseport": self.options.worker_sockets == "reuseport"}
         ).decode()
         passed = [theirs.fileno(), *(fd for group in fds.values() for fd in group)]
         try:
@@ -379,7 +380,7 @@ class Supervisor:
 async def supervise(options: ServerOptions, argv: list[str]) -> int:
     """``tritium serve --workers N`` (N > 1): the supervisor's whole life."""
     try:
-        bound = await bind_all(options)
+        bound = await bind_all(options, reuse_group=options.worker_sockets == "reuseport")
     except OSError as exc:
         log.error("error: %s", exc)
         return 1

@@ -561,6 +561,15 @@ FLAGS: tuple[Flag, ...] = (
          "by a supervisor: model control, readiness, statistics and metrics are the whole "
          "server's; a worker that crashes or hangs is restarted",
          parse=worker_count, metavar="N|auto"),
+    _own("worker-sockets", "tritium", _S,
+         "how the workers share a port: one accept queue, or one each (SO_REUSEPORT)",
+         "worker_sockets",
+         "tritium: with --workers, 'shared': every worker accepts from the supervisor's "
+         "listening socket (a worker that dies loses only its own connections); "
+         "'reuseport': each worker listens with a socket of its own in a SO_REUSEPORT "
+         "group (the kernel spreads the connections evenly; those waiting in a dying "
+         "worker's queue are reset)",
+         choices=("shared", "reuseport")),
     _own("worker-heartbeat-secs", "tritium", _I,
          "a worker silent this long is killed and restarted",
          "worker_heartbeat_secs",

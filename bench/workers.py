@@ -1,0 +1,304 @@
+"""``--workers N``: throughput, server CPU per inference, p50/p99 with 1, 2 and 3 workers.
+
+h2load (Debian's nghttp2-client) drives the server, so the client costs little next to the
+server: ``h2load --h1`` for HTTP/1.1 (JSON ``/v2/models/{m}/infer``), plain h2load for gRPC
+(``ModelInfer``, one length-prefixed protobuf message, ``-m 1``: one call at a time per
+connection). c16/c64: 16/64 connections, each one request in flight.
+
+Every configuration's server runs for the whole bench (an idle server costs no CPU) and the
+runs are alternated (w1, w2, w3, w1, ...): this machine is shared, so only ratios measured
+side by side mean anything. Server CPU is the utime+stime of the supervisor, every worker and
+every stub (the whole process tree, /proc). Latencies come from h2load's per-request log.
+Every answer is checked afterwards: the server's statistics must count as many successes as
+h2load's 2xx answers, and no failure.
+
+    .venv/bin/python bench/workers.py [--seconds 4] [--rounds 3] [--out bench/results/workers]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench and tests packages
+
+from bench.common import proc_cpu_seconds  # noqa: E402
+
+from tests.support.server_process import ServerProcess  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ("simple", "add_sub_python")
+WORKERS = (1, 2, 3)
+PROTOCOLS = ("http", "grpc")
+CONCURRENCY = (16, 64)
+
+
+@dataclass
+class Run:
+    model: str
+    protocol: str
+    concurrency: int
+    workers: int
+    round: int
+    seconds: float
+    requests: int
+    throughput: float
+    cpu_us_per_inference: float
+    p50_ms: float
+    p99_ms: float
+    spread: list[int]  # inferences per worker (their own statistics), the accept spread
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            text = Path(f"/proc/{current}/task/{current}/children").read_text()
+        except OSError:
+            continue
+        todo += [int(p) for p in text.split()]
+    return found
+
+
+def _tree_cpu(pid: int) -> dict[int, float]:
+    return {p: proc_cpu_seconds(p) for p in _tree(pid)}
+
+
+def _memory(pid: int) -> dict[str, float]:
+    """PSS and RSS in MiB of every process of the tree (smaps_rollup)."""
+    found = {}
+    for p in _tree(pid):
+        try:
+            fields = dict(
+                line.split(":", 1) for line in Path(f"/proc/{p}/smaps_rollup").read_text()
+                .splitlines()[1:]
+            )
+            cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        kind = "stub" if any(b"stub" in part for part in cmd) else "tritium"
+        found[f"{p} {kind}"] = {
+            "pss_mib": int(fields["Pss"].split()[0]) / 1024,
+            "rss_mib": int(fields["Rss"].split()[0]) / 1024,
+        }
+    return found
+
+
+def _bodies(model: str, workdir: Path) -> dict[str, Path]:
+    a = np.arange(16, dtype=np.int32)
+    b = np.full(16, 3, dtype=np.int32)
+    http = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": a.tolist()},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": b.tolist()},
+        ]
+    }
+    from tritonclient.grpc import service_pb2 as pb
+
+    request = pb.ModelInferRequest(model_name=model)
+    for name in ("INPUT0", "INPUT1"):
+        tensor = request.inputs.add()
+        tensor.name, tensor.datatype = name, "INT32"
+        tensor.shape.extend([1, 16])
+    request.raw_input_contents.extend([a.tobytes(), b.tobytes()])
+    message = request.SerializeToString()
+    paths = {"http": workdir / f"{model}.json", "grpc": workdir / f"{model}.grpc"}
+    paths["http"].write_text(json.dumps(http))
+    paths["grpc"].write_bytes(b"\0" + struct.pack(">I", len(message)) + message)
+    return paths
+
+
+@dataclass(frozen=True)
+class Case:
+    model: str
+    protocol: str
+    clients: int
+    seconds: int
+    body: Path
+    round: int
+
+
+def _h2load(server: ServerProcess, case: Case, log: Path) -> tuple[int, list[float]]:
+    model, protocol, clients, seconds, body = (
+        case.model, case.protocol, case.clients, case.seconds, case.body
+    )
+    if protocol == "http":
+        url = f"http://{server.http_url}/v2/models/{model}/infer"
+        extra = ["--h1", "-H", "content-type: application/json"]
+    else:
+        url = f"http://{server.grpc_url}/inference.GRPCInferenceService/ModelInfer"
+        extra = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
+    command = ["h2load", "-c", str(clients), "-m", "1", "-t", "1", "-D", str(int(seconds)),
+               "--warm-up-time", "1", "-d", str(body), "--log-file", str(log), *extra, url]
+    log.unlink(missing_ok=True)  # h2load appends to its log file
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
+    if done.returncode != 0:
+        raise RuntimeError(done.stdout + done.stderr)
+    latencies, ok = [], 0
+    for line in log.read_text().splitlines():
+        _, status, elapsed = line.split("\t")
+        if status.startswith("2"):
+            ok += 1
+            latencies.append(int(elapsed) / 1000)
+    return ok, latencies
+
+
+def _successes(server: ServerProcess, model: str) -> tuple[int, int]:
+    url = f"http://{server.http_url}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=30) as response:
+        entry = json.load(response)["model_stats"][0]["inference_stats"]
+    return int(entry["success"]["count"]), int(entry["fail"]["count"])
+
+
+def _spread(server: ServerProcess, before: dict[int, float]) -> list[int]:
+    """CPU seconds (ms) each worker spent in the run: how evenly the connections spread."""
+    workers = _children(server.proc.pid)
+    return [int(1000 * (proc_cpu_seconds(p) - before.get(p, 0.0))) for p in sorted(workers)]
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _run(server: ServerProcess, workers: int, case: Case, workdir: Path) -> Run:
+    model, protocol, clients, seconds = case.model, case.protocol, case.clients, case.seconds
+    ok_before, fail_before = _successes(server, model)
+    cpu_before = _tree_cpu(server.proc.pid)
+    ok, latencies = _h2load(server, case, workdir / "h2load.log")
+    cpu_after = _tree_cpu(server.proc.pid)
+    ok_after, fail_after = _successes(server, model)
+    # h2load ends its connections at the deadline: the requests then in flight are cancelled
+    # (at most one per connection), and counted as failures
+    if fail_after - fail_before > clients or ok_after - ok_before < ok:
+        raise RuntimeError(
+            f"{model} {protocol} w{workers}: h2load counted {ok} answers, the server "
+            f"{ok_after - ok_before} successes and {fail_after - fail_before} failures"
+        )
+    served = ok_after - ok_before  # warm-up requests included: CPU covers them too
+    cpu = sum(t - cpu_before.get(p, 0.0) for p, t in cpu_after.items())
+    latencies.sort()
+    return Run(
+        model, protocol, clients, workers, case.round, seconds, ok, ok / seconds,
+        1e6 * cpu / max(served, 1), latencies[len(latencies) // 2],
+        latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        _spread(server, cpu_before),
+    )
+
+
+def _start(repo: Path, workers: int, sockets: str) -> ServerProcess:
+    return ServerProcess(
+        [repo], "--workers", str(workers), "--worker-sockets", sockets,
+        "--model-control-mode", "explicit",
+        *(arg for m in MODELS for arg in ("--load-model", m)),
+        "--log-info", "false", start_timeout=180,
+    )  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds of ONNX c16")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "workers"))
+    parser.add_argument("--workers", default=",".join(map(str, WORKERS)),
+                        help="worker counts, alternated (default 1,2,3)")
+    parser.add_argument("--worker-sockets", default="shared", choices=("shared", "reuseport"))
+    parser.add_argument("--matrix", action=argparse.BooleanOptionalAction, default=True,
+                        help="after the alternated rounds, every model, protocol and c once")
+    args = parser.parse_args()
+    if shutil.which("h2load") is None:
+        print("h2load not found: apt-get install nghttp2-client (make bench-deps)")
+        return 1
+    workdir = Path(tempfile.mkdtemp(prefix="tritium-bench-workers-"))
+    repo = ROOT / "examples" / "model_repository"
+    counts = tuple(int(n) for n in args.workers.split(","))
+    servers = {n: _start(repo, n, args.worker_sockets) for n in counts}
+    runs: list[Run] = []
+    memory = {}
+    try:
+        for n, server in servers.items():
+            server.wait_live(120, "ready")
+            memory[n] = _memory(server.proc.pid)
+        bodies = {m: _bodies(m, workdir) for m in MODELS}
+        plan = [(m, p, c, r) for r in range(args.rounds) for p in PROTOCOLS
+                for m, c in (("simple", 16),)]
+        if args.matrix:
+            plan += [(m, p, c, args.rounds) for m in MODELS for p in PROTOCOLS
+                     for c in CONCURRENCY if not (m == "simple" and c == 16)]
+        for model, protocol, clients, round_ in plan:
+            for n in counts:  # alternated: w1, w2, w3 side by side
+                case = Case(model, protocol, clients, args.seconds, bodies[model][protocol],
+                            round_)
+                run = _run(servers[n], n, case, workdir)
+                runs.append(run)
+                print(f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
+                      f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us CPU/inf  "
+                      f"p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
+                      f"worker CPU ms {run.spread}", flush=True)
+    finally:
+        for server in servers.values():
+            server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    _report(runs, memory, Path(args.out))
+    return 0
+
+
+def _ratios(runs: list[Run], model: str, protocol: str, clients: int) -> list[float]:
+    """w2/w1 per round (each pair measured side by side)."""
+    by_round: dict[int, dict[int, float]] = {}
+    for run in runs:
+        if (run.model, run.protocol, run.concurrency) == (model, protocol, clients):
+            by_round.setdefault(run.round, {})[run.workers] = run.throughput
+    return [r[2] / r[1] for r in by_round.values() if 1 in r and 2 in r]
+
+
+def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"runs": [asdict(r) for r in runs], "memory": memory,
+           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
+    lines = ["# --workers: 1, 2, 3 workers (bench/workers.py)", "",
+             "| model | protocol | c | workers | round | inf/s | server CPU µs/inf | p50 ms | "
+             "p99 ms | CPU ms per worker |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        lines.append(f"| {r.model} | {r.protocol} | {r.concurrency} | {r.workers} | {r.round} | "
+                     f"{r.throughput:.0f} | {r.cpu_us_per_inference:.0f} | {r.p50_ms:.2f} | "
+                     f"{r.p99_ms:.2f} | {r.spread} |")
+    lines += ["", "w2/w1 throughput, rounds measured side by side:", ""]
+    for model in MODELS:
+        for protocol in PROTOCOLS:
+            for clients in CONCURRENCY:
+                ratios = _ratios(runs, model, protocol, clients)
+                if ratios:
+                    shown = ", ".join(f"{x:.2f}" for x in ratios)
+                    lines.append(f"- {model} {protocol} c{clients}: {shown} "
+                                 f"(median {statistics.median(ratios):.2f})")
+    lines += ["", "Memory after start (MiB, PSS / RSS) per process:", ""]
+    for n, procs in memory.items():
+        lines.append(f"- {n} worker(s): " + "; ".join(
+            f"{name}: {v['pss_mib']:.0f} / {v['rss_mib']:.0f}"  # type: ignore[index]
+            for name, v in procs.items()  # type: ignore[attr-defined]
+        ))
+    out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[-(len(memory) + 12):]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
