@@ -46,12 +46,15 @@ def _start(repos: list[Path], workers: int, *models: str) -> ServerProcess:
 
 @pytest.fixture(scope="module")
 def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_test_repository(tmp_path_factory.mktemp("workers") / "repo", ["slow"])
+    names = ["slow", "bls_double", "bls_pipeline"]
+    return build_test_repository(tmp_path_factory.mktemp("workers") / "repo", names)
 
 
 @pytest.fixture(scope="module")
 def two(example_repo: Path, slow_repo: Path) -> Iterator[ServerProcess]:
-    proc = _start([example_repo, slow_repo], 2, "simple", "slow")
+    proc = _start(
+        [example_repo, slow_repo], 2, "simple", "slow", "bls_double", "bls_pipeline", "two_tower"
+    )
     yield proc
     proc.stop()
 
@@ -362,6 +365,28 @@ def _fresh_simple_retrying(server: ServerProcess, protocol: str) -> None:
         except (InferenceServerException, ConnectionError):
             assert time.monotonic() < deadline
     _fresh_simple(server, protocol, 6)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_bls_and_ensembles_in_every_worker(two: ServerProcess, protocol: str) -> None:
+    features = np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)
+    scores = []
+    for _ in range(8):
+        c = _connect(protocol, two)
+        try:
+            a, b = np.arange(16, dtype=np.int32), np.full(16, 3, dtype=np.int32)
+            inputs = [make_input(protocol, "INPUT0", a, "INT32"),
+                      make_input(protocol, "INPUT1", b, "INT32")]
+            result = c.infer("bls_pipeline", inputs)  # BLS: simple, then bls_double
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * (a + b))
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+            towers = [make_input(protocol, "USER_FEATURES", features, "FP32"),
+                      make_input(protocol, "ITEM_FEATURES", features[:, ::-1].copy(), "FP32")]
+            scores.append(c.infer("two_tower", towers).as_numpy("SCORE"))
+        finally:
+            c.close()
+    for score in scores[1:]:  # every worker's ensemble answers the same
+        np.testing.assert_array_equal(score, scores[0])
 
 
 def test_readiness_is_the_servers(two: ServerProcess) -> None:
