@@ -162,6 +162,9 @@ class Cluster(Protocol):
     def sequence_owner(self, correlation_id: int | str) -> int | None:
         """The worker that keeps this sequence's state, when it is another one."""
 
+    def cache_owner(self, key: bytes) -> int | None:
+        """The worker whose response cache holds this key, when it is another one."""
+
     def forward(self, owner: int, request: InferenceRequest, sender: ResponseSender) -> None:
         """Run ``request`` on worker ``owner``; its responses come to ``sender``."""
 
@@ -560,6 +563,15 @@ class InferenceServer:
         except ServerError:
             self.shm.release(request)
             raise
+        # a local cache's key has one owner worker (Redis is one cache for every worker)
+        local = self._cache if self._remote is None else None
+        cache = local if model.spec.config.response_cache.enable else None
+        if cluster is not None and cache is not None and not request.decoupled:
+            owner = None if request.parent is not None else cluster.cache_owner(cache_key(request))
+            if owner is not None:  # --workers: another worker holds this key's cache entry
+                self.shm.release(request)  # the owner maps the regions itself
+                self._forward(cluster, owner, request, sender)
+                return
         sender.bind(request, self._finished)
         request.queued(model.stats)
         self._inflight += 1
@@ -575,9 +587,10 @@ class InferenceServer:
     def _forward(
         self, cluster: Cluster, owner: int, request: InferenceRequest, sender: ResponseSender
     ) -> None:
-        """A sequence request whose state another worker keeps: that worker runs it (shared
-        memory, validation, classification, statistics and all); here its responses only
-        pass through (``_forwarded``)."""
+        """A sequence request whose state another worker keeps, or a cacheable request whose
+        cache entry another worker holds: that worker runs it (shared memory, validation,
+        cache, classification, statistics and all); here its responses only pass through
+        (``_forwarded``)."""
         request.stats = None
         request.classify = None
         sender.bind(request, self._forwarded)

@@ -30,10 +30,13 @@ PROTOCOLS = ["http", "grpc"]
 _FRESH = 12  # calls on fresh connections per check
 
 
-def _start(repos: list[Path], workers: int, *models: str) -> ServerProcess:
+def _start(
+    repos: list[Path], workers: int, *models: str, extra: tuple[str, ...] = ()
+) -> ServerProcess:
     loads = [arg for m in models for arg in ("--load-model", m)]
     return ServerProcess(
         repos,
+        *extra,
         "--workers", str(workers),
         "--model-control-mode", "explicit",
         *loads,
@@ -59,9 +62,42 @@ def two(example_repo: Path, slow_repo: Path) -> Iterator[ServerProcess]:
     proc.stop()
 
 
+_CACHED_CONFIG = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ -1 ] } ]
+response_cache { enable: true }
+"""
+_CACHED_MODEL = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)])
+            for r in requests]
+"""
+
+
 @pytest.fixture(scope="module")
-def three(example_repo: Path) -> Iterator[ServerProcess]:
-    proc = _start([example_repo], 3, "simple", "running_sum_onnx", "simple_sequence")
+def cache_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    repo = tmp_path_factory.mktemp("workers_cache") / "repo"
+    for name in ("cached_http", "cached_grpc"):
+        (repo / name / "1").mkdir(parents=True)
+        (repo / name / "config.pbtxt").write_text(_CACHED_CONFIG)
+        (repo / name / "1" / "model.py").write_text(_CACHED_MODEL)
+    return repo
+
+
+@pytest.fixture(scope="module")
+def three(example_repo: Path, cache_repo: Path) -> Iterator[ServerProcess]:
+    proc = _start(
+        [example_repo, cache_repo], 3,
+        "simple", "running_sum_onnx", "simple_sequence", "cached_http", "cached_grpc",
+        extra=("--cache-config", "local,size=1048576"),
+    )  # fmt: skip
     yield proc
     proc.stop()
 
@@ -180,6 +216,29 @@ def test_statistics_and_metrics_are_totals(three: ServerProcess, protocol: str) 
     assert _metric(three, "nv_inference_count", "simple") == metric_before + _FRESH
     assert _metric(three, "nv_inference_request_success", "simple") >= metric_before + _FRESH
     assert _metric(three, "tritium_model_ready", "simple") == 1  # ready everywhere, not 3
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_response_cache_hits_whichever_worker_computed_it(
+    three: ServerProcess, protocol: str
+) -> None:
+    """Each key's entry lives in one worker (the key's owner): identical requests on new
+    connections, whichever worker they reach, are answered from it."""
+    model = f"cached_{protocol}"
+    x = np.array([1.0, 2.5, -3.0], dtype=np.float32)
+    for n in range(5):
+        c = _connect(PROTOCOLS[n % 2], three)
+        try:
+            result = c.infer(model, [make_input(PROTOCOLS[n % 2], "INPUT0", x, "FP32")])
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 2)
+        finally:
+            c.close()
+    entry = _stats(three, protocol, model)
+    infer = entry["inference_stats"]
+    assert int(entry["execution_count"]) == 1  # computed once, by one worker
+    assert int(infer["success"]["count"]) == 5
+    assert int(infer["cache_hit"]["count"]) == 4
+    assert int(infer["cache_miss"]["count"]) == 1
 
 
 # -- model control: the whole server's -----------------------------------------------------------

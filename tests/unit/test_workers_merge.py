@@ -175,7 +175,6 @@ def test_workers_flag() -> None:
 @pytest.mark.parametrize(
     ("args", "word"),
     [
-        (["--cache-config", "local,size=1048576"], "cache"),
         (["--max-inflight-per-client", "4"], "max-inflight-per-client"),
         (["--rate-limit", "execution_count"], "rate"),
     ],

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import logging
 import sys
-from dataclasses import replace
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -63,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if member is not None:
         from ..runtime import run
 
-        return runner(run(replace(options, workers=1, ports_file=""), member))
+        return runner(run(member.worker_options(options), member))
     if options.workers > 1:
         from ..workers.refusals import refusal
         from ..workers.supervisor import supervise

@@ -1,6 +1,7 @@
-"""Sequences across workers: every correlation ID has one owner worker (``owner_of``), whose
-sequence batcher keeps its state; a sequence request that reaches another worker is
-forwarded to the owner over the owner's own Unix socket, and its responses come back.
+"""Sequences and the response cache across workers: every correlation ID has one owner worker
+(``owner_of``), whose sequence batcher keeps its state, and so has every cache key
+(``Member.cache_owner``); a request that reaches another worker is forwarded to the owner
+over the owner's own Unix socket, and its responses come back.
 
 Each worker listens on ``<dir>/w<index>.sock`` (the directory the supervisor made, mode
 0700, so only this server's processes can connect). Frames are a 4-byte length and a pickle:

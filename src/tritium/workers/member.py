@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -29,6 +30,7 @@ from ..errors import unavailable
 from ..frontends.sockets import listen_again
 from ..metrics.render import CpuSampler, render
 from ..metrics.render_latency import SUMMARIES
+from ..options import ServerOptions
 from ..server import InferenceRequest, InferenceServer, ResponseSender
 from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
 from .forward import Forwarder, SequenceOwner, owner_of, socket_path
@@ -163,6 +165,24 @@ class Member:
             return None  # no sequence: the sequence batcher answers its error here
         owner = owner_of(correlation_id, self._count)
         return None if owner == self.index else owner
+
+    def cache_owner(self, key: bytes) -> int | None:
+        owner = int.from_bytes(key[:8], "big") % self._count
+        return None if owner == self.index else owner
+
+    def worker_options(self, options: ServerOptions) -> ServerOptions:
+        """This worker's options: the supervisor writes the ports file; each worker's
+        response cache holds the keys it owns, so the server's cache is the size asked."""
+        return replace(
+            options,
+            workers=1,
+            ports_file="",
+            response_cache_size=(
+                max(1, options.response_cache_size // self._count)
+                if options.response_cache_size > 0
+                else 0
+            ),
+        )
 
     def forward(self, owner: int, request: InferenceRequest, sender: ResponseSender) -> None:
         self._forwarder.forward(owner, request, sender)

@@ -8,11 +8,6 @@ from ..options import ServerOptions
 
 def refusal(options: ServerOptions) -> str:
     """Why these options cannot run as several workers ('' when they can)."""
-    if options.response_cache_size > 0:
-        return (
-            "the response cache is per process and not shared between workers yet: a hit "
-            "would depend on the worker a connection lands on"
-        )
     if options.access.max_inflight_per_client > 0:
         return (
             "--max-inflight-per-client counts per process: with several workers a client "
