@@ -16,7 +16,7 @@ from tritium.metrics.stats import BatchStats, ModelStats
 from tritium.options import ServerOptions
 from tritium.workers.channel import Channel, ChannelClosed, Peer
 from tritium.workers.merge import merge_metrics, merge_statistics
-from tritium.workers.refusals import refusal
+from tritium.workers.refusals import refusal, single_refusal
 
 
 def _stats(count: int, last: int, batches: dict[int, int]) -> dict[str, object]:
@@ -182,3 +182,9 @@ def test_workers_flag() -> None:
 def test_combinations_not_kept_whole_are_refused(args: list[str], word: str) -> None:
     assert word in refusal(_options("--workers", "2", *args))
     assert refusal(_options("--workers", "2")) == ""
+
+
+def test_worker_flags_without_workers_are_refused() -> None:
+    assert single_refusal(_options()) == ""
+    assert "--worker-sockets" in single_refusal(_options("--worker-sockets", "reuseport"))
+    assert "--worker-heartbeat-secs" in single_refusal(_options("--worker-heartbeat-secs", "3"))

@@ -72,7 +72,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"error: --workers {options.workers}: {problem}")
         return runner(supervise(options, sys.argv[1:] if argv is None else list(argv)))
     from ..runtime import run
+    from ..workers.refusals import single_refusal
 
+    problem = single_refusal(options)
+    if problem:
+        raise SystemExit(f"error: {problem}")
     return runner(run(options))
 
 

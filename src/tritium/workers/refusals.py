@@ -19,3 +19,20 @@ def refusal(options: ServerOptions) -> str:
             "several workers would each grant them (not implemented yet)"
         )
     return ""
+
+
+def single_refusal(options: ServerOptions) -> str:
+    """Why these options ask for workers that ``--workers 1`` does not start ('' if not)."""
+    default = ServerOptions()
+    changed = [
+        flag
+        for flag, given, usual in (
+            ("--worker-sockets", options.worker_sockets, default.worker_sockets),
+            ("--worker-heartbeat-secs", options.worker_heartbeat_secs,
+             default.worker_heartbeat_secs),
+        )
+        if given != usual
+    ]
+    if changed:
+        return f"{' and '.join(changed)} only apply with --workers > 1"
+    return ""
