@@ -404,26 +404,18 @@ def test_reuseport_sockets_serve_and_survive_a_kill(example_repo: Path) -> None:
             _fresh_simple(server, protocol, 6)
         pids = _wait_workers(server, 2)
         os.kill(min(pids), signal.SIGKILL)
-        for protocol in PROTOCOLS:  # whatever its queue held was reset; new ones are served
-            _fresh_simple_retrying(server, protocol)
+        deadline = time.monotonic() + 30
+        # once reaped (every thread gone: its files closed), its socket has left the group
+        while Path(f"/proc/{min(pids)}").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        for protocol in PROTOCOLS:  # the other worker, and the new one once it serves
+            _fresh_simple(server, protocol, 6)
         _wait_workers(server, 2, without={min(pids)})
         for protocol in PROTOCOLS:
             _fresh_simple(server, protocol, 6)
     finally:
         server.stop()
-
-
-def _fresh_simple_retrying(server: ServerProcess, protocol: str) -> None:
-    """``_fresh_simple`` once a first call got through (the first may meet the dying
-    worker's queue)."""
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            _fresh_simple(server, protocol, 1)
-            break
-        except (InferenceServerException, ConnectionError):
-            assert time.monotonic() < deadline
-    _fresh_simple(server, protocol, 6)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

@@ -56,14 +56,10 @@ def from_environment() -> Member | None:
     for socks in sockets.values():
         for sock in socks:
             sock.setblocking(False)
-    if plan.get("reuseport"):  # a listening socket of our own on each port
-        held = sockets
-        sockets = {name: [listen_again(s) for s in socks] for name, socks in held.items()}
-        for socks in held.values():
-            for sock in socks:
-                sock.close()
     channel = socket.socket(fileno=int(plan["channel"]))
-    return Member(int(plan["index"]), int(plan["count"]), str(plan["forward"]), sockets, channel)
+    member = Member(int(plan["index"]), int(plan["count"]), str(plan["forward"]), sockets, channel)
+    member.reuseport = bool(plan.get("reuseport"))
+    return member
 
 
 def _die_with(parent: int) -> None:
@@ -90,6 +86,7 @@ class Member:
         self._forward_dir = forward_dir
         self._forwarder = Forwarder(forward_dir)
         self._owner: SequenceOwner | None = None
+        self.reuseport = False  # --worker-sockets reuseport: listen on sockets of our own
         self._sockets = sockets
         self._channel_sock = channel
         self._peer: Peer | None = None
@@ -124,9 +121,21 @@ class Member:
             self._cluster_ready = bool(answer["ready"])
             for action in answer["actions"]:
                 await self._apply(str(action["action"]), dict(action["args"]))
+        if self.reuseport:  # join the ports' SO_REUSEPORT groups only now, ready to accept
+            self._listen_own()
         # the sequences this worker owns may come from the others from now on
         self._owner = SequenceOwner(self._here(), socket_path(self._forward_dir, self.index))
         await self._owner.start()
+
+    def _listen_own(self) -> None:
+        """``--worker-sockets reuseport``: a listening socket of this worker's own on each
+        port, in place of the supervisor's bound ones in the same dict (the one
+        ``runtime.run`` got from ``sockets()`` and hands to its listeners next). Not before:
+        connections hashed to a worker still loading its models would wait for it."""
+        for name, held in list(self._sockets.items()):
+            self._sockets[name] = [listen_again(sock) for sock in held]
+            for sock in held:
+                sock.close()
 
     def serving(self) -> None:
         self._note("serving")
