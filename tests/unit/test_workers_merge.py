@@ -177,11 +177,15 @@ def test_workers_flag() -> None:
     [
         (["--max-inflight-per-client", "4"], "max-inflight-per-client"),
         (["--rate-limit", "execution_count"], "rate"),
+        (["--access-log-file", "/tmp/a.log"], "rotation"),
+        (["--trace-config", "triton,file=/tmp/t.json"], "same file"),
     ],
 )
 def test_combinations_not_kept_whole_are_refused(args: list[str], word: str) -> None:
     assert word in refusal(_options("--workers", "2", *args))
     assert refusal(_options("--workers", "2")) == ""
+    assert refusal(_options("--workers", "2", "--access-log-file", "/tmp/a.log",
+                            "--access-log-max-bytes", "0")) == ""
 
 
 def test_worker_flags_without_workers_are_refused() -> None:

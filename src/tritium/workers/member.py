@@ -101,6 +101,10 @@ class Member:
         return self._sockets
 
     async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None:
+        # Ctrl-C in a terminal reaches the whole process group: the supervisor stops the
+        # workers itself (SIGTERM), so a worker must not exit first and look crashed.
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGINT)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._server = server
         server.cluster = self
         server.control.own_poller = False  # poll mode: the supervisor polls for every worker

@@ -4,6 +4,7 @@ with the reason, never accepted and ignored."""
 from __future__ import annotations
 
 from ..options import ServerOptions
+from ..tracing.settings import TraceMode
 
 
 def refusal(options: ServerOptions) -> str:
@@ -17,6 +18,17 @@ def refusal(options: ServerOptions) -> str:
         return (
             "--rate-limit=execution_count: the rate limiter's resources are per process; "
             "several workers would each grant them (not implemented yet)"
+        )
+    if options.logging.access_log_file and options.logging.access_log_max_bytes > 0:
+        return (
+            "--access-log-file with rotation: every worker appends to the one file and would "
+            "rotate it on its own; give --access-log-max-bytes 0 (rotate it from outside)"
+        )
+    values = options.tracing.values
+    if values.file and values.mode is TraceMode.TRITON:
+        return (
+            "--trace-config triton,file=...: every worker would write its own JSON array over "
+            "the same file (use the opentelemetry mode, exported by every worker)"
         )
     return ""
 
