@@ -185,7 +185,6 @@ class Supervisor:
         worker.last_beat = time.monotonic()
         if op == "serving":
             worker.serving = True
-            worker.crashes = 0 if worker.crashes and not self._started else worker.crashes
             if all(w.serving for w in self._workers):
                 self._all_serving.set()
         elif op in ("ready", "beat"):
