@@ -192,3 +192,38 @@ def test_worker_flags_without_workers_are_refused() -> None:
     assert single_refusal(_options()) == ""
     assert "--worker-sockets" in single_refusal(_options("--worker-sockets", "reuseport"))
     assert "--worker-heartbeat-secs" in single_refusal(_options("--worker-heartbeat-secs", "3"))
+
+
+def test_sequence_owner_is_the_same_in_every_worker() -> None:
+    from tritium.workers.forward import owner_of
+
+    assert [owner_of(i, 3) for i in (3, 4, 5)] == [0, 1, 2]
+    assert owner_of("seq-a", 3) == owner_of("seq-a", 3)
+    assert {owner_of(f"s{i}", 3) for i in range(50)} == {0, 1, 2}
+
+
+def test_replayed_settings_are_compacted() -> None:
+    from tritium.workers.supervisor import _remember
+
+    history: dict[str, dict[str, object]] = {}
+
+    def change(action: str, **args: object) -> dict[str, object]:
+        return {"action": action, "args": args}
+
+    _remember(history, change("log", update={"log_verbose_level": 1}))
+    _remember(history, change("log", update={"log_info": False}))
+    _remember(history, change("shm_register", name="a", key="/a", offset=0, size=8))
+    _remember(history, change("shm_register", name="b", key="/b", offset=0, size=8))
+    _remember(history, change("trace", model="m", update={"trace_rate": ["5"]}))
+    _remember(history, change("trace", model="m", update={"trace_level": None}))
+    _remember(history, change("shm_unregister", name="a"))
+    assert list(history) == ["log", "shm:b", "trace:m"]
+    assert history["log"]["args"] == {
+        "action": "log", "args": {"update": {"log_verbose_level": 1, "log_info": False}}
+    }
+    assert history["trace:m"]["args"] == {
+        "action": "trace",
+        "args": {"model": "m", "update": {"trace_rate": ["5"], "trace_level": None}},
+    }
+    _remember(history, change("shm_unregister", name=""))  # every region
+    assert list(history) == ["log", "trace:m"]

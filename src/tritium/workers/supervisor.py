@@ -415,11 +415,19 @@ def _remember(history: dict[str, dict[str, Any]], change: dict[str, Any]) -> Non
         key = f"shm:{args['name']}"
     elif action == "log":
         key = "log"
-        args = {"update": {**history.get(key, {}).get("args", {}).get("update", {}),
-                           **args["update"]}}
+        args = {"update": {**_earlier_update(history, key), **args["update"]}}
     else:  # trace
         key = f"trace:{args['model']}"
-        earlier = history.get(key, {}).get("args", {}).get("update", {})
+        earlier = _earlier_update(history, key)
         args = {"model": args["model"], "update": {**earlier, **args["update"]}}
     history.pop(key, None)
     history[key] = {"action": "setting", "args": {"action": action, "args": args}}
+
+
+def _earlier_update(history: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
+    """The update kept under ``key`` (``{"action": "setting", "args": {"action": ...,
+    "args": {..., "update": ...}}}``), or none."""
+    kept = history.get(key)
+    if kept is None:
+        return {}
+    return dict(kept["args"]["args"]["update"])
