@@ -15,7 +15,7 @@ TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicor
 # ``tensor_codec`` is the BYTES/raw tensor wire format shared with the Python backend's stub
 # protocol: syntax, not core logic. ``access`` (``policy``, ``audit``) is the pure access
 # policy and the audit log every front-end applies at its dispatch point; ``metrics.render``
-# the Prometheus text the metrics endpoint serves.
+# the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2).
 FRONTEND_ALLOWED = {
     "types",
     "errors",
@@ -24,6 +24,7 @@ FRONTEND_ALLOWED = {
     "tensor_codec",
     "metrics.render",
     "access",
+    "transport",
 }
 
 
@@ -122,6 +123,7 @@ def test_serving_imports_no_ml_runtime() -> None:
 # top-level modules and packages of src/tritium, all of them (``test_layers_name_every_unit``).
 # See docs/architecture.md, "Layers".
 LAYERS: list[set[str]] = [
+    {"transport"},  # sans-IO protocol cores (HTTP/2): nothing else of tritium
     {"__init__", "errors", "types"},  # the values every layer passes around
     {"tensor_codec", "metrics", "logs", "access", "tracing"},  # pure: no request, no model
     {"request", "options"},  # one inference's state; the server's frozen options
