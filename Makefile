@@ -46,7 +46,17 @@ test: $(VENV)/.installed interop-deps ops-deps browser-deps cluster-deps
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
 # reinstalled only when package.json or the lock changes. Without node this says so and the
 # tests skip; with node but no npm it fails (the tests would otherwise fail without grpc-js).
+# Also Debian's nghttp2-client (nghttp, h2load: independent HTTP/2 clients in C) for
+# tests/integration/test_grpc_nghttp.py and bench/h2load_grpc.py, installed when missing (as
+# root, or with sudo); apt's lists are refreshed only if the install fails.
 interop-deps:
+	@if command -v nghttp >/dev/null 2>&1 && command -v h2load >/dev/null 2>&1; then \
+		echo "interop-deps: using $$(command -v h2load)"; \
+	else \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
+		$$SUDO apt-get install -y nghttp2-client || \
+			{ $$SUDO apt-get update -q && $$SUDO apt-get install -y nghttp2-client; }; \
+	fi
 	@if command -v node >/dev/null 2>&1; then \
 		$(MAKE) -s --no-print-directory $(NODE_INTEROP)/node_modules/.installed; \
 	else \
@@ -141,8 +151,9 @@ test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
 
-bench: $(VENV)/.installed models
+bench: $(VENV)/.installed models interop-deps
 	$(PY) bench/run.py $(ARGS)
+	$(PY) bench/h2load_grpc.py
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py

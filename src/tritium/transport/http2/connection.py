@@ -506,6 +506,11 @@ class H2Server:
             return 0
         return min(stream.recv_window, self._recv_conn)
 
+    @property
+    def connection_windows(self) -> tuple[int, int]:
+        """(what we may send, what the peer may send) on the connection."""
+        return self._send_conn, self._recv_conn
+
     # -- sending -------------------------------------------------------------------------------
     def send_window(self, sid: int) -> int:
         """What may be sent on stream ``sid`` now (0 when it is closed to us)."""
