@@ -379,9 +379,9 @@ def test_empty_data_does_not_excuse_pings(empty: bool) -> None:
     assert asyncio.run(run()) == expected
 
 
-# -- what h2 decided later in the same read ----------------------------------------------------
-# h2 handles a whole read before the handlers see its events: a frame later in the read may
-# already have closed what an earlier event's handler writes to (found by tests/fuzz/fuzz_h2.py).
+# -- what a later frame of the same read decides ------------------------------------------------
+# Found by tests/fuzz/fuzz_h2.py when h2 handled a whole read before the handlers saw its
+# events; the HTTP/2 core now calls them frame by frame, and these still hold.
 
 
 def _echo(call: ServerCall) -> Any:
@@ -402,8 +402,8 @@ def _terminated(peer: _Peer) -> list[tuple[int, bytes | None]]:
 
 
 def test_a_goaway_after_a_request_in_the_same_read_still_gets_it_answered() -> None:
-    """The client's GOAWAY closes h2's connection state as soon as h2 reads it; the call that
-    came before it in the same read is answered all the same, then the connection closes."""
+    """The client's GOAWAY comes in the same read as a call: the call that came before it is
+    answered all the same, then the connection closes."""
 
     async def run() -> None:
         peer = _Peer(_echo)

@@ -38,7 +38,7 @@ from .budgets import UNREAD
 from .call import ServerCall
 from .inbound import Inbound
 from .outbound import Outbound
-from .pings import PingPolicy
+from .pings import ping_policy
 from .status import RpcError
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         self._draining = False
         self._last_stream = 0
         self._closed = False
-        self._pings = PingPolicy(listener.options)
+        self._pings = ping_policy(listener.options)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None

@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 
 from ...transport.http2 import ErrorCode, H2Server, StreamGone
+from ...transport.http2.pings import PingPolicy
 from .budgets import MAX_UNREAD_BYTES, UNREAD
 from .call import ServerCall
 from .frames import OK_TRAILERS, RESPONSE_HEADERS, response_headers
 from .metadata import encode_grpc_message
-from .pings import PingPolicy
 from .status import StatusCode
 
 STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset, or closed)
