@@ -154,6 +154,7 @@ test-ops: $(VENV)/.installed ops-deps
 bench: $(VENV)/.installed models interop-deps
 	$(PY) bench/run.py $(ARGS)
 	$(PY) bench/h2load_grpc.py
+	$(PY) bench/grpc_transport_cpu.py
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py
