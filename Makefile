@@ -46,7 +46,9 @@ test: $(VENV)/.installed interop-deps ops-deps browser-deps cluster-deps h2load-
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
 # reinstalled only when package.json or the lock changes. Without node this says so and the
 # tests skip; with node but no npm it fails (the tests would otherwise fail without grpc-js).
-interop-deps:
+# Also Debian's nghttp2-client (h2load-deps: nghttp, h2load, independent HTTP/2 clients in C)
+# for tests/integration/test_grpc_nghttp.py.
+interop-deps: h2load-deps
 	@if command -v node >/dev/null 2>&1; then \
 		$(MAKE) -s --no-print-directory $(NODE_INTEROP)/node_modules/.installed; \
 	else \
@@ -75,11 +77,12 @@ browser-deps:
 			{ $$SUDO apt-get update -q && $$SUDO apt-get install -y chromium; }; \
 	fi
 
-# h2load (Debian's nghttp2-client), the cheap HTTP/1.1 and gRPC load of bench/workers.py;
-# installed when missing, as chromium is.
+# nghttp and h2load (Debian's nghttp2-client): the independent C client of test_grpc_nghttp.py
+# and the cheap HTTP/1.1 and gRPC load of bench/workers.py, h2load_grpc.py and
+# grpc_transport_cpu.py; installed when missing, as chromium is.
 .PHONY: h2load-deps
 h2load-deps:
-	@if command -v h2load >/dev/null 2>&1; then \
+	@if command -v h2load >/dev/null 2>&1 && command -v nghttp >/dev/null 2>&1; then \
 		echo "h2load-deps: using $$(command -v h2load)"; \
 	else \
 		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
@@ -156,6 +159,8 @@ test-ops: $(VENV)/.installed ops-deps
 bench: $(VENV)/.installed models h2load-deps
 	$(PY) bench/run.py $(ARGS)
 	$(PY) bench/workers.py
+	$(PY) bench/h2load_grpc.py
+	$(PY) bench/grpc_transport_cpu.py
 	$(PY) bench/streams_soak.py
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py

@@ -1,4 +1,4 @@
-"""HTTP/2 frame-layer fuzz target (issue 22): arbitrary frame sequences into one
+"""HTTP/2 fuzz targets. ``h2_frames`` (issue 22): arbitrary frame sequences into one
 ``GrpcConnection`` after a valid preface and SETTINGS, on an in-memory transport
 (tests/support/grpc_memory.py), over a real ``InferenceServer`` with no models, so that every gRPC
 method runs and answers its error.
@@ -12,7 +12,14 @@ the bytes arrive (whole, or in slices of 1..96 bytes).
 
 It fails when the connection raises out of ``data_received``/``connection_lost``, logs an
 error (an exception in a handler or the transport), writes a frame that is not well-formed,
-is left with reading paused or work pending once the loop is idle, or does not settle."""
+is left with reading paused or work pending once the loop is idle, or does not settle.
+
+``h2_core`` (issue 24): raw bytes after the preface and SETTINGS straight into tritium's
+sans-IO HTTP/2 core (``transport/http2``) with a handler that answers every request and
+gives every DATA byte back. It fails when anything but ``H2ConnectionError`` comes out of
+``receive``, a window goes negative or past 2^31-1, a frame the core's own ``parse_frame``
+accepts does not serialise back to its bytes, or what the core wrote is not a sequence of
+well-formed frames (read by hyperframe, independently)."""
 
 from __future__ import annotations
 
@@ -36,7 +43,9 @@ if str(ROOT) not in sys.path:  # run_fuzz.py's workers start in tests/fuzz
 from tests.support.grpc_memory import MemoryTransport  # noqa: E402
 
 from tritium.frontends.grpc.connection import GrpcConnection  # noqa: E402
-from tritium.frontends.grpc.frames import PREFACE  # noqa: E402
+from tritium.transport.http2 import PREFACE, H2ConnectionError, H2Server  # noqa: E402
+from tritium.transport.http2 import frames as h2frames  # noqa: E402
+from tests.support.h2_sink import EventSink, core  # noqa: E402
 from tritium.frontends.grpc.listener import GrpcListener  # noqa: E402
 from tritium.options import ServerOptions  # noqa: E402
 from tritium.server import InferenceServer  # noqa: E402
@@ -286,5 +295,134 @@ H2_FRAMES = Target(
     byte_inputs(H2_SEEDS, H2_TOKENS, 512),
     seeds=H2_SEEDS,
     tokens=H2_TOKENS,
+    max_len=4096,
+)
+
+
+# -- the sans-IO core alone ----------------------------------------------------------------------
+
+
+class _Answering(EventSink):
+    """Answers each request once its input ended; gives every DATA byte back."""
+
+    def __init__(self) -> None:
+        super().__init__(acknowledge=True)
+
+    def on_request(self, stream_id: int, headers: object, end_stream: bool) -> None:
+        if end_stream:
+            self._answer(stream_id)
+
+    def on_data(self, stream_id: int, data: memoryview, flow: int, end_stream: bool) -> None:
+        assert self.core is not None
+        if flow:
+            self.core.acknowledge(stream_id, flow)
+        if end_stream:
+            self._answer(stream_id)
+
+    def on_window(self, stream_id: int) -> None:
+        pass
+
+    def _answer(self, sid: int) -> None:
+        h2 = self.core
+        assert h2 is not None
+        if sid % 3 == 0 and h2.answer(sid, [(b":status", b"200")], b"ok", [(b"grpc-status", b"0")]):
+            return
+        if h2.can_send(sid):
+            h2.send_headers(sid, [(b":status", b"200"), (b"x-big", b"v" * (sid * 97 % 20000))])
+            h2.send_data(sid, memoryview(bytes(sid * 131 % 70000)))
+            if h2.can_send(sid):
+                h2.send_headers(sid, [(b"grpc-status", b"0")], end_stream=True)
+
+
+def _check_windows(h2: H2Server) -> None:
+    send, receive = h2.connection_windows
+    if not 0 <= receive <= h2frames.MAX_WINDOW or send > h2frames.MAX_WINDOW:
+        raise FuzzFailure(f"connection windows {send}/{receive}")
+    for sid, stream in h2.streams.items():
+        if stream.recv_window < 0 or stream.send_window > h2frames.MAX_WINDOW:
+            raise FuzzFailure(f"stream {sid}: windows {stream.recv_window}/{stream.send_window}")
+
+
+def _round_trips(data: bytes) -> None:
+    """Every frame ``parse_frame`` accepts from the input serialises back to its bytes."""
+    pos = 0
+    while pos < len(data):
+        try:
+            parsed = h2frames.parse_frame(data[pos:], max_frame=1 << 20)
+        except h2frames.FrameError:
+            return
+        if parsed is None:
+            return
+        frame, used = parsed
+        wire = h2frames.frame(frame.kind, frame.flags, frame.stream_id, frame.payload)
+        if wire[:5] + wire[9:] != data[pos : pos + 5] + data[pos + 9 : pos + used]:
+            raise FuzzFailure(f"frame at {pos} does not serialise back")
+        pos += used
+
+
+def check_h2_core(data: bytes) -> None:
+    if not data:
+        return
+    step, rest = data[0] % 33, data[1:]
+    _round_trips(rest)
+    wire = PREFACE + _frame(SETTINGS, 0, 0, b"") + rest
+    chunks = [wire] if not step else [wire[i : i + step] for i in range(0, len(wire), step)]
+    sink = _Answering()
+    h2 = core(sink, max_streams=8, max_frame=16384, max_block=32768)
+    out = bytearray()
+    for chunk in chunks:
+        try:
+            used, _ = h2.receive(chunk, 100, 1 << 20)
+        except H2ConnectionError:
+            h2.close(0)
+            out += h2.data_to_send()
+            break
+        if used != len(chunk) and not h2.closed:
+            raise FuzzFailure(f"took {used} of {len(chunk)} bytes within the budget")
+        _check_windows(h2)
+        out += h2.data_to_send()
+    _check_output(bytes(out))
+
+
+def _raw_frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return b"\x00" + _frame(kind, flags, sid, payload)
+
+
+_REQUEST = BLOCKS[0]
+CORE_SEEDS = [
+    _raw_frame(HEADERS, 0x5, 1, _REQUEST),
+    b"\x05"
+    + _frame(HEADERS, 0x4, 3, _REQUEST)
+    + _frame(DATA, 0x1, 3, _message(_INFER)),
+    b"\x00"
+    + _frame(HEADERS, 0x0, 1, _REQUEST[:10])
+    + _frame(9, 0x4, 1, _REQUEST[10:])
+    + _frame(8, 0, 0, struct.pack(">I", 1 << 20))
+    + _frame(6, 0, 0, b"pingpong"),
+    b"\x00"
+    + _frame(SETTINGS, 0, 0, struct.pack(">HIHIHI", 4, 100, 5, 20000, 1, 0))
+    + _frame(HEADERS, 0x4, 9, _REQUEST)
+    + _frame(8, 0, 9, struct.pack(">I", 70000))
+    + _frame(DATA, 0x9, 9, b"\x03abc" + bytes(3))
+    + _frame(3, 0, 9, bytes(4))
+    + _frame(7, 0, 0, bytes(8) + b"bye"),
+]
+CORE_TOKENS = [
+    _frame(HEADERS, 0x5, 5, _REQUEST),
+    _frame(DATA, 0x1, 5, b"x"),
+    _frame(SETTINGS, 0, 0, b""),
+    _frame(SETTINGS, 0x1, 0, b""),
+    _frame(6, 0, 0, bytes(8)),
+    _frame(8, 0, 0, b"\x7f\xff\xff\xff"),
+    _frame(3, 0, 5, b"\x00\x00\x00\x08"),
+    _frame(2, 0, 5, bytes(5)),
+]
+
+H2_CORE = Target(
+    "h2_core",
+    check_h2_core,
+    byte_inputs(CORE_SEEDS, CORE_TOKENS, 512),
+    seeds=CORE_SEEDS,
+    tokens=CORE_TOKENS,
     max_len=4096,
 )

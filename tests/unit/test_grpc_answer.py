@@ -1,7 +1,7 @@
-"""The transport's one-piece unary answer (``Outbound.answer`` of ``GrpcConnection``) builds
-its frames by hand and advances h2's stream state and windows itself: an independent h2
-client must read exactly a normal answer, and h2's accounting must stay what its own calls
-would make it."""
+"""The transport's one-piece unary answer (``Outbound.answer`` of ``GrpcConnection``, on
+``H2Server.answer``) writes headers, DATA and trailers in one piece: an independent h2 client
+must read exactly a normal answer, and the core's stream states and windows must stay what
+the general path would make them."""
 
 from __future__ import annotations
 
@@ -110,7 +110,7 @@ def _check(answer: dict[str, Any], body: bytes) -> None:
 
 
 def test_small_answers_read_as_normal_ones_and_close_their_streams() -> None:
-    # more calls than the connection's stream bound: h2 must see every stream closed
+    # more calls than the connection's stream bound: every stream must be closed and forgotten
     answers = _exchange(150, b"hello", 1)
     assert len(answers) == 150
     for answer in answers:

@@ -1,17 +1,21 @@
-"""Pure logic of the gRPC transport: grpc core's ping abuse policy and the frame-size guard."""
+"""Pure logic of the gRPC transport: grpc core's ping policy and the HTTP/2 core's frame bounds."""
 
 from __future__ import annotations
 
+import hpack
 import pytest
 from h2.errors import ErrorCodes
 
-from tritium.frontends.grpc.frames import PREFACE, FrameSizeGuard
-from tritium.frontends.grpc.pings import NO_CALLS_INTERVAL, PingPolicy
+from tests.support.h2_sink import EventSink, core
+
+from tritium.frontends.grpc.pings import ping_policy
+from tritium.transport.http2.pings import NO_CALLS_INTERVAL, PingPolicy
 from tritium.options import GrpcOptions, ServerOptions
+from tritium.transport.http2 import PREFACE, H2ConnectionError, H2Server
 
 
 def _policy(**overrides: object) -> PingPolicy:
-    return PingPolicy(ServerOptions(grpc=GrpcOptions(**overrides)))  # type: ignore[arg-type]
+    return ping_policy(ServerOptions(grpc=GrpcOptions(**overrides)))  # type: ignore[arg-type]
 
 
 def test_pings_within_the_interval_are_strikes_and_too_many_end_the_connection() -> None:
@@ -62,48 +66,68 @@ def test_keepalive_pings_stop_after_the_limit_without_data() -> None:
     assert policy.may_send_keepalive(calls_active=False)
 
 
-def _frame_header(length: int, kind: int = 0, sid: int = 1) -> bytes:
-    return length.to_bytes(3, "big") + bytes([kind, 0]) + sid.to_bytes(4, "big")
+def _frame_header(length: int, kind: int = 0x20, sid: int = 1, flags: int = 0) -> bytes:
+    return length.to_bytes(3, "big") + bytes([kind, flags]) + sid.to_bytes(4, "big")
 
 
-def test_frame_guard_follows_frames_split_anywhere() -> None:
-    stream = PREFACE + _frame_header(5) + b"hello" + _frame_header(16384) + bytes(16384)
-    for cut in (1, 7, 24, 30, 33, 40, len(stream) - 1):
-        guard = FrameSizeGuard(16384, 32768)
-        assert guard.check(stream[:cut]) is None
-        assert guard.check(stream[cut:]) is None
+SETTINGS = _frame_header(0, 0x4, 0)
+
+
+def _check(h2: H2Server, data: bytes) -> int | None:
+    """None, or the HTTP/2 error code that ends the connection."""
+    try:
+        h2.receive(data, len(data) + 1, len(data))
+    except H2ConnectionError as exc:
+        return exc.code
+    return None
+
+
+def _core() -> H2Server:
+    return core(EventSink(), max_frame=16384, max_block=32768)
+
+
+def test_frames_are_followed_split_anywhere() -> None:
+    stream = PREFACE + SETTINGS + _frame_header(5) + b"hello" + _frame_header(16384)
+    stream += bytes(16384)
+    for cut in (1, 7, 24, 30, 33, 40, 42, len(stream) - 1):
+        h2 = _core()
+        assert _check(h2, stream[:cut]) is None
+        assert _check(h2, stream[cut:]) is None
 
 
 @pytest.mark.parametrize("split", [False, True])
-def test_frame_guard_refuses_an_oversized_header_before_its_body(split: bool) -> None:
-    guard = FrameSizeGuard(16384, 32768)
+def test_an_oversized_frame_is_refused_from_its_header(split: bool) -> None:
+    h2 = _core()
     header = _frame_header(16385)
     if split:
-        assert guard.check(PREFACE + header[:4]) is None
-        assert guard.check(header[4:]) == ErrorCodes.FRAME_SIZE_ERROR
+        assert _check(h2, PREFACE + SETTINGS + header[:4]) is None
+        assert _check(h2, header[4:]) == ErrorCodes.FRAME_SIZE_ERROR
     else:
-        assert guard.check(PREFACE + header) == ErrorCodes.FRAME_SIZE_ERROR
+        assert _check(h2, PREFACE + SETTINGS + header) == ErrorCodes.FRAME_SIZE_ERROR
 
 
-def test_frame_guard_refuses_a_bad_preface() -> None:
-    assert FrameSizeGuard(16384, 32768).check(b"GET / HTTP/1.1\r\n") == ErrorCodes.PROTOCOL_ERROR
-    guard = FrameSizeGuard(16384, 32768)
-    assert guard.check(PREFACE[:10]) is None
-    assert guard.check(b"X" * 14) == ErrorCodes.PROTOCOL_ERROR
+def test_a_bad_preface_is_refused() -> None:
+    assert _check(_core(), b"GET / HTTP/1.1\r\n") == ErrorCodes.PROTOCOL_ERROR
+    h2 = _core()
+    assert _check(h2, PREFACE[:10]) is None
+    assert _check(h2, b"X" * 14) == ErrorCodes.PROTOCOL_ERROR
+    assert _check(_core(), PREFACE + _frame_header(8, 0x6, 0) + bytes(8)) == (
+        ErrorCodes.PROTOCOL_ERROR  # the preface's first frame is SETTINGS
+    )
 
 
-def test_frame_guard_refuses_a_header_block_past_its_bound() -> None:
-    guard = FrameSizeGuard(16384, 32768)
-    headers = (16000).to_bytes(3, "big") + bytes([0x1, 0x0]) + (1).to_bytes(4, "big")
-    continuation = (16000).to_bytes(3, "big") + bytes([0x9, 0x0]) + (1).to_bytes(4, "big")
-    assert guard.check(PREFACE + headers + bytes(16000)) is None
-    assert guard.check(continuation + bytes(16000)) is None
-    assert guard.check(continuation) == ErrorCodes.ENHANCE_YOUR_CALM  # 48,000 > 32,768
+def test_a_header_block_past_its_bound_is_refused_before_its_body() -> None:
+    h2 = _core()
+    headers = _frame_header(16000, 0x1, 1)
+    continuation = _frame_header(16000, 0x9, 1)
+    assert _check(h2, PREFACE + SETTINGS + headers + bytes(16000)) is None
+    assert _check(h2, continuation + bytes(16000)) is None
+    assert _check(h2, continuation) == ErrorCodes.ENHANCE_YOUR_CALM  # 48,000 > 32,768
 
 
-def test_frame_guard_starts_a_new_block_after_end_headers() -> None:
-    guard = FrameSizeGuard(16384, 32768)
-    ended = (16000).to_bytes(3, "big") + bytes([0x1, 0x4]) + (1).to_bytes(4, "big")
-    assert guard.check(PREFACE) is None
-    for _ in range(5):  # many calls, each with its own 16,000-byte block
-        assert guard.check(ended + bytes(16000)) is None
+def test_each_header_block_has_its_own_bound() -> None:
+    h2 = _core()
+    assert _check(h2, PREFACE + SETTINGS) is None
+    block = hpack.Encoder().encode([(":method", "POST"), ("x-pad", "p" * 8000)])
+    for sid in range(1, 11, 2):  # many calls, each with its own 8,000-byte block
+        assert _check(h2, _frame_header(len(block), 0x1, sid, 0x4) + block) is None

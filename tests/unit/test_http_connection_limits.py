@@ -11,7 +11,7 @@ import zlib
 import pytest
 from tests.support.http_fakes import connect, responses, run, until
 
-from tritium.frontends.http.inflate import BodyRejected, Inflater
+from tritium.transport.http1.inflate import BodyRejected, Inflater
 from tritium.frontends.http.messages import HttpRequest, HttpResponse
 
 

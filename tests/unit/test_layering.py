@@ -15,7 +15,7 @@ TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicor
 # ``tensor_codec`` is the BYTES/raw tensor wire format shared with the Python backend's stub
 # protocol: syntax, not core logic. ``access`` (``policy``, ``audit``) is the pure access
 # policy and the audit log every front-end applies at its dispatch point; ``metrics.render``
-# the Prometheus text the metrics endpoint serves.
+# the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2).
 FRONTEND_ALLOWED = {
     "types",
     "errors",
@@ -24,6 +24,7 @@ FRONTEND_ALLOWED = {
     "tensor_codec",
     "metrics.render",
     "access",
+    "transport",
 }
 
 
@@ -62,13 +63,16 @@ def _allowed_for_frontends(module: str) -> bool:
     return any(module == ok or module.startswith(ok + ".") for ok in FRONTEND_ALLOWED)
 
 
-# The transport's side: the front-ends, the runtime that binds them, the command line's entry
-# point (uvloop) and ``python -m tritium``.
+# The transport's side: the protocol cores (``transport/``: httptools under HTTP/1.1), the
+# front-ends, the runtime that binds them, the command line's entry point (uvloop) and
+# ``python -m tritium``.
 NOT_CORE = {"runtime.py", "cli/main.py", "__main__.py"}
 CORE = [
     p
     for p in SRC.rglob("*.py")
-    if "frontends" not in p.parts and str(p.relative_to(SRC)) not in NOT_CORE
+    if "frontends" not in p.parts
+    and p.relative_to(SRC).parts[0] != "transport"
+    and str(p.relative_to(SRC)) not in NOT_CORE
 ]
 FRONTENDS = list((SRC / "frontends").rglob("*.py"))
 
@@ -122,6 +126,7 @@ def test_serving_imports_no_ml_runtime() -> None:
 # top-level modules and packages of src/tritium, all of them (``test_layers_name_every_unit``).
 # See docs/architecture.md, "Layers".
 LAYERS: list[set[str]] = [
+    {"transport"},  # protocol cores (HTTP/2 sans-IO, HTTP/1.1): nothing else of tritium
     {"__init__", "errors", "types"},  # the values every layer passes around
     {"tensor_codec", "metrics", "logs", "access", "tracing"},  # pure: no request, no model
     {"request", "options"},  # one inference's state; the server's frozen options

@@ -1,2 +1,2 @@
 """gRPC front-end: inference.GRPCInferenceService and grpc.health.v1 on tritium's own HTTP/2
-server (``h2`` + ``hpack``, an asyncio.Protocol on the one event loop)."""
+server (``transport/http2``, an asyncio.Protocol on the one event loop)."""

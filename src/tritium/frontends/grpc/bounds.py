@@ -34,11 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import h2.connection
-import h2.exceptions
-from h2.errors import ErrorCodes
-
 from ...options import ServerOptions
+from ...transport.http2 import ErrorCode, H2Server
 from .call import ServerCall
 from .status import StatusCode
 
@@ -72,7 +69,7 @@ class Bounds:
     """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
 
     kind = "gRPC"  # for the log of frontends/accept.py
-    _h2: h2.connection.H2Connection
+    _h2: H2Server
     _transport: asyncio.Transport | None
     calls: dict[int, ServerCall]
     _blocked: dict[int, ServerCall]
@@ -165,10 +162,7 @@ class Bounds:
         """GOAWAY(NO_ERROR) and close at once (no lingering: the descriptor is wanted)."""
         if self._closed:
             return
-        try:
-            self._h2.close_connection(ErrorCodes.NO_ERROR, additional_data=debug)
-        except h2.exceptions.ProtocolError:
-            pass
+        self._h2.close(ErrorCode.NO_ERROR, debug)
         self._write_now()
         self._closed = True
         if self._transport is not None:
@@ -191,7 +185,7 @@ class Bounds:
             self._idle_timer = asyncio.get_running_loop().call_later(left, self._idle_check)
             return
         log.debug("gRPC connection %s: idle, closing", self.peer)
-        self._close(ErrorCodes.NO_ERROR, b"max_idle")  # no call: one GOAWAY, then close
+        self._close(ErrorCode.NO_ERROR, b"max_idle")  # no call: one GOAWAY, then close
 
     # -- request bytes held ------------------------------------------------------------------
     def check_input(self, call: ServerCall) -> bool:
@@ -244,17 +238,14 @@ class Bounds:
         log.info("gRPC connection %s: %s; stream %d ended", self.peer, self._output_message(),
                  call.stream_id)  # fmt: skip
         if call.pending:  # part of a message is out: the stream cannot end with a status
-            self.reset_call(call, ErrorCodes.ENHANCE_YOUR_CALM)
+            self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
         else:
             self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
             call.cancelled()
         return False
 
     def _send_window(self, call: ServerCall) -> int:
-        try:
-            return int(self._h2.local_flow_control_window(call.stream_id))
-        except (h2.exceptions.StreamClosedError, h2.exceptions.NoSuchStreamError):
-            return 0
+        return self._h2.send_window(call.stream_id)
 
     def _output_message(self) -> str:
         return (
@@ -270,10 +261,7 @@ class Bounds:
         call.pending.clear()
         call.pending_bytes = 0
         call.trailers = None
-        try:
-            self._h2.reset_stream(sid, code)
-        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError):
-            pass
+        self._h2.reset_stream(sid, code)
         call.cancelled()
         self._flush()
         self._maybe_close()
@@ -301,7 +289,7 @@ class Bounds:
             elif stalled == "output":
                 log.info("gRPC connection %s: stream %d read nothing for %g s, reset",
                          self.peer, call.stream_id, limit)  # fmt: skip
-                self.reset_call(call, ErrorCodes.CANCEL)
+                self.reset_call(call, ErrorCode.CANCEL)
             else:
                 why = f"no request data for {limit:g} s (stalled stream)"
                 self.finish_call(call, StatusCode.DEADLINE_EXCEEDED, why)
@@ -320,11 +308,7 @@ class Bounds:
         if call.half_closed or call.done:
             return None
         if call.incomplete:
-            try:
-                window = self._h2.remote_flow_control_window(call.stream_id)
-            except (h2.exceptions.StreamClosedError, h2.exceptions.NoSuchStreamError):
-                return None
-            return "input" if window > 0 else None
+            return "input" if self._h2.receive_window(call.stream_id) > 0 else None
         return "input" if call.task is None else None
 
 

@@ -1,26 +1,19 @@
 """What one gRPC connection may make the server do: per turn of the event loop, and in
 control frames that do no work (pure logic, clock passed in).
 
-Turns. One read is handed to h2 at most ``FRAMES_PER_TURN`` frames / ``BYTES_PER_TURN`` bytes
-at a time, and at most ``MESSAGES_PER_TURN`` request messages are cut out of DATA (and
-started) per turn; the rest waits, with reading paused, for a later turn of the loop, so
-every other connection gets its turns in between (h2 parses a frame in ~30 µs, a stream's
-message costs about as much).
+Turns. One read is handed to the HTTP/2 core at most ``FRAMES_PER_TURN`` frames /
+``BYTES_PER_TURN`` bytes at a time, and at most ``MESSAGES_PER_TURN`` request messages are
+cut out of DATA (and started) per turn; the rest waits, with reading paused, for a later turn
+of the loop, so every other connection gets its turns in between (a stream's message costs
+tens of µs).
 
 Unread answers. While the peer reads nothing (the socket's write buffer is past its high-water
 mark), what the peer's frames make us write (SETTINGS and PING ACKs, RST_STREAM,
 WINDOW_UPDATE, headers) is counted; past ``MAX_UNREAD_BYTES`` reading stops until the socket
 drains, as grpc core stops reading past 10,000 pending induced frames.
 
-Floods. ``FloodLedger`` is a token bucket over the frames that make the server work without
-making progress on a call: SETTINGS, PING, WINDOW_UPDATE, PRIORITY, RST_STREAM, GOAWAY,
-CONTINUATION, unknown types, HEADERS that open no stream, and empty DATA without END_STREAM.
-Each costs one credit. The bucket starts at ``BURST`` credits and refills at
-``REFILL_PER_S`` a second up to ``BURST`` (nghttp2 allows RST_STREAM at a burst of 1,000
-then 33 a second); each stream the client opens earns ``STREAM_CREDIT`` (its PRIORITY,
-RST_STREAM and WINDOW_UPDATEs), each DATA frame the server sends earns 2 and each 16 KiB of
-it one more (the WINDOW_UPDATEs that acknowledge it, as Envoy allows WINDOW_UPDATEs per DATA
-frame sent). Below zero the connection is flooding: GOAWAY ENHANCE_YOUR_CALM.
+Floods: the HTTP/2 core charges control frames that do no work to its ``FloodLedger``
+(``transport/http2/flood.py``); a flood ends the connection with GOAWAY ENHANCE_YOUR_CALM.
 """
 
 from __future__ import annotations
@@ -29,51 +22,5 @@ FRAMES_PER_TURN = 100
 BYTES_PER_TURN = 1 << 20
 MESSAGES_PER_TURN = 64
 MAX_UNREAD_BYTES = 256 * 1024
-BURST = 1000
-REFILL_PER_S = 100.0
-STREAM_CREDIT = 10
-MAX_CREDIT = 1 << 20  # what earned credit may bank up to
 BUSY, UNREAD = 1, 2  # why reading is paused: work left for later turns, answers left unread
 
-_DATA, _HEADERS = 0x0, 0x1
-_END_STREAM = 0x1
-
-
-class FloodLedger:
-    __slots__ = ("_credit", "_refilled", "_highest", "flooded")
-
-    def __init__(self, now: float) -> None:
-        self._credit = float(BURST)
-        self._refilled = now
-        self._highest = 0  # the highest stream id a HEADERS frame used
-        self.flooded = False
-
-    def refill(self, now: float) -> None:
-        """Time's credit, up to ``BURST`` (earned credit above it is kept)."""
-        if self._credit < BURST:
-            self._credit = min(float(BURST), self._credit + (now - self._refilled) * REFILL_PER_S)
-        self._refilled = now
-
-    def frame(self, head: bytes) -> bool:
-        """A received frame, from its 9-byte header: True once the connection floods."""
-        kind = head[3]
-        if kind == _DATA:
-            if head[2] or head[1] or head[0] or head[4] & _END_STREAM:
-                return False  # a payload, or the end of the request
-        elif kind == _HEADERS:
-            sid = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
-            if sid > self._highest:  # a new stream
-                self._highest = sid
-                self._earn(STREAM_CREDIT)
-                return False
-        self._credit -= 1
-        if self._credit < 0:
-            self.flooded = True
-        return self.flooded
-
-    def sent(self, frames: int, size: int) -> None:
-        """``frames`` DATA frames of ``size`` bytes in all went to the peer."""
-        self._earn(2 * frames + (size >> 14))
-
-    def _earn(self, credit: int) -> None:
-        self._credit = min(float(MAX_CREDIT), self._credit + credit)

@@ -154,7 +154,7 @@ class ServerCall:
         return self._conn
 
     # -- receiving (called by the connection) ------------------------------------------------
-    def feed(self, data: bytes, flow: int) -> bool:
+    def feed(self, data: bytes | memoryview, flow: int) -> bool:
         """DATA of this stream: complete messages go to the inbox (raises RpcError for a
         message over the bound or one that cannot be inflated), as many as the connection's
         ``message_budget`` for this turn allows. True when messages may be left uncut: the

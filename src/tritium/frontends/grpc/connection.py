@@ -1,11 +1,12 @@
-"""One client connection of the gRPC server: HTTP/2 (the ``h2`` state machine) on the event
-loop, calls dispatched to the service's handlers.
+"""One client connection of the gRPC server: HTTP/2 (tritium's own sans-IO core,
+``transport/http2``, whose ``Events`` this class implements) on the event loop, calls
+dispatched to the service's handlers.
 
 - Flow control both ways: received bytes are given back when a handler takes its message
   (``call``); responses are written as far as the peer's windows allow and the rest waits for
   its WINDOW_UPDATE, and the socket's own back-pressure (``pause_writing``) holds everything.
 - SETTINGS: ``--grpc-max-concurrent-streams`` (a stream beyond it is answered
-  RST_STREAM(REFUSED_STREAM) and the connection goes on: ``h2_server.py``) and a header-list
+  RST_STREAM(REFUSED_STREAM) and the connection goes on) and a header-list
   bound (an HPACK bomb ends the connection with ENHANCE_YOUR_CALM instead of being buffered).
 - Pings: grpc core's abuse policy (``--grpc-http2-min-recv-ping-interval-without-data``,
   ``--grpc-keepalive-permit-without-calls``, ``--grpc-http2-max-ping-strikes``: GOAWAY
@@ -28,28 +29,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import h2.config
-import h2.connection
-import h2.events
-import h2.exceptions
-import h2.settings
-from h2.connection import ConnectionState
-from h2.errors import ErrorCodes
-from h2.settings import SettingCodes
-from hyperframe.frame import GoAwayFrame
-
+from ...transport.http2 import ErrorCode, FloodLedger, H2Server, Limits
+from ...transport.http2.headers import Headers
 from .bounds import Bounds
-from .budgets import UNREAD, FloodLedger
+from .budgets import UNREAD
 from .call import ServerCall
-from .frames import Buffer, FrameSizeGuard
-from .h2_server import ServerConnection
-from .hpack_fast import CachingDecoder, LiteralEncoder
 from .inbound import Inbound
-from .outbound import STREAM_GONE, Outbound
-from .pings import PingPolicy
+from .outbound import Outbound
+from .pings import ping_policy
 from .status import RpcError
 
 if TYPE_CHECKING:
@@ -62,16 +51,6 @@ MAX_HEADER_LIST = 16 * 1024  # bytes of decoded request headers (grpc's default 
 STREAM_WINDOW = 1 << 20  # each stream's receive window
 CONNECTION_WINDOW = 16 << 20  # the connection's receive window
 _LINGER_SECS = 1.0  # after our GOAWAY, how long the peer's bytes are read and dropped
-# Inbound header validation is the dispatcher's (it reads :method, :path and content-type;
-# everything else is opaque metadata): h2's per-character checks cost ~10 µs a call.
-_H2_CONFIG = h2.config.H2Configuration(
-    client_side=False,
-    header_encoding=None,
-    validate_inbound_headers=False,
-    normalize_inbound_headers=False,
-    validate_outbound_headers=False,
-    normalize_outbound_headers=False,
-)
 
 
 class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
@@ -79,7 +58,6 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         self._listener = listener
         self.max_receive = listener.max_receive
         self.max_send = listener.max_send
-        self._h2 = ServerConnection(config=_H2_CONFIG)  # REFUSED_STREAM over the bound
         self._transport: asyncio.Transport | None = None
         self.peer = ""
         self.calls: dict[int, ServerCall] = {}
@@ -90,12 +68,22 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         self._draining = False
         self._last_stream = 0
         self._closed = False
-        self._pings = PingPolicy(listener.options)
+        self._pings = ping_policy(listener.options)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
         self._ledger = FloodLedger(time.monotonic())
-        self._frames = FrameSizeGuard(MAX_FRAME, 2 * MAX_HEADER_LIST, self._ledger)
+        # Our SETTINGS are in force from the first frame it writes; header blocks longer than
+        # twice the decoded bound are refused before they are buffered.
+        limits = Limits(
+            max_streams=listener.max_streams,
+            max_frame=MAX_FRAME,
+            max_header_list=MAX_HEADER_LIST,
+            max_block=2 * MAX_HEADER_LIST,
+            stream_window=STREAM_WINDOW,
+            connection_window=CONNECTION_WINDOW,
+        )
+        self._h2 = H2Server(self, limits, self._ledger)
         self._init_inbound()
         self._init_bounds(listener.limits, listener.pool)
 
@@ -107,23 +95,6 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
             host = address[0]
             self.peer = f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
         options = self._listener.options
-        # Our SETTINGS as initial values: what the first SETTINGS frame says is what h2
-        # enforces from the start (values set afterwards would wait for the peer's ACK).
-        self._h2.local_settings = h2.settings.Settings(
-            client=False,
-            initial_values={
-                SettingCodes.MAX_CONCURRENT_STREAMS: self._listener.max_streams,
-                SettingCodes.MAX_HEADER_LIST_SIZE: MAX_HEADER_LIST,
-                SettingCodes.INITIAL_WINDOW_SIZE: STREAM_WINDOW,
-                SettingCodes.ENABLE_PUSH: 0,
-                SettingCodes.MAX_FRAME_SIZE: MAX_FRAME,
-            },
-        )
-        self._h2.max_inbound_frame_size = MAX_FRAME  # h2 read it from its own defaults
-        self._h2.decoder = CachingDecoder(MAX_HEADER_LIST)
-        self._h2.encoder = LiteralEncoder()
-        self._h2.initiate_connection()
-        self._h2.increment_flow_control_window(CONNECTION_WINDOW - 65535)
         self._write_now()
         loop = asyncio.get_running_loop()
         if options.grpc.keepalive_time_ms > 0:
@@ -139,38 +110,6 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         if self._closed:
             return  # lingering after our GOAWAY: dropped
         self._read(data)  # in turns: inbound.py
-
-    def _receive(self, data: Buffer) -> None:
-        """Frames (one turn's, checked by ``FrameSizeGuard``) to h2, their events to the
-        handlers. A GOAWAY from the peer closes h2's side of the connection and drops what
-        it had not written: what is queued goes first, and the calls in flight (this batch's
-        too) can still be answered (``_goaway``)."""
-        self._write_now()
-        try:
-            events = self._h2.receive_data(data)
-        except h2.exceptions.ProtocolError as exc:
-            self._protocol_error(exc)
-            return
-        machine = self._h2.state_machine
-        if machine.state is ConnectionState.CLOSED and any(
-            type(event) is h2.events.ConnectionTerminated for event in events
-        ):
-            machine.state = ConnectionState.SERVER_OPEN
-        self._corked = True  # what the events make is written once, below
-        try:
-            for event in events:
-                if _is_data(event):
-                    self._pings.data()
-                handler = _EVENTS.get(type(event))
-                if handler is not None:
-                    handler(self, event)
-        except Exception:  # a bug: this connection ends, the server goes on
-            log.exception("gRPC connection %s: unexpected error", self.peer)
-            self._corked = False
-            self._close(ErrorCodes.INTERNAL_ERROR)
-            return
-        self._corked = False
-        self._write_now()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -198,20 +137,21 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         self._write_blocked()
         self._flush()
 
-    # -- events ------------------------------------------------------------------------------
-    def _request(self, event: h2.events.RequestReceived) -> None:
-        sid = event.stream_id
+    # -- events (transport/http2's Events) --------------------------------------------------
+    def on_request(self, sid: int, headers: Headers, end_stream: bool) -> None:
+        self._pings.data()
         if self._draining and sid > self._last_stream:
-            try:
-                self._h2.reset_stream(sid, ErrorCodes.REFUSED_STREAM)
-            except STREAM_GONE:
-                pass
+            self._h2.reset_stream(sid, ErrorCode.REFUSED_STREAM)
             return
         self._last_stream = max(self._last_stream, sid)
         if self._blocked and self.output_full():
             self.refuse_busy(sid)
             return
-        self._listener.dispatch.start(self, sid, event.headers or [])  # END_STREAM: its event
+        self._listener.dispatch.start(self, sid, headers)
+        if end_stream:
+            call = self.calls.get(sid)
+            if call is not None and not call.half_closed:
+                self._ended_input(call)
 
     def open_call(
         self, sid: int, method: str, metadata: dict[str, str], encoding: str | None
@@ -223,41 +163,32 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
 
     def refuse(self, sid: int, status: int) -> None:
         """An HTTP answer without gRPC (wrong method or content-type); a client still
-        sending is told to stop (h2 may already have closed a stream whose DATA came in the
-        same read)."""
-        headers = [(b":status", str(status).encode()), (b"content-type", b"text/plain")]
-        try:
+        sending is told to stop."""
+        headers = ((b":status", str(status).encode()), (b"content-type", b"text/plain"))
+        if self._h2.can_send(sid):
             self._h2.send_headers(sid, headers, end_stream=True)
-            stream = self._h2.streams.get(sid)
-            if stream is not None and not stream.closed:
-                self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
-        except STREAM_GONE:
-            pass
+            self._h2.reset_stream(sid, ErrorCode.NO_ERROR)  # only if the client still sends
 
-    def _data(self, event: h2.events.DataReceived) -> None:
-        sid = event.stream_id
-        flow = event.flow_controlled_length or 0
+    def on_data(self, sid: int, data: memoryview, flow: int, end_stream: bool) -> None:
+        if flow:
+            self._pings.data()  # DATA with a payload: the pings so far were not abuse
         call = self.calls.get(sid)
         if call is None or call.done:
             if flow:  # an answered or unknown stream: drop the bytes, keep the window open
                 self.acknowledge(sid, flow)
             return
-        try:
-            more = call.feed(event.data or b"", flow)
-        except RpcError as exc:
-            self.finish_call(call, exc.code, exc.message)
-            call.cancelled()
-            return
-        if more:  # messages left for a later turn
-            self.defer(call)
-        if not self.check_input(call):
-            return  # ended by the connection's input bound
-        if event.stream_ended:
-            self._ended_input(call)
-
-    def _stream_ended(self, event: h2.events.StreamEnded) -> None:
-        call = self.calls.get(event.stream_id)
-        if call is not None and not call.half_closed:
+        if flow:
+            try:
+                more = call.feed(data, flow)
+            except RpcError as exc:
+                self.finish_call(call, exc.code, exc.message)
+                call.cancelled()
+                return
+            if more:  # messages left for a later turn
+                self.defer(call)
+            if not self.check_input(call):
+                return  # ended by the connection's input bound
+        if end_stream and not call.half_closed:
             self._ended_input(call)
 
     def _ended_input(self, call: ServerCall) -> None:
@@ -267,44 +198,45 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         if not call.done:
             self._listener.dispatch.input_ended(call)
 
-    def _reset(self, event: h2.events.StreamReset) -> None:
-        call = self.calls.pop(event.stream_id, None)
-        self._blocked.pop(event.stream_id, None)
-        self._forget(event.stream_id)
+    def on_reset(self, sid: int, code: int) -> None:
+        call = self.calls.pop(sid, None)
+        self._blocked.pop(sid, None)
+        self._forget(sid)
         if call is not None:
             call.cancelled()
             self._maybe_close()
 
-    def _window(self, event: h2.events.WindowUpdated) -> None:
-        self._write_blocked(event.stream_id)
+    def on_window(self, sid: int) -> None:
+        self._write_blocked(sid)
 
-    def _settings(self, event: h2.events.RemoteSettingsChanged) -> None:
+    def on_settings(self) -> None:
         self._preface_done()
         self._write_blocked()
 
-    def _ping(self, event: h2.events.PingReceived) -> None:
-        """h2 has queued the ACK; too many pings without data end the connection."""
+    def on_ping(self) -> None:
+        """The ACK is queued; too many pings without data end the connection."""
         if self._pings.received(time.monotonic(), bool(self.calls)):
             self.end_flood(b"too_many_pings")
 
-    def _ping_ack(self, event: h2.events.PingAckReceived) -> None:
+    def on_ping_ack(self, payload: bytes) -> None:
         if self._ping_timeout is not None:
             self._ping_timeout.cancel()
             self._ping_timeout = None
 
-    def _goaway(self, event: h2.events.ConnectionTerminated) -> None:
+    def on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
         """The client is going away: finish what is in flight, then close."""
         self._draining = True
-        self._last_stream = max(self._last_stream, event.last_stream_id or 0)
+        self._last_stream = max(self._last_stream, last_stream_id)
         self._maybe_close()
 
     # -- writing -----------------------------------------------------------------------------
     def acknowledge(self, sid: int, size: int) -> None:
         """Gives ``size`` received bytes back to the connection's and the stream's windows
-        (h2 skips the stream's when it is closed)."""
+        (the core skips the stream's when it is closed)."""
         if not self._closed:
-            self._h2.acknowledge_received_data(size, sid)
-            self._flush()
+            self._h2.acknowledge(sid, size)
+            if self._h2.has_output():
+                self._flush()
 
     # -- pings, age, draining ----------------------------------------------------------------
     def _send_keepalive(self) -> None:
@@ -331,17 +263,12 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
 
     def drain(self, grace: float | None) -> None:
         """GOAWAY(NO_ERROR): no new streams; close when the calls are done or after ``grace``
-        seconds. The frame is written by hand: h2 allows nothing after its own GOAWAY, and
-        the calls in flight must still be answered."""
+        seconds; the calls in flight are still answered."""
         if self._closed or self._draining:
             return
         self._draining = True
-        self._write_now()  # what h2 holds goes before the GOAWAY
-        frame = GoAwayFrame(0)
-        frame.last_stream_id = self._last_stream
-        frame.error_code = ErrorCodes.NO_ERROR
-        assert self._transport is not None
-        self._transport.write(frame.serialize())
+        self._h2.goaway(ErrorCode.NO_ERROR, self._last_stream)
+        self._write_now()
         if grace is not None:
             asyncio.get_running_loop().call_later(grace, self.abort)
         self._maybe_close()
@@ -350,7 +277,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         if self.calls or self._closed:
             return
         if self._draining:
-            self._close(ErrorCodes.NO_ERROR)
+            self._close(ErrorCode.NO_ERROR)
         else:
             self._went_idle()
 
@@ -360,10 +287,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         for call in list(self.calls.values()):
             call.cancelled()
         self.calls.clear()
-        try:
-            self._h2.close_connection(code, additional_data=debug or None)
-        except h2.exceptions.ProtocolError:
-            pass
+        self._h2.close(code, debug)
         self._write_now()
         self._closed = True
         self._stop_turns()
@@ -385,12 +309,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     def abort(self) -> None:
         """Ends the connection now (grace over, keepalive lost)."""
         if self._transport is not None and not self._transport.is_closing():
-            self._close(ErrorCodes.NO_ERROR)
-
-    def _protocol_error(self, exc: h2.exceptions.ProtocolError) -> None:
-        code = getattr(exc, "error_code", None) or ErrorCodes.PROTOCOL_ERROR
-        log.debug("gRPC connection %s: HTTP/2 protocol error: %s", self.peer, exc)
-        self._close(code)
+            self._close(ErrorCode.NO_ERROR)
 
 
 def _end_linger(transport: asyncio.Transport) -> None:
@@ -400,23 +319,3 @@ def _end_linger(transport: asyncio.Transport) -> None:
         transport.abort()
     else:
         transport.close()
-
-
-def _is_data(event: h2.events.Event) -> bool:
-    """Headers or DATA with a payload: the pings so far were not abuse (empty DATA is not)."""
-    if type(event) is h2.events.DataReceived:
-        return bool(event.flow_controlled_length)
-    return type(event) is h2.events.RequestReceived
-
-
-_EVENTS: dict[type, Callable[[GrpcConnection, Any], None]] = {
-    h2.events.RequestReceived: GrpcConnection._request,
-    h2.events.DataReceived: GrpcConnection._data,
-    h2.events.StreamEnded: GrpcConnection._stream_ended,
-    h2.events.StreamReset: GrpcConnection._reset,
-    h2.events.WindowUpdated: GrpcConnection._window,
-    h2.events.RemoteSettingsChanged: GrpcConnection._settings,
-    h2.events.PingReceived: GrpcConnection._ping,
-    h2.events.PingAckReceived: GrpcConnection._ping_ack,
-    h2.events.ConnectionTerminated: GrpcConnection._goaway,
-}

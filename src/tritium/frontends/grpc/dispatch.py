@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import enum
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -88,7 +88,7 @@ class Dispatcher:
         self._compression = options.grpc.infer_response_compression_level
 
     # -- a new stream ------------------------------------------------------------------------
-    def start(self, conn: GrpcConnection, sid: int, headers: list[tuple[bytes, bytes]]) -> None:
+    def start(self, conn: GrpcConnection, sid: int, headers: Sequence[tuple[bytes, bytes]]) -> None:
         verb, path, metadata = _read_headers(headers)
         content_type = metadata.get("content-type", "")
         if verb != b"POST":
@@ -195,7 +195,9 @@ async def _handle(call: ServerCall, rpc: Method, request: Any) -> bytes | None:
     return None
 
 
-def _read_headers(headers: list[tuple[bytes, bytes]]) -> tuple[bytes, bytes, dict[str, str]]:
+def _read_headers(
+    headers: Sequence[tuple[bytes, bytes]],
+) -> tuple[bytes, bytes, dict[str, str]]:
     """(:method, :path, the other headers by name, a repeated one comma-joined as HTTP
     reads it). Names and values stay opaque text: nothing is built from them."""
     path = verb = b""

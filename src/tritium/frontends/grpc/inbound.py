@@ -1,8 +1,8 @@
 """The reading side of a gRPC connection in turns (the bounds are ``budgets.py``'s).
 
-A read is handed to h2 a bounded number of frames at a time (``frames.py:FrameSizeGuard.scan``)
+A read is handed to the HTTP/2 core a bounded number of frames at a time (``H2Server.receive``)
 and a bounded number of request messages is cut out of DATA per turn (``ServerCall.feed``
-stops at ``message_budget``); what is left — bytes not yet given to h2 (``_backlog``), calls
+stops at ``message_budget``); what is left — bytes not yet given to the core (``_backlog``), calls
 with messages not yet cut (``_deferred``, in the order they stopped) — waits for the next turn
 of the event loop (``loop.call_soon``) with reading paused, so other connections get theirs in
 between. Messages that came first are cut first, and a call's END_STREAM waits for its
@@ -17,13 +17,10 @@ import logging
 import time
 from collections.abc import Callable
 
-import h2.connection
-from h2.errors import ErrorCodes
-
+from ...transport.http2 import ErrorCode, FloodLedger, H2ConnectionError, H2Server
+from ...transport.http2.frames import Buffer
 from .budgets import BUSY, BYTES_PER_TURN, FRAMES_PER_TURN, MESSAGES_PER_TURN, UNREAD
-from .budgets import FloodLedger
 from .call import ServerCall
-from .frames import Buffer, FrameSizeGuard
 from .status import RpcError, StatusCode
 
 log = logging.getLogger("tritium")
@@ -32,17 +29,16 @@ log = logging.getLogger("tritium")
 class Inbound:
     """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
 
-    _h2: h2.connection.H2Connection
+    _h2: H2Server
     _transport: asyncio.Transport | None
     calls: dict[int, ServerCall]
     peer: str
     _closed: bool
     _corked: bool
-    _frames: FrameSizeGuard
     _ledger: FloodLedger
 
     def _init_inbound(self) -> None:
-        self._backlog = bytearray()  # received bytes not yet given to h2
+        self._backlog = bytearray()  # received bytes not yet given to the core
         self._deferred: dict[int, ServerCall] = {}  # calls with messages not yet cut
         self._ending: set[int] = set()  # of those, the ones whose END_STREAM came
         self._holds = 0  # budgets.py BUSY | UNREAD: reading is paused while any is set
@@ -55,7 +51,6 @@ class Inbound:
         self._refill_soon = False
 
     # GrpcConnection's and Outbound's (declared, not defined: the MRO puts this class first)
-    _receive: Callable[[Buffer], None]
     _ended_input: Callable[[ServerCall], None]
     _close: Callable[..., None]
     finish_call: Callable[[ServerCall, StatusCode, str], None]
@@ -88,20 +83,31 @@ class Inbound:
         self._byte_budget = BYTES_PER_TURN
 
     def _turn(self, data: Buffer) -> int:
-        """What is left of this turn's frames and bytes, from ``data``, to h2; the bytes
-        taken."""
+        """What is left of this turn's frames and bytes, from ``data``, to the HTTP/2 core,
+        whose events reach the handlers as it reads; the bytes taken. What they make is
+        written once, at the end. A protocol error (or a flood) ends the connection."""
         self._ledger.refill(time.monotonic())
-        used, begun, refused = self._frames.scan(data, self._frame_budget, self._byte_budget)
+        self._write_now()
+        self._corked = True
+        try:
+            used, begun = self._h2.receive(data, self._frame_budget, self._byte_budget)
+        except H2ConnectionError as exc:
+            self._corked = False
+            log.debug("gRPC connection %s: HTTP/2 protocol error: %s", self.peer, exc)
+            if exc.debug:  # a flood: the debug data says which
+                self.end_flood(exc.debug)
+            else:
+                self._close(exc.code)
+            return len(data)
+        except Exception:  # a bug: this connection ends, the server goes on
+            log.exception("gRPC connection %s: unexpected error", self.peer)
+            self._corked = False
+            self._close(ErrorCode.INTERNAL_ERROR)
+            return len(data)
+        self._corked = False
         self._frame_budget -= begun
         self._byte_budget -= used
-        if refused is not None:  # a bad preface, or a frame refused from its header alone
-            if self._ledger.flooded:
-                self.end_flood(b"too_many_control_frames")
-            else:
-                self._close(refused)
-            return len(data)
-        if used:
-            self._receive(data[:used] if used < len(data) else data)
+        self._write_now()
         return used
 
     def end_flood(self, why: bytes) -> None:
@@ -109,7 +115,7 @@ class Inbound:
         read: the socket closes after the linger, whatever the peer still sends). Logged at
         debug level only: a client reconnecting to flood would flood the log too."""
         log.debug("gRPC connection %s: %s, closing", self.peer, why.decode())  # not per flood
-        self._close(ErrorCodes.ENHANCE_YOUR_CALM, why)
+        self._close(ErrorCode.ENHANCE_YOUR_CALM, why)
         self._hold_reading(BUSY)
 
     def _schedule(self) -> None:
@@ -138,7 +144,7 @@ class Inbound:
             except Exception:  # a bug: this connection ends, the server goes on
                 log.exception("gRPC connection %s: unexpected error", self.peer)
                 self._corked = False
-                self._close(ErrorCodes.INTERNAL_ERROR)
+                self._close(ErrorCode.INTERNAL_ERROR)
                 return
             self._corked = False
             self._write_now()
@@ -200,7 +206,7 @@ class Inbound:
             transport.resume_reading()
 
     def _stop_turns(self) -> None:
-        """The connection ends: nothing more is read into h2; reading resumes (a lingering
+        """The connection ends: nothing more is read into the core; reading resumes (a lingering
         close reads and drops what the peer still sends)."""
         self._backlog = bytearray()  # not clear(): a turn may hold a view of it
         self._deferred.clear()

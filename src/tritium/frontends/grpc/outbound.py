@@ -1,39 +1,29 @@
 """The writing side of a gRPC connection: response headers, messages as DATA frames within
 the peer's flow-control windows (the rest kept per call until WINDOW_UPDATE), trailers, and
-one write per loop iteration.
-
-Small answers are built here as finished frames (``frames.py``) with h2's stream state and
-windows advanced exactly as its ``send_headers``/``send_data`` would (checked against an h2
-client in tests/unit/test_grpc_answer.py); everything else goes through h2.
+one write per loop iteration. The frames are the HTTP/2 core's (``transport/http2``); a
+small unary answer goes out as its three frames in one piece (``H2Server.answer``).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-import h2.connection
-import h2.exceptions
-from h2.errors import ErrorCodes
-from h2.stream import StreamInputs
-
-from .budgets import MAX_UNREAD_BYTES, UNREAD, FloodLedger
+from ...transport.http2 import ErrorCode, H2Server, StreamGone
+from ...transport.http2.pings import PingPolicy
+from .budgets import MAX_UNREAD_BYTES, UNREAD
 from .call import ServerCall
-from .frames import RESPONSE_HEADERS, data_frame, headers_frame, unary_answer
+from .frames import OK_TRAILERS, RESPONSE_HEADERS, response_headers
 from .metadata import encode_grpc_message
-from .pings import PingPolicy
 from .status import StatusCode
 
-# h2 no longer has the stream: closed (a reset, or DATA after END_STREAM, in the same read as
-# the event being handled), or already forgotten once a later stream opened (it would then
-# try to open it anew and find the ID too low)
-STREAM_GONE = (h2.exceptions.NoSuchStreamError, h2.exceptions.StreamIDTooLowError)
+STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset, or closed)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 
 
 class Outbound:
     """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
 
-    _h2: h2.connection.H2Connection
+    _h2: H2Server
     _transport: asyncio.Transport | None
     calls: dict[int, ServerCall]
     _blocked: dict[int, ServerCall]  # calls with bytes waiting for a window
@@ -42,7 +32,6 @@ class Outbound:
     _flush_soon: bool  # a write is scheduled for this loop iteration
     _closed: bool
     _pings: PingPolicy
-    _ledger: FloodLedger  # credited for the DATA frames sent
     _unread: int  # bytes written while the peer did not read (inbound.py)
 
     def _maybe_close(self) -> None:
@@ -53,10 +42,7 @@ class Outbound:
 
     def _headers(self, call: ServerCall) -> None:
         call.headers_sent = True
-        headers = RESPONSE_HEADERS
-        if call.response_encoding is not None:
-            headers = [*headers, (b"grpc-encoding", call.response_encoding[0].encode())]
-        self._h2.send_headers(call.stream_id, headers)
+        self._h2.send_headers(call.stream_id, response_headers(_encoding(call)))
 
     def send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
         """Writes one framed message: ``head`` is its 5-byte prefix."""
@@ -71,86 +57,36 @@ class Outbound:
         self._flush()
 
     def _stream_gone(self, call: ServerCall) -> None:
-        """h2 closed the stream under the call (the peer sent DATA after its END_STREAM in
-        the same read: h2 reset it): the call ends as if the peer had reset it."""
+        """The stream closed under the call: it ends as if the peer had reset it."""
         self.calls.pop(call.stream_id, None)
         self._blocked.pop(call.stream_id, None)
         call.cancelled()
         self._maybe_close()
 
     def _send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
+        if not call.headers_sent:
+            self._headers(call)
         if len(payload) < _JOIN_BELOW:
-            data = head + payload
-            if not self._data_frame(call, data):
-                if not call.headers_sent:
-                    self._headers(call)
-                self._send_data(call, data)
+            self._send_data(call, head + payload)
         else:  # no copy of a large message: the prefix goes as a frame of its own
-            if not call.headers_sent:
-                self._headers(call)
             self._send_data(call, head)
             self._send_data(call, payload)
 
-    def _data_frame(self, call: ServerCall, data: bytes) -> bool:
-        """``data`` as one DATA frame built here (with the response headers before the
-        first), when it fits the windows and one frame; h2's state and windows advanced as
-        ``send_headers``/``send_data`` would. False leaves it to h2."""
-        h2conn = self._h2
-        sid = call.stream_id
-        size = len(data)
-        stream = h2conn.streams.get(sid)
-        if (
-            stream is None
-            or stream.closed
-            or call.pending
-            or self._paused
-            or size > h2conn.max_outbound_frame_size
-            or size > h2conn.local_flow_control_window(sid)
-        ):
-            return False
-        machine = stream.state_machine
-        frames = b""
-        if not call.headers_sent:
-            machine.process_input(StreamInputs.SEND_HEADERS)
-            frames = headers_frame(sid, _encoding(call))
-            call.headers_sent = True
-        machine.process_input(StreamInputs.SEND_DATA)
-        stream.outbound_flow_control_window -= size
-        h2conn.outbound_flow_control_window -= size
-        h2conn._data_to_send += frames + data_frame(sid, data)
-        self._ledger.sent(1, size)
-        return True
-
     def answer(self, call: ServerCall, data: bytes) -> bool:
-        """A whole successful unary answer (headers, one DATA frame, ``grpc-status: 0``) as
-        one piece of frames built here, when it fits the windows and one frame; False
-        leaves it to the general path. h2's own calls cost ~30 µs for the three frames; the
-        stream's state and windows are advanced exactly as ``send_headers``/``send_data``
-        would (tests/unit/test_grpc_answer.py checks it against an h2 client)."""
-        h2conn = self._h2
-        size = len(data)
-        stream = h2conn.streams.get(call.stream_id)
+        """A whole successful unary answer (headers, one DATA frame, ``grpc-status: 0``) in
+        one piece, when it fits the windows and one frame; False leaves it to the general
+        path."""
         if (
-            stream is None
-            or stream.closed
-            or not call.half_closed
+            not call.half_closed
             or call.headers_sent
             or call.pending
             or self._paused
             or self._closed
-            or size > h2conn.max_outbound_frame_size
-            or size > h2conn.local_flow_control_window(call.stream_id)
+            or not self._h2.answer(
+                call.stream_id, response_headers(_encoding(call)), data, OK_TRAILERS
+            )
         ):
             return False
-        machine = stream.state_machine
-        machine.process_input(StreamInputs.SEND_HEADERS)
-        machine.process_input(StreamInputs.SEND_DATA)
-        machine.process_input(StreamInputs.SEND_HEADERS)
-        machine.process_input(StreamInputs.SEND_END_STREAM)
-        stream.outbound_flow_control_window -= size
-        h2conn.outbound_flow_control_window -= size
-        h2conn._data_to_send += unary_answer(call.stream_id, _encoding(call), data)
-        self._ledger.sent(1, size)
         call.headers_sent = True
         call.done = True
         self._ended(call)
@@ -180,21 +116,8 @@ class Outbound:
             self._blocked[call.stream_id] = call
 
     def _push(self, sid: int, view: memoryview) -> memoryview | None:
-        """DATA frames from ``view`` while the windows allow, built here in one piece (h2's
-        send_data serialises a frame object per 16 KiB); the unsent rest, if any."""
-        h2conn = self._h2
-        window = h2conn.local_flow_control_window(sid)
-        size = min(len(view), window)
-        if size <= 0:
-            return view if len(view) else None
-        step = h2conn.max_outbound_frame_size
-        frames = [data_frame(sid, view[at : min(at + step, size)]) for at in range(0, size, step)]
-        stream = h2conn.streams[sid]
-        stream.state_machine.process_input(StreamInputs.SEND_DATA)
-        stream.outbound_flow_control_window -= size
-        h2conn.outbound_flow_control_window -= size
-        h2conn._data_to_send += b"".join(frames)
-        self._ledger.sent(len(frames), size)
+        """DATA frames from ``view`` while the windows allow; the unsent rest, if any."""
+        size = self._h2.send_data(sid, view)
         return view[size:] if size < len(view) else None
 
     def _write_blocked(self, sid: int = 0) -> None:
@@ -247,21 +170,21 @@ class Outbound:
     def _send_trailers(self, call: ServerCall, trailers: list[tuple[str, str]]) -> None:
         sid = call.stream_id
         self._pings.sent_data()
-        encoded = [(k.encode(), v.encode()) for k, v in trailers]
+        encoded = tuple((k.encode(), v.encode()) for k, v in trailers)
         try:
             if call.headers_sent:
                 self._h2.send_headers(sid, encoded, end_stream=True)
             else:  # Trailers-Only
-                self._h2.send_headers(sid, [*RESPONSE_HEADERS, *encoded], end_stream=True)
+                self._h2.send_headers(sid, RESPONSE_HEADERS + encoded, end_stream=True)
                 call.headers_sent = True
             if not call.half_closed:  # the client may still be sending: tell it to stop
-                self._h2.reset_stream(sid, ErrorCodes.NO_ERROR)
+                self._h2.reset_stream(sid, ErrorCode.NO_ERROR)
         except STREAM_GONE:
             pass
         self._ended(call)
 
     def _flush(self) -> None:
-        """Frames h2 has made go out once per loop iteration: everything one event or one
+        """Frames the core has made go out once per loop iteration: everything one event or one
         batch of answers produced leaves in one write (one system call)."""
         if self._corked or self._flush_soon:
             return

@@ -1,5 +1,6 @@
-"""HTTP/1.1 connections on a bare ``asyncio.Protocol`` with httptools (as uvicorn's
-``httptools_impl``): bytes in, parser callbacks, limits and timeouts, pipelining.
+"""HTTP/1.1 connections on a bare ``asyncio.Protocol`` (as uvicorn's ``httptools_impl``):
+bytes in to ``transport/http1/reader.py:RequestReader`` (httptools and the size bounds),
+whose requests and refusals come back here (``ReaderEvents``); timeouts and pipelining here.
 
 A connection reads requests and hands each, once complete, to a ``RequestCycle`` that answers
 it; answers leave in request order. It holds at most ``max_pipelined`` requests and stops
@@ -15,21 +16,18 @@ import time
 from collections import deque
 from typing import Any
 
-import httptools
-
 from ...access.policy import format_peer
 from ..accept import Connections
 from .cors import CorsPolicy
 from .cycle import RequestCycle
-from .flow import FlowControl
-from .inflate import BodyRejected, Inflater, too_large
+from ...transport.http1.flow import FlowControl
+from ...transport.http1.inflate import BodyRejected
+from ...transport.http1.reader import BODY, HEAD, IDLE, RequestReader
 from .limits import HttpLimits
 from .messages import ErrorRenderer, Handler, HttpRequest, HttpResponse, error_response
 
 log = logging.getLogger("tritium")
 
-_IDLE, _HEAD, _BODY = 0, 1, 2  # what the parser is reading
-_GATHER_AFTER = 16  # body pieces kept as they are; past that, gathered as they arrive
 
 
 def render_internal(exc: BaseException) -> HttpResponse:
@@ -55,22 +53,11 @@ class HttpProtocol(asyncio.Protocol):
         "cors",
         "flow",
         "_limits",
-        "_parser",
+        "_reader",
         "_transport",
         "_peer",
         "loop",
-        "_state",
         "_timed",
-        "_messages",
-        "_url",
-        "_headers",
-        "_head_size",
-        "_header_lines",
-        "_max_head",
-        "_body",
-        "_size",
-        "_inflater",
-        "_rejected",
         "_failed",
         "_active",
         "_queue",
@@ -93,23 +80,14 @@ class HttpProtocol(asyncio.Protocol):
         self._tracer = getattr(handler, "tracer", _NO_TRACING)
         self._recv_ns = 0
         self._limits = limits
-        self._parser: Any = httptools.HttpRequestParser(self)
+        self._reader = RequestReader(
+            self, limits.max_body, limits.max_header_bytes, limits.max_url, limits.max_headers
+        )
         self._transport: asyncio.Transport | None = None
         self.flow: FlowControl = None  # type: ignore[assignment]  # set by connection_made
         self._peer = ""
         self.loop = asyncio.get_running_loop()
-        self._state = _IDLE
-        self._timed = _IDLE  # the read phase whose clock runs
-        self._messages = 0  # requests begun on this connection
-        self._url = b""
-        self._headers: dict[bytes, bytes] = {}
-        self._head_size = 0
-        self._header_lines = 0
-        self._max_head = limits.max_header_bytes
-        self._body: list[bytes | bytearray] = []
-        self._size = 0
-        self._inflater: Inflater | None = None
-        self._rejected: BodyRejected | None = None  # why the body being read is refused
+        self._timed = IDLE  # the read phase whose clock runs
         self._failed = False  # the byte stream is unusable: answer what came before, close
         self._active: RequestCycle | None = None
         self._queue: deque[RequestCycle] = deque()
@@ -123,7 +101,7 @@ class HttpProtocol(asyncio.Protocol):
     def idle_deadline(self) -> float | None:
         """When this connection's keep-alive wait ends, while it sits idle between requests
         (nothing being read, nothing to answer); None while it is busy or closed."""
-        if self._transport is None or self._state != _IDLE:
+        if self._transport is None or self._reader.state != IDLE:
             return None
         if self._active is not None or self._queue:
             return None
@@ -156,7 +134,7 @@ class HttpProtocol(asyncio.Protocol):
             self.registry.discard(self)
             self.registry = None
         self._transport = None
-        self._parser = None
+        self._reader.close()
         self._failed = True
         if self._timer is not None:
             self._timer.cancel()
@@ -167,7 +145,6 @@ class HttpProtocol(asyncio.Protocol):
         for cycle in self._queue:
             cycle.cancel()
         self._queue.clear()
-        self._drop_message()
         if self.flow is not None:
             self.flow.resume_writing()  # wake a streamed response so that it ends
 
@@ -182,147 +159,40 @@ class HttpProtocol(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._failed:
             return
-        before, begun = self._state, self._messages
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._fail(400, "protocol upgrade is not supported")
-        except httptools.HttpParserError as exc:
-            self._fail(400, f"malformed HTTP request: {str(exc)[:100]}")
-        if self._state != _IDLE and not self._failed:  # usually idle: whole requests came
-            self._partial(len(data), before == _HEAD and begun == self._messages)
+        reader = self._reader
+        reader.feed(data)
+        if reader.state != IDLE and not self._failed:  # usually idle: whole requests came
+            self._partial(reader.state)
 
-    def _partial(self, size: int, all_head: bool) -> None:
-        """A request is partly read: count its header bytes, and move its clock."""
-        state = self._state
-        if all_head and state == _HEAD:
-            # The whole chunk belongs to one request's headers, which httptools accumulates
-            # itself until they end: count it here so a huge header is refused early.
-            self._head_size += size
-            if self._head_size > self._limits.max_header_bytes + self._limits.max_url:
-                self._fail(431, "the request header block is too large")
-                return
-        if state == _BODY:  # the body's clock restarts with every piece
+    def _partial(self, state: int) -> None:
+        """A request is partly read: move its clock."""
+        if state == BODY:  # the body's clock restarts with every piece
             self._arm(self._limits.body_timeout)
-        elif self._timed != _HEAD:  # the headers' clock runs from their first piece
+        elif self._timed != HEAD:  # the headers' clock runs from their first piece
             self._arm(self._limits.header_timeout)
         self._timed = state
 
-    # parser callbacks ----------------------------------------------------------------------
-    def on_message_begin(self) -> None:
-        if self._failed:
-            return
-        self._messages += 1
-        self._state = _HEAD
+    # the reader's events ---------------------------------------------------------------------
+    def on_begin(self) -> None:
         self._recv_ns = time.perf_counter_ns() if self._tracer.active else 0
-        self._timed = _IDLE
-        self._url = b""
-        self._headers = {}
-        self._head_size = 0
-        self._header_lines = 0
-        self._body = []
-        self._size = 0
+        self._timed = IDLE
 
-    def on_url(self, url: bytes) -> None:
-        if self._failed:
-            return
-        self._url += url
-        if len(self._url) > self._limits.max_url:
-            self._url = b""
-            self._fail(414, f"the request URL is longer than {self._limits.max_url} bytes")
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers[name.lower()] = value
-        self._head_size += len(name) + len(value) + 4
-        self._header_lines += 1
-        if self._head_size > self._max_head:
-            self._fail(431, f"the request headers exceed {self._max_head} bytes")
-
-    def on_headers_complete(self) -> None:
-        if self._failed:
-            return
-        self._state = _BODY
-        if self._header_lines > self._limits.max_headers:
-            self._fail(431, f"the request has more than {self._limits.max_headers} headers")
-            return
-        encoding = self._headers.get(b"content-encoding")
-        if encoding is not None:
-            encoding = encoding.strip().lower()
-            if encoding not in (b"", b"identity"):
-                try:
-                    self._inflater = Inflater(encoding, self._limits.max_body)
-                except BodyRejected as exc:
-                    self._rejected = exc
-
-    def on_body(self, body: bytes) -> None:
-        if self._failed:
-            return
-        self._size += len(body)
-        if self._rejected is not None:
-            return  # read to its end and dropped, so the answer comes in order
-        if self._size > self._limits.max_body:
-            self._reject(too_large(self._size, self._limits.max_body))
-        elif self._inflater is None:
-            self._gather(body)
-        else:
-            try:
-                for piece in self._inflater.feed(body):
-                    self._gather(piece)
-            except BodyRejected as exc:
-                self._reject(exc)
-
-    def _gather(self, piece: bytes) -> None:
-        """Keep a piece of the body. A body of many pieces is gathered into one bytearray as
-        it arrives, so no single join of tens of MiB (with its page faults) stalls the loop
-        when the message completes."""
-        parts = self._body
-        if len(parts) == 1 and type(parts[0]) is bytearray:
-            parts[0] += piece
-        elif len(parts) >= _GATHER_AFTER:
-            gathered = bytearray().join(parts)
-            gathered += piece
-            parts[:] = [gathered]
-        else:
-            parts.append(piece)
-
-    def on_message_complete(self) -> None:
-        if self._failed:
-            return
-        self._state = _IDLE
-        parser = self._parser
-        if self._rejected is not None or self._inflater is not None:
-            self._enqueue(self._decoded_or_refused(parser.should_keep_alive()))
-            return
-        parts = self._body
-        self._body = []  # the request holds the body now; the connection keeps nothing
-        body = parts[0] if len(parts) == 1 else b"".join(parts)
-        url = self._url.decode("latin-1")
-        request = HttpRequest(parser.get_method().decode(), url, self._headers, body, self._peer)
+    def on_request(
+        self,
+        method: str,
+        target: str,
+        headers: dict[bytes, bytes],
+        body: bytes | bytearray,
+        keep_alive: bool,
+    ) -> None:
+        request = HttpRequest(method, target, headers, body, self._peer)
         if self._recv_ns:
             request.received = (self._recv_ns, time.perf_counter_ns())
-        self._enqueue(RequestCycle(self, request, parser.should_keep_alive()))
+        self._enqueue(RequestCycle(self, request, keep_alive))
 
-    def _decoded_or_refused(self, keep_alive: bool) -> RequestCycle:
-        """The cycle of a request whose body was inflated, or refused."""
-        rejected = self._rejected
-        if rejected is None and self._inflater is not None:
-            try:
-                self._inflater.finish()
-            except BodyRejected as exc:
-                rejected = exc
-        if rejected is None:
-            parts = self._body
-            body = parts[0] if len(parts) == 1 else b"".join(parts)
-            method = self._parser.get_method().decode()
-            url = self._url.decode("latin-1")
-            request = HttpRequest(method, url, self._headers, body, self._peer)
-            if self._recv_ns:
-                request.received = (self._recv_ns, time.perf_counter_ns())
-            self._drop_message()
-            return RequestCycle(self, request, keep_alive)
-        self._drop_message()
-        keep_alive = keep_alive and not rejected.close
-        return RequestCycle(self, None, keep_alive, error_response(400, rejected.message))
+    def on_refused(self, reason: BodyRejected, keep_alive: bool) -> None:
+        keep_alive = keep_alive and not reason.close
+        self._enqueue(RequestCycle(self, None, keep_alive, error_response(400, reason.message)))
 
     # pipelining ----------------------------------------------------------------------------
     def _enqueue(self, cycle: RequestCycle) -> None:
@@ -365,7 +235,7 @@ class HttpProtocol(asyncio.Protocol):
             if self._held() < self._limits.max_pipelined:
                 self.flow.resume_reading()
                 self._rearm()
-        elif self._active is None and not self._queue and self._state == _IDLE:
+        elif self._active is None and not self._queue and self._reader.state == IDLE:
             self._keep_alive()
 
     # writing (for cycles) ------------------------------------------------------------------
@@ -375,31 +245,21 @@ class HttpProtocol(asyncio.Protocol):
             transport.writelines(parts)
 
     # errors --------------------------------------------------------------------------------
-    def _reject(self, reason: BodyRejected) -> None:
-        """Refuse the body being read: drop what was kept, answer 400 once it has ended."""
-        self._rejected = reason
-        self._body = []
-        self._inflater = None
-
     def _fail(self, status: int, message: str) -> None:
-        """The byte stream cannot be trusted past this point: stop reading, answer the requests
-        already received, then this error, then close."""
+        """The byte stream cannot be trusted past this point (``on_fail``)."""
+        self._reader.fail(status, message)
+
+    def on_fail(self, status: int, message: str) -> None:
+        """Stop reading, answer the requests already received, then this error, then
+        close."""
         if self._failed:
             return
         self._failed = True
         self._deadline = 0.0
-        self._drop_message()
         if self._transport is None:
             return
         self.flow.pause_reading()
         self._enqueue(RequestCycle(self, None, False, error_response(status, message)))
-
-    def _drop_message(self) -> None:
-        self._url = b""
-        self._headers = {}
-        self._body = []
-        self._inflater = None
-        self._rejected = None
 
     # timeouts ------------------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:
@@ -421,10 +281,10 @@ class HttpProtocol(asyncio.Protocol):
 
     def _rearm(self) -> None:
         limits = self._limits
-        self._timed = self._state
-        if self._state == _HEAD:
+        state = self._timed = self._reader.state
+        if state == HEAD:
             self._arm(limits.header_timeout)
-        elif self._state == _BODY:
+        elif state == BODY:
             self._arm(limits.body_timeout)
         elif self._active is None and not self._queue:
             self._keep_alive()
@@ -437,10 +297,12 @@ class HttpProtocol(asyncio.Protocol):
         if now < self._deadline:
             self._timer = self.loop.call_at(self._deadline, self._on_timer)
             return
-        if self._state == _HEAD:
+        state = self._reader.state
+        if state == HEAD:
             self._fail(408, "timed out waiting for the request headers")
-        elif self._state == _BODY:
-            self._fail(408, f"timed out waiting for the request body (received {self._size})")
+        elif state == BODY:
+            size = self._reader.size
+            self._fail(408, f"timed out waiting for the request body (received {size})")
         elif self._active is None and not self._queue:
             self._failed = True
             self._transport.close()  # idle keep-alive connection
