@@ -18,7 +18,7 @@ PROM_DIR := build/prometheus
 
 # `make serve` installs what serving needs (the runtime dependencies) and the `models` extra
 # that builds the example models; `make test`, `lint` and `bench` add the test extras and the
-# `pytorch` extra (the PyTorch backend's torch, CPU build; ~190 MB).
+# `pytorch` extra (the PyTorch backend's torch, CPU build; ~190 MB) and the `openvino` extra.
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
@@ -26,7 +26,7 @@ $(VENV)/.runtime: pyproject.toml
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
-	$(PY) -m pip install -q -e '.[test,pytorch]'
+	$(PY) -m pip install -q -e '.[test,pytorch,openvino]'
 	touch $@
 
 venv: $(VENV)/.installed

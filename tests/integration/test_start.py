@@ -183,7 +183,7 @@ def test_a_backend_not_built_in_is_unavailable_naming_it(
     assert tf_row["state"] == "UNAVAILABLE", tf_row
     reason = tf_row["reason"]
     assert "unable to find backend 'tensorflow' for model 'tf_model'" in reason, reason
-    assert "built in (ensemble, onnxruntime, python, pytorch)" in reason, reason
+    assert "built in (ensemble, onnxruntime, openvino, python, pytorch)" in reason, reason
     assert rows[MODEL]["state"] == "READY", rows
 
 

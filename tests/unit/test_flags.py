@@ -243,7 +243,7 @@ def test_built_in_directory_flags_log_one_warning_each() -> None:
     notices = check_table_flags(args)
     assert [n.level for n in notices] == [logging.WARNING, logging.WARNING]
     assert notices[0].message.startswith("--backend-directory=/opt/b: ")
-    assert "(ensemble, onnxruntime, python, pytorch) are built in" in notices[0].message
+    assert "(ensemble, onnxruntime, openvino, python, pytorch) are built in" in notices[0].message
     assert notices[1].message.startswith("--repoagent-directory=/opt/r: ")
     assert all("not read" in n.message for n in notices)
 

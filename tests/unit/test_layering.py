@@ -113,7 +113,7 @@ def test_serving_imports_no_ml_runtime() -> None:
 
     code = (
         "import sys, tritium.runtime, tritium.server; "
-        "print(sorted(m for m in ('onnxruntime', 'torch') if m in sys.modules))"
+        "print(sorted(m for m in ('onnxruntime', 'torch', 'openvino') if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

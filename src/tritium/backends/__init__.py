@@ -19,13 +19,14 @@ from ..errors import unavailable
 _BACKENDS = {
     "onnxruntime": (".onnxruntime", "OnnxRuntimeBackend"),
     "pytorch": (".pytorch", "PyTorchBackend"),
+    "openvino": (".openvino", "OpenVinoBackend"),
     "python": (".python.backend", "PythonBackend"),
     "ensemble": (".ensemble", "EnsembleBackend"),
 }
 
 # The optional extras (pyproject.toml) that bring a backend's framework: a model of a backend
 # whose framework is missing fails its load naming the extra to install.
-_EXTRAS = {"pytorch": "pytorch"}
+_EXTRAS = {"pytorch": "pytorch", "openvino": "openvino"}
 
 
 def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:

@@ -59,8 +59,8 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     ),
     "backend": (
         _I,
-        "onnxruntime, pytorch (TorchScript), python and ensemble are served; another fails "
-        "the load",
+        "onnxruntime, pytorch (TorchScript), openvino, python and ensemble are served; another "
+        "fails the load",
     ),
     "runtime": (
         _R,
@@ -401,6 +401,28 @@ _PYTORCH_PARAMETERS = {
     )
 }
 
+# Triton's OpenVINO backend parameters (backends/openvino.py:OpenVinoOptions reads them).
+_OPENVINO_PARAMETERS = {
+    ("openvino", key): FieldRule(_I, reason)
+    for key, reason in (
+        ("NUM_STREAMS", "the compiled model's streams (AUTO, NUMA or a number); default one per "
+         "instance, so the instances run side by side"),
+        ("PERFORMANCE_HINT", "LATENCY, THROUGHPUT or CUMULATIVE_THROUGHPUT, given to OpenVINO"),
+        ("INFERENCE_NUM_THREADS", "OpenVINO's inference threads; default one per instance "
+         "unless NUM_STREAMS or PERFORMANCE_HINT is set"),
+        ("COMPILATION_NUM_THREADS", "given to OpenVINO, whose CPU plugin (2026) refuses it: "
+         "the load fails saying so, as in Triton"),
+        ("HINT_BF16", "YES: bfloat16 inference precision"),
+        ("SKIP_OV_DYNAMIC_BATCHSIZE", "YES: the batch dimension is fixed at max_batch_size "
+         "(a smaller batch fails unless ENABLE_BATCH_PADDING); otherwise it is dynamic"),
+        ("ENABLE_BATCH_PADDING", "YES: each batch is padded with zeros to max_batch_size"),
+        ("RESHAPE_IO_LAYERS", "YES: the inputs take the configured dims (-1: dynamic)"),
+        ("CPU_EXTENSION_PATH", "a library of custom CPU layers, added to OpenVINO's core"),
+        ("TARGET_DEVICE", "the OpenVINO device the model is compiled for (default CPU)"),
+        ("CACHE_DIR", "OpenVINO's compiled-model cache directory (tritium's addition)"),
+    )
+}
+
 # Per-backend decisions on ``parameters`` keys (any other key is given to the model as is, as
 # in Triton: a Python model reads them all; Triton's ORT backend ignores the ones it does not
 # know).
@@ -428,4 +450,5 @@ PARAMETERS: dict[tuple[str, str], FieldRule] = {
         _R, "memory.enable_memory_arena_shrinkage is not supported by tritium yet"
     ),
     **_PYTORCH_PARAMETERS,
+    **_OPENVINO_PARAMETERS,
 }

@@ -352,7 +352,7 @@ FLAGS: tuple[Flag, ...] = (
         TRACING, style=REPEAT, metavar="[<mode>,]<setting>=<value>"),
     # -- Backend -----------------------------------------------------------------------------
     _f("backend-directory", "Backend", _S, B,
-       "tritium's backends (ensemble, onnxruntime, python, pytorch) are built in: the "
+       "tritium's backends (ensemble, onnxruntime, openvino, python, pytorch) are built in: the "
        "directory is not read; a model of any other backend is UNAVAILABLE, naming it",
        "Directory searched for backend shared libraries."),
     _on("backend-config", "Backend", "<string>,<string>=<string>",
