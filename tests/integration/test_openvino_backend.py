@@ -131,7 +131,7 @@ def test_parameters_apply(served: ServerProcess, cache: Path) -> None:
     stream and one thread per instance (the default), ov_cached writes OpenVINO's cache."""
     log = served.log_text()
     tuned = "model 'ov_tuned' compiled for CPU: NUM_STREAMS=1, INFERENCE_NUM_THREADS=1, "
-    assert tuned + "PERFORMANCE_HINT=LATENCY" in log, log[-3000:]
+    assert tuned + "PERFORMANCE_HINT=LATENCY, INFERENCE_PRECISION_HINT=f32" in log, log[-3000:]
     instances = ov_models.INSTANCES
     assert (
         f"model '{BATCH_MODEL}' compiled for CPU: NUM_STREAMS={instances}, "

@@ -179,6 +179,7 @@ def good_models() -> Models:
                     NUM_STREAMS="1",
                     PERFORMANCE_HINT="LATENCY",
                     INFERENCE_NUM_THREADS="1",
+                    INFERENCE_PRECISION_HINT="f32",
                 ),
             ),
             doubler([-1, 4]),

@@ -66,8 +66,16 @@ def test_bf16_and_thread_counts() -> None:
         ("PERFORMANCE_HINT", "slow", "LATENCY/THROUGHPUT/CUMULATIVE_THROUGHPUT, got slow"),
         ("INFERENCE_NUM_THREADS", "1.5", "to be a non-negative number, got 1.5"),
         ("HINT_BF16", "no", "to be YES, got no"),
+        ("INFERENCE_PRECISION_HINT", "f64", "to be F32/BF16/F16, got f64"),
     ],
 )
 def test_bad_values_are_refused(key: str, value: str, message: str) -> None:
     with pytest.raises(ServerError, match=message):
         OpenVinoOptions.from_config(_config(**{key: value}), 1)
+
+
+def test_precision_hint() -> None:
+    props = dict(OpenVinoOptions.from_config(_config(INFERENCE_PRECISION_HINT="F32"), 1).properties)
+    assert props["INFERENCE_PRECISION_HINT"] == "f32"
+    with pytest.raises(ServerError, match="disagree"):
+        OpenVinoOptions.from_config(_config(HINT_BF16="YES", INFERENCE_PRECISION_HINT="f32"), 1)

@@ -157,6 +157,8 @@ def _properties(params: dict[str, str], instances: int) -> dict[str, Any]:
                 f"{params['HINT_BF16'].strip().lower()}"
             )
         props["INFERENCE_PRECISION_HINT"] = "bf16"
+    if "INFERENCE_PRECISION_HINT" in params:
+        _precision(props, params["INFERENCE_PRECISION_HINT"])
     if "NUM_STREAMS" in params:
         props["NUM_STREAMS"] = _streams(params["NUM_STREAMS"])
     if "PERFORMANCE_HINT" in params:
@@ -165,6 +167,23 @@ def _properties(params: dict[str, str], instances: int) -> dict[str, Any]:
         props["NUM_STREAMS"] = str(instances)
         props.setdefault("INFERENCE_NUM_THREADS", instances)
     return props
+
+
+_PRECISIONS = ("f32", "bf16", "f16")
+
+
+def _precision(props: dict[str, Any], text: str) -> None:
+    """INFERENCE_PRECISION_HINT (tritium's addition): OpenVINO's CPU plugin computes in
+    bfloat16 by default where the CPU has it; ``f32`` keeps float32 answers (as ONNX
+    Runtime gives them)."""
+    value = text.strip().lower()
+    if value not in _PRECISIONS:
+        raise invalid_arg(
+            f"expected the parameter 'INFERENCE_PRECISION_HINT' to be F32/BF16/F16, got {value}"
+        )
+    if props.get("INFERENCE_PRECISION_HINT", value) != value:
+        raise invalid_arg("parameters 'HINT_BF16' and 'INFERENCE_PRECISION_HINT' disagree")
+    props["INFERENCE_PRECISION_HINT"] = value
 
 
 def _read_model(core: Any, path: Path, model: str) -> Any:
@@ -432,13 +451,19 @@ def _load(
         "model '%s' compiled for %s: %s",
         spec.name,
         options.device,
-        ", ".join(f"{k}={compiled.get_property(k)}" for k in _REPORTED),
+        ", ".join(f"{k}={_text(compiled.get_property(k))}" for k in _REPORTED),
         extra=about_model(spec.name),
     )
     return spec, compiled, options
 
 
-_REPORTED = ("NUM_STREAMS", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT")
+_REPORTED = ("NUM_STREAMS", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT")
+
+
+def _text(value: Any) -> str:
+    """A property as OpenVINO names it (an element type by its short name: f32)."""
+    name = getattr(value, "get_type_name", None)
+    return str(name() if callable(name) else value)
 
 
 class OpenVinoBackend:

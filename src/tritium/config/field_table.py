@@ -419,6 +419,8 @@ _OPENVINO_PARAMETERS = {
         ("RESHAPE_IO_LAYERS", "YES: the inputs take the configured dims (-1: dynamic)"),
         ("CPU_EXTENSION_PATH", "a library of custom CPU layers, added to OpenVINO's core"),
         ("TARGET_DEVICE", "the OpenVINO device the model is compiled for (default CPU)"),
+        ("INFERENCE_PRECISION_HINT", "F32, BF16 or F16 (tritium's addition): OpenVINO's CPU "
+         "plugin computes in bfloat16 by default where the CPU has it; F32 keeps float32"),
         ("CACHE_DIR", "OpenVINO's compiled-model cache directory (tritium's addition)"),
     )
 }
