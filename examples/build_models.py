@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 
 from image_models import IMAGE_MODELS, check_image_models, write_labels
+from openvino_models import NET_OPENVINO, check_openvino_twin, write_openvino_example
 from torch_models import NET_SEED, NET_SIZES, TORCH_EXAMPLES, check_twins, write_onnx_twin
 
 EXAMPLES_DIR = Path(__file__).resolve().parent
@@ -479,6 +480,7 @@ def torch_examples(repo_dir: Path) -> list[Path]:
         initializers,
     )
     written = write_onnx_twin(repo_dir, twin.SerializeToString())
+    written += openvino_example(repo_dir)
     try:
         return written + torch_models.write_torch_examples(repo_dir, layers)
     except ImportError as exc:
@@ -488,6 +490,20 @@ def torch_examples(repo_dir: Path) -> list[Path]:
             file=sys.stderr,
         )
         return written
+
+
+def openvino_example(repo_dir: Path) -> list[Path]:
+    """The OpenVINO IR copy of the MLP (examples/openvino_models.py), only where openvino is
+    installed, else skipped with a message."""
+    try:
+        return write_openvino_example(repo_dir)
+    except ImportError as exc:
+        print(
+            f"skipped the OpenVINO example ({NET_OPENVINO}): {exc}; "
+            "install it with: pip install 'tritium[openvino]'",
+            file=sys.stderr,
+        )
+        return []
 
 
 def _session(repo_dir: Path, name: str):
@@ -600,6 +616,9 @@ def check_examples(repo_dir: Path = DEFAULT_REPOSITORY) -> None:
     if all((repo_dir / name).is_dir() for name in TORCH_EXAMPLES):
         difference = check_twins(repo_dir)
         assert difference < 1e-4, f"the ONNX and TorchScript MLPs differ by {difference}"
+    if (repo_dir / NET_OPENVINO).is_dir():
+        difference = check_openvino_twin(repo_dir)
+        assert difference < 1e-4, f"the ONNX and OpenVINO MLPs differ by {difference}"
 
 
 def main(argv: list[str] | None = None) -> int:
