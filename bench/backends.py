@@ -1,24 +1,28 @@
 #!/usr/bin/env python3
-"""The same network under ONNX Runtime and PyTorch, each against its framework run in-process.
+"""The same network under ONNX Runtime, PyTorch and OpenVINO, each against its framework run
+in-process.
 
     .venv/bin/python bench/backends.py [--seconds 3] [--batch 8,64] [--concurrency 1,2]
                                        [--rounds 2] [--protocol grpc|http]
+                                       [--backends onnx,pytorch,openvino]
 
-``mlp_small_onnx`` and ``mlp_small_pytorch`` (examples/torch_models.py: one MLP 256 -> 1024 ->
-1024 -> 16 with the same weights) are served by one tritium child process; this process is
+``mlp_small_onnx``, ``mlp_small_pytorch`` and ``mlp_small_openvino`` (examples/torch_models.py,
+examples/openvino_models.py: one MLP 256 -> 1024 -> 1024 -> 16 with the same weights) are
+served by one tritium child process; this process is
 the client (tritonclient's asyncio client, gRPC or binary HTTP, closed loop: N coroutines
 each sending a request of ``--batch`` rows when the previous answer arrives).
 
-For each backend, batch size and concurrency it reports samples per second and the
-**server's CPU seconds per sample** (utime + stime of the server process, from /proc),
-against a plain Python loop running the same framework on the same batch size in this
-process (``time.process_time`` per sample; ONNX Runtime with tritium's session settings,
-torch with tritium's default intra-op pool of one thread). The ratio server / in-process is
+For each backend, batch size and concurrency it reports samples per second and the **server's
+CPU seconds per sample** (utime + stime of the server process, from /proc), against a plain
+Python loop running the same framework on the same batch size in this process
+(``time.process_time`` per sample; ONNX Runtime with tritium's session settings, torch with
+tritium's default intra-op pool of one thread, OpenVINO compiled as tritium compiles the
+example for one instance: one stream, one thread, float32). The ratio server / in-process is
 tritium's overhead; the target is at most 1.15 at batch >= 8. A request costs the server a
 fixed amount (gRPC, decoding, scheduling; ~0.4 ms of CPU for the ``simple`` model on a quiet
 2-core machine, bench/run.py), so the ratio falls as the batch grows: for this small network
-the fixed cost is of the order of the compute of a batch of 8, and a small part of a batch
-of 64. Server and loop windows alternate, ``--rounds`` times, so load from elsewhere on the
+the fixed cost is of the order of the compute of a batch of 8, and a small part of a batch of
+64. Server and loop windows alternate, ``--rounds`` times, so load from elsewhere on the
 machine falls on both; the median of the rounds is reported.
 
 Results: bench/results/backends.json and .md (git-ignored).
@@ -46,7 +50,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 from bench.common import proc_cpu_seconds  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 
-MODELS = {"onnx": "mlp_small_onnx", "pytorch": "mlp_small_pytorch"}
+MODELS = {
+    "onnx": "mlp_small_onnx",
+    "pytorch": "mlp_small_pytorch",
+    "openvino": "mlp_small_openvino",
+}
 TARGET = 1.15
 
 
@@ -74,6 +82,8 @@ class InProcess:
                 str(model / "model.onnx"), options, providers=["CPUExecutionProvider"]
             )
             self._call = lambda x: session.run(["OUTPUT__0"], {"INPUT__0": x})[0]
+        elif backend == "openvino":
+            self._call = _openvino_call(model / "model.xml")
         else:
             import torch
 
@@ -97,6 +107,20 @@ class InProcess:
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         samples = calls * batch
         return {"samples_per_s": samples / wall, "cpu_us_per_sample": 1e6 * cpu / samples}
+
+
+def _openvino_call(xml: Path) -> Any:
+    """One infer request of the IR, compiled as backends/openvino.py compiles the example's
+    single instance (one stream, one inference thread, float32)."""
+    import openvino as ov
+
+    compiled = ov.Core().compile_model(
+        str(xml),
+        "CPU",
+        {"NUM_STREAMS": "1", "INFERENCE_NUM_THREADS": 1, "INFERENCE_PRECISION_HINT": "f32"},
+    )
+    request = compiled.create_infer_request()
+    return lambda x: request.infer({"INPUT__0": x}, share_inputs=True)["OUTPUT__0"]
 
 
 async def _serve_window(  # noqa: PLR0913 - one window of one scenario
@@ -157,10 +181,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         repo = work / "repo"
         build(repo)
+        wanted = {MODELS[b] for b in args.backends}
         for name in list(p.name for p in repo.iterdir()):
-            if name not in MODELS.values():
+            if name not in wanted:
                 shutil.rmtree(repo / name)
-        loops = {b: InProcess(repo, b) for b in MODELS}
+        loops = {b: InProcess(repo, b) for b in args.backends}
         server = ServerProcess([repo], start_timeout=120)
         try:
             return _measure(args, server, loops)
@@ -174,7 +199,8 @@ def _measure(
     args: argparse.Namespace, server: ServerProcess, loops: dict[str, InProcess]
 ) -> list[dict[str, Any]]:
     rows = []
-    for backend, model in MODELS.items():
+    for backend in loops:
+        model = MODELS[backend]
         for batch in args.batch:
             for concurrency in args.concurrency:
                 rows.append(_scenario(args, server, loops[backend], model, batch, concurrency))
@@ -260,6 +286,22 @@ def _report(rows: list[dict[str, Any]]) -> None:
     (out / "backends.md").write_text("\n".join(lines) + "\n")
 
 
+_EXTRA = {"pytorch": "torch", "openvino": "openvino"}
+
+
+def _installed(backend: str) -> bool:
+    """Whether the backend's framework imports; a missing one is skipped, saying so."""
+    module = _EXTRA.get(backend)
+    if module is None:
+        return True
+    try:
+        __import__(module)
+    except ImportError:
+        print(f"bench/backends.py: {module} is not installed (pip install 'tritium[{backend}]')")
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     numbers = lambda t: [int(v) for v in t.split(",")]  # noqa: E731
@@ -268,12 +310,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=numbers, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
+    parser.add_argument(
+        "--backends", type=lambda t: t.split(","), default=list(MODELS), help="a subset of these"
+    )
     args = parser.parse_args(argv)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print("bench/backends.py: torch is not installed (pip install 'tritium[pytorch]')")
-        return 0
+    args.backends = [b for b in args.backends if _installed(b)]
     rows = run(args)
     _report(rows)
     over = [r for r in rows if r["cpu_ratio"] > TARGET]
