@@ -425,28 +425,24 @@ def _padded(array: np.ndarray, pad: int) -> np.ndarray:
     return np.concatenate([array, zeros], axis=0)
 
 
-def _load(
-    ctx: LoadContext, config: ModelConfig, default_max_batch_size: int
-) -> tuple[ModelSpec, Any, OpenVinoOptions]:
-    """Read, auto-complete, check and compile (on a worker thread: compiling takes time)."""
-    instances = sum(g.count or 1 for g in config.instance_group) or 1
-    options = OpenVinoOptions.from_config(config, instances)
+def _read(ctx: LoadContext, options: OpenVinoOptions) -> tuple[Any, Any]:
+    """OpenVINO's core (extensions, cache) and the model read from the version folder."""
     core = _core(options)
-    model = _read_model(core, ctx.model_file("model.xml"), ctx.model_name)
-    if ctx.auto_complete:
-        config.name = config.name or ctx.model_name
-        auto_complete(config, model, default_max_batch_size)
-    spec = ctx.finalize(config)
+    return core, _read_model(core, ctx.model_file("model.xml"), ctx.model_name)
+
+
+def _check_kinds(spec: ModelSpec) -> None:
     for group in spec.config.instance_group:
         if group.kind not in (mc.ModelInstanceGroup.KIND_CPU, mc.ModelInstanceGroup.KIND_AUTO):
             raise invalid_arg(
                 f"unable to load model '{spec.name}', Triton OpenVINO backend supports only "
                 "Kind CPU and AUTO"
             )
-    instances = sum(g.count for g in spec.config.instance_group)
-    options = OpenVinoOptions.from_config(spec.config, instances)
-    model = _checked_model(spec, model, options)
-    compiled = _compile(core, model, spec, options)
+
+
+def _prepare(core: Any, model: Any, spec: ModelSpec, options: OpenVinoOptions) -> Any:
+    """Check and compile (on a worker thread: compiling takes time)."""
+    compiled = _compile(core, _checked_model(spec, model, options), spec, options)
     log.info(
         "model '%s' compiled for %s: %s",
         spec.name,
@@ -454,7 +450,7 @@ def _load(
         ", ".join(f"{k}={_text(compiled.get_property(k))}" for k in _REPORTED),
         extra=about_model(spec.name),
     )
-    return spec, compiled, options
+    return compiled
 
 
 _REPORTED = ("NUM_STREAMS", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT")
@@ -473,8 +469,15 @@ class OpenVinoBackend:
         self._default_max_batch_size = default_max_batch_size
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
-        spec, compiled, options = await asyncio.to_thread(
-            _load, ctx, ctx.config, self._default_max_batch_size
-        )
+        config = ctx.config
+        # The core-level settings (and Triton's messages for bad values) before reading.
+        core, model = await asyncio.to_thread(_read, ctx, OpenVinoOptions.from_config(config, 1))
+        if ctx.auto_complete:
+            config.name = config.name or ctx.model_name
+            auto_complete(config, model, self._default_max_batch_size)
+        spec = ctx.finalize(config)
+        _check_kinds(spec)
         names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
+        options = OpenVinoOptions.from_config(spec.config, len(names))
+        compiled = await asyncio.to_thread(_prepare, core, model, spec, options)
         return spec, [OpenVinoInstance(n, spec, ctx.version, compiled, options) for n in names]
