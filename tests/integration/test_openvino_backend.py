@@ -138,6 +138,13 @@ def test_parameters_apply(served: ServerProcess, cache: Path) -> None:
         f"INFERENCE_NUM_THREADS={instances}"
     ) in log
     assert any(cache.iterdir())
+    assert "model 'ov_throughput' compiled for CPU: " in log  # TARGET_DEVICE, upper-cased
+    # HINT_BF16: OpenVINO takes bfloat16 where the CPU has it (else it keeps float32).
+    import openvino as ov
+
+    has_bf16 = "BF16" in ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")
+    precision = "bf16" if has_bf16 else "f32"
+    assert f"PERFORMANCE_HINT=THROUGHPUT, INFERENCE_PRECISION_HINT={precision}" in log
 
 
 def _aio(protocol: str) -> Any:
@@ -236,6 +243,7 @@ LOAD_ERRORS = {
     "ov_bad_bf16": "expected the parameter 'HINT_BF16' to be YES, got no",
     "ov_bad_gpu": "specifies KIND_GPU, but no GPUs are available",
     "ov_bad_extension": "loading custom CPU extensions",
+    "ov_bad_device": "openvino error in loading model",
     "ov_bad_no_file": "unable to find '",
     "ov_bad_not_ir": "openvino error in reading model",
 }

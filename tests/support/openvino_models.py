@@ -186,7 +186,10 @@ def good_models() -> Models:
             "model.xml",
         ),
         "ov_throughput": (
-            _doubler_config("ov_throughput", params(PERFORMANCE_HINT="THROUGHPUT")),
+            _doubler_config(
+                "ov_throughput",
+                params(PERFORMANCE_HINT="THROUGHPUT", HINT_BF16="YES", TARGET_DEVICE="cpu"),
+            ),
             doubler([-1, 4]),
             "model.xml",
         ),
@@ -263,6 +266,9 @@ def bad_models() -> Models:
         "ov_bad_bf16": bad("ov_bad_bf16", _doubler_config("ov_bad_bf16", params(HINT_BF16="no"))),
         "ov_bad_gpu": bad(
             "ov_bad_gpu", _doubler_config("ov_bad_gpu", "instance_group [ { kind: KIND_GPU } ]")
+        ),
+        "ov_bad_device": bad(
+            "ov_bad_device", _doubler_config("ov_bad_device", params(TARGET_DEVICE="NPU"))
         ),
         "ov_bad_extension": bad(
             "ov_bad_extension",
