@@ -15,7 +15,8 @@ TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicor
 # ``tensor_codec`` is the BYTES/raw tensor wire format shared with the Python backend's stub
 # protocol: syntax, not core logic. ``access`` (``policy``, ``audit``) is the pure access
 # policy and the audit log every front-end applies at its dispatch point; ``metrics.render``
-# the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2).
+# the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2);
+# ``logs.budget`` the bound on log lines a client can cause.
 FRONTEND_ALLOWED = {
     "types",
     "errors",
@@ -25,6 +26,7 @@ FRONTEND_ALLOWED = {
     "metrics.render",
     "access",
     "transport",
+    "logs.budget",
 }
 
 

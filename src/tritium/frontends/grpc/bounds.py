@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ...logs.budget import LineBudget, left_out_text
 from ...options import ServerOptions
 from ...transport.http2 import ErrorCode, H2Server
 from .call import ServerCall
@@ -43,6 +44,12 @@ if TYPE_CHECKING:
     from ..accept import Connections
 
 log = logging.getLogger("tritium")
+# The shortest wait between two stall checks of a connection.
+STALL_CHECK_MIN_DELAY = 0.01
+# Each is an event an unauthenticated client can repeat at will: a few lines a minute each.
+_PREFACE_LINES = LineBudget()
+_BOUND_LINES = LineBudget()
+_STALL_LINES = LineBudget()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +151,10 @@ class Bounds:
     def _no_preface(self) -> None:
         self._preface_timer = None
         if not self._prefaced and not self._closed:
-            log.info("gRPC connection %s: no HTTP/2 preface in time, closing", self.peer)
+            left_out = _PREFACE_LINES.admit(time.monotonic())
+            if left_out is not None:
+                log.info("gRPC connection %s: no HTTP/2 preface in time, closing%s",
+                         self.peer, left_out_text(left_out))  # fmt: skip
             self._hang_up(b"preface timeout")
 
     def idle_since(self) -> float | None:
@@ -207,8 +217,7 @@ class Bounds:
         for call in reversed(holders[1:]):
             if self.input_held <= limit:
                 break
-            log.info("gRPC connection %s: %s; stream %d ended", self.peer, message,
-                     call.stream_id)  # fmt: skip
+            _bound_line(self.peer, message, call.stream_id)
             self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
             call.cancelled()
 
@@ -235,8 +244,7 @@ class Bounds:
             return True
         if not call.pending and not self._paused and size <= self._send_window(call):
             return True  # goes out at once
-        log.info("gRPC connection %s: %s; stream %d ended", self.peer, self._output_message(),
-                 call.stream_id)  # fmt: skip
+        _bound_line(self.peer, self._output_message(), call.stream_id)
         if call.pending:  # part of a message is out: the stream cannot end with a status
             self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
         else:
@@ -267,11 +275,12 @@ class Bounds:
         self._maybe_close()
 
     # -- stalls ------------------------------------------------------------------------------
-    def watch_stall(self) -> None:
-        """A call waits on its client: make sure the stall clock runs."""
+    def watch_stall(self, delay: float | None = None) -> None:
+        """A call waits on its client: make sure the stall clock runs (next check in
+        ``delay`` seconds, by default one timeout)."""
         if self._stall_timer is None and not self._closed:
             self._stall_timer = asyncio.get_running_loop().call_later(
-                self._limits.stall_timeout, self._stall_check
+                self._limits.stall_timeout if delay is None else delay, self._stall_check
             )
 
     def _stall_check(self) -> None:
@@ -279,27 +288,30 @@ class Bounds:
         if self._closed:
             return
         now, limit = time.monotonic(), self._limits.stall_timeout
-        waiting = False
+        due = float("inf")  # when the first call still waiting would have stalled
         for call in list(self.calls.values()):
             stalled = self._waits_on_client(call)
             if stalled is None:
                 continue
             if now - call.progress < limit:
-                waiting = True
+                due = min(due, call.progress + limit)
             elif stalled == "output":
-                log.info("gRPC connection %s: stream %d read nothing for %g s, reset",
-                         self.peer, call.stream_id, limit)  # fmt: skip
+                left_out = _STALL_LINES.admit(now)
+                if left_out is not None:
+                    log.info("gRPC connection %s: stream %d read nothing for %g s, reset%s",
+                             self.peer, call.stream_id, limit, left_out_text(left_out))  # fmt: skip
                 self.reset_call(call, ErrorCode.CANCEL)
             else:
                 why = f"no request data for {limit:g} s (stalled stream)"
                 self.finish_call(call, StatusCode.DEADLINE_EXCEEDED, why)
                 call.cancelled()
-        if waiting:
-            self.watch_stall()
-
+        if due != float("inf"):
+            # Checked again when that call's time is up, not a whole timeout later: a stall
+            # is reset within a few milliseconds of the timeout.
+            self.watch_stall(max(due - now, STALL_CHECK_MIN_DELAY))
 
     def _waits_on_client(self, call: ServerCall) -> str | None:
-        """"output" when the call's response waits for the peer's window, "input" when its
+        """ "output" when the call's response waits for the peer's window, "input" when its
         request waits for bytes the client may send (a message it began, with window to send
         it: flow control holding it back is the server's wait, not the client's; or the one
         message and END_STREAM of a unary call), else None."""
@@ -314,3 +326,10 @@ class Bounds:
 
 def _stream_id(call: ServerCall) -> int:
     return call.stream_id
+
+
+def _bound_line(peer: str, message: str, stream_id: int) -> None:
+    left_out = _BOUND_LINES.admit(time.monotonic())
+    if left_out is not None:
+        log.info("gRPC connection %s: %s; stream %d ended%s", peer, message, stream_id,
+                 left_out_text(left_out))  # fmt: skip
