@@ -33,6 +33,7 @@ _MODELS = [
     "qa_timeout_parent",
     "qa_device_probe",
     "qa_device_probe_model",
+    "qa_sys_path",
 ]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
@@ -311,3 +312,16 @@ def test_everything_a_model_is_told_says_cpu(
         "bls_cpu": cpu,
         "bls_gpu": cpu,  # Triton built without GPUs allocates it in CPU memory
     }
+
+
+def test_model_directories_are_appended_to_sys_path(qa_server: ServerProcess) -> None:
+    """Triton's stub appends the version directory, then the model's directory, to
+    ``sys.path``: an installed package wins over a model's file of the same name."""
+    with client("http", qa_server.url("http")) as c:
+        result = c.infer("qa_sys_path", _one("http"))
+    report = json.loads(result.as_numpy("REPORT")[0])
+    path = report["sys_path"]
+    version, model = path.index(report["version_dir"]), path.index(report["model_dir"])
+    assert model == version + 1
+    installed = [i for i, entry in enumerate(path) if entry.endswith("-packages")]
+    assert installed and max(installed) < version

@@ -40,6 +40,9 @@ qa_device_probe      python, KIND_CPU; INPUT0 INT32 [1] -> REPORT STRING [1]: a 
                      GPU (keys ``bls_default``, ``bls_cpu``, ``bls_gpu``).
 qa_device_probe_model
                      the same with ``kind: KIND_MODEL``.
+qa_sys_path          python; INPUT0 INT32 [1] -> REPORT STRING [1]: a JSON object with
+                     ``sys.path`` as the model sees it at import and the paths of its version
+                     directory and model directory.
 """
 
 from __future__ import annotations
@@ -296,6 +299,30 @@ class TritonPythonModel:
 """
 
 
+_SYS_PATH = """\
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+PATH_AT_IMPORT = list(sys.path)
+VERSION_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        report = {
+            "sys_path": PATH_AT_IMPORT,
+            "version_dir": VERSION_DIR,
+            "model_dir": os.path.dirname(VERSION_DIR),
+        }
+        text = np.array([json.dumps(report).encode()], dtype=object)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("REPORT", text)]) for _ in requests]
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -353,6 +380,7 @@ QA_SPECS: dict[str, _Spec] = {
     ),
     "qa_device_probe": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_CPU")),
     "qa_device_probe_model": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_MODEL")),
+    "qa_sys_path": _spec(_SYS_PATH, *_PROBE_IO),
     "qa_timeout_parent": _spec(
         _TIMEOUT_PARENT,
         [("TIMEOUT_US", "TYPE_INT64", "1"), ("HOW", _STR, "1")],

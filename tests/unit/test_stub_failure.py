@@ -23,6 +23,7 @@ def _failed_import(tmp_path: Path, source: str, name: str = "model.py") -> tuple
     finally:
         sys.modules.pop("model", None)
         sys.path.remove(str(path.parent))
+        sys.path.remove(str(path.parent.parent))
     return caught.value, str(path)
 
 
@@ -87,6 +88,7 @@ def test_a_library_the_model_imports_comes_first_then_the_model(tmp_path: Path) 
         sys.modules.pop("model", None)
         sys.modules.pop("helper_lib_for_tritium", None)
         sys.path.remove(str(path.parent))
+        sys.path.remove(str(path.parent.parent))
     failure = describe(caught.value, str(path))
     assert failure.reason == (
         "RuntimeError: library broke\n\n"

@@ -343,10 +343,12 @@ class Stub:
 
 
 def import_model(path: str) -> Any:
-    """Import ``model.py`` as the module ``model`` (its directory on ``sys.path``, as Triton
-    puts it) and return its ``TritonPythonModel``."""
+    """Import ``model.py`` as the module ``model`` and return its ``TritonPythonModel``.
+
+    As Triton's stub does, the version directory and the model's directory are appended to
+    ``sys.path``: installed packages come first, a model's own files after them."""
     model_path = Path(path)
-    sys.path.insert(0, str(model_path.parent))
+    sys.path.extend((str(model_path.parent), str(model_path.parent.parent)))
     spec = importlib.util.spec_from_file_location("model", model_path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {model_path}")
