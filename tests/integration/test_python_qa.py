@@ -186,7 +186,7 @@ def test_an_execute_error_is_logged_and_answered_in_tritons_words(
     line = _line_of(model_py, 'raise ValueError("boom from model")')
     expected = (
         "Failed to process the request(s) for model 'raises_0_0', message: ValueError: boom "
-        f"from model\n\nAt:\n  {model_py}({line}): execute"
+        f"from model\n\nAt:\n  {model_py}({line}): execute\n"  # pybind11's what(): a last \\n
     )
     data = np.ones(2, dtype=np.float32)
     with client(protocol, qa_server.url(protocol)) as c:
