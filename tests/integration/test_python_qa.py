@@ -34,6 +34,7 @@ _MODELS = [
     "qa_device_probe",
     "qa_device_probe_model",
     "qa_sys_path",
+    "qa_decoupled_returns",
 ]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
@@ -325,3 +326,19 @@ def test_model_directories_are_appended_to_sys_path(qa_server: ServerProcess) ->
     assert model == version + 1
     installed = [i for i, entry in enumerate(path) if entry.endswith("-packages")]
     assert installed and max(installed) < version
+
+
+def test_a_decoupled_execute_that_returns_responses_fails_its_open_requests(
+    qa_server: ServerProcess,
+) -> None:
+    """Triton refuses a decoupled ``execute`` that returns something other than None: a
+    request it had not finished gets that error (and its final flag); one it had finished
+    through its sender gets nothing more."""
+    (error,) = _stream(qa_server.grpc_url, "qa_decoupled_returns", [("open", 0, {})])
+    assert isinstance(error, InferenceServerException)
+    assert (
+        "Python model 'qa_decoupled_returns_0_0' is using the decoupled mode and the execute "
+        "function must return None." in error.message()
+    )
+    (result,) = _stream(qa_server.grpc_url, "qa_decoupled_returns", [("done", 1, {})])
+    assert result.as_numpy("OUT").tolist() == [1, 0, 0]

@@ -40,6 +40,10 @@ qa_device_probe      python, KIND_CPU; INPUT0 INT32 [1] -> REPORT STRING [1]: a 
                      GPU (keys ``bls_default``, ``bls_cpu``, ``bls_gpu``).
 qa_device_probe_model
                      the same with ``kind: KIND_MODEL``.
+qa_decoupled_returns python, decoupled; WAIT_MS INT32 [1] = n -> OUT INT32 [3]: sends n
+                     responses OUT = [1, 0, 0] (the last one with the final flag), then
+                     ``execute`` returns a list of responses (OUT = [2, 0, 0]) instead of
+                     None, which Triton refuses for a decoupled model.
 qa_sys_path          python; INPUT0 INT32 [1] -> REPORT STRING [1]: a JSON object with
                      ``sys.path`` as the model sees it at import and the paths of its version
                      directory and model directory.
@@ -323,6 +327,27 @@ class TritonPythonModel:
 """
 
 
+_DECOUPLED_RETURNS = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _out(first):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([first, 0, 0], np.int32))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "WAIT_MS").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                last = i == n - 1
+                sender.send(_out(1), pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0)
+        return [_out(2) for _ in requests]
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -381,6 +406,7 @@ QA_SPECS: dict[str, _Spec] = {
     "qa_device_probe": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_CPU")),
     "qa_device_probe_model": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_MODEL")),
     "qa_sys_path": _spec(_SYS_PATH, *_PROBE_IO),
+    "qa_decoupled_returns": _spec(_DECOUPLED_RETURNS, *_OVERLAP_IO, _DECOUPLED),
     "qa_timeout_parent": _spec(
         _TIMEOUT_PARENT,
         [("TIMEOUT_US", "TYPE_INT64", "1"), ("HOW", _STR, "1")],
