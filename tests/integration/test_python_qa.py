@@ -35,6 +35,7 @@ _MODELS = [
     "qa_device_probe_model",
     "qa_sys_path",
     "qa_decoupled_returns",
+    "qa_sender_once",
 ]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
@@ -342,3 +343,15 @@ def test_a_decoupled_execute_that_returns_responses_fails_its_open_requests(
     )
     (result,) = _stream(qa_server.grpc_url, "qa_decoupled_returns", [("done", 1, {})])
     assert result.as_numpy("OUT").tolist() == [1, 0, 0]
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["after-return", "second-refused", "none-in-list"])
+def test_a_model_not_decoupled_answers_once_through_its_sender(
+    qa_server: ServerProcess, protocol: str, mode: int
+) -> None:
+    """Triton 2.51: a request ``execute`` returned None for waits for its sender, whose one
+    response completes it; what the model does after that (a second send, which raises and
+    fails ``execute``, or the final flag) reaches no client."""
+    with client(protocol, qa_server.url(protocol)) as c:
+        result = c.infer("qa_sender_once", _wait_ms(protocol, mode))
+    assert result.as_numpy("OUT").tolist() == [mode, 1, 0]
