@@ -33,6 +33,9 @@ _MODELS = [
     "qa_timeout_parent",
     "qa_device_probe",
     "qa_device_probe_model",
+    "qa_sys_path",
+    "qa_decoupled_returns",
+    "qa_sender_once",
 ]
 _WAIT_S = 90.0  # how long a test waits for answers before it gives up (not a measurement)
 
@@ -185,7 +188,7 @@ def test_an_execute_error_is_logged_and_answered_in_tritons_words(
     line = _line_of(model_py, 'raise ValueError("boom from model")')
     expected = (
         "Failed to process the request(s) for model 'raises_0_0', message: ValueError: boom "
-        f"from model\n\nAt:\n  {model_py}({line}): execute"
+        f"from model\n\nAt:\n  {model_py}({line}): execute\n"  # pybind11's what(): a last \\n
     )
     data = np.ones(2, dtype=np.float32)
     with client(protocol, qa_server.url(protocol)) as c:
@@ -311,3 +314,44 @@ def test_everything_a_model_is_told_says_cpu(
         "bls_cpu": cpu,
         "bls_gpu": cpu,  # Triton built without GPUs allocates it in CPU memory
     }
+
+
+def test_model_directories_are_appended_to_sys_path(qa_server: ServerProcess) -> None:
+    """Triton's stub appends the version directory, then the model's directory, to
+    ``sys.path``: an installed package wins over a model's file of the same name."""
+    with client("http", qa_server.url("http")) as c:
+        result = c.infer("qa_sys_path", _one("http"))
+    report = json.loads(result.as_numpy("REPORT")[0])
+    path = report["sys_path"]
+    version, model = path.index(report["version_dir"]), path.index(report["model_dir"])
+    assert model == version + 1
+    installed = [i for i, entry in enumerate(path) if entry.endswith("-packages")]
+    assert installed and max(installed) < version
+
+
+def test_a_decoupled_execute_that_returns_responses_fails_its_open_requests(
+    qa_server: ServerProcess,
+) -> None:
+    """Triton refuses a decoupled ``execute`` that returns something other than None: a
+    request it had not finished gets that error (and its final flag); one it had finished
+    through its sender gets nothing more."""
+    (error,) = _stream(qa_server.grpc_url, "qa_decoupled_returns", [("open", 0, {})])
+    assert isinstance(error, InferenceServerException)
+    assert (
+        "Python model 'qa_decoupled_returns_0_0' is using the decoupled mode and the execute "
+        "function must return None." in error.message()
+    )
+    (result,) = _stream(qa_server.grpc_url, "qa_decoupled_returns", [("done", 1, {})])
+    assert result.as_numpy("OUT").tolist() == [1, 0, 0]
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2], ids=["after-return", "second-refused", "none-in-list"])
+def test_a_model_not_decoupled_answers_once_through_its_sender(
+    qa_server: ServerProcess, protocol: str, mode: int
+) -> None:
+    """Triton 2.51: a request ``execute`` returned None for waits for its sender, whose one
+    response completes it; what the model does after that (a second send, which raises and
+    fails ``execute``, or the final flag) reaches no client."""
+    with client(protocol, qa_server.url(protocol)) as c:
+        result = c.infer("qa_sender_once", _wait_ms(protocol, mode))
+    assert result.as_numpy("OUT").tolist() == [mode, 1, 0]

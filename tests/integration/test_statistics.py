@@ -126,7 +126,7 @@ def test_metrics_agree_with_statistics(stats_server: ServerProcess) -> None:
         values[f'{histogram}_bucket{{{labels},le="+Inf"}}']
         == values[f"nv_inference_request_success{{{labels}}}"]
     )
-    failed = 'model="raises",version="1",reason="BACKEND"'
+    failed = 'model="raises",reason="BACKEND",version="1"'  # sorted by name, as Triton's
     assert values[f"nv_inference_request_failure{{{failed}}}"] == RAISES
     assert values["nv_cpu_memory_total_bytes"] > 0
     assert 0.0 <= values["nv_cpu_utilization"] <= 1.0

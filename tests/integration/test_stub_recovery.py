@@ -90,7 +90,8 @@ def metric(server: ServerProcess, name: str, model: str, instance: str = "") -> 
     url = f"http://127.0.0.1:{server.ports['metrics']}/metrics"
     with urllib.request.urlopen(url, timeout=TIMEOUT_S) as response:
         text = response.read().decode()
-    labels = f'model="{model}",version="1"' + (f',instance="{instance}"' if instance else "")
+    prefix = f'instance="{instance}",' if instance else ""  # labels sorted by name
+    labels = prefix + f'model="{model}",version="1"'
     match = re.search(rf"^{name}{{{labels}}} (\d+)$", text, re.MULTILINE)
     assert match, f"no {name}{{{labels}}} in:\n{text}"
     return int(match.group(1))

@@ -40,6 +40,19 @@ qa_device_probe      python, KIND_CPU; INPUT0 INT32 [1] -> REPORT STRING [1]: a 
                      GPU (keys ``bls_default``, ``bls_cpu``, ``bls_gpu``).
 qa_device_probe_model
                      the same with ``kind: KIND_MODEL``.
+qa_decoupled_returns python, decoupled; WAIT_MS INT32 [1] = n -> OUT INT32 [3]: sends n
+                     responses OUT = [1, 0, 0] (the last one with the final flag), then
+                     ``execute`` returns a list of responses (OUT = [2, 0, 0]) instead of
+                     None, which Triton refuses for a decoupled model.
+qa_sender_once       python, not decoupled, answered through ``get_response_sender()``;
+                     WAIT_MS INT32 [1] = mode -> OUT INT32 [3] = [mode, k, 0], k-th response:
+                     mode 0: a thread sends one response and then the final flag after
+                     ``execute`` returned None; mode 1: ``execute`` sends one response, then a
+                     second (which Triton refuses: the exception ends ``execute``); mode 2:
+                     ``execute`` returns ``[None]`` and a thread answers as in mode 0.
+qa_sys_path          python; INPUT0 INT32 [1] -> REPORT STRING [1]: a JSON object with
+                     ``sys.path`` as the model sees it at import and the paths of its version
+                     directory and model directory.
 """
 
 from __future__ import annotations
@@ -296,6 +309,82 @@ class TritonPythonModel:
 """
 
 
+_SYS_PATH = """\
+import json
+import os
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+PATH_AT_IMPORT = list(sys.path)
+VERSION_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        report = {
+            "sys_path": PATH_AT_IMPORT,
+            "version_dir": VERSION_DIR,
+            "model_dir": os.path.dirname(VERSION_DIR),
+        }
+        text = np.array([json.dumps(report).encode()], dtype=object)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("REPORT", text)]) for _ in requests]
+"""
+
+
+_DECOUPLED_RETURNS = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _out(first):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([first, 0, 0], np.int32))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "WAIT_MS").as_numpy()[0])
+            sender = request.get_response_sender()
+            for i in range(n):
+                last = i == n - 1
+                sender.send(_out(1), pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL if last else 0)
+        return [_out(2) for _ in requests]
+"""
+
+
+_SENDER_ONCE = """\
+import threading
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def _out(mode, k):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([mode, k, 0], np.int32))])
+
+
+def _later(sender, mode):
+    time.sleep(0.2)
+    sender.send(_out(mode, 1))
+    sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        (request,) = requests
+        mode = int(pb_utils.get_input_tensor_by_name(request, "WAIT_MS").as_numpy()[0])
+        sender = request.get_response_sender()
+        if mode == 1:
+            sender.send(_out(mode, 1))
+            sender.send(_out(mode, 2))  # raises: one response only
+        threading.Thread(target=_later, args=(sender, mode)).start()
+        return [None] if mode == 2 else None
+"""
+
+
 def _tensors(entries: list[tuple[str, str, str]]) -> str:
     return ",\n".join(f'  {{ name: "{n}", data_type: {t}, dims: [ {d} ] }}' for n, t, d in entries)
 
@@ -353,6 +442,9 @@ QA_SPECS: dict[str, _Spec] = {
     ),
     "qa_device_probe": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_CPU")),
     "qa_device_probe_model": _spec(_DEVICE_PROBE, *_PROBE_IO, _kind("KIND_MODEL")),
+    "qa_sys_path": _spec(_SYS_PATH, *_PROBE_IO),
+    "qa_sender_once": _spec(_SENDER_ONCE, *_OVERLAP_IO, _ONE_INSTANCE),
+    "qa_decoupled_returns": _spec(_DECOUPLED_RETURNS, *_OVERLAP_IO, _DECOUPLED),
     "qa_timeout_parent": _spec(
         _TIMEOUT_PARENT,
         [("TIMEOUT_US", "TYPE_INT64", "1"), ("HOW", _STR, "1")],

@@ -381,3 +381,14 @@ def test_http2_libraries_stay_at_warning_whatever_the_verbosity(
         "gRPC request: /x",
         "a library's warning still shows",
     ]
+
+
+def test_table_cell_ending_in_a_newline_has_no_empty_last_line() -> None:
+    """Triton reads a cell's lines with std::getline: a Python model's error text (pybind11's,
+    ending in a newline) gets no empty row after its last frame."""
+    table = render_table(["Model", "Status"], [["m", "UNAVAILABLE: E: x\n\nAt:\n  f(1): g\n"]])
+    assert table.splitlines()[-3:] == [
+        "|       | At:               |",
+        "|       |   f(1): g         |",
+        "+-------+-------------------+",
+    ]

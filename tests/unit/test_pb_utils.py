@@ -800,3 +800,73 @@ def test_triton_model_file_runs_against_module(monkeypatch):
         b"AB",
         b"",
     ]
+
+
+# ------------------------------------------------------------------ Triton's argument binding
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"correlation_id": None},
+        {"request_id": None},
+        {"model_version": None},
+        {"flags": None},
+        {"timeout": None},
+        {"preferred_memory": None},
+        {"trace": None},
+        {"requested_output_names": [None]},
+        {"requested_output_names": None},
+        {"inputs": None},
+        {"model_name": None},
+    ],
+)
+def test_request_arguments_bound_none_false_are_type_errors(kwargs):
+    """Triton binds each InferenceRequest argument but ``parameters`` with none(false)."""
+    args = {"inputs": [], "requested_output_names": ["OUT"], "model_name": "m"} | kwargs
+    with pytest.raises(TypeError):
+        pb.InferenceRequest(**args)
+
+
+def test_response_with_a_none_tensor_is_tritons_model_exception():
+    with pytest.raises(pb.TritonModelException, match="^Output tensor for inference response"):
+        pb.InferenceResponse(output_tensors=[None])
+    with pytest.raises(TypeError):
+        pb.InferenceResponse(output_tensors=None)
+
+
+@pytest.mark.parametrize("args", [(None, np.zeros(1)), ("OUT", None), ("", None), ("OUT", [1])])
+def test_tensor_takes_a_str_and_an_ndarray(args):
+    """Argument types are checked before the name's value, as pybind11 does."""
+    with pytest.raises(TypeError):
+        pb.Tensor(*args)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: pb.Logger.log("m", None),
+        lambda: pb.Logger.log("m", 1),
+        lambda: pb.Logger.log_info(None),
+        lambda: pb.Logger.log_warn(None),
+        lambda: pb.Logger.log_error(None),
+        lambda: pb.Logger.log_verbose(None),
+    ],
+)
+def test_logger_takes_a_str_and_a_log_level(call):
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_from_dlpack_refuses_what_triton_finds_not_contiguous():
+    transposed = np.arange(6, dtype=np.float32).reshape(2, 3).T
+    with pytest.raises(pb.TritonModelException) as info:
+        pb.Tensor.from_dlpack("T", transposed)
+    assert str(info.value) == (
+        "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored "
+        "in C-Order are supported."
+    )
+    column = np.arange(6, dtype=np.int32).reshape(3, 2)[:, :1]  # size-1 dimension: any stride
+    assert pb.Tensor.from_dlpack("C", column).as_numpy().tolist() == [[0], [2], [4]]
+    rows = np.arange(12, dtype=np.int32).reshape(4, 3)[::2]  # only the outermost stride is off
+    assert pb.Tensor.from_dlpack("R", rows).as_numpy().tolist() == [[0, 1, 2], [6, 7, 8]]

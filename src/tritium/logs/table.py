@@ -26,8 +26,8 @@ def render_table(
 ) -> str:
     """The table as Triton's ``TablePrinter::PrintTable`` writes it: a leading newline, then
     border, headers, border, rows, border, each line ending in a newline."""
-    records = [[cell.split("\n") for cell in headers]]
-    records += [[str(cell).split("\n") for cell in row] for row in rows]
+    records = [[_cell_lines(cell) for cell in headers]]
+    records += [[_cell_lines(str(cell)) for cell in row] for row in rows]
     shares = _fair_shares(
         width,
         [max(len(line) for cell in col for line in cell) for col in zip(*records, strict=True)],
@@ -38,6 +38,13 @@ def render_table(
     out += [_row(record, shares) for record in records[1:]]
     out.append(border)
     return "".join(out)
+
+
+def _cell_lines(text: str) -> list[str]:
+    """A cell's lines as ``std::getline`` reads them: a last newline ends a line, it does not
+    start an empty one (a Python model's error text ends with one)."""
+    lines = text.split("\n")
+    return lines[:-1] if len(lines) > 1 and lines[-1] == "" else lines
 
 
 def _fair_shares(width: int, widths: list[int]) -> list[int]:

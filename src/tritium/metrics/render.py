@@ -14,7 +14,7 @@ from .custom import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
 from .render_latency import number as _number
 from .render_latency import render_first_response as _first_response
 from .render_latency import render_summaries as _summaries
-from .stats import DURATION_BUCKETS_US, ModelStats
+from .stats import DURATION_BUCKETS_US, ModelStats, labels_with
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -154,7 +154,7 @@ def _failures(lines: list[str], models: list[ModelStats]) -> None:
     for stats in models:
         for reason in _FAILURE_REASONS:
             count = stats.failures.get(reason, 0)
-            lines.append(f'{name}{{{_labels(stats)},reason="{reason}"}} {count}')
+            lines.append(f"{name}{{{labels_with(stats, 'reason', reason)}}} {count}")
 
 
 def _gauges(lines: list[str], models: list[ModelStats]) -> None:
@@ -228,9 +228,8 @@ def _restarts(lines: list[str], models: list[ModelStats]) -> None:
     )
     lines.append(f"# TYPE {name} counter")
     for stats in restartable:
-        labels = _labels(stats)
         for instance, count in sorted(stats.restarts.items()):
-            lines.append(f'{name}{{{labels},instance="{instance}"}} {count}')
+            lines.append(f"{name}{{{labels_with(stats, 'instance', instance)}}} {count}")
 
 
 def _backlog(lines: list[str], models: list[ModelStats]) -> None:

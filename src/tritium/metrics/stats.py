@@ -100,7 +100,8 @@ class ModelStats:
         self.histogram = [0] * (len(DURATION_BUCKETS_US) + 1)
         # Prometheus metrics (--metrics-config, the config's metric_tags and model_metrics):
         # set once by ``configure`` before the version takes requests.
-        self.labels = _label_text({"model": name, "version": version})
+        self.label_map = {"model": name, "version": version}
+        self.labels = _label_text(self.label_map)
         self.counter_latencies = True
         self.summaries: LatencySummaries | None = None
         self.first_response: Histogram | None = None  # ms, observed by the ResponseSender
@@ -117,6 +118,7 @@ class ModelStats:
         if namespace:
             labels["namespace"] = namespace
         labels.update((f"_{key}", value) for key, value in spec.tags)
+        self.label_map = labels
         self.labels = _label_text(labels)
         self.counter_latencies = settings.counter_latencies
         self.cache_enabled = self.cache_enabled or cache
@@ -196,6 +198,11 @@ class ModelStats:
             ],
             "memory_usage": [],
         }
+
+
+def labels_with(stats: ModelStats, key: str, value: str) -> str:
+    """The version's labels and one more, all sorted by name (Triton's failure ``reason``)."""
+    return _label_text({**stats.label_map, key: value})
 
 
 def _label_text(labels: dict[str, str]) -> str:

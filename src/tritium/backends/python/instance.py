@@ -202,12 +202,9 @@ class PythonInstance:
         return cancel
 
     def _make_response(
-        self, request: InferenceRequest, payload: ipc.ResponseWire | None, buffers: ipc.Buffers
+        self, request: InferenceRequest, payload: ipc.ResponseWire, buffers: ipc.Buffers
     ) -> InferenceResponse:
         response = InferenceResponse(request.model_name, self._version, request.id)
-        if payload is None:
-            response.error = self._no_response()
-            return response
         tensors, message, extra = payload
         if message is not None:
             kind = (
@@ -248,12 +245,6 @@ class PythonInstance:
             return ipc.unpack_array(packed, buffers)
         return shm_tensors.unpack(packed, buffers, self._segments, keep=False)
 
-    def _no_response(self) -> ServerError:
-        return internal(
-            f"Failed to process the request(s) for model instance '{self.name}', "
-            "message: the model returned no response for the request"
-        )
-
     def _batch_done(self, body: ipc.ExecDone, buffers: ipc.Buffers) -> None:
         """``execute`` returned. Its requests are answered now, except a decoupled model's,
         whose responses may keep coming from the model's threads until each one's final flag;
@@ -269,13 +260,10 @@ class PythonInstance:
                 requests, finished, lambda r: send_error(r, self._version, failure)
             )
         elif wired is not None:
-            self._answer_each(requests, wired, buffers, infer_ns)
-            finished[:] = [True] * len(requests)
-        elif not self._spec.decoupled:  # execute returned None: senders must have answered
-            self._answer_unfinished(
-                requests, finished, lambda r: send_error(r, self._version, self._no_response())
-            )
-        for request in requests:  # decoupled requests still answering, failed ones
+            self._answer_each(requests, wired, finished, buffers, infer_ns)
+        # A request execute returned None for (all of them, when it returned None) is its
+        # sender's to answer, as in Triton: it stays open until its final response.
+        for request in requests:  # requests still answering, failed ones
             if request.timing is None:
                 request.timing = (self._input_ns, infer_ns, 0)
         if all(finished):
@@ -287,10 +275,14 @@ class PythonInstance:
         self,
         requests: list[InferenceRequest],
         wired: list[ipc.ResponseWire | None],
+        finished: list[bool],
         buffers: ipc.Buffers,
         infer_ns: int,
     ) -> None:
-        for request, payload in zip(requests, wired, strict=True):
+        for index, (request, payload) in enumerate(zip(requests, wired, strict=True)):
+            if payload is None or finished[index]:  # its sender answers (or has answered) it
+                continue
+            finished[index] = True
             began = time.perf_counter_ns()
             response = self._make_response(request, payload, buffers)
             request.timing = (self._input_ns, infer_ns, time.perf_counter_ns() - began)
@@ -318,6 +310,9 @@ class PythonInstance:
         future, requests, finished = entry
         request = requests[index]
         response = None if payload is None else self._make_response(request, payload, buffers)
+        # A model that is not decoupled answers each request once: its sender's one response
+        # completes the request (Triton's front-ends take no more for it).
+        final = final or (response is not None and not self._spec.decoupled)
         if final:
             finished[index] = True
             if future.done() and all(finished):

@@ -201,9 +201,11 @@ class Tensor:
     _dtype: int
 
     def __init__(self, name: str, numpy_array: Any) -> None:
+        # Triton's binding takes (str, numpy.ndarray): anything else is a TypeError, checked
+        # before the name's value.
+        if not isinstance(name, str) or not isinstance(numpy_array, np.ndarray):
+            raise TypeError("Tensor() arguments must be (name: str, numpy_array: numpy.ndarray)")
         _check_tensor_name(name)
-        if not isinstance(numpy_array, np.ndarray):
-            numpy_array = np.asarray(numpy_array)
         dtype = numpy_to_triton_type(numpy_array.dtype)
         if dtype is None:
             raise TritonModelException("NumPy dtype is not supported.")
@@ -292,10 +294,28 @@ class Tensor:
             array = np.from_dlpack(tensor)
         except (BufferError, TypeError, ValueError, RuntimeError) as e:
             raise TritonModelException(f"Failed to convert the DLPack tensor: {e}") from None
+        if not _inner_dims_c_contiguous(array):
+            raise TritonModelException(
+                "DLPack tensor is not contiguous. Only contiguous DLPack "
+                "tensors that are stored in C-Order are supported."
+            )
         return Tensor(name, array)
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, triton_dtype={self._dtype}, shape={self.shape()})"
+
+
+def _inner_dims_c_contiguous(array: npt.NDArray[Any]) -> bool:
+    """Triton's check of a DLPack tensor's strides: every dimension but the outermost one
+    (and those of size 1) must have its C-order stride. An outermost stride that is not (rows
+    taken with a step) Triton does not check; tritium copies such a tensor, read right."""
+    expected = 1
+    for dim, stride in reversed(list(zip(array.shape[1:], array.strides[1:], strict=True))):
+        if dim != 1:
+            if stride != expected * array.itemsize:
+                return False
+            expected *= dim
+    return True
 
 
 class _Capsule:
@@ -338,20 +358,21 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
+        output_tensors: Sequence[Tensor | None] = (),
         error: TritonError | None = None,
         parameters: dict[str, bool | int | str] | None = None,
     ) -> None:
-        if output_tensors is None:
-            output_tensors = []
         if not isinstance(output_tensors, (list, tuple)) or not all(
-            isinstance(t, Tensor) for t in output_tensors
+            t is None or isinstance(t, Tensor) for t in output_tensors
         ):
             raise TypeError("output_tensors must be a list of pb_utils.Tensor")
+        if any(t is None for t in output_tensors):
+            raise TritonModelException("Output tensor for inference response should not be empty.")
         if error is not None and not isinstance(error, TritonError):
             raise TypeError("error must be a pb_utils.TritonError or None")
         self._parameters = _parameters_to_json(parameters)
-        self._output_tensors, self._error = list(output_tensors), error
+        self._output_tensors = [t for t in output_tensors if t is not None]
+        self._error = error
 
     def output_tensors(self) -> list[Tensor]:
         return list(self._output_tensors)
@@ -444,6 +465,18 @@ class InferenceTrace:
         return self._context or None
 
 
+_DEFAULT_MEMORY = PreferredMemory(2, 0)  # kDefault
+_NO_TRACE = InferenceTrace()
+
+
+def _refuse_none_arguments(**arguments: object) -> None:
+    """Triton binds every InferenceRequest argument but ``parameters`` with ``none(false)``:
+    None (given, or a required one left out) is a TypeError."""
+    for name, value in arguments.items():
+        if value is None:
+            raise TypeError(f"InferenceRequest(): argument '{name}' is required, not None")
+
+
 class InferenceRequest:
     """An inference request, built by the stub for ``execute`` or by a model for
     BLS (``exec``/``async_exec``, run by the stub's ``bls_client``).
@@ -467,18 +500,23 @@ class InferenceRequest:
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
-        preferred_memory: PreferredMemory | None = None,
-        trace: InferenceTrace | None = None,
+        preferred_memory: PreferredMemory = _DEFAULT_MEMORY,
+        trace: InferenceTrace = _NO_TRACE,
         parameters: dict[str, bool | int | str] | str | bytes | None = None,
     ) -> None:
-        if inputs is None or requested_output_names is None or model_name is None:
-            required = (
-                ("inputs", inputs),
-                ("requested_output_names", requested_output_names),
-                ("model_name", model_name),
-            )
-            arg = next(name for name, value in required if value is None)
-            raise TypeError(f"InferenceRequest() missing required argument: '{arg}'")
+        _refuse_none_arguments(
+            request_id=request_id,
+            correlation_id=correlation_id,
+            inputs=inputs,
+            requested_output_names=requested_output_names,
+            model_name=model_name,
+            model_version=model_version,
+            flags=flags,
+            timeout=timeout,
+            preferred_memory=preferred_memory,
+            trace=trace,
+        )
+        assert inputs is not None and requested_output_names is not None
         if not isinstance(request_id, str) or not isinstance(model_name, str):
             raise TypeError("request_id and model_name must be str")
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
@@ -497,7 +535,9 @@ class InferenceRequest:
                 raise TritonModelException(f"Input tensor {where} should not be empty.")
             if not isinstance(tensor, Tensor):
                 raise TypeError("inputs must be a list of pb_utils.Tensor")
-        if isinstance(requested_output_names, str):
+        if isinstance(requested_output_names, str) or not all(
+            isinstance(name, str) for name in requested_output_names
+        ):
             raise TypeError("requested_output_names must be a list of str")
         if "" in requested_output_names:
             raise TritonModelException(f"Requested output name {where} should not be empty.")
@@ -516,8 +556,8 @@ class InferenceRequest:
         self._requested_output_names = list(dict.fromkeys(requested_output_names))
         self._model_name, self._model_version = model_name, model_version
         self._flags, self._timeout = flags, timeout
-        self._preferred_memory = preferred_memory or PreferredMemory(2, 0)  # kDefault
-        self._trace = trace or InferenceTrace()
+        self._preferred_memory = preferred_memory
+        self._trace = trace
         self._release = TRITONSERVER_REQUEST_RELEASE_ALL
         self._sender, self._cancelled = InferenceResponseSender(), None
         self._sender_factory = None
@@ -839,7 +879,12 @@ def _set_log_sink(sink: Callable[[str, str, str], None] | None) -> None:
     _log_sink = sink if sink is not None else _default_log_sink
 
 
-def _log(message: object, level: int, depth: int) -> None:
+def _log(message: object, level: object, depth: int) -> None:
+    # Triton's binding takes (str, LogLevel): a plain int is no LogLevel there.
+    if not isinstance(message, str):
+        raise TypeError(f"Logger: message must be a str, not {type(message).__name__}")
+    if not isinstance(level, LogLevel):
+        raise TypeError(f"Logger: level must be a pb_utils.LogLevel, not {type(level).__name__}")
     frame = sys._getframe(depth + 1)
     where = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
     _log_sink(LogLevel(level).name, str(message), where)

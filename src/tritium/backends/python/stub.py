@@ -136,6 +136,10 @@ class Stub:
         decoupled = self._decoupled
 
         def send(response: pb_utils.InferenceResponse | None, flags: int) -> None:
+            if finished[index]:  # execute failed, which closed the senders of its requests
+                raise pb_utils.TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
             final = bool(flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
             if final:
                 finished[index] = True
@@ -212,29 +216,37 @@ class Stub:
                     return (batch_id, None, None)
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
-            return self._failed(batch_id, describe(exc).reason)
+            return self._failed(batch_id, describe(exc).reason, finished)
         finally:
             bls_client.current_batch.reset(parent)
-        if self._decoupled or result is None:  # answered (or answering) through senders
+        if result is None:  # answered (or answering) through senders
             return (batch_id, None, None)
+        if self._decoupled:
+            message = (
+                f"Python model '{self._name}' is using the decoupled mode and the execute "
+                "function must return None."
+            )
+            return self._failed(batch_id, message, finished)
         if len(result) != len(requests):
             message = (
                 f"Number of InferenceResponse objects do not match the number of "
                 f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, "
                 f"and InferenceResponse(s) size is:{len(result)}"
             )
-            return self._failed(batch_id, message)
+            return self._failed(batch_id, message, finished)
         mark = out.mark()
         try:
             wired = [None if r is None else self._wire_response(r, out) for r in result]
         except Exception as exc:
             out.rollback(mark)
-            return self._failed(batch_id, f"{type(exc).__name__}: {exc}")
+            return self._failed(batch_id, f"{type(exc).__name__}: {exc}", finished)
         return (batch_id, None, wired)
 
-    def _failed(self, batch_id: int, detail: str) -> ipc.ExecDone:
-        """``execute`` failed: Triton's stub logs it as an error and every request of the
-        execution gets it (pb_stub.cc ProcessRequests)."""
+    def _failed(self, batch_id: int, detail: str, finished: list[bool]) -> ipc.ExecDone:
+        """``execute`` failed: Triton's stub logs it as an error, every request of the
+        execution not finished yet gets it, and their senders are closed (pb_stub.cc
+        ProcessRequests)."""
+        finished[:] = [True] * len(finished)
         message = self._execute_failure(detail)
         self._outbox.log("ERROR", message, _here())
         return (batch_id, message, None)
@@ -343,10 +355,12 @@ class Stub:
 
 
 def import_model(path: str) -> Any:
-    """Import ``model.py`` as the module ``model`` (its directory on ``sys.path``, as Triton
-    puts it) and return its ``TritonPythonModel``."""
+    """Import ``model.py`` as the module ``model`` and return its ``TritonPythonModel``.
+
+    As Triton's stub does, the version directory and the model's directory are appended to
+    ``sys.path``: installed packages come first, a model's own files after them."""
     model_path = Path(path)
-    sys.path.insert(0, str(model_path.parent))
+    sys.path.extend((str(model_path.parent), str(model_path.parent.parent)))
     spec = importlib.util.spec_from_file_location("model", model_path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {model_path}")

@@ -7,8 +7,8 @@ pybind11's ``error_already_set::what()``), and the traceback the log gets.
 - ``reason``: the model's UNAVAILABLE reason (or the error of the requests of an ``execute``),
   ``<Type>: <message>`` (the class's own name, as pybind11 names it; ``<EMPTY MESSAGE>`` for
   none) and then, as pybind11 writes it, ``\\n\\nAt:\\n`` and one
-  ``  <file>(<line>): <function>`` per frame, innermost first (at most ``MAX_FRAMES``); a
-  SyntaxError's own line comes first, as ``<module>``;
+  ``  <file>(<line>): <function>\\n`` per frame (so the text ends with a newline), innermost
+  first (at most ``MAX_FRAMES``); a SyntaxError's own line comes first, as ``<module>``;
 - ``traceback``: Python's own traceback text, for the log;
 - ``where``: ``<file>:<line>`` of the innermost frame in the model's file (for a SyntaxError, the
   offending line), else of the innermost frame shown: the log record's source location.
@@ -49,7 +49,7 @@ def describe(exc: BaseException, model_file: str = "") -> Failure:
     innermost = list(reversed(_model_frames(_traceback.extract_tb(exc.__traceback__))))
     head = f"{type(exc).__name__}: {_message(exc)}"  # a SyntaxError: "<msg> (model.py, line N)"
     lines = _at_lines(exc, innermost)
-    reason = head + "\n\nAt:\n" + "\n".join(lines) if lines else head
+    reason = head + "\n\nAt:\n" + "".join(f"{line}\n" for line in lines) if lines else head
     return Failure(reason, _traceback_text(exc), _where(exc, innermost, model_file))
 
 
