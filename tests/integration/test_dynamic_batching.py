@@ -70,6 +70,32 @@ class TritonPythonModel:
                 for _ in requests]
 """
 
+# Two optional inputs: Triton batches only requests that give the same inputs. Each response
+# says how many different input sets its execution saw (KINDS) and how many requests (COUNT).
+_OPTIONAL = """\
+backend: "python"
+max_batch_size: 8
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ], optional: true },
+        { name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ], optional: true } ]
+output [ { name: "KINDS", data_type: TYPE_INT32, dims: [ 1 ] },
+         { name: "COUNT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 300000 }
+"""
+_OPTIONAL_PY = """\
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        sets = {tuple(n for n in ("INPUT0", "INPUT1")
+                      if pb_utils.get_input_tensor_by_name(r, n) is not None)
+                for r in requests}
+        out = [pb_utils.Tensor("KINDS", np.array([[len(sets)]], dtype=np.int32)),
+               pb_utils.Tensor("COUNT", np.array([[len(requests)]], dtype=np.int32))]
+        return [pb_utils.InferenceResponse(out) for _ in requests]
+"""
+
 MODELS = {
     "batching": (8, 0.05, "max_queue_delay_microseconds: 20000"),
     "queue_limited": (1, 0.3, "default_queue_policy { max_queue_size: 2 }"),
@@ -100,6 +126,9 @@ def batching_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     (repo / "two_instances" / "1").mkdir(parents=True)
     (repo / "two_instances" / "config.pbtxt").write_text(_TWO_INSTANCES)
     (repo / "two_instances" / "1" / "model.py").write_text(_WINDOW_PY)
+    (repo / "optional" / "1").mkdir(parents=True)
+    (repo / "optional" / "config.pbtxt").write_text(_OPTIONAL)
+    (repo / "optional" / "1" / "model.py").write_text(_OPTIONAL_PY)
     proc = ServerProcess([repo])
     yield proc
     proc.stop()
@@ -242,3 +271,26 @@ def test_instances_execute_concurrently(batching_server: ServerProcess, protocol
 
     (start_a, end_a), (start_b, end_b) = asyncio.run(main())
     assert start_a < end_b and start_b < end_a, "the two executions did not overlap"
+
+
+def test_optional_inputs_batch_only_with_the_same_inputs(
+    batching_server: ServerProcess, protocol: str
+) -> None:
+    module = httpaio if protocol == "http" else grpcaio
+
+    async def one(client: Any, name: str) -> tuple[int, int]:
+        inp = module.InferInput(name, [1, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 4), dtype=np.float32))
+        result = await client.infer("optional", [inp])
+        return int(result.as_numpy("KINDS")[0][0]), int(result.as_numpy("COUNT")[0][0])
+
+    async def main() -> list[tuple[int, int]]:
+        client = _client(protocol, batching_server)
+        try:
+            names = ["INPUT0", "INPUT0", "INPUT1", "INPUT1", "INPUT0", "INPUT1"]
+            return await asyncio.gather(*(one(client, name) for name in names))
+        finally:
+            await client.close()
+
+    results = asyncio.run(main())
+    assert all(kinds == 1 for kinds, _ in results), results

@@ -403,6 +403,21 @@ def test_failing_step_fails_the_request(c: Any, protocol: str) -> None:
     assert c.is_server_live() and c.is_model_ready("failing_chain")
 
 
+def test_a_tensor_a_step_did_not_produce_is_left_out(c: Any, protocol: str) -> None:
+    # Triton: a step's missing output is an empty placeholder; the next step runs without it
+    # (its input is optional) and the ensemble's answer leaves it out.
+    data = {"INPUT0": (np.array([2.5], dtype=np.float32), "FP32")}
+    result = infer(c, protocol, "optional_chain", data, outputs=["OUTPUT0"])
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data["INPUT0"][0])
+    both = infer(c, protocol, "optional_chain", data)
+    assert both.as_numpy("OUTPUT1") is None
+    np.testing.assert_array_equal(both.as_numpy("OUTPUT0"), data["INPUT0"][0])
+    # A config without "name:" is named after its directory, in errors too.
+    bad = {"INPUT1": (np.array([-1.0], dtype=np.float32), "FP32")}
+    message = expect_error(protocol, "INTERNAL", infer, c, protocol, "optional_chain", bad)
+    assert message.startswith("in ensemble 'optional_chain', model 'optional_echo': "), message
+
+
 # ----------------------------------------------------------------------------- cancellation
 def test_a_client_that_goes_away_stops_the_later_steps(srv: ServerProcess, protocol: str) -> None:
     """slow_chain = window_a (sleeps) -> stamp. The client gives up while window_a runs:

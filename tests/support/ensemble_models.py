@@ -97,6 +97,51 @@ def _ensemble_config(
 
 
 # ------------------------------------------------------------------------- model.py sources
+# Two optional inputs; answers only the outputs of the inputs it got (a negative value fails).
+_OPTIONAL_ECHO_CONFIG = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ], optional: true },
+        { name: "INPUT1", data_type: TYPE_FP32, dims: [ 1 ], optional: true } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] },
+         { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 1 ] } ]
+"""
+_OPTIONAL_ECHO_PY = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for r in requests:
+            outs = []
+            for i in ("0", "1"):
+                t = pb_utils.get_input_tensor_by_name(r, "INPUT" + i)
+                if t is not None:
+                    if (t.as_numpy() < 0).any():
+                        raise ValueError("negative input")
+                    outs.append(pb_utils.Tensor("OUTPUT" + i, t.as_numpy()))
+            responses.append(pb_utils.InferenceResponse(outs))
+        return responses
+"""
+# Two optional_echo steps connected on both tensors, and no "name:" (Triton names it after its
+# directory): a tensor the first step does not produce is left out of the second's request.
+_OPTIONAL_CHAIN = """\
+platform: "ensemble"
+max_batch_size: 0
+input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 1 ], optional: true },
+        { name: "INPUT1", data_type: TYPE_FP32, dims: [ 1 ], optional: true } ]
+output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 1 ] },
+         { name: "OUTPUT1", data_type: TYPE_FP32, dims: [ 1 ] } ]
+ensemble_scheduling { step [
+  { model_name: "optional_echo" model_version: -1
+    input_map { key: "INPUT0" value: "INPUT0" } input_map { key: "INPUT1" value: "INPUT1" }
+    output_map { key: "OUTPUT0" value: "mid0" } output_map { key: "OUTPUT1" value: "mid1" } },
+  { model_name: "optional_echo" model_version: -1
+    input_map { key: "INPUT0" value: "mid0" } input_map { key: "INPUT1" value: "mid1" }
+    output_map { key: "OUTPUT0" value: "OUTPUT0" } output_map { key: "OUTPUT1" value: "OUTPUT1" } }
+] }
+"""
 
 _WINDOW_PY = f'''\
 import time
@@ -231,6 +276,7 @@ def _python_models() -> dict[str, dict[str, str]]:
             ),
             "1/model.py": _STAMP_PY,
         },
+        "optional_echo": {"config.pbtxt": _OPTIONAL_ECHO_CONFIG, "1/model.py": _OPTIONAL_ECHO_PY},
         "square_int": {
             "config.pbtxt": _python_config(
                 "square_int", 0, [("VALUE", "TYPE_INT32", [1])], [("SQUARE", "TYPE_INT32", [1])]
@@ -307,6 +353,7 @@ def _ensembles() -> dict[str, str]:
             [("Y", *_FP32_4)],
             [_step("batch_affine", {"X": "X"}, {"Y": "Y"})],
         ),
+        "optional_chain": _OPTIONAL_CHAIN,
         "streamed_squares": _ensemble_config(
             "streamed_squares",
             0,

@@ -137,3 +137,30 @@ def test_timeout_override_only_lowers_when_allowed() -> None:
     refused = _policy(max_delay_ns=10_000 * US, policies=(QueuePolicy(timeout_ns=1000 * US),))
     refused.enqueue(_Request("a"), now=0, timeout_us=100)
     assert refused.wake_at() == 1000 * US
+
+
+def _given(tag: str, *names: str) -> _Request:
+    request = _Request(tag)
+    request.inputs = [_Tensor(name, (1, 16)) for name in names]
+    return request
+
+
+def test_optional_inputs_batch_only_with_the_same_inputs() -> None:
+    # Triton's RequiredEqualInputs: with an optional input in the model, a request that
+    # gives other inputs than the pending batch's cannot join it, whatever the shapes.
+    policy = _policy(max_delay_ns=10_000 * US, ragged=True, optional_inputs=True)
+    policy.enqueue(_given("a", "INPUT0"), now=0)
+    policy.enqueue(_given("b", "INPUT1"), now=0)
+    policy.enqueue(_given("c", "INPUT1", "INPUT0"), now=0)
+    assert _tags(policy.take(now=1)) == ["a"]  # b cannot join: no reason to wait
+    assert _tags(policy.take(now=1)) == ["b"]
+    assert policy.take(now=1) is None  # c waits for company
+    policy.enqueue(_given("d", "INPUT0", "INPUT1"), now=2)
+    assert _tags(policy.take(now=10_000 * US)) == ["c", "d"]  # the same set, in any order
+
+
+def test_without_optional_inputs_the_input_set_does_not_split_batches() -> None:
+    policy = _policy(max_delay_ns=0, ragged=True)
+    policy.enqueue(_given("a", "INPUT0"), now=0)
+    policy.enqueue(_given("b", "INPUT1"), now=0)
+    assert _tags(policy.take(now=0)) == ["a", "b"]

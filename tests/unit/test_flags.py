@@ -267,3 +267,17 @@ def test_defaults_of_the_parser_are_the_options_defaults() -> None:
     options = options_from_args(_parse())
     assert replace(options, repository=defaults.repository) == defaults
     assert options.repository == replace(defaults.repository, paths=(Path("r"),))
+
+
+@pytest.mark.parametrize("given", ["POLL", "Explicit", "none"])
+def test_model_control_mode_is_case_insensitive(given: str) -> None:
+    # Triton lowercases the value (qa/L0_model_namespacing passes --model-control-mode=POLL).
+    options = options_from_args(_parse(f"--model-control-mode={given}"))
+    assert options.repository.control_mode == given.lower()
+
+
+def test_compression_level_is_case_insensitive() -> None:
+    options = options_from_args(_parse("--grpc-infer-response-compression-level=HIGH"))
+    assert options.grpc.infer_response_compression_level == "high"
+    with pytest.raises(SystemExit):
+        _parse("--model-control-mode=sometimes")

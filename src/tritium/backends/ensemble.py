@@ -15,6 +15,8 @@ class EnsembleBackend:
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         config = ctx.config
         assert ctx.composing is not None, "the repository manager resolves composing models"
+        if not config.name:  # Triton names a config without "name:" after its directory
+            config.name = ctx.model_name
         plan = build_plan(config, ctx.composing)
         # Triton: an ensemble is decoupled exactly when one of its steps is, whatever the
         # config says; it has a platform and no backend.

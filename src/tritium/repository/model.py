@@ -259,6 +259,7 @@ def _scheduler(
             for name, io in spec.inputs.items()
             if not io.allow_ragged and (-1 in io.dims or -1 in (io.reshape or ()))
         )
-        batching = BatchConfig.from_config(config, not equal, equal)
+        optional = any(io.optional for io in spec.inputs.values())
+        batching = BatchConfig.from_config(config, not equal, equal, optional)
         return DynamicBatcher(instances, version, batching, gates)
     return DirectScheduler(instances, version, gates)

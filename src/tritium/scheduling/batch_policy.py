@@ -5,7 +5,9 @@ Triton's semantics (model_configuration.md, "Dynamic Batcher"):
 - requests wait in one queue per priority level (1 is the highest; 0 means the default);
 - a batch takes requests in priority order while the batch stays within ``max_batch_size``
   and their non-batch shapes match, compared only for the inputs with a variable dimension
-  that do not set ``allow_ragged_batch`` (Triton's enforce_equal_shape_tensors);
+  that do not set ``allow_ragged_batch`` (Triton's enforce_equal_shape_tensors); when the
+  model has an optional input, only requests that give the same set of inputs batch together
+  (Triton's RequiredEqualInputs);
 - it goes out at once when it is full, when the next request cannot join it, or when its
   requests form a preferred batch size; otherwise it waits until the oldest request has
   waited ``max_queue_delay_microseconds``;
@@ -63,10 +65,16 @@ class BatchConfig:
     preserve_ordering: bool = False
     # The inputs whose non-batch shapes must match within a batch (None: every input).
     equal_shape: frozenset[str] | None = None
+    # The model has an optional input: a batch's requests must give the same inputs.
+    optional_inputs: bool = False
 
     @classmethod
     def from_config(
-        cls, config: Any, ragged: bool, equal_shape: frozenset[str] | None = None
+        cls,
+        config: Any,
+        ragged: bool,
+        equal_shape: frozenset[str] | None = None,
+        optional_inputs: bool = False,
     ) -> BatchConfig:
         """From a normalised ModelConfig with ``dynamic_batching``."""
         db = config.dynamic_batching
@@ -99,6 +107,7 @@ class BatchConfig:
             ragged=ragged,
             preserve_ordering=db.preserve_ordering,
             equal_shape=equal_shape,
+            optional_inputs=optional_inputs,
         )
 
 
@@ -121,6 +130,21 @@ def _shape_key(request: Batchable, names: frozenset[str] | None) -> _ShapeKey:
     together only when these match."""
     return tuple(
         (t.name, tuple(t.shape[1:])) for t in request.inputs if names is None or t.name in names
+    )
+
+
+def _batch_key(request: Batchable, config: BatchConfig) -> _ShapeKey:
+    """What must be equal between the requests of a batch: the shapes ``_shape_key``
+    compares and, for a model with optional inputs, which inputs the request gives."""
+    if not config.optional_inputs:
+        return () if config.ragged else _shape_key(request, config.equal_shape)
+    names = config.equal_shape
+
+    def compared(name: str) -> bool:
+        return not config.ragged and (names is None or name in names)
+
+    return tuple(
+        sorted((t.name, tuple(t.shape[1:]) if compared(t.name) else ()) for t in request.inputs)
     )
 
 
@@ -151,8 +175,7 @@ class DynamicBatchPolicy(Generic[R]):
             requested = timeout_us * 1000
             timeout = min(timeout, requested) if timeout else requested
         deadline = now + timeout if timeout else 0
-        config = self.config
-        shape = () if config.ragged else _shape_key(request, config.equal_shape)
+        shape = _batch_key(request, self.config)
         queue.append(_Entry(request, now, deadline, request.batch_size, shape))
 
     def expire(self, now: int) -> list[R]:

@@ -239,6 +239,13 @@ class _Run:
             if target is not None and target in flow.refs:
                 flow.values[target] = Tensor(target, tensor.datatype, tensor.shape, tensor.data)
                 added.append(target)
+        # Triton: an output the step did not produce is an empty placeholder, so a later step
+        # that takes it as an optional input still runs (without it), and the ensemble's
+        # answer leaves it out.
+        for _, target in step.outputs:
+            if target in flow.refs and target not in flow.values:
+                flow.values[target] = None
+                added.append(target)
         consumers = self.route.consumers
         steps = self.route.steps
         for name in added:
