@@ -403,6 +403,31 @@ def test_failing_step_fails_the_request(c: Any, protocol: str) -> None:
     assert c.is_server_live() and c.is_model_ready("failing_chain")
 
 
+def _response_parameters(result: Any, protocol: str) -> dict[str, Any]:
+    response = result.get_response()
+    if protocol == "http":
+        return dict(response.get("parameters", {}))
+    values = {}
+    for key, value in response.parameters.items():
+        values[key] = getattr(value, value.WhichOneof("parameter_choice"))
+    return values
+
+
+def test_answers_carry_the_sequence_parameters(c: Any, protocol: str) -> None:
+    # Triton's ensemble answers carry sequence_id/sequence_start/sequence_end as the
+    # request gave them (qa/L0_simple_ensemble test_ensemble_sequence_flags reads them).
+    a, b = int32_pair(3, 4)
+    data = {"A": (a, "INT32"), "B": (b, "INT32")}
+    plain = _response_parameters(infer(c, protocol, "sum_diff", data), protocol)
+    assert plain == {"sequence_id": 0, "sequence_start": False, "sequence_end": False}
+    first = infer(c, protocol, "sum_diff", data, sequence_id=7, sequence_start=True)
+    params = _response_parameters(first, protocol)
+    assert params == {"sequence_id": 7, "sequence_start": True, "sequence_end": False}
+    last = infer(c, protocol, "sum_diff", data, sequence_id="s-1", sequence_end=True)
+    params = _response_parameters(last, protocol)
+    assert params == {"sequence_id": "s-1", "sequence_start": False, "sequence_end": True}
+
+
 def test_a_tensor_a_step_did_not_produce_is_left_out(c: Any, protocol: str) -> None:
     # Triton: a step's missing output is an empty placeholder; the next step runs without it
     # (its input is optional) and the ensemble's answer leaves it out.

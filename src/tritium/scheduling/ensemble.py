@@ -20,7 +20,7 @@ from ..backends.base import send_error
 from ..errors import ErrorKind, ServerError, cancelled, invalid_arg
 from ..config.ensemble import EnsemblePlan, Route, Step
 from ..request import InferenceRequest, ResponseSender
-from ..types import ClientRequest, InferenceResponse, RequestedOutput, Tensor
+from ..types import ClientRequest, InferenceResponse, RequestedOutput, RequestFlag, Tensor
 
 
 class Dispatch(Protocol):
@@ -288,11 +288,13 @@ class _Run:
                 tensor = Tensor(name, tensor.datatype, data.shape, data)
             outputs.append(tensor)
         request = self.request
+        tensors = [t for t in outputs if t is not None]
         return InferenceResponse(
             request.model_name,
             self.owner.version,
             request.id,
-            [t for t in outputs if t is not None],
+            tensors,
+            _sequence_parameters(request) if tensors else {},
         )
 
     def answer_flow(self, flow: _Flow) -> None:
@@ -324,6 +326,18 @@ class _Run:
             send_error(request, owner.version, _deadlock(owner.plan.name))
         else:
             request.sender.send(response, True)
+
+
+def _sequence_parameters(request: InferenceRequest) -> dict[str, int | str | bool]:
+    """Triton's ensemble answers carry the sequence id and flags its output tensors were made
+    under (the request's: 0 and false outside a sequence); Triton repeats them once per
+    output, tritium gives them once."""
+    flags = request.flags
+    return {
+        "sequence_id": request.correlation_id,
+        "sequence_start": bool(flags & RequestFlag.SEQUENCE_START),
+        "sequence_end": bool(flags & RequestFlag.SEQUENCE_END),
+    }
 
 
 def _fit(data: np.ndarray, rank: int) -> np.ndarray:
