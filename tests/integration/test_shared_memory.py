@@ -498,7 +498,7 @@ def test_register_beyond_object(
     expect_error(
         protocol,
         lambda: triton.register_system_shared_memory(name, key, byte_size, offset=offset),
-        f"failed to register shared memory region '{name}'",
+        f"failed to register shared memory region '{name}': invalid args",  # Triton's words
         http_status="400",
     )
     assert name not in system_status(triton, protocol)
@@ -797,16 +797,19 @@ def slow_shm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server
     proc.stop()
 
 
-def test_region_stays_valid_for_the_request_using_it(
+def test_a_region_in_use_cannot_be_unregistered(
     slow_shm_server: ServerProcess, protocol: str, regions: Regions
 ) -> None:
-    """Unregistering a region while a request reads from it and writes into it: that request
-    still gets correct data; later requests cannot use the region any more."""
+    """Triton's: while a request reads from a region and writes into it, unregistering that
+    region fails (INTERNAL, "currently in use"), by name or all at once (which still
+    unregisters the free ones); the request gets correct data; afterwards it unregisters."""
     c = client(protocol, slow_shm_server.url(protocol))
     name, key, handle = regions.create("inflight", 64)
+    free_name, free_key, _ = regions.create("idle", 64)
     data = np.arange(8, dtype=np.float32) * 1.5
     shm.set_shared_memory_region(handle, [data])
     regions.register(c, name, key, 64)
+    regions.register(c, free_name, free_key, 64)
     inputs = [shm_input(protocol, "INPUT0", name, 32, shape=[8], datatype="FP32")]
     outputs = [shm_output(protocol, "OUTPUT0", name, 32, offset=32)]
     outcome: dict[str, Any] = {}
@@ -822,10 +825,22 @@ def test_region_stays_valid_for_the_request_using_it(
     worker.start()
     time.sleep(0.2)  # the model sleeps 0.5 s: the request is in flight now
     other = client(protocol, slow_shm_server.url(protocol))
-    other.unregister_system_shared_memory(name)
+    with pytest.raises(InferenceServerException) as one:
+        other.unregister_system_shared_memory(name)
+    with pytest.raises(InferenceServerException) as every:
+        other.unregister_system_shared_memory()
     worker.join(30)
     assert "error" not in outcome, outcome.get("error")
+    in_use = f"Cannot unregister shared memory region '{name}', it is currently in use."
+    assert in_use in str(one.value)
+    listed = f"Failed to unregister the following system shared memory regions: {name} ,"
+    assert listed in str(every.value)
+    for error in (one.value, every.value):
+        assert error.status() in ("500", "StatusCode.INTERNAL")
+    status = system_status(other, protocol)
+    assert name in status and free_name not in status
     np.testing.assert_array_equal(read(handle, np.float32, [8], offset=32), data)
+    other.unregister_system_shared_memory(name)  # the request is over: it goes now
     with pytest.raises(InferenceServerException) as info:
         c.infer("slow", inputs, outputs=outputs)
     assert "Unable to find shared memory region" in str(info.value)

@@ -6,8 +6,8 @@ client created with ``shm_open``. The key is a POSIX shm name (one path componen
 directory with ``O_NOFOLLOW`` and accepts only a regular file, so no key reaches another file
 of the host. The server maps the object with ``mmap`` (never ``multiprocessing.shared_memory``,
 whose resource tracker would unlink the client's object when the server exits), reads inputs
-from it as numpy views (no copy) and writes outputs into it with ``pwrite``. A region in use by
-a request stays mapped until that request finishes, even if it is unregistered meanwhile.
+from it as numpy views (no copy) and writes outputs into it with ``pwrite``. As in Triton, a
+region that a request is using cannot be unregistered until that request finishes.
 
 The client owns the object and may shrink it at any time; touching a mapped page past its end
 raises SIGBUS, which would kill the server. So the region keeps its descriptor open and checks
@@ -139,9 +139,9 @@ class SharedMemoryManager:
         try:
             size = os.fstat(fd).st_size
             if offset < 0 or byte_size <= 0 or offset + byte_size > size:
-                raise invalid_arg(
-                    f"failed to register shared memory region '{name}': offset {offset} + "
-                    f"byte_size {byte_size} exceeds the size {size} of '{key}'"
+                raise invalid_arg(  # Triton's text, then which bound was broken
+                    f"failed to register shared memory region '{name}': invalid args (offset "
+                    f"{offset} + byte_size {byte_size} exceeds the size {size} of '{key}')"
                 )
             region = ShmRegion(name, key, (offset, byte_size), fd, size)
         except OSError as exc:  # mmap: no address space left
@@ -171,14 +171,35 @@ class SharedMemoryManager:
         return fd
 
     def unregister(self, name: str = "") -> None:
+        """Triton's: a region a request is using stays registered and the call fails; without
+        a name, every other region is unregistered and the failure lists the ones in use."""
         self.require_allowed()
-        names = [name] if name else list(self._regions)
-        for each in names:
-            region = self._regions.pop(each, None)
-            if region is not None:
-                region.closing = True
-                if region.users == 0:
-                    region.close()
+        if name:
+            if not self._unregister_one(name):
+                raise ServerError(
+                    ErrorKind.INTERNAL,
+                    f"Cannot unregister shared memory region '{name}', it is currently in use.",
+                )
+            return
+        busy = [each for each in sorted(self._regions) if not self._unregister_one(each)]
+        if busy:
+            listed = "".join(f"{each} ," for each in busy)
+            raise ServerError(
+                ErrorKind.INTERNAL,
+                f"Failed to unregister the following system shared memory regions: {listed}",
+            )
+
+    def _unregister_one(self, name: str) -> bool:
+        """Unregister ``name`` (nothing to do if it is not registered); False if in use."""
+        region = self._regions.get(name)
+        if region is None:
+            return True
+        if region.users:
+            return False
+        del self._regions[name]
+        region.closing = True
+        region.close()
+        return True
 
     def require_allowed(self) -> None:
         """Triton refuses registering and unregistering (system and CUDA regions alike) while
