@@ -438,7 +438,7 @@ class InferenceServer:
 
     def register_cuda_shm(self, name: str) -> None:
         self.shm.require_allowed()
-        raise unsupported(CUDA_UNSUPPORTED)
+        raise invalid_arg(CUDA_UNSUPPORTED)
 
     def unregister_cuda_shm(self, name: str = "") -> None:
         self.shm.require_allowed()  # no CUDA region is ever registered: nothing to drop

@@ -33,7 +33,12 @@ from ..types import DataType, InferenceResponse, ShmRef, Tensor
 DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
-CUDA_UNSUPPORTED = "CUDA shared memory is not supported on this server: it has no GPU"
+# Triton's GPU build on a machine without a GPU (the usual container) answers INVALID_ARG
+# "failed to register shared memory region: invalid args" (cudaIpcOpenMemHandle fails).
+CUDA_UNSUPPORTED = (
+    "failed to register shared memory region: invalid args (CUDA shared memory is not "
+    "supported on this server: it has no GPU)"
+)
 SHM_DIR = "/dev/shm"  # where glibc's shm_open keeps its objects
 NAME_MAX = 255  # the longest file name (bytes) the shm directory holds
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"  # Triton's, for its Python backend
