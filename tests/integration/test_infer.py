@@ -312,6 +312,21 @@ def test_simple_identity_bytes(
     _check_http_output_encoding(result, protocol, ["OUTPUT0"], binary_out)
 
 
+def test_non_utf8_bytes_output_as_json_is_an_error(server: ServerProcess) -> None:
+    # Bytes that are not UTF-8 cannot be a JSON string: Triton writes them raw (its clients
+    # then fail to parse the answer; qa/L0_string_io expects an exception), tritium answers
+    # 400 rather than replacing them. As binary data they come back exactly.
+    c = httpclient.InferenceServerClient(server.url("http"))
+    data = np.array([[b"ok", b"\xff\xfe raw"]], dtype=np.object_)
+    inputs = [clients.make_input("http", "INPUT0", data, "BYTES", True)]
+    with pytest.raises(InferenceServerException) as info:
+        c.infer("simple_identity", inputs, outputs=_requested("http", ["OUTPUT0"], False))
+    assert info.value.status() == "400"
+    assert "unable to return output 'OUTPUT0' as JSON" in str(info.value)
+    result = c.infer("simple_identity", inputs, outputs=_requested("http", ["OUTPUT0"], True))
+    assert _as_bytes(result.as_numpy("OUTPUT0")) == list(data.flatten())
+
+
 # ----------------------------------------------------------------------------------
 # Every datatype through identity_<dtype>
 # ----------------------------------------------------------------------------------

@@ -240,10 +240,15 @@ def _check_classification(params: dict[str, Any]) -> None:
 def _json_data(tensor: Tensor) -> Any:
     data = tensor.data.reshape(-1)
     if tensor.datatype is DataType.BYTES:
-        return [
-            v.decode("utf-8", "replace") if isinstance(v, (bytes, bytearray)) else str(v)
-            for v in data
-        ]
+        try:
+            return [v.decode() if isinstance(v, (bytes, bytearray)) else str(v) for v in data]
+        except UnicodeDecodeError:
+            # Triton writes the raw bytes into the JSON, which no client can parse; tritium
+            # answers an error instead of corrupting the data with replacement characters.
+            raise invalid_arg(
+                f"unable to return output '{tensor.name}' as JSON: its BYTES elements are not "
+                "valid UTF-8; request it with binary_data=true"
+            ) from None
     if tensor.datatype in _NUMPY_JSON:
         return data.astype(np.float32).tolist()
     return data
