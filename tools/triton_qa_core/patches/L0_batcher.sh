@@ -1,0 +1,2 @@
+export BACKENDS=python
+. /tmp/qa23core/patches/idsed.sh

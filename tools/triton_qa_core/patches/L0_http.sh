@@ -1,0 +1,1 @@
+. /tmp/qa23core/patches/http_grpc.sh

@@ -1,0 +1,1 @@
+mkdir -p models; cp -r /tmp/qa23core/data/pyex/simple_identity models/

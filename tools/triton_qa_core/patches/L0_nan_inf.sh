@@ -1,0 +1,1 @@
+export QA23_NUMPY_COMPAT=1

