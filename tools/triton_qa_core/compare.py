@@ -1,4 +1,7 @@
-import json, sys, collections, os
+import json
+import sys
+import collections
+import os
 def load(side, suite):
     p = f"/tmp/qa23core/runs/{side}/{suite}/results.jsonl"
     res, seen = {}, collections.Counter()

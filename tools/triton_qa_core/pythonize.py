@@ -1,5 +1,9 @@
 """pythonize.py SRC DST: copy a model repository, replacing each ONNX model by onnx_eval.py + graph.json."""
-import json, os, re, shutil, sys
+import json
+import os
+import re
+import shutil
+import sys
 import onnx
 from onnx import numpy_helper
 src, dst = sys.argv[1], sys.argv[2]

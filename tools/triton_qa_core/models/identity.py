@@ -1,6 +1,5 @@
 # Stand-in for Triton's C++ identity backend: OUTPUTi = INPUTi (by position), any types.
 import json
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 

@@ -1,4 +1,5 @@
-import json, os, sys
+import json
+import os
 def pytest_runtest_logreport(report):
     p = os.environ.get("QA23_RESULTS")
     if not p: return

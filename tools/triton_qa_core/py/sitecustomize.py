@@ -1,5 +1,8 @@
 # Records every unittest case outcome to $QA23_RESULTS (one JSON line per case).
-import json, os, sys, unittest
+import json
+import os
+import sys
+import unittest
 _path = os.environ.get("QA23_RESULTS")
 def _rec(test, outcome, detail=""):
     if not _path:
