@@ -13,6 +13,7 @@ server copies out of (``shm_tensors``, ``segments``).
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below refers to it
 import logging
 import os
 import signal
@@ -21,6 +22,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from mypy_extensions import mypyc_attr
 
 from ...errors import ServerError, internal, unavailable
 from . import ipc, shm_tensors
@@ -37,6 +40,9 @@ _SOCKET_GRACE_S = 0.2  # after an exit: how long the frames still in the socket 
 log = logging.getLogger("tritium")
 
 
+# A regular Python class even when compiled (setup.py): observer.py keeps a WeakSet of these,
+# and mypyc's native class with a non-native base does not clear its weak references.
+@mypyc_attr(native_class=False)
 class StubProcess(asyncio.Protocol):
     """A stub process: started, spoken to, stopped (politely, or killed)."""
 
