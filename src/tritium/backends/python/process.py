@@ -298,15 +298,23 @@ class StubProcess(asyncio.Protocol):
                 pass
         if self._transport is not None:
             self._transport.close()
-        if self._exited is not None:
-            try:  # the stub exits by itself once finalize returned and the socket closed
-                await asyncio.wait_for(asyncio.shield(self._exited), timeout)
-            except TimeoutError:
-                self._kill_group()
-                await self._exited
+        # The stub exits by itself once finalize returned and the socket closed.
+        if self._exited is not None and not await _within(self._exited, timeout):
+            self._kill_group()
+            await self._exited
         if self.bls is not None:
             self.bls.close()  # its children cancelled
         self._close_segments()
+
+
+async def _within(exited: asyncio.Future[None], timeout: float) -> bool:
+    """Whether the stub exits within ``timeout`` (no await inside ``except``: see
+    frontends/http/cycle.py:RequestCycle._stream, mypyc and sys.exc_info)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), timeout)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _exited(pid: int) -> bool:
