@@ -29,8 +29,12 @@ def _listed() -> list[str]:
     return listed
 
 
-def _python(code: str, **env: str) -> str:
-    environ = {k: v for k, v in os.environ.items() if k != tritium.PURE_ENV} | env
+def _python(code: str, env: dict[str, str] | None = None) -> str:
+    """``code``'s output in a new interpreter; ``env``: the environment, without the pure
+    switch unless it names it (None: this process's environment)."""
+    environ = dict(os.environ)
+    if env is not None:
+        environ = {k: v for k, v in environ.items() if k != tritium.PURE_ENV} | env
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=environ, check=True
     )
@@ -66,7 +70,7 @@ def test_the_pure_switch_imports_every_module_from_source() -> None:
         "import sys; mods = [m for m in sys.modules.values() if m.__name__.startswith('tritium')]; "
         "print(json.dumps([n.describe_build(), [m.__name__ for m in mods if n.is_compiled(m)]]))"
     )
-    line, compiled = json.loads(_python(code, **{tritium.PURE_ENV: "1"}))
+    line, compiled = json.loads(_python(code, {tritium.PURE_ENV: "1"}))
     assert compiled == []
     assert line.startswith("pure Python")
 
@@ -83,7 +87,7 @@ def test_the_compiled_build_runs_every_listed_module() -> None:
         "print(json.dumps({m: n.is_compiled(importlib.import_module(m)) "
         "for m in n.compiled_modules()}))"
     )
-    loaded = json.loads(_python(code))
+    loaded = json.loads(_python(code, {}))
     expected = {p.removesuffix(".py").replace("/", ".") for p in _listed()}
     assert set(loaded) == expected
     assert all(loaded.values()), [m for m, compiled in loaded.items() if not compiled]
