@@ -29,7 +29,7 @@ $(VENV)/.runtime: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "$$PYPROJECT_LIST" build-system requires > $(VENV)/build-requires.txt
 	$(PY) -m pip install -q -r $(VENV)/build-requires.txt
-	TRITIUM_PURE_PYTHON=1 $(PY) -m pip install -q -e '.[models]'
+	TRITIUM_PURE_PYTHON=1 $(PY) -m pip install -q --no-build-isolation -e '.[models]'
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
@@ -38,7 +38,7 @@ $(VENV)/.installed: $(VENV)/.runtime
 	$(PY) -m pip install -q -r $(VENV)/test-requires.txt
 	touch $@
 
-# The compiled build (about 1.5 min of one core; `make venv` prints which build it made).
+# The compiled build (about 2 min of one core; `make venv` prints which build it made).
 NATIVE_SOURCES := $(addprefix src/,$(shell sed 's/\#.*//' mypyc_modules.txt))
 $(VENV)/.native: $(VENV)/.runtime setup.py mypyc_modules.txt $(NATIVE_SOURCES)
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .

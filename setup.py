@@ -165,6 +165,9 @@ class NativeBuild(build_ext):
 
 
 if __name__ == "__main__":
+    if "editable_wheel" in sys.argv and _pure_forced():
+        # A pure editable build runs no build_ext: remove an earlier build's extensions here.
+        _remove_inplace_artifacts()
     # A placeholder: it makes setuptools run build_ext (and tag the wheel for the platform);
     # NativeBuild.run replaces it with mypyc's extensions, or with none.
     placeholder = Extension(GROUP, sources=[])
