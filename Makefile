@@ -14,34 +14,69 @@ NODE_INTEROP := tests/interop/node
 PROM_DIR := build/prometheus
 
 .PHONY: serve test models bench lint clean fuzz interop-deps ops-deps ops-unpack test-ops \
-	cluster-deps test-cluster
+	cluster-deps test-cluster test-pure venv
 
 # `make serve` installs what serving needs (the runtime dependencies) and the `models` extra
 # that builds the example models; `make test`, `lint` and `bench` add the test extras and the
 # `pytorch` extra (the PyTorch backend's torch, CPU build; ~190 MB) and the `openvino` extra.
+# tritium itself is installed pure first (TRITIUM_PURE_PYTHON=1: this step only brings the
+# dependencies, with pyproject's build requirements, mypyc's); `.native` then builds it once,
+# in the venv, compiled (setup.py, mypyc_modules.txt), and again whenever a compiled module's
+# source changes. Without a C compiler (or with TRITIUM_PURE_PYTHON=1) that build is pure.
+# The extras are installed as requirements, so adding them does not rebuild tritium.
 $(VENV)/.runtime: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[models]'
+	$(PY) -c "$$PYPROJECT_LIST" build-system requires > $(VENV)/build-requires.txt
+	$(PY) -m pip install -q -r $(VENV)/build-requires.txt
+	TRITIUM_PURE_PYTHON=1 $(PY) -m pip install -q --no-build-isolation -e '.[models]'
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.runtime
-	$(PY) -m pip install -q -e '.[test,pytorch,openvino]'
+	$(PY) -c "$$PYPROJECT_LIST" project optional-dependencies test > $(VENV)/test-requires.txt
+	$(PY) -c "$$PYPROJECT_LIST" project optional-dependencies pytorch >> $(VENV)/test-requires.txt
+	$(PY) -c "$$PYPROJECT_LIST" project optional-dependencies openvino >> $(VENV)/test-requires.txt
+	$(PY) -m pip install -q -r $(VENV)/test-requires.txt
 	touch $@
 
-venv: $(VENV)/.installed
+# The compiled build (about 2 min of one core; `make venv` prints which build it made).
+NATIVE_SOURCES := $(addprefix src/,$(shell sed 's/\#.*//' mypyc_modules.txt))
+$(VENV)/.native: $(VENV)/.runtime setup.py mypyc_modules.txt $(NATIVE_SOURCES)
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
+	$(VENV)/bin/tritium --version
+	touch $@
+
+venv: $(VENV)/.installed $(VENV)/.native
+
+# A list of pyproject.toml (the keys given as arguments), one item a line.
+define PYPROJECT_LIST
+import sys, tomllib
+value = tomllib.load(open("pyproject.toml", "rb"))
+for key in sys.argv[1:]:
+    value = value[key]
+print(*value, sep="\n")
+endef
+export PYPROJECT_LIST
 
 models: $(VENV)/.runtime
 	$(PY) examples/build_models.py --repository $(REPO)
 
-serve: models
+serve: models $(VENV)/.native
 	$(PY) -m tritium serve --model-repository $(REPO) $(ARGS)
 
 # Everything the suite starts is installed first: grpc-js (interop-deps), Prometheus with
 # promtool and redis-server (ops-deps), Chromium (browser-deps), HAProxy (cluster-deps) and
 # h2load (h2load-deps), so those tests run instead of skipping.
-test: $(VENV)/.installed interop-deps ops-deps browser-deps cluster-deps h2load-deps
+test: $(VENV)/.installed $(VENV)/.native interop-deps ops-deps browser-deps cluster-deps h2load-deps
 	$(PY) -m pytest $(ARGS)
+
+# The pure-Python build's smoke run (about a minute): the same install with
+# TRITIUM_PURE_PYTHON=1, under which every compiled module is imported from its .py
+# (tritium/__init__.py; tests/unit/test_native.py checks that none is compiled then).
+PURE_SMOKE := tests/unit/test_native.py tests/integration/test_infer.py \
+	tests/integration/test_grpc_http2.py tests/integration/test_dynamic_batching.py
+test-pure: $(VENV)/.installed $(VENV)/.native
+	TRITIUM_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_SMOKE) $(ARGS)
 
 # @grpc/grpc-js for tests/integration/test_grpc_interop_node.py, as package-lock.json pins it;
 # reinstalled only when package.json or the lock changes. Without node this says so and the
@@ -156,7 +191,7 @@ test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
 
-bench: $(VENV)/.installed models h2load-deps
+bench: $(VENV)/.installed $(VENV)/.native models h2load-deps
 	$(PY) bench/run.py $(ARGS)
 	$(PY) bench/workers.py
 	$(PY) bench/h2load_grpc.py
@@ -165,6 +200,7 @@ bench: $(VENV)/.installed models h2load-deps
 	$(PY) bench/grpc_floor.py
 	$(PY) bench/channel_floor.py
 	$(PY) bench/backends.py
+	$(PY) bench/mypyc_cpu.py --requests 10000
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
 # FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.
@@ -183,5 +219,7 @@ lint: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info $(NODE_INTEROP)/node_modules
+	rm -f src/tritium__native*.so src/tritium/_native.json
+	find src/tritium -name '*.so' -delete
 	find $(REPO) -name '*.onnx' -delete
 	rm -rf $(REPO)/pytorch_classifier $(REPO)/mlp_small_pytorch $(REPO)/mlp_small_onnx

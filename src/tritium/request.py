@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from mypy_extensions import mypyc_attr
+
 from .errors import ErrorKind, ServerError, internal
 from .metrics.stats import ModelStats
 from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOptions, Tensor
@@ -311,6 +313,8 @@ class ResponseSender:
             self.last = None
 
 
+# Subclassed by front-ends that may run uncompiled (frontends/grpc/service.py; see setup.py).
+@mypyc_attr(allow_interpreted_subclasses=True)
 class FinalAnswer:
     """The sender's callback of a call answered once, on the final flag: a unary call
     (``InferenceServer.infer``, gRPC ModelInfer's fast path) or a non-decoupled request on a

@@ -12,6 +12,7 @@ import ssl
 from dataclasses import replace
 from typing import Protocol
 
+from . import __version__, describe_build
 from .access.policy import AccessControl, build_access
 from .frontends.accept import Connections
 from .frontends.grpc.listener import GrpcListener
@@ -45,6 +46,7 @@ class WorkerLink(Protocol):
 async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
     """Serve until SIGTERM/SIGINT. ``link``: this process is one worker of several (the
     supervisor bound the sockets and writes the ports file)."""
+    log.info("tritium %s: %s", __version__, describe_build())
     contexts = _tls_contexts(options)
     if contexts is None:
         return 1

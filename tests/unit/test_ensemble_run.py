@@ -15,15 +15,17 @@ from test_ensemble_plan import ensemble, ident, plan_of, step
 from tritium.errors import ErrorKind, internal
 from tritium.scheduling.ensemble import EnsembleScheduler
 from tritium.metrics.stats import ModelStats
-from tritium.request import InferenceRequest
+from tritium.request import InferenceRequest, ResponseSender
 from tritium.types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 
 
 class Collector:
+    """The ensemble request's callback, behind a real ResponseSender: what it was sent."""
+
     def __init__(self) -> None:
         self.sent: list[tuple[InferenceResponse | None, bool]] = []
 
-    def send(self, response: InferenceResponse | None, final: bool) -> None:
+    def __call__(self, response: InferenceResponse | None, final: bool) -> None:
         self.sent.append((response, final))
 
 
@@ -60,19 +62,20 @@ def _int32(name: str, values: list[int]) -> Tensor:
     return Tensor(name, DataType.INT32, data.shape, data)
 
 
-def _ensemble_request(client: ClientRequest) -> Any:
+def _ensemble_request(client: ClientRequest) -> tuple[InferenceRequest, Collector]:
     request = InferenceRequest(client)
-    request.sender = Collector()  # type: ignore[assignment]
+    collector = Collector()
+    ResponseSender(collector).bind(request, lambda _request, _error, _last: None)
     request.queued(ModelStats("ens", "1"))
-    return request
+    return request, collector
 
 
 def _start(plan: Any, inputs: list[Tensor], outputs: tuple[str, ...] = ()) -> Any:
     models = Models()
     scheduler = EnsembleScheduler(plan, models, "1")
     outs = tuple(RequestedOutput(name) for name in outputs)
-    request = _ensemble_request(ClientRequest("ens", inputs=tuple(inputs), id="r1", outputs=outs))
-    collector = request.sender
+    client = ClientRequest("ens", inputs=tuple(inputs), id="r1", outputs=outs)
+    request, collector = _ensemble_request(client)
     scheduler.submit(request)
     return models, collector, request
 
@@ -194,8 +197,9 @@ def test_max_inflight_requests_holds_a_step_across_requests() -> None:
     scheduler = EnsembleScheduler(plan, models, "1")
     collectors = []
     for i in range(3):
-        request = _ensemble_request(ClientRequest("ens", inputs=(_int32("X", [i]),), id=f"r{i}"))
-        collectors.append(request.sender)
+        client = ClientRequest("ens", inputs=(_int32("X", [i]),), id=f"r{i}")
+        request, collector = _ensemble_request(client)
+        collectors.append(collector)
         scheduler.submit(request)
     # Step a takes one request at a time, whoever sent it; the others wait their turn.
     assert [(r.model_name, r.id) for r, _ in models.waiting] == [("a", "r0")]

@@ -5,6 +5,7 @@ connection is freed without the cyclic garbage collector."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import gc
 import gzip
 import json
@@ -180,6 +181,9 @@ def test_disconnect_mid_stream_closes_the_stream() -> None:
         await until(lambda: "closed" in state)
 
     run(main)
+    # No exception is left as the thread's current one (sys.exc_info) once the stream was
+    # cancelled: a compiled coroutine awaiting inside an except/finally would leave it.
+    assert sys.exc_info() == (None, None, None)
 
 
 def test_handler_errors_go_through_the_renderer() -> None:

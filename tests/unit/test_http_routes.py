@@ -12,10 +12,13 @@ from tritium.frontends.http.app import HttpApp
 from tritium.frontends.http.errors import STATUS, render_error
 from tritium.frontends.http.messages import HttpResponse
 from tritium.frontends.http.routes import ApiGroup, Route, Router
+from tritium.options import ServerOptions
+from tritium.server import InferenceServer
 
 
 def _router() -> Router:
-    return HttpApp(server=None).router  # type: ignore[arg-type]  # routes only, never called
+    # A server with no repository, never started: the routes only, no handler is called.
+    return HttpApp(InferenceServer(ServerOptions())).router
 
 
 @pytest.mark.parametrize(

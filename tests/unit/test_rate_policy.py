@@ -10,7 +10,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from tritium.cli.main import build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
+from tritium.metrics.stats import ModelStats
 from tritium.options import ServerOptions
+from tritium.request import InferenceRequest
+from tritium.types import ClientRequest
 from tritium.scheduling.common import limited
 from tritium.scheduling.rate_limiter import RateLimiter
 from tritium.scheduling.rate_policy import (
@@ -319,25 +322,11 @@ def test_bad_rate_limit_flags_stop_the_server(
 
 
 # -- the default scheduler's inline path -------------------------------------------------------
-class _Stats:
-    def __init__(self) -> None:
-        self.executions = 0
-
-    def executed(self, size: int, timing: object) -> None:
-        self.executions += 1
-
-
-class _Request:
-    """What DirectScheduler reads of a request on its inline and task paths."""
-
-    def __init__(self) -> None:
-        self.batch_size = 1
-        self.timing = None
-        self.stats = _Stats()
-        self.cancelled = False
-
-    def executing(self, now: int) -> None:
-        pass
+def _request() -> InferenceRequest:
+    """A queued request, as DirectScheduler receives one (its statistics count executions)."""
+    request = InferenceRequest(ClientRequest("m", 1, id="r"))
+    request.queued(ModelStats("m", "1"))
+    return request
 
 
 class _InlineInstance:
@@ -373,9 +362,9 @@ def test_the_inline_path_runs_only_when_the_limiter_grants_at_once() -> None:
         (gate,) = limiter.gates("m", [needs(("R", 1))])
         instance = _InlineInstance(log, "m")
         scheduler = DirectScheduler([instance], "1", [gate])
-        scheduler.submit(_Request())  # R is free: answered inline, at once
+        scheduler.submit(_request())  # R is free: answered inline, at once
         assert holder.acquire() is None  # the other model executes...
-        scheduler.submit(_Request())  # ... so this one may not run inline
+        scheduler.submit(_request())  # ... so this one may not run inline
         await asyncio.sleep(0.01)
         log.append("other releases")
         holder.release()

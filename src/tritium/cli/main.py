@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .. import TRITON_VERSION, __version__, describe_build
 from ..logs.settings import LogSettings
 from ..options import ServerOptions
 from .flags.build import options_from_args
@@ -23,6 +24,12 @@ __all__ = ["build_parser", "main", "options_from_args"]
 def build_parser() -> argparse.ArgumentParser:
     """Every flag of ``flags/table.py:FLAGS`` on ``tritium serve``."""
     parser = argparse.ArgumentParser(prog="tritium", description=__doc__)
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"tritium {__version__} (Triton {TRITON_VERSION} protocols); {describe_build()}",
+        help="print the version and which build runs (compiled modules or pure Python)",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser(
         "serve",

@@ -39,13 +39,14 @@ class DirectScheduler:
         self._version = version
         self._running: set[asyncio.Task[None]] = set()
         # Instances that can answer a cheap request right here (decided once, at load).
-        self._inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
+        # (Not ``_inline``: mypyc names the C field ``__inline``, a C compiler keyword.)
+        self._all_inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
         self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
 
     def submit(self, request: InferenceRequest) -> None:
         if self._idle:
             instance = self._idle[-1]
-            if self._inline and self._run_inline(instance, request):
+            if self._all_inline and self._run_inline(instance, request):
                 return  # answered synchronously; the instance stays idle
             self._start(self._idle.pop(), request)
         else:

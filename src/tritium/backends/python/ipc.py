@@ -67,8 +67,11 @@ Buffers = list[Any]
 PackedArray = tuple[str, tuple[int, ...], int]
 # A request for ``execute``: id, correlation id, flags, timeout (us), inputs, outputs, parameters.
 RequestWire = tuple[str, int | str, int, int, list[tuple[str, PackedArray]], list[str], str]
+# A response's tensor: as PackedArray, but its ``where`` may also be (segment name, byte size)
+# for a tensor sent in shared memory (shm_tensors.FrameTensors).
+SentArray = tuple[str, tuple[int, ...], Any]
 # One response: (outputs, None, parameters JSON or None), or (None, error message, error code).
-ResponseWire = tuple[list[tuple[str, PackedArray]] | None, str | None, Any]
+ResponseWire = tuple[list[tuple[str, SentArray]] | None, str | None, Any]
 # EXEC_DONE entry of one ``execute``: batch id, error message or None, responses or None.
 ExecDone = tuple[int, str | None, list[ResponseWire | None] | None]
 # RESPONSE (a response sender's): batch id, request index, the response or None, final flag.

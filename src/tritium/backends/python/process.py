@@ -13,6 +13,7 @@ server copies out of (``shm_tensors``, ``segments``).
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below refers to it
 import logging
 import os
 import signal
@@ -21,6 +22,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+from mypy_extensions import mypyc_attr
 
 from ...errors import ServerError, internal, unavailable
 from . import ipc, shm_tensors
@@ -37,6 +40,9 @@ _SOCKET_GRACE_S = 0.2  # after an exit: how long the frames still in the socket 
 log = logging.getLogger("tritium")
 
 
+# A regular Python class even when compiled (setup.py): observer.py keeps a WeakSet of these,
+# and mypyc's native class with a non-native base does not clear its weak references.
+@mypyc_attr(native_class=False)
 class StubProcess(asyncio.Protocol):
     """A stub process: started, spoken to, stopped (politely, or killed)."""
 
@@ -292,15 +298,23 @@ class StubProcess(asyncio.Protocol):
                 pass
         if self._transport is not None:
             self._transport.close()
-        if self._exited is not None:
-            try:  # the stub exits by itself once finalize returned and the socket closed
-                await asyncio.wait_for(asyncio.shield(self._exited), timeout)
-            except TimeoutError:
-                self._kill_group()
-                await self._exited
+        # The stub exits by itself once finalize returned and the socket closed.
+        if self._exited is not None and not await _within(self._exited, timeout):
+            self._kill_group()
+            await self._exited
         if self.bls is not None:
             self.bls.close()  # its children cancelled
         self._close_segments()
+
+
+async def _within(exited: asyncio.Future[None], timeout: float) -> bool:
+    """Whether the stub exits within ``timeout`` (no await inside ``except``: see
+    frontends/http/cycle.py:RequestCycle._stream, mypyc and sys.exc_info)."""
+    try:
+        await asyncio.wait_for(asyncio.shield(exited), timeout)
+    except TimeoutError:
+        return False
+    return True
 
 
 def _exited(pid: int) -> bool:

@@ -444,6 +444,6 @@ def unpack(
         if pool is None or not pool.names.owns(name) or type(nbytes) is not int or nbytes < 0:
             raise ValueError("a tensor names a shared-memory segment that is not its peer's")
         buf = pool.read(name, nbytes, keep)
-    if datatype is DataType.BYTES:
-        return object_array(deserialize_bytes(buf, "tensor"), tuple(shape))
+    if datatype is DataType.BYTES:  # a memoryview: the compiled codec checks what it is given
+        return object_array(deserialize_bytes(memoryview(buf), "tensor"), tuple(shape))
     return np.frombuffer(buf, dtype=datatype.dtype).reshape(shape)

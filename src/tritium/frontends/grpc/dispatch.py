@@ -11,10 +11,9 @@ a task of its own, returning False when it cannot (the task path then runs).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -188,11 +187,24 @@ async def _handle(call: ServerCall, rpc: Method, request: Any) -> bytes | None:
     if rpc.kind is Kind.BIDI:
         await rpc.handler(call)
     else:  # closed here, also when cancelled mid-drain: its ``finally`` runs at once
-        async with contextlib.aclosing(rpc.handler(request, call)) as messages:
-            async for message in messages:
-                call.send(_serialize(message))
-                await call.drain()
+        await _stream_out(call, rpc.handler(request, call))
     return None
+
+
+async def _stream_out(call: ServerCall, messages: AsyncGenerator[Any, None]) -> None:
+    """A server-streaming handler's messages sent, then the generator closed however that
+    ended. (Not ``async with aclosing``: under mypyc a coroutine that awaits while handling an
+    exception leaves it as the thread's current one, sys.exc_info, for what runs next.)"""
+    failed: BaseException | None = None
+    try:
+        async for message in messages:
+            call.send(_serialize(message))
+            await call.drain()
+    except BaseException as exc:  # raised again once the generator is closed
+        failed = exc
+    await messages.aclose()
+    if failed is not None:
+        raise failed
 
 
 def _read_headers(

@@ -16,6 +16,7 @@ import base64
 import binascii
 import re
 import zlib
+from typing import ClassVar
 from urllib.parse import unquote_to_bytes
 
 # ----------------------------------------------------------------------------------------
@@ -231,14 +232,14 @@ class InflateError(ValueError):
     """A compressed message that is not a whole, valid gzip/deflate stream (grpc: INTERNAL);
     ``too_large`` tells the subclass MessageTooLarge apart (grpc: RESOURCE_EXHAUSTED)."""
 
-    too_large = False
+    too_large: ClassVar[bool] = False  # ClassVar: a class attribute under mypyc too
 
 
 class MessageTooLarge(InflateError):
     """Inflating would pass the max receive size (grpc: RESOURCE_EXHAUSTED, "Received message
     larger than max (N vs. MAX)"); ``size`` is how far inflation got, at most max + 1."""
 
-    too_large = True
+    too_large: ClassVar[bool] = True
 
     def __init__(self, size: int, limit: int) -> None:
         super().__init__(f"Received message larger than max ({size} vs. {limit})")

@@ -143,15 +143,22 @@ class RequestCycle:
             return
         flow = conn.flow
         conn.write([stream_head(response, self.keep_alive, self._origin_headers(conn))])
+        # Closed after the loop, however it ends, but not awaited inside an except/finally:
+        # under mypyc a coroutine that awaits while handling an exception leaves that
+        # exception as the thread's current one (sys.exc_info) for whatever runs next.
+        failed: BaseException | None = None
         try:
             async for chunk in response.chunks:
                 if self._conn is None:
-                    return
+                    break
                 conn.write([b"%x\r\n%s\r\n" % (len(chunk), chunk)])
                 await flow.drain()
-        finally:
-            aclose = getattr(response.chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
+        except BaseException as exc:  # raised again once the chunks are closed
+            failed = exc
+        aclose = getattr(response.chunks, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        if failed is not None:
+            raise failed
         if self._conn is not None:
             conn.write([b"0\r\n\r\n"])

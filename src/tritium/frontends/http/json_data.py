@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,13 +36,16 @@ _QUOTE, _BACKSLASH, _OPEN, _CLOSE, _COMMA = b'"\\[],'
 _WHITESPACE = b" \t\r\n"
 
 
-@dataclass(slots=True)
 class Span:
     """A ``data`` array cut out of the document: its text, and (offset, depth) of the commas
-    where it is cut into pieces."""
+    where it is cut into pieces. (A plain class: mypyc cannot build a dataclass with a
+    ``memoryview`` field.)"""
 
-    text: memoryview
-    cuts: list[tuple[int, int]] = field(default_factory=list)
+    __slots__ = ("cuts", "text")
+
+    def __init__(self, text: memoryview, cuts: list[tuple[int, int]]) -> None:
+        self.text = text
+        self.cuts = cuts
 
 
 def split_document(body: bytes) -> tuple[bytes, dict[str, Span]]:

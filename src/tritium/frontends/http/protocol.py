@@ -11,10 +11,13 @@ headers and the pauses within a body (408), idle keep-alive time (closed)."""
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below refers to it
 import logging
 import time
 from collections import deque
 from typing import Any
+
+from mypy_extensions import mypyc_attr
 
 from ...access.policy import format_peer
 from ..accept import Connections
@@ -27,7 +30,6 @@ from .limits import HttpLimits
 from .messages import ErrorRenderer, Handler, HttpRequest, HttpResponse, error_response
 
 log = logging.getLogger("tritium")
-
 
 
 def render_internal(exc: BaseException) -> HttpResponse:
@@ -43,6 +45,10 @@ class _NoTracing:
 _NO_TRACING = _NoTracing()
 
 
+# A regular Python class even when compiled: mypyc's native class with a non-native base keeps a
+# weak-reference slot that its deallocator does not clear (a weakref to a freed connection
+# would then point at freed memory; tests/unit/test_http_protocol.py takes one).
+@mypyc_attr(native_class=False)
 class HttpProtocol(asyncio.Protocol):
     kind = "HTTP"  # for the log of frontends/accept.py
     __slots__ = (

@@ -1,0 +1,334 @@
+#!/usr/bin/env python3
+"""Server CPU per inference, compiled build vs pure Python (issue 24: target ≤ 0.6×).
+
+    .venv/bin/python bench/mypyc_cpu.py [--requests 5000] [--rounds 3] [--concurrency 16]
+                                        [--models simple,add_sub_python] [--protocols http,grpc]
+
+One install, two servers: the same ``python -m tritium serve`` started plainly (the compiled
+modules, when the install has them: the server's first log line says which build runs) and
+with ``TRITIUM_PURE_PYTHON=1`` (the same modules from their ``.py``, tritium/__init__.py). The
+client is ``h2load`` (Debian's nghttp2-client, C, one core's fraction): unary requests over
+HTTP/1.1 (``--h1``, keep-alive, JSON body) and over gRPC (``ModelInfer``, a length-prefixed
+``ModelInferRequest`` with ``content-type: application/grpc``), ``--concurrency`` connections,
+one request in flight on each. For each (model, protocol) the two builds alternate
+``--rounds`` times; each measurement is ``--requests`` requests after a warm-up of a tenth of
+them, and reads the server's CPU time (utime+stime of the server process, all threads, from
+/proc/<pid>/stat; the Python stubs are counted apart) around it. The successes are counted by
+the server's own statistics (h2load sees HTTP status 200 on a gRPC error too), so a run whose
+requests failed is refused, not reported.
+
+``--profile``: also samples each server with py-spy (``PY_SPY`` or ``py-spy`` on PATH) during
+one extra measurement and prints the share of samples per module (native frames included):
+where the CPU goes that compiling did not remove.
+
+Results: bench/results/mypyc.json, and the table printed (bench/results/mypyc.md is written
+by hand from it, with the analysis).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if __name__ == "__main__":
+    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import RESULTS_DIR, children_of, proc_cpu_seconds  # noqa: E402
+from bench.server import Server, model_subset  # noqa: E402
+
+PURE_ENV = "TRITIUM_PURE_PYTHON"
+BUILDS = ("pure", "compiled")
+
+
+@dataclass
+class Sample:
+    model: str
+    protocol: str
+    build: str
+    round: int
+    requests: int
+    server_cpu_us: float  # per inference
+    stub_cpu_us: float
+    wall_s: float
+
+
+def _inputs() -> tuple[list[int], list[int]]:
+    return list(range(16)), [1] * 16
+
+
+def http_body(model: str) -> bytes:
+    in0, in1 = _inputs()
+    request = {
+        "inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": in0},
+            {"name": "INPUT1", "datatype": "INT32", "shape": [1, 16], "data": in1},
+        ]
+    }
+    return json.dumps(request).encode()
+
+
+def grpc_body(model: str) -> bytes:
+    """One gRPC message: flag byte, big-endian length, a ModelInferRequest (raw inputs)."""
+    from tritonclient.grpc import service_pb2 as pb
+
+    in0, in1 = _inputs()
+    request = pb.ModelInferRequest(model_name=model)
+    for name in ("INPUT0", "INPUT1"):
+        tensor = request.inputs.add(name=name, datatype="INT32")
+        tensor.shape.extend([1, 16])
+    request.raw_input_contents.extend(
+        [struct.pack("<16i", *in0), struct.pack("<16i", *in1)]
+    )
+    payload = request.SerializeToString()
+    return b"\x00" + struct.pack(">I", len(payload)) + payload
+
+
+def h2load_command(server: Server, protocol: str, model: str, body: Path, n: int, c: int) -> list:
+    h2load = shutil.which("h2load") or "h2load"
+    common = [h2load, "-n", str(n), "-c", str(c), "-m", "1", "-d", str(body)]
+    if protocol == "http":
+        url = f"http://{server.http_url}/v2/models/{model}/infer"
+        return [*common, "--h1", "-H", "content-type: application/json", url]
+    url = f"http://{server.grpc_url}/inference.GRPCInferenceService/ModelInfer"
+    return [*common, "-H", "content-type: application/grpc", "-H", "te: trailers", url]
+
+
+def success_count(server: Server, model: str) -> int:
+    url = f"http://{server.http_url}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        stats = json.load(response)["model_stats"]
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+def _stub_cpu(pid: int) -> float:
+    return sum(proc_cpu_seconds(child) for child in children_of(pid))
+
+
+def measure(server: Server, command: list, model: str) -> tuple[int, float, float, float]:
+    """(successes, server CPU s, stub CPU s, wall s) of one h2load run."""
+    before = success_count(server, model)
+    cpu, stub, wall = proc_cpu_seconds(server.pid), _stub_cpu(server.pid), time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - wall
+    cpu, stub = proc_cpu_seconds(server.pid) - cpu, _stub_cpu(server.pid) - stub
+    if done.returncode != 0:
+        raise RuntimeError(f"h2load failed: {done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return success_count(server, model) - before, cpu, stub, wall
+
+
+def start(build: str, repo: Path, workdir: Path, models: list[str]) -> Server:
+    env_before = os.environ.get(PURE_ENV)
+    if build == "pure":
+        os.environ[PURE_ENV] = "1"
+    else:
+        os.environ.pop(PURE_ENV, None)
+    try:
+        workdir.mkdir(parents=True, exist_ok=True)
+        server = Server(repo, workdir)
+        server.wait_ready(models, timeout=120.0)
+    finally:
+        if env_before is None:
+            os.environ.pop(PURE_ENV, None)
+        else:
+            os.environ[PURE_ENV] = env_before
+    return server
+
+
+def build_line(server: Server) -> str:
+    """The server's start-up line naming its build (runtime.py)."""
+    for line in server.log_text().splitlines():
+        if "tritium " in line and ("compiled with mypyc" in line or "pure Python" in line):
+            return line.split("tritium ", 1)[1]
+    return "(no build line in the log)"
+
+
+def check_builds(lines: dict[str, str]) -> None:
+    if "compiled with mypyc" not in lines["compiled"]:
+        raise SystemExit(f"the install runs no compiled modules: {lines['compiled']}")
+    if "pure Python" not in lines["pure"]:
+        raise SystemExit(f"the pure server is not pure: {lines['pure']}")
+
+
+def profile(server: Server, command: list, seconds: float = 8.0) -> dict[str, float]:
+    """py-spy's samples per owner (``_owner``) during one h2load run: ``--native`` (C frames too,
+mypyc's functions among them) and ``--gil`` (only while the GIL is held: CPU, not waits)."""
+    spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if spy is None:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".txt") as out:
+        spy_proc = subprocess.Popen(
+            [spy, "record", "--pid", str(server.pid), "--format", "raw", "--rate", "200",
+             "--duration", str(int(seconds)), "--native", "--gil", "-o", out.name],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        time.sleep(0.5)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            subprocess.run(command, capture_output=True, check=False)
+        spy_proc.wait()
+        return _module_shares(Path(out.name).read_text())
+
+
+# CPython's own C code (the interpreter, builtin objects): its time belongs to the module it runs.
+_INTERPRETER = ("Python/", "Objects/", "Modules/", "Include/", "Parser/", "libpython", "python3")
+
+
+def _owner(frames: list[str]) -> str:
+    """Who a sample's time belongs to: the innermost tritium/Python module (a ``.py`` frame, or a
+    mypyc-compiled function: ``compiled tritium/x``), or the innermost other C library (``C:
+    uvloop``...) it was in, skipping the interpreter's own frames."""
+    for frame in reversed(frames):
+        where = frame[frame.rfind("(") + 1 : frame.rfind(")")] if "(" in frame else frame
+        where = where.rsplit(":", 1)[0]
+        name = where.rsplit("/", 1)[-1]
+        if where.endswith(".py"):
+            return where.split("site-packages/", 1)[-1].split("/src/", 1)[-1]
+        if name.startswith("__native_tritium___"):
+            return "compiled " + name[len("__native_") : -2].replace("___", "/")
+        if name.startswith(("__native_tritium", "CPy")) or "mypyc" in where or name.endswith(".h"):
+            continue  # mypyc's runtime library, inline functions of headers: the caller's
+        if not any(marker in where for marker in _INTERPRETER) and where:
+            return "C: " + name
+    return "other"
+
+
+def _module_shares(raw: str) -> dict[str, float]:
+    """Samples per owner (``_owner``), as a share of all samples."""
+    counts: dict[str, int] = {}
+    total = 0
+    for line in raw.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        owner = _owner(stack.split(";"))
+        counts[owner] = counts.get(owner, 0) + int(count)
+        total += int(count)
+    return {k: v / total for k, v in sorted(counts.items(), key=lambda kv: -kv[1])} if total else {}
+
+
+@dataclass
+class Plan:
+    """What each server is measured on: (model, protocol) → the request body's file."""
+
+    args: argparse.Namespace
+    bodies: dict[tuple[str, str], Path]
+
+    def command(self, server: Server, model: str, protocol: str, requests: int) -> list:
+        body = self.bodies[model, protocol]
+        return h2load_command(server, protocol, model, body, requests, self.args.concurrency)
+
+
+def run(args: argparse.Namespace) -> list[Sample]:
+    models, protocols = args.models.split(","), args.protocols.split(",")
+    samples: list[Sample] = []
+    with tempfile.TemporaryDirectory(prefix="tritium-mypyc-") as tmp:
+        tmpdir = Path(tmp)
+        repo = model_subset(tmpdir / "models", models)
+        plan = Plan(args, {})
+        for model in models:
+            for protocol in protocols:
+                make = http_body if protocol == "http" else grpc_body
+                plan.bodies[model, protocol] = tmpdir / f"{model}.{protocol}.body"
+                plan.bodies[model, protocol].write_bytes(make(model))
+        lines: dict[str, str] = {}
+        for rnd in range(args.rounds):
+            for build in BUILDS if rnd % 2 == 0 else BUILDS[::-1]:
+                server = start(build, repo, tmpdir / f"{build}{rnd}", models)
+                try:
+                    lines[build] = build_line(server)
+                    check_builds(lines) if len(lines) == 2 else None
+                    samples += _measure_all(server, build, rnd, plan)
+                    if args.profile and rnd == 0:
+                        _print_profiles(server, build, plan)
+                finally:
+                    server.stop()
+        print("builds:", json.dumps(lines, indent=1))
+    return samples
+
+
+def _measure_all(server: Server, build: str, rnd: int, plan: Plan) -> list[Sample]:
+    found = []
+    n = plan.args.requests
+    for model, protocol in plan.bodies:
+        measure(server, plan.command(server, model, protocol, max(n // 10, 100)), model)
+        ok, cpu, stub, wall = measure(server, plan.command(server, model, protocol, n), model)
+        if ok != n:
+            raise SystemExit(f"{build} {model} {protocol}: {ok} of {n} succeeded")
+        sample = Sample(model, protocol, build, rnd, ok, cpu / ok * 1e6, stub / ok * 1e6, wall)
+        print(f"{build:9s} {model:15s} {protocol:5s} round {rnd}: "
+              f"{sample.server_cpu_us:7.1f} µs server CPU/inf, {ok / wall:7.0f} inf/s",
+              flush=True)
+        found.append(sample)
+    return found
+
+
+def _print_profiles(server: Server, build: str, plan: Plan) -> None:
+    for model, protocol in plan.bodies:
+        shares = profile(server, plan.command(server, model, protocol, plan.args.requests // 4))
+        top = ", ".join(f"{k} {v:.1%}" for k, v in list(shares.items())[:25])
+        print(f"profile {build} {model} {protocol}: {top}", flush=True)
+
+
+def summary(samples: list[Sample]) -> list[dict]:
+    rows = []
+    keys = sorted({(s.model, s.protocol) for s in samples})
+    for model, protocol in keys:
+        per = {
+            b: [s for s in samples if (s.model, s.protocol, s.build) == (model, protocol, b)]
+            for b in BUILDS
+        }
+        pure = statistics.median(s.server_cpu_us for s in per["pure"])
+        comp = statistics.median(s.server_cpu_us for s in per["compiled"])
+        pairs = zip(per["pure"], per["compiled"], strict=True)
+        ratios = [c.server_cpu_us / p.server_cpu_us for p, c in pairs]
+        rows.append({
+            "model": model, "protocol": protocol,
+            "pure_server_cpu_us": round(pure, 1), "compiled_server_cpu_us": round(comp, 1),
+            "ratio_median": round(statistics.median(ratios), 3),
+            "ratios": [round(r, 3) for r in ratios],
+            "pure_stub_cpu_us": round(statistics.median(s.stub_cpu_us for s in per["pure"]), 1),
+            "compiled_stub_cpu_us": round(
+                statistics.median(s.stub_cpu_us for s in per["compiled"]), 1),
+        })
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--models", default="simple,add_sub_python")
+    parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR / "mypyc.json")
+    args = parser.parse_args(argv)
+    if shutil.which("h2load") is None:
+        raise SystemExit("h2load not found: apt-get install nghttp2-client")
+    samples = run(args)
+    rows = summary(samples)
+    print(f"{'model':15s} {'proto':5s} {'pure µs':>8s} {'compiled µs':>11s} {'ratio':>6s}  rounds")
+    for r in rows:
+        print(f"{r['model']:15s} {r['protocol']:5s} {r['pure_server_cpu_us']:8.1f} "
+              f"{r['compiled_server_cpu_us']:11.1f} {r['ratio_median']:6.3f}  {r['ratios']}")
+    args.out.write_text(json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
+         "samples": [asdict(s) for s in samples]}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
