@@ -28,7 +28,13 @@ from tritium.frontends.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
 from tritium.options import ServerOptions
 from tritium.transport.http2 import PREFACE, H2ConnectionError
-from tritium.transport.http2.flood import BURST, REFILL_PER_S, STREAM_CREDIT, FloodLedger
+from tritium.transport.http2.flood import (
+    BURST,
+    CREDIT_PER_DATA_SENT,
+    REFILL_PER_S,
+    STREAM_CREDIT,
+    FloodLedger,
+)
 
 DATA, HEADERS, SETTINGS, PING, WINDOW_UPDATE, GOAWAY = 0, 1, 4, 6, 8, 7
 SINK = "/test.Service/Sink"
@@ -96,9 +102,27 @@ def test_streams_opened_and_data_sent_earn_credit() -> None:
         seen(ledger, frame(HEADERS, 0x4, sid, b"x"))
     ledger.sent(frames=1000, size=1000 * 16384)  # 1000 DATA frames of 16 KiB
     window = frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 1))
-    allowed = BURST + 100 * STREAM_CREDIT + 2 * 1000 + 1000
+    allowed = BURST + 100 * STREAM_CREDIT + CREDIT_PER_DATA_SENT * 1000 + 1000
     assert not any(seen(ledger, window) for _ in range(allowed))
     assert seen(ledger, window)
+
+
+def test_a_grpc_clients_acks_of_a_long_stream_are_not_a_flood() -> None:
+    """grpc core (perf_analyzer --streaming) acknowledges every answer of one long stream with
+    a stream and a connection WINDOW_UPDATE and a BDP PING: 100,000 answers in no time at
+    all (no refill) are not a flood; the same frames with no answer sent are."""
+    ledger = FloodLedger(0.0)
+    seen(ledger, frame(HEADERS, 0x4, 1, b"x"))
+    acks = [
+        frame(WINDOW_UPDATE, 0, 1, struct.pack(">I", 200)),
+        frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", 200)),
+        frame(PING, 0, 0, bytes(8)),
+    ]
+    for _ in range(100_000):
+        ledger.sent(frames=1, size=150)
+        assert not any(seen(ledger, ack) for ack in acks)
+    idle = FloodLedger(0.0)
+    assert any(seen(idle, ack) for _ in range(BURST) for ack in acks)
 
 
 # -- reading in turns (the HTTP/2 core's receive) ---------------------------------------------
