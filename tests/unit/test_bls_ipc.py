@@ -365,6 +365,37 @@ def test_only_segments_of_dead_servers_are_swept() -> None:
                 os.unlink(shm + name)
 
 
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_a_server_whose_lock_is_held_is_alive_whatever_its_pid() -> None:
+    """A server in another pid namespace sharing /dev/shm: its pid does not run here, but
+    it holds its lock, so its segments stay; once the lock is free they go, with the lock."""
+    import fcntl
+
+    other = _a_dead_pid()
+    shm = "/dev/shm/"
+    segment = f"{shm}tritium-bls-{other}-{other}-0-feedf00d"
+    lock = f"{shm}tritium-bls-{other}.lock"
+    with open(segment, "wb") as f:
+        f.write(b"in use")
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shm_tensors.sweep_dead_servers()
+        assert os.path.exists(segment) and os.path.exists(lock)
+        os.close(holder)  # that server ends
+        holder = -1
+        assert shm_tensors.sweep_dead_servers() >= 2
+        assert not os.path.exists(segment) and not os.path.exists(lock)
+        # This process's own lock is held all along (the sweep took it).
+        assert os.path.exists(f"{shm}tritium-bls-{os.getpid()}.lock")
+    finally:
+        if holder >= 0:
+            os.close(holder)
+        for path in (segment, lock):
+            if os.path.lexists(path):
+                os.unlink(path)
+
+
 def _a_dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()

@@ -10,16 +10,38 @@ Everything else the model imports, numpy included, comes from the environment. S
 library only here.
 """
 
+import importlib.machinery
 import importlib.util
 import runpy
 import sys
 from pathlib import Path
 
 STUB_MODULE = "tritium.backends.python.stub"
+# The compiled build's shared runtime (setup.py's mypyc group ``tritium_native``): an extension
+# module beside the package that every compiled module of tritium imports.
+NATIVE_RUNTIME = "tritium__native__mypyc"
+
+
+def _register_native_runtime(package: Path) -> None:
+    """Register the compiled build's runtime by location too, when there is one (the pure
+    build has none; ``tritium/__init__.py`` then loads every module from its source)."""
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        path = package.parent / f"{NATIVE_RUNTIME}{suffix}"
+        if not path.is_file():
+            continue
+        loader = importlib.machinery.ExtensionFileLoader(NATIVE_RUNTIME, str(path))
+        spec = importlib.util.spec_from_file_location(NATIVE_RUNTIME, path, loader=loader)
+        if spec is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[NATIVE_RUNTIME] = module
+        loader.exec_module(module)
+        return
 
 
 def _register_tritium() -> None:
     package = Path(__file__).resolve().parents[2]  # .../tritium
+    _register_native_runtime(package)
     spec = importlib.util.spec_from_file_location(
         "tritium", package / "__init__.py", submodule_search_locations=[str(package)]
     )

@@ -7,7 +7,10 @@ is a view of the pages the sender wrote. Segments are reused (``SegmentPool``). 
 made here, never from client input: ``tritium-bls-<server pid>-<stub pid>-<counter>-<random>``;
 a receiver accepts only names of its own pair (``SegmentNames.owns``). The server unlinks a
 stub's segments when the stub stops or dies (``SegmentNames.sweep``), and at start the
-leftovers of servers that died (``sweep_dead_servers``).
+leftovers of servers that died (``sweep_dead_servers``). Whether a server still runs is told
+by a lock, not by its pid alone: each server holds ``tritium-bls-<pid>.lock`` (flock) for its
+life, which any process sharing this ``/dev/shm`` sees, also from another pid namespace
+(containers, network/pid-namespaced test harnesses), where the pid check would lie.
 
 The model in a stub may be hostile or broken, and it can truncate any segment of its pair at
 any time; touching a mapped page past the end of a file raises SIGBUS. So the server never
@@ -21,6 +24,7 @@ A stub sends a tensor inline only while its frame's buffers stay within
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import mmap
 import os
@@ -317,20 +321,71 @@ def discard_segments(tensors: Any, pool: SegmentPool | None) -> None:
 
 
 _ANY_SEGMENT = re.compile(re.escape(_PREFIX) + r"-([0-9]+)-[0-9]+-[0-9]+-[0-9a-f]{8}\Z")
+_ANY_LOCK = re.compile(re.escape(_PREFIX) + r"-([0-9]+)\.lock\Z")
+_held_lock: int | None = None  # this server's liveness lock (a descriptor), held for its life
+
+
+def _lock_path(pid: int) -> Path:
+    return _DIR / f"{_PREFIX}-{pid}.lock"
+
+
+def hold_server_lock() -> bool:
+    """Take this server's liveness lock (once; kept until the process ends). False when it
+    cannot be had: another live server of the same pid in another pid namespace holds it."""
+    global _held_lock
+    if _held_lock is not None:
+        return True
+    try:
+        fd = os.open(_lock_path(os.getpid()), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, 0o600)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return False
+    _held_lock = fd
+    return True
+
+
+def _server_alive(pid: int) -> bool:
+    """Whether the server ``pid`` may still run: its lock is held (by a process in any pid
+    namespace); without a lock file, whether the pid runs here. Unsure counts as alive."""
+    try:
+        fd = os.open(_lock_path(pid), os.O_RDONLY | _NO_FOLLOW)
+    except FileNotFoundError:
+        return _running(pid)
+    except OSError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held
+    finally:
+        os.close(fd)  # and with it the shared lock just taken
+    return False
 
 
 def sweep_dead_servers() -> int:
-    """Unlink the segments left by servers that died (killed, crashed) before sweeping
-    their own: only names of tritium's pattern, owned by this user, regular files, whose
-    server pid is no longer running. Segments of live servers and other names stay."""
-    if not _DIR.is_dir():
+    """Take this server's liveness lock, then unlink the segments (and locks) left by
+    servers that died (killed, crashed) before sweeping their own: only names of tritium's
+    pattern, owned by this user, regular files, whose server holds no lock (or, for a server
+    that left no lock file, whose pid no longer runs). Segments of live servers and other
+    names stay; without its own lock a server sweeps nothing."""
+    if not _DIR.is_dir() or not hold_server_lock():
         return 0
     uid = os.getuid()
     removed = 0
+    alive: dict[int, bool] = {}
     with os.scandir(_DIR) as entries:
         for entry in entries:
-            match = _ANY_SEGMENT.match(entry.name)
-            if match is None or _running(int(match.group(1))):
+            match = _ANY_SEGMENT.match(entry.name) or _ANY_LOCK.match(entry.name)
+            if match is None:
+                continue
+            pid = int(match.group(1))
+            if pid not in alive:
+                alive[pid] = pid == os.getpid() or _server_alive(pid)
+            if alive[pid]:
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
