@@ -201,6 +201,7 @@ bench: $(VENV)/.installed $(VENV)/.native models h2load-deps
 	$(PY) bench/channel_floor.py
 	$(PY) bench/backends.py
 	$(PY) bench/mypyc_cpu.py --requests 10000
+	$(PY) bench/vs_triton.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
 # FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.

@@ -21,6 +21,7 @@ from ..types import DataType, InferenceResponse
 from .model_io_check import ModelTensor, check_model_io
 from .base import LoadContext, ModelInstance, output_tensor, requested_names
 from .ragged import batch_input_array, merge_ragged, scatter_output
+from .inline_policy import mode_from_env
 from .threaded import ThreadedInstance, union
 
 log = logging.getLogger("tritium")
@@ -191,13 +192,15 @@ class OnnxInstance(ThreadedInstance):
 
     failure = "onnxruntime execute failure"
 
-    def __init__(self, name: str, spec: ModelSpec, version: int, session: Any) -> None:
+    def __init__(
+        self, name: str, spec: ModelSpec, version: int, session: Any, mode: str = "auto"
+    ) -> None:
         self._spec = spec
         self._session = session
         # Ragged batching: inputs fed as 1-D concatenations, batch inputs, batch outputs.
         self._ragged = frozenset(n for n, io in spec.inputs.items() if io.allow_ragged)
         self._plain = not (self._ragged or spec.batch_inputs or spec.batch_outputs)
-        super().__init__(name, version, "ort")
+        super().__init__(name, version, "ort", mode)
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """One session run for a batch: inputs concatenated along the batch dimension,
@@ -299,6 +302,7 @@ class OnnxRuntimeBackend:
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.onnx")
+        mode = mode_from_env()  # where small executions run: measured (auto), or forced
         first = await asyncio.to_thread(_create_session, path, ctx.config)
         config = ctx.config
         if ctx.auto_complete:
@@ -312,5 +316,6 @@ class OnnxRuntimeBackend:
         )
         sessions = [first, *rest]
         return spec, [
-            OnnxInstance(n, spec, ctx.version, s) for n, s in zip(names, sessions, strict=True)
+            OnnxInstance(n, spec, ctx.version, s, mode)
+            for n, s in zip(names, sessions, strict=True)
         ]

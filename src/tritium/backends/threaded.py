@@ -1,6 +1,7 @@
 """An instance that runs its framework on a thread of its own (ONNX Runtime, PyTorch): the
 event loop hands it a batch and is called back with the answers, so the loop never blocks on
-a model. A model measured cheap enough runs on the loop instead (``cheap`` / ``run_now``).
+a model. A model measured cheap enough runs on the loop instead (``cheap`` / ``run_now``):
+``inline_policy.py`` weighs the costs of both paths measured on the running machine.
 
 Subclasses implement ``_run`` (one execution: a response per request) and name their
 framework in ``failure`` (the prefix of an execution error, Triton's wording per backend).
@@ -10,6 +11,7 @@ Nothing here imports a framework.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 import time
@@ -19,18 +21,23 @@ from ..errors import ServerError, internal
 from ..request import InferenceRequest
 from ..types import InferenceResponse
 from .base import send_error
+from .inline_policy import InlinePolicy
 
-# A model whose executions take less than this (moving average) on inputs of at most this
-# size runs on the event loop: handing it to the instance thread would cost more (measured
-# here: ~40-60 µs of GIL hand-over and wake-ups against ~10 µs for `simple`). Anything
-# bigger, or any model that turns out slower, runs on the instance's own thread.
-INLINE_MAX_SECONDS = 100e-6
+log = logging.getLogger("tritium")
+
+# Executions on inputs of at most this size may run on the event loop, when the costs measured
+# on this machine say that is cheaper than a hand-off to the instance thread (inline_policy.py);
+# bigger ones always go to the thread.
 INLINE_MAX_BYTES = 64 * 1024
 
+_NO_TIMING = (0, 0, 0)
 # What one execution gives: a response per request, or the error that fails them all.
 Outcome = list[InferenceResponse] | ServerError
-# What the loop hands an instance thread: where to answer, and the batch to run.
-_Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[Outcome], list[InferenceRequest]]
+# A hand-off: executions run one after the other on the thread, answered in one callback with
+# their outcomes, the seconds spent in the framework's compute and in the runs altogether.
+_Done = tuple[list[Outcome], float, float]
+# What the loop hands an instance thread: where to answer, and the executions to run.
+_Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[_Done], list[list[InferenceRequest]]]
 
 
 class ThreadedInstance:
@@ -41,10 +48,11 @@ class ThreadedInstance:
     # with its own kind and text; otherwise every exception is INTERNAL with ``failure``.
     own_errors = False
 
-    def __init__(self, name: str, version: int, thread_prefix: str) -> None:
+    def __init__(self, name: str, version: int, thread_prefix: str, mode: str = "auto") -> None:
         self.name = name
         self._version = str(version)
-        self._cost = 1.0  # seconds; unknown until measured, so the first runs use the thread
+        self._policy = InlinePolicy(mode)  # inline or thread, from costs measured here
+        self._settled = self._policy.settled()
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=self._serve, name=f"{thread_prefix}-{name}", daemon=True
@@ -55,23 +63,25 @@ class ThreadedInstance:
         raise NotImplementedError
 
     def _serve(self) -> None:
-        """The instance thread: run each batch, hand the answers back to the loop."""
+        """The instance thread: run each hand-off's executions, answer them in one callback."""
         while (item := self._work.get()) is not None:
-            loop, future, requests = item
-            loop.call_soon_threadsafe(_resolve, future, self._run_or_error(requests))
+            loop, future, batches = item
+            loop.call_soon_threadsafe(_resolve, future, self._run_all(batches))
 
-    def _run_timed(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+    def _run_all(self, batches: list[list[InferenceRequest]]) -> _Done:
+        """Each execution of a hand-off; ``_run`` sets ``request.timing`` (its second part:
+        the framework's compute)."""
         started = time.perf_counter()
-        responses = self._run(requests)
-        elapsed = time.perf_counter() - started
-        # Moving average of one execution; the first measurement replaces the guess.
-        self._cost = elapsed if self._cost >= 1.0 else 0.8 * self._cost + 0.2 * elapsed
-        return responses
+        outcomes, compute_ns = [], 0
+        for requests in batches:
+            outcomes.append(self._run_or_error(requests))
+            compute_ns += (requests[0].timing or _NO_TIMING)[1]
+        return outcomes, compute_ns / 1e9, time.perf_counter() - started
 
-    def cheap(self, requests: list[InferenceRequest]) -> bool:
-        """Whether to run on the loop: the measured cost is below what a thread hand-off
-        costs (GIL hand-over, two wake-ups), and the inputs are small."""
-        if self._cost > INLINE_MAX_SECONDS:
+    def cheap(self, requests: list[InferenceRequest], runs: int = 1) -> bool:
+        """Whether to run on the loop: the inputs are small and the measured cost of ``runs``
+        executions here is below that of a hand-off to the thread (inline_policy.py)."""
+        if not self._policy.prefers_inline(runs):
             return False
         size = 0
         for request in requests:
@@ -82,11 +92,29 @@ class ThreadedInstance:
     def run_now(self, request: InferenceRequest) -> None:
         """Run and answer ``request`` right here (the scheduler checked ``cheap``): no task,
         no thread hand-off."""
-        self._answer([request], self._run_or_error([request]))
+        self._answer([request], self._run_inline([request]))
+
+    def _run_inline(self, requests: list[InferenceRequest]) -> Outcome:
+        started = time.perf_counter()
+        outcome = self._run_or_error(requests)
+        if not isinstance(outcome, ServerError):
+            self._policy.record_inline(time.perf_counter() - started)
+            self._note_change()
+        return outcome
+
+    def _note_change(self) -> None:
+        """A debug line when the measured costs change the preferred path."""
+        if (now := self._policy.settled()) != self._settled:
+            self._settled = now
+            inline, handoff = self._policy.inline_cost or 0.0, self._policy.handoff_cost or 0.0
+            log.debug(
+                "instance %s now runs %s (run on the loop %.1f µs, hand-off %.1f µs)",
+                self.name, now, inline * 1e6, handoff * 1e6,
+            )  # fmt: skip
 
     def _run_or_error(self, requests: list[InferenceRequest]) -> Outcome:
         try:
-            return self._run_timed(requests)
+            return self._run(requests)
         except ServerError as exc:
             return exc if self.own_errors else internal(f"{self.failure}: {exc}")
         except Exception as exc:  # frameworks raise their own exception types
@@ -100,19 +128,33 @@ class ThreadedInstance:
             else:
                 send_error(request, self._version, outcome)
 
+    async def _hand_off(self, batches: list[list[InferenceRequest]]) -> None:
+        """One trip to the thread for ``batches`` (each one execution), timed as the loop
+        sees it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_Done] = loop.create_future()
+        started = time.perf_counter()
+        self._work.put((loop, future, batches))
+        outcomes, compute, busy = await future
+        self._policy.record_handoff(len(batches), time.perf_counter() - started, compute, busy)
+        self._note_change()
+        for requests, outcome in zip(batches, outcomes, strict=True):
+            self._answer(requests, outcome)
+
     async def execute(self, requests: list[InferenceRequest]) -> None:
         """One execution over ``requests`` (a dynamic batch, or a single request)."""
         if self.cheap(requests):
-            self._answer(requests, self._run_or_error(requests))
-            return
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Outcome] = loop.create_future()
-        self._work.put((loop, future, requests))
-        self._answer(requests, await future)
+            self._answer(requests, self._run_inline(requests))
+        else:
+            await self._hand_off([requests])
 
     async def execute_each(self, requests: list[InferenceRequest]) -> None:
-        for request in requests:
-            await self.execute([request])
+        """One execution per request; on the thread, all of them in one hand-off."""
+        if self.cheap(requests, len(requests)):
+            for request in requests:
+                self._answer([request], self._run_inline([request]))
+        else:
+            await self._hand_off([[request] for request in requests])
 
     async def is_ready(self) -> bool:
         return self._thread.is_alive()
@@ -130,6 +172,6 @@ def union(groups: Any) -> list[str]:
     return list(names)
 
 
-def _resolve(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
+def _resolve(future: asyncio.Future[_Done], done: _Done) -> None:
     if not future.done():
-        future.set_result(outcome)
+        future.set_result(done)

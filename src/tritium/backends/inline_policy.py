@@ -1,0 +1,110 @@
+"""Whether a small execution runs on the event loop or goes to the instance's thread, decided
+from costs measured on the running machine (no threshold tuned on another one).
+
+The loop pays for an inline run in full: ``inline_cost``, a moving average of the wall time of
+runs made on the loop. It pays for a hand-off with what it sees around the compute:
+``handoff_cost``, a moving average of the round trip from handing the work over to resuming
+with the answer, minus the time the thread spent inside the runtime's compute (with the GIL
+released). That includes the thread's wake-up, its waits for the GIL (behind a busy loop, up to
+``sys.getswitchinterval()`` each time), ``call_soon_threadsafe`` and the loop's own delay in
+resuming. A hand-off of ``n`` runs is one round trip, so ``n`` inline runs are weighed
+against one hand-off.
+
+Both estimates go stale while the other path is taken: after every ``probe_every`` samples of
+the preferred path, the other one is taken until it has given one sample, so the decision can
+flip back when conditions change (load, CPU frequency, a neighbour on the core).
+
+``TRITIUM_ONNX_EXECUTION`` (``auto``, the default; ``inline``; ``thread``) forces one path for
+benchmarks that compare them (bench/onnx_inline.py); any other value is refused at load.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from ..errors import ServerError, invalid_arg
+
+MODES = ("auto", "inline", "thread")
+ENV = "TRITIUM_ONNX_EXECUTION"
+ALPHA = 0.2  # weight of a new sample in the moving averages
+PROBE_EVERY = 64  # samples of the preferred path between two probes of the other
+
+
+def mode_from_env(environ: dict[str, str] | None = None) -> str:
+    """The forced path from ``TRITIUM_ONNX_EXECUTION``, or ``auto``."""
+    value = (os.environ if environ is None else environ).get(ENV, "").strip().lower()
+    if not value:
+        return "auto"
+    if value not in MODES:
+        raise mode_error(value)
+    return value
+
+
+def mode_error(value: str) -> ServerError:
+    return invalid_arg(f"{ENV} must be one of {', '.join(MODES)}, got '{value}'")
+
+
+def _average(old: float | None, sample: float) -> float:
+    return sample if old is None else (1.0 - ALPHA) * old + ALPHA * sample
+
+
+@dataclass
+class InlinePolicy:
+    mode: str = "auto"
+    probe_every: int = PROBE_EVERY
+    inline_cost: float | None = None  # seconds per run on the loop
+    handoff_cost: float | None = None  # seconds per hand-off, beyond the thread's compute
+    seeded: bool = False  # inline_cost is a stand-in from a thread run, not measured inline
+    probing: bool = False  # the other path is due for a sample
+    probe_inline: bool = False  # which path the probe takes
+    _since_probe: int = 0
+
+    def prefers_inline(self, runs: int = 1) -> bool:
+        """Whether ``runs`` executions should run on the loop now."""
+        if self.mode != "auto":
+            return self.mode == "inline"
+        if self.handoff_cost is None or self.inline_cost is None:
+            return False  # nothing measured: the thread cannot block the loop on a big model
+        return self.probe_inline if self.probing else self._better_inline(runs)
+
+    def settled(self) -> str:
+        """The path the measured costs prefer for one run, probes aside: ``inline``,
+        ``thread``, or ``unmeasured``."""
+        if self.mode != "auto":
+            return self.mode
+        if self.handoff_cost is None or self.inline_cost is None:
+            return "unmeasured"
+        return "inline" if self._better_inline() else "thread"
+
+    def _better_inline(self, runs: int = 1) -> bool:
+        assert self.inline_cost is not None and self.handoff_cost is not None
+        return runs * self.inline_cost <= self.handoff_cost
+
+    def record_inline(self, seconds: float) -> None:
+        """One run made on the loop took ``seconds``."""
+        if self.seeded:  # the stand-in gives way to the first real measurement
+            self.inline_cost, self.seeded = None, False
+        self.inline_cost = _average(self.inline_cost, seconds)
+        self._sampled(inline=True)
+
+    def record_handoff(self, runs: int, roundtrip: float, compute: float, busy: float) -> None:
+        """A hand-off of ``runs`` executions came back after ``roundtrip`` seconds, of which
+        the thread spent ``compute`` in the runtime and ``busy`` in the runs altogether."""
+        self.handoff_cost = _average(self.handoff_cost, max(0.0, roundtrip - compute))
+        if self.inline_cost is None and runs > 0:
+            self.inline_cost, self.seeded = busy / runs, True
+        self._sampled(inline=False)
+
+    def _sampled(self, inline: bool) -> None:
+        if self.mode != "auto" or self.inline_cost is None or self.handoff_cost is None:
+            return
+        if self.probing:
+            if inline == self.probe_inline:  # the probed path gave its sample
+                self.probing, self._since_probe = False, 0
+            return
+        if inline != self._better_inline():
+            return  # a run that had to take the other path (too big, or several at once)
+        self._since_probe += 1
+        if self._since_probe >= self.probe_every:
+            self.probing, self.probe_inline = True, not self._better_inline()

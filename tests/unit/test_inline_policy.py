@@ -1,0 +1,118 @@
+"""The ONNX inline-or-thread decision (backends/inline_policy.py): pure logic, costs injected."""
+
+from __future__ import annotations
+
+import pytest
+
+from tritium.backends.inline_policy import ENV, InlinePolicy, mode_from_env
+from tritium.errors import ServerError
+
+US = 1e-6
+
+
+def _measured(inline_us: float, handoff_us: float, probe_every: int = 64) -> InlinePolicy:
+    policy = InlinePolicy(probe_every=probe_every)
+    policy.record_handoff(1, roundtrip=(handoff_us + 5) * US, compute=5 * US, busy=inline_us * US)
+    return policy
+
+
+def test_nothing_measured_goes_to_the_thread() -> None:
+    assert not InlinePolicy().prefers_inline()
+
+
+def test_first_handoff_measures_both_costs() -> None:
+    policy = InlinePolicy()
+    policy.record_handoff(1, roundtrip=60 * US, compute=5 * US, busy=12 * US)
+    assert policy.handoff_cost == pytest.approx(55 * US)  # the round trip less the compute
+    assert policy.inline_cost == pytest.approx(12 * US) and policy.seeded
+    assert policy.prefers_inline()
+
+
+def test_a_run_dearer_than_the_handoff_stays_on_the_thread() -> None:
+    policy = _measured(inline_us=900, handoff_us=60)
+    assert not policy.prefers_inline()
+
+
+def test_the_stand_in_gives_way_to_the_first_inline_measurement() -> None:
+    policy = _measured(inline_us=40, handoff_us=60)
+    policy.record_inline(10 * US)
+    assert policy.inline_cost == pytest.approx(10 * US) and not policy.seeded
+
+
+def test_a_handoff_of_several_runs_weighs_them_together() -> None:
+    policy = _measured(inline_us=20, handoff_us=50)
+    assert policy.prefers_inline(runs=2)
+    assert not policy.prefers_inline(runs=3)  # 60 µs of loop time against one 50 µs trip
+
+
+def test_a_slower_machine_keeps_the_same_choice_when_both_costs_scale() -> None:
+    fast, slow = _measured(inline_us=10, handoff_us=50), _measured(inline_us=40, handoff_us=200)
+    assert fast.prefers_inline() and slow.prefers_inline()
+
+
+def test_a_gil_convoy_on_the_thread_path_moves_the_run_inline() -> None:
+    # inline runs of 150 µs looked dear against 60 µs hand-offs, until the hand-offs began to
+    # wait for the GIL behind a busy loop (switch interval: milliseconds per trip)
+    policy = _measured(inline_us=150, handoff_us=60)
+    assert not policy.prefers_inline()
+    for _ in range(10):
+        policy.record_handoff(1, roundtrip=5000 * US, compute=5 * US, busy=150 * US)
+    assert policy.prefers_inline()
+
+
+def test_probes_of_the_other_path_let_the_decision_flip_back() -> None:
+    policy = _measured(inline_us=10, handoff_us=50, probe_every=4)
+    for _ in range(4):
+        assert policy.prefers_inline()
+        policy.record_inline(10 * US)
+    assert policy.probing and not policy.prefers_inline()  # one trip to refresh its cost
+    # conditions changed: the thread is now cheap, the loop's runs dear
+    policy.record_handoff(1, roundtrip=8 * US, compute=5 * US, busy=30 * US)
+    assert not policy.probing
+    policy.record_inline(400 * US)
+    for _ in range(20):
+        policy.record_handoff(1, roundtrip=8 * US, compute=5 * US, busy=30 * US)
+        if not policy.probing:
+            assert not policy.prefers_inline()
+
+
+def test_a_probe_lasts_until_the_probed_path_gives_a_sample() -> None:
+    policy = _measured(inline_us=10, handoff_us=50, probe_every=1)
+    policy.record_inline(10 * US)
+    assert policy.probing and not policy.probe_inline
+    policy.record_inline(10 * US)  # a run of the preferred path does not end the probe
+    assert policy.probing and not policy.prefers_inline()
+
+
+@pytest.mark.parametrize(("mode", "inline"), [("inline", True), ("thread", False)])
+def test_a_forced_mode_ignores_the_costs(mode: str, inline: bool) -> None:
+    policy = InlinePolicy(mode)
+    assert policy.prefers_inline() is inline
+    policy.record_handoff(1, roundtrip=1.0 if inline else 1e-6, compute=0.0, busy=1e-6)
+    policy.record_inline(1e-6 if not inline else 1.0)
+    assert policy.prefers_inline() is inline and not policy.probing
+
+
+@pytest.mark.parametrize(
+    ("environ", "mode"),
+    [({}, "auto"), ({ENV: ""}, "auto"), ({ENV: "Thread"}, "thread"), ({ENV: " inline "}, "inline")],
+)
+def test_mode_from_env(environ: dict[str, str], mode: str) -> None:
+    assert mode_from_env(environ) == mode
+
+
+def test_an_unknown_mode_is_refused_with_the_choices() -> None:
+    with pytest.raises(ServerError) as caught:
+        mode_from_env({ENV: "fast"})
+    assert "auto, inline, thread" in str(caught.value.message) and "'fast'" in str(
+        caught.value.message
+    )
+
+
+def test_settled_names_the_preferred_path_probes_aside() -> None:
+    assert InlinePolicy().settled() == "unmeasured"
+    assert InlinePolicy("thread").settled() == "thread"
+    policy = _measured(inline_us=10, handoff_us=50, probe_every=1)
+    policy.record_inline(10 * US)
+    assert policy.probing and policy.settled() == "inline"
+    assert _measured(inline_us=900, handoff_us=50).settled() == "thread"
