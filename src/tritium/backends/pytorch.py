@@ -15,6 +15,7 @@ import asyncio
 import logging
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,11 +207,18 @@ def _arguments(module: Any) -> list[tuple[str, str]]:
     return pairs[1:] if pairs and pairs[0][1] == "ClassType" else pairs
 
 
+_JIT_DEPRECATED = r"`torch\.jit\.\w+` is deprecated"
+
+
 def _load_module(path: Any, model: str, options: TorchOptions) -> Any:
     if not path.is_file():
         raise unavailable(f"unable to find '{path}' for model instance '{model}'")
     try:
-        with torch.inference_mode(options.inference_mode):
+        # torch 2.13 warns that TorchScript's loader is deprecated: TorchScript is what
+        # Triton's PyTorch backend loads, so a warning turned into an error (python -W error,
+        # pytest's filterwarnings) must not fail the load.
+        with warnings.catch_warnings(), torch.inference_mode(options.inference_mode):
+            warnings.filterwarnings("ignore", message=_JIT_DEPRECATED)
             return torch.jit.load(str(path), map_location="cpu")  # type: ignore[no-untyped-call]
     except Exception as exc:  # torch raises RuntimeError and its own types
         raise internal(f"failed to load model '{model}': {exc}") from None

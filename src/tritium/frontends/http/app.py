@@ -277,13 +277,14 @@ class HttpApp:
         return _EMPTY_OK if ready else HttpResponse(400, [b'{"error":"Model version not ready"}'])
 
     def _index(self, request: HttpRequest) -> HttpResponse:
-        ready = False
+        ready: object = False  # what the client sent: checked before use (compiled code
+        # would raise TypeError assigning a non-bool to a variable inferred as bool)
         if request.body.strip():
             doc = _parse_json(request.body)
             ready = doc.get("ready", False) if isinstance(doc, dict) else False
             if not isinstance(ready, bool):
                 raise invalid_arg("Invalid value for 'ready': expected a boolean")
-        return _json(self.server.repository_index(ready))
+        return _json(self.server.repository_index(ready is True))
 
     def _generate_once(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
         if self.server.access_log is not None:
