@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support.clients import client, make_input
+from tests.support.clients import client, index_rows, make_input
 from tests.support.server_process import ServerProcess
 
 # INPUT0 FP32 [batch, 4] -> OUTPUT0 FP32 [batch, 4] = INPUT0 * 2
@@ -136,15 +136,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def _rows(proc: ServerProcess, protocol: str) -> dict[str, Any]:
-    c = client(protocol, proc.url(protocol))
-    try:
-        if protocol == "http":
-            rows = list(c.get_model_repository_index())
-        else:
-            rows = list(c.get_model_repository_index(as_json=True).get("models", []))
-    finally:
-        c.close()
-    return {row["name"]: row for row in rows}
+    return index_rows(proc.url(protocol), protocol)
 
 
 def test_a_config_that_disagrees_with_the_model_fails_its_load(

@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 ov_models = pytest.importorskip("tests.support.openvino_models")
 
-from tests.support.clients import client, make_input  # noqa: E402
+from tests.support.clients import client, index_rows, make_input  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 
 TYPES = ov_models.TYPES
@@ -250,15 +250,7 @@ LOAD_ERRORS = {
 
 
 def _rows(proc: ServerProcess, protocol: str) -> dict[str, Any]:
-    c = client(protocol, proc.url(protocol))
-    try:
-        if protocol == "http":
-            rows = list(c.get_model_repository_index())
-        else:
-            rows = list(c.get_model_repository_index(as_json=True).get("models", []))
-    finally:
-        c.close()
-    return {row["name"]: row for row in rows}
+    return index_rows(proc.url(protocol), protocol)
 
 
 def test_every_load_error_names_its_reason(served: ServerProcess, protocol: str) -> None:

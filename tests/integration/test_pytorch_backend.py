@@ -22,7 +22,7 @@ from tritonclient.utils import InferenceServerException
 
 torch_models = pytest.importorskip("tests.support.torch_models")
 
-from tests.support.clients import client, make_input  # noqa: E402
+from tests.support.clients import client, index_rows, make_input  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 
 TYPES = torch_models.TYPES
@@ -298,15 +298,7 @@ LOAD_ERRORS = {
 
 
 def _rows(proc: ServerProcess, protocol: str) -> dict[str, Any]:
-    c = client(protocol, proc.url(protocol))
-    try:
-        if protocol == "http":
-            rows = list(c.get_model_repository_index())
-        else:
-            rows = list(c.get_model_repository_index(as_json=True).get("models", []))
-    finally:
-        c.close()
-    return {row["name"]: row for row in rows}
+    return index_rows(proc.url(protocol), protocol)
 
 
 def test_every_load_error_names_its_reason(served: ServerProcess, protocol: str) -> None:

@@ -86,3 +86,16 @@ async def simple_grpc_infer_aio(c: Any, compression: str | None = None) -> None:
     )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def index_rows(url: str, protocol: str) -> dict[str, Any]:
+    """The repository index of the server at ``url``, a row per model name (HTTP or gRPC)."""
+    c = client(protocol, url)
+    try:
+        if protocol == "http":
+            rows = list(c.get_model_repository_index())
+        else:
+            rows = list(c.get_model_repository_index(as_json=True).get("models", []))
+    finally:
+        c.close()
+    return {row["name"]: row for row in rows}
