@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +32,8 @@ _FRESH = 12  # calls on fresh connections per check
 
 
 def _start(
-    repos: list[Path], workers: int, *models: str, extra: tuple[str, ...] = ()
+    repos: list[Path], workers: int, *models: str, extra: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
 ) -> ServerProcess:
     loads = [arg for m in models for arg in ("--load-model", m)]
     return ServerProcess(
@@ -44,6 +46,7 @@ def _start(
         "--allow-client-shm", "true",
         "--exit-timeout-secs", "20",
         start_timeout=120,
+        env=env,
     )  # fmt: skip
 
 
@@ -92,11 +95,18 @@ def cache_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def three(example_repo: Path, cache_repo: Path) -> Iterator[ServerProcess]:
+def three_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The ``three`` server's TMPDIR: empty once it is gone, however it ends."""
+    return tmp_path_factory.mktemp("three_tmp")
+
+
+@pytest.fixture(scope="module")
+def three(example_repo: Path, cache_repo: Path, three_tmp: Path) -> Iterator[ServerProcess]:
     proc = _start(
         [example_repo, cache_repo], 3,
         "simple", "running_sum_onnx", "simple_sequence", "cached_http", "cached_grpc",
         extra=("--cache-config", "local,size=1048576"),
+        env={"TMPDIR": str(three_tmp)},
     )  # fmt: skip
     yield proc
     proc.stop()
@@ -702,7 +712,30 @@ def test_sigterm_drains_every_worker(two: ServerProcess) -> None:
     assert not [p for p in pids | stubs if _alive(p)]
 
 
-def test_killing_the_supervisor_leaves_nothing(three: ServerProcess) -> None:
+def _forward_sockets(server: ServerProcess) -> list[str]:
+    """The workers' abstract sockets for forwarded requests (/proc/net/unix lists them)."""
+    prefix = f"@tritium-{server.proc.pid}-"
+    lines = Path("/proc/net/unix").read_text().splitlines()[1:]
+    return sorted({p for line in lines for p in line.split()[7:8] if p.startswith(prefix)})
+
+
+def test_forward_sockets_refuse_outsiders(three: ServerProcess) -> None:
+    _wait_workers(three, 3)
+    names = _forward_sockets(three)
+    assert len(names) == 3, names
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect("\0" + names[0][1:])  # this test is not one of the server's workers
+        sock.sendall(b"\0\0\0\x01.")
+        assert sock.recv(16) == b""  # closed unread
+    assert "a connection from outside this server closed" in three.log_text()
+    for ident in (991, 992, 993):  # the workers still forward to each other
+        total = _sum_step("grpc", three, np.ones(4), sequence_id=ident, sequence_start=True,
+                          sequence_end=True)
+        assert np.allclose(total, 1.0)
+
+
+def test_killing_the_supervisor_leaves_nothing(three: ServerProcess, three_tmp: Path) -> None:
     pids = _wait_workers(three, 3)
     everything = pids | set().union(*(_children(p) for p in pids))
     three.proc.kill()
@@ -711,3 +744,6 @@ def test_killing_the_supervisor_leaves_nothing(three: ServerProcess) -> None:
     while [p for p in everything if _alive(p)] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not [p for p in everything if _alive(p)]
+    # nor any file: the workers' sockets are abstract (ONNX Runtime keeps its telemetry
+    # session id in $TMPDIR/.ses by design, in every process that loads it)
+    assert not [p for p in three_tmp.iterdir() if p.name != ".ses"]

@@ -7,6 +7,7 @@ the HTTP health endpoint, never by reading logs.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ class ServerProcess:
     reads the log tail after stopping); by default a temporary directory removed by ``stop``.
     ``start_timeout``: how long the server may take to load its models and bind. ``cpus``:
     the CPUs the server (and the stub processes it starts, which inherit them) may run on;
-    None: all of them."""
+    None: all of them. ``env``: variables set for the server over this process's."""
 
     def __init__(
         self,
@@ -48,6 +49,7 @@ class ServerProcess:
         workdir: Path | None = None,
         start_timeout: float = 60.0,
         cpus: frozenset[int] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self._dir = None if workdir else tempfile.TemporaryDirectory(prefix="tritium-test-")
         directory = workdir or Path(self._dir.name)
@@ -57,7 +59,10 @@ class ServerProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         if cpus is not None:  # set in a small Python that then becomes the server (exec)
             command = [sys.executable, "-c", _ON_CPUS, ",".join(map(str, sorted(cpus))), *command]
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT,
+            env=None if env is None else {**os.environ, **env},
+        )
         self.ports: dict[str, int] = {}
         try:
             self._wait_ports(start_timeout)

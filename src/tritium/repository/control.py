@@ -40,7 +40,9 @@ class ModelControl:
         self._startup = startup
         self._poller: asyncio.Task[None] | None = None
         self._signatures: dict[ModelId, tuple[object, ...]] = {}
-        self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
+        # made on the first load with file overrides: a server killed (-9) without any
+        # leaves no empty directory behind
+        self._scratch: Path | None = None
         self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
         # poll mode's own timer; --workers turns it off: the supervisor polls for all
         self.own_poller = True
@@ -63,7 +65,8 @@ class ModelControl:
         for task in self._requests:
             task.cancel()
         await asyncio.gather(*self._requests, return_exceptions=True)
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     async def _finish(self, work: Coroutine[Any, Any, T]) -> T:
         """Run a load or unload to its end even if the client goes away meanwhile (a load
@@ -123,6 +126,8 @@ class ModelControl:
         """``file:<version>/<path>`` overrides as a model directory of their own, in a fresh
         directory under the scratch area (removed when the model is unloaded or replaced).
         ``name`` and every key were checked to be safe relative paths."""
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
         holder = Path(tempfile.mkdtemp(prefix="load-", dir=self._scratch))
         root = holder / name
         try:

@@ -3,8 +3,12 @@
 (``Member.cache_owner``); a request that reaches another worker is forwarded to the owner
 over the owner's own Unix socket, and its responses come back.
 
-Each worker listens on ``<dir>/w<index>.sock`` (the directory the supervisor made, mode
-0700, so only this server's processes can connect). Frames are a 4-byte length and a pickle:
+Each worker listens on a Linux abstract-namespace Unix socket, ``\\0<name>.w<index>``
+(``<name>``: ``tritium-<supervisor pid>-<random>``, made by the supervisor): nothing in the
+file system, so nothing is left behind whatever way the server dies. An abstract socket has
+no permissions, so the owner checks each connection's peer (``SO_PEERCRED``): the same user,
+and a process whose parent is this worker's supervisor (a sibling worker); any other is
+closed unread. Frames are a 4-byte length and a pickle:
 both ends are processes of the same server, started by the same supervisor from the same
 code, and the client's bytes inside are tensors (numpy arrays), never code. An error crosses
 as its kind and message (``channel.error_doc``).
@@ -19,6 +23,7 @@ import asyncio
 import logging
 import os
 import pickle
+import socket
 import struct
 import zlib
 from dataclasses import replace
@@ -32,6 +37,8 @@ from .channel import MAX_MESSAGE, error_doc, error_of
 log = logging.getLogger("tritium")
 
 _HEADER = struct.Struct(">I")
+_CREDS = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_CONNECT_TIMEOUT_S = 10.0
 
 
 def owner_of(correlation_id: int | str, workers: int) -> int:
@@ -41,8 +48,27 @@ def owner_of(correlation_id: int | str, workers: int) -> int:
     return zlib.crc32(correlation_id.encode()) % workers
 
 
-def socket_path(directory: str, index: int) -> str:
-    return os.path.join(directory, f"w{index}.sock")
+def socket_path(name: str, index: int) -> str:
+    """Worker ``index``'s abstract socket address (the leading NUL: no file)."""
+    return f"\0{name}.w{index}"
+
+
+def sibling(sock: Any) -> bool:
+    """Whether the peer of ``sock`` (a socket, or asyncio's wrapper of one) is a worker of
+    this server: the same user, and its parent is our parent (the supervisor)."""
+    if sock is None:
+        return False
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDS.size)
+    pid, uid, _ = _CREDS.unpack(creds)
+    if uid != os.geteuid() or pid <= 0:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+    return len(fields) > 1 and int(fields[1]) == os.getppid()
 
 
 async def _read(reader: asyncio.StreamReader) -> Any:
@@ -66,11 +92,15 @@ class SequenceOwner:
         self._listener: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
+        # bound here, not by asyncio: uvloop refuses an abstract address (EINVAL)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            os.unlink(self._path)  # the socket of this worker before it was started again
-        except FileNotFoundError:
-            pass
-        self._listener = await asyncio.start_unix_server(self._serve, self._path)
+            sock.bind(self._path)
+            sock.listen(128)
+        except OSError:
+            sock.close()
+            raise
+        self._listener = await asyncio.start_unix_server(self._serve, sock=sock)
 
     def close(self) -> None:
         if self._listener is not None:
@@ -78,6 +108,10 @@ class SequenceOwner:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         running: dict[int, InferenceRequest] = {}
+        if not sibling(writer.get_extra_info("socket")):
+            log.warning("sequence socket: a connection from outside this server closed")
+            writer.close()
+            return
         try:
             while True:
                 frame = await _read(reader)
@@ -121,8 +155,8 @@ class SequenceOwner:
 class Forwarder:
     """The forwarding side: one connection per owner, opened when first needed."""
 
-    def __init__(self, directory: str) -> None:
-        self._directory = directory
+    def __init__(self, name: str) -> None:
+        self._name = name
         self._links: dict[int, tuple[asyncio.StreamWriter, dict[int, ResponseSender]]] = {}
         self._opening: dict[int, asyncio.Future[None]] = {}
         self._next = 0
@@ -157,9 +191,7 @@ class Forwarder:
             opening: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self._opening[owner] = opening
             try:
-                reader, writer = await asyncio.open_unix_connection(
-                    socket_path(self._directory, owner), limit=1 << 20
-                )
+                reader, writer = await _connect(socket_path(self._name, owner))
                 waiting: dict[int, ResponseSender] = {}
                 self._links[owner] = (writer, waiting)
                 asyncio.ensure_future(self._receive(owner, reader, waiting))
@@ -195,6 +227,20 @@ class Forwarder:
                     sender.send(_failed(sender.request, "the worker that kept this sequence's "
                                                         "state stopped"), True)
             waiting.clear()
+
+
+async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to a sibling's abstract socket (connected here, not by asyncio: uvloop
+    refuses an abstract address; a local connect waits only while its backlog is full)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(_CONNECT_TIMEOUT_S)
+        await asyncio.to_thread(sock.connect, address)
+        sock.setblocking(False)
+        return await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _failed(request: InferenceRequest, why: str) -> InferenceResponse:

@@ -77,14 +77,14 @@ class Member:
         self,
         index: int,
         count: int,
-        forward_dir: str,
+        forward_name: str,
         sockets: dict[str, list[socket.socket]],
         channel: socket.socket,
     ) -> None:
         self.index = index
         self._count = count
-        self._forward_dir = forward_dir
-        self._forwarder = Forwarder(forward_dir)
+        self._forward_name = forward_name
+        self._forwarder = Forwarder(forward_name)
         self._owner: SequenceOwner | None = None
         self.reuseport = False  # --worker-sockets reuseport: listen on sockets of our own
         self._sockets = sockets
@@ -128,7 +128,7 @@ class Member:
         if self.reuseport:  # join the ports' SO_REUSEPORT groups only now, ready to accept
             self._listen_own()
         # the sequences this worker owns may come from the others from now on
-        self._owner = SequenceOwner(self._here(), socket_path(self._forward_dir, self.index))
+        self._owner = SequenceOwner(self._here(), socket_path(self._forward_name, self.index))
         await self._owner.start()
 
     def _listen_own(self) -> None:

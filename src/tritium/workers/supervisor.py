@@ -21,12 +21,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
+import secrets
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -81,8 +80,8 @@ class Supervisor:
         self._cluster_ready = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._restarts = 0
-        # each worker's socket for the sequences it owns (workers/forward.py)
-        self._forward_dir = tempfile.mkdtemp(prefix="tritium-workers-")
+        # the name of the workers' abstract sockets for forwarded requests (workers/forward.py)
+        self._forward_name = f"tritium-{os.getpid()}-{secrets.token_hex(8)}"
 
     @property
     def failed(self) -> bool:
@@ -96,7 +95,7 @@ class Supervisor:
         env = dict(os.environ)
         env[ENV] = orjson.dumps(
             {"index": worker.index, "count": len(self._workers), "channel": theirs.fileno(),
-             "sockets": fds, "parent": os.getpid(), "forward": self._forward_dir,
+             "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
              "reuseport": self.options.worker_sockets == "reuseport"}
         ).decode()
         passed = [theirs.fileno(), *(fd for group in fds.values() for fd in group)]
@@ -373,7 +372,6 @@ class Supervisor:
         for socks in self._bound.values():
             for sock in socks:
                 sock.close()
-        shutil.rmtree(self._forward_dir, ignore_errors=True)
 
 
 async def supervise(options: ServerOptions, argv: list[str]) -> int:
