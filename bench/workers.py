@@ -215,13 +215,14 @@ def _start(repo: Path, workers: int, sockets: str) -> ServerProcess:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3, help="alternated rounds of ONNX c16")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="rounds; each runs every case once per worker count, alternated")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "workers"))
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)),
                         help="worker counts, alternated (default 1,2,3)")
     parser.add_argument("--worker-sockets", default="shared", choices=("shared", "reuseport"))
     parser.add_argument("--matrix", action=argparse.BooleanOptionalAction, default=True,
-                        help="after the alternated rounds, every model, protocol and c once")
+                        help="every model, protocol and c in each round (else ONNX c16 only)")
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         print("h2load not found: apt-get install nghttp2-client (make bench-deps)")
@@ -237,21 +238,20 @@ def main() -> int:
             server.wait_live(120, "ready")
             memory[n] = _memory(server.proc.pid)
         bodies = {m: _bodies(m, workdir) for m in MODELS}
-        plan = [(m, p, c, r) for r in range(args.rounds) for p in PROTOCOLS
-                for m, c in (("simple", 16),)]
-        if args.matrix:
-            plan += [(m, p, c, args.rounds) for m in MODELS for p in PROTOCOLS
-                     for c in CONCURRENCY if not (m == "simple" and c == 16)]
-        for model, protocol, clients, round_ in plan:
-            for n in counts:  # alternated: w1, w2, w3 side by side
-                case = Case(model, protocol, clients, args.seconds, bodies[model][protocol],
-                            round_)
-                run = _run(servers[n], n, case, workdir)
-                runs.append(run)
-                print(f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
-                      f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us CPU/inf  "
-                      f"p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
-                      f"worker CPU ms {run.spread}", flush=True)
+        for round_ in range(args.rounds):
+            for model, protocol, clients in _cases(args.matrix):
+                # alternated: every worker count once per case per round, the order
+                # reversed every other round (a drift in the machine's load evens out)
+                order = counts if round_ % 2 == 0 else counts[::-1]
+                for n in order:
+                    case = Case(model, protocol, clients, args.seconds,
+                                bodies[model][protocol], round_)
+                    run = _run(servers[n], n, case, workdir)
+                    runs.append(run)
+                    print(f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
+                          f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us "
+                          f"CPU/inf  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
+                          f"worker CPU ms {run.spread}  load {_load():.1f}", flush=True)
     finally:
         for server in servers.values():
             server.stop()
@@ -260,13 +260,54 @@ def main() -> int:
     return 0
 
 
-def _ratios(runs: list[Run], model: str, protocol: str, clients: int) -> list[float]:
-    """w2/w1 per round (each pair measured side by side)."""
+def _cases(matrix: bool) -> list[tuple[str, str, int]]:
+    if not matrix:
+        return [("simple", p, 16) for p in PROTOCOLS]
+    return [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCY]
+
+
+def _load() -> float:
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
+def _ratios(
+    runs: list[Run], model: str, protocol: str, clients: int, workers: int = 2
+) -> list[float]:
+    """w<workers>/w1 per round (each pair measured side by side)."""
     by_round: dict[int, dict[int, float]] = {}
     for run in runs:
         if (run.model, run.protocol, run.concurrency) == (model, protocol, clients):
             by_round.setdefault(run.round, {})[run.workers] = run.throughput
-    return [r[2] / r[1] for r in by_round.values() if 1 in r and 2 in r]
+    return [r[workers] / r[1] for r in by_round.values() if 1 in r and workers in r]
+
+
+def _spread_of(values: list[float]) -> str:
+    """The median and the range: ``1.52 (1.31-1.70)``."""
+    return f"{statistics.median(values):.2f} ({min(values):.2f}-{max(values):.2f})"
+
+
+def _summary(runs: list[Run]) -> list[str]:
+    """Per case: each worker count's median throughput (range), and w2/w1, w3/w1 per round."""
+    lines = ["| model | protocol | c | inf/s w1 | inf/s w2 | inf/s w3 | w2/w1 | w3/w1 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for model in MODELS:
+        for protocol in PROTOCOLS:
+            for clients in CONCURRENCY:
+                cells = []
+                for n in WORKERS:
+                    values = [r.throughput for r in runs if (r.model, r.protocol,
+                              r.concurrency, r.workers) == (model, protocol, clients, n)]
+                    cells.append(
+                        f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+                        if values else "-"
+                    )
+                for n in (2, 3):
+                    ratios = _ratios(runs, model, protocol, clients, n)
+                    cells.append(_spread_of(ratios) if ratios else "-")
+                if any(c != "-" for c in cells):
+                    lines.append(f"| {model} | {protocol} | {clients} | " + " | ".join(cells)
+                                 + " |")
+    return lines
 
 
 def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
@@ -281,15 +322,12 @@ def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
         lines.append(f"| {r.model} | {r.protocol} | {r.concurrency} | {r.workers} | {r.round} | "
                      f"{r.throughput:.0f} | {r.cpu_us_per_inference:.0f} | {r.p50_ms:.2f} | "
                      f"{r.p99_ms:.2f} | {r.spread} |")
-    lines += ["", "w2/w1 throughput, rounds measured side by side:", ""]
-    for model in MODELS:
-        for protocol in PROTOCOLS:
-            for clients in CONCURRENCY:
-                ratios = _ratios(runs, model, protocol, clients)
-                if ratios:
-                    shown = ", ".join(f"{x:.2f}" for x in ratios)
-                    lines.append(f"- {model} {protocol} c{clients}: {shown} "
-                                 f"(median {statistics.median(ratios):.2f})")
+    rounds = len({r.round for r in runs})
+    lines = lines[:2] + [
+        f"{rounds} rounds; in each, every case ran once per worker count, side by side "
+        "(the order reversed every other round). Medians over the rounds, (min-max); a "
+        "ratio is taken within one round.", "", *_summary(runs), "", "Every run:", "",
+    ] + lines[2:]
     lines += ["", "Memory after start (MiB, PSS / RSS) per process:", ""]
     for n, procs in memory.items():
         lines.append(f"- {n} worker(s): " + "; ".join(
@@ -297,7 +335,7 @@ def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
             for name, v in procs.items()  # type: ignore[attr-defined]
         ))
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines[-(len(memory) + 12):]))
+    print("\n".join(_summary(runs)))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from . import __version__, describe_build
-from .access.policy import AccessControl, build_access
+from .access.policy import AccessControl, ClientLimiter, build_access
 from .frontends.accept import Connections
 from .frontends.grpc.listener import GrpcListener
 from .frontends.grpc.tls import server_ssl_context
@@ -34,6 +34,8 @@ class WorkerLink(Protocol):
 
     def sockets(self) -> dict[str, list[socket.socket]]: ...
 
+    def client_limiter(self, limit: int) -> ClientLimiter | None: ...
+
     async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None: ...
 
     async def synced(self) -> None: ...
@@ -51,7 +53,8 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
     if contexts is None:
         return 1
     try:
-        access = build_access(options)
+        limit = options.access.max_inflight_per_client
+        access = build_access(options, link.client_limiter(limit) if link else None)
     except (OSError, ValueError) as exc:
         log.error("error: access control: %s", exc)
         return 1

@@ -175,7 +175,6 @@ def test_workers_flag() -> None:
 @pytest.mark.parametrize(
     ("args", "word"),
     [
-        (["--max-inflight-per-client", "4"], "max-inflight-per-client"),
         (["--rate-limit", "execution_count"], "rate"),
         (["--access-log-file", "/tmp/a.log"], "rotation"),
         (["--trace-config", "triton,file=/tmp/t.json"], "same file"),
@@ -184,6 +183,7 @@ def test_workers_flag() -> None:
 def test_combinations_not_kept_whole_are_refused(args: list[str], word: str) -> None:
     assert word in refusal(_options("--workers", "2", *args))
     assert refusal(_options("--workers", "2")) == ""
+    assert refusal(_options("--workers", "2", "--max-inflight-per-client", "4")) == ""
     assert refusal(_options("--workers", "2", "--access-log-file", "/tmp/a.log",
                             "--access-log-max-bytes", "0")) == ""
 

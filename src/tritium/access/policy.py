@@ -356,12 +356,15 @@ class AccessControl:
             self.audit.close()
 
 
-def build_access(options: ServerOptions) -> AccessControl:
-    """From the options; reads the token file and opens the audit log (OSError/ValueError)."""
+def build_access(
+    options: ServerOptions, shared: ClientLimiter | None = None
+) -> AccessControl:
+    """From the options; reads the token file and opens the audit log (OSError/ValueError).
+    ``shared``: the whole server's client limiter (``--workers``) instead of this process's."""
     given = options.access
     tokens = TokenTable(load_tokens(given.auth_token_file)) if given.auth_token_file else None
     limit = given.max_inflight_per_client
-    limiter = ClientLimiter(limit) if limit > 0 else None
+    limiter = (shared or ClientLimiter(limit)) if limit > 0 else None
     audit = AuditLog(given.audit_log) if given.audit_log else None
     return AccessControl(
         AccessPolicy(given.http_restrictions, "API", tokens, limiter),

@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from ..access.policy import ClientLimiter
 from ..errors import unavailable
 from ..frontends.sockets import listen_again
 from ..metrics.render import CpuSampler, render
@@ -33,7 +34,10 @@ from ..metrics.render_latency import SUMMARIES
 from ..options import ServerOptions
 from ..server import InferenceRequest, InferenceServer, ResponseSender
 from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
+from .client_limit import ROWS as CLIENT_ROWS
+from .client_limit import SharedClientLimiter
 from .forward import Forwarder, SequenceOwner, owner_of, socket_path
+from .shared import SharedCounters
 from .supervisor import ENV
 
 log = logging.getLogger("tritium")
@@ -57,8 +61,11 @@ def from_environment() -> Member | None:
         for sock in socks:
             sock.setblocking(False)
     channel = socket.socket(fileno=int(plan["channel"]))
-    member = Member(int(plan["index"]), int(plan["count"]), str(plan["forward"]), sockets, channel)
+    index, count = int(plan["index"]), int(plan["count"])
+    member = Member(index, count, str(plan["forward"]), sockets, channel)
     member.reuseport = bool(plan.get("reuseport"))
+    if plan.get("clients") is not None:
+        member.clients = SharedCounters(int(plan["clients"]), CLIENT_ROWS, count, index)
     return member
 
 
@@ -87,6 +94,7 @@ class Member:
         self._forwarder = Forwarder(forward_name)
         self._owner: SequenceOwner | None = None
         self.reuseport = False  # --worker-sockets reuseport: listen on sockets of our own
+        self.clients: SharedCounters | None = None  # --max-inflight-per-client's table
         self._sockets = sockets
         self._channel_sock = channel
         self._peer: Peer | None = None
@@ -99,6 +107,12 @@ class Member:
     # -- runtime.py:WorkerLink -------------------------------------------------------------------
     def sockets(self) -> dict[str, list[socket.socket]]:
         return self._sockets
+
+    def client_limiter(self, limit: int) -> ClientLimiter | None:
+        """The whole server's in-flight counts per client (the supervisor's table)."""
+        if self.clients is None:
+            return None
+        return SharedClientLimiter(limit, self.clients)
 
     async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None:
         # Ctrl-C in a terminal reaches the whole process group: the supervisor stops the

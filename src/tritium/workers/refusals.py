@@ -9,11 +9,6 @@ from ..tracing.settings import TraceMode
 
 def refusal(options: ServerOptions) -> str:
     """Why these options cannot run as several workers ('' when they can)."""
-    if options.access.max_inflight_per_client > 0:
-        return (
-            "--max-inflight-per-client counts per process: with several workers a client "
-            "could hold N times the bound (not implemented yet)"
-        )
     if options.rate_limit.mode == "execution_count":
         return (
             "--rate-limit=execution_count: the rate limiter's resources are per process; "

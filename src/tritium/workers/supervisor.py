@@ -35,8 +35,11 @@ import orjson
 from ..errors import ServerError, unavailable
 from ..options import ServerOptions
 from ..runtime import bind_all, install_signal_handlers, write_ports
+from . import shared
 from .channel import Channel, ChannelClosed, Peer
+from .client_limit import ROWS as CLIENT_ROWS
 from .merge import merge_metrics, merge_statistics
+from .shared import SharedCounters
 
 log = logging.getLogger("tritium")
 
@@ -82,6 +85,11 @@ class Supervisor:
         self._restarts = 0
         # the name of the workers' abstract sockets for forwarded requests (workers/forward.py)
         self._forward_name = f"tritium-{os.getpid()}-{secrets.token_hex(8)}"
+        # --max-inflight-per-client's counts, every worker's (workers/client_limit.py)
+        self._clients: SharedCounters | None = None
+        if options.access.max_inflight_per_client > 0:
+            fd = shared.create("clients", CLIENT_ROWS, options.workers)
+            self._clients = SharedCounters(fd, CLIENT_ROWS, options.workers, -1)
 
     @property
     def failed(self) -> bool:
@@ -96,9 +104,12 @@ class Supervisor:
         env[ENV] = orjson.dumps(
             {"index": worker.index, "count": len(self._workers), "channel": theirs.fileno(),
              "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
-             "reuseport": self.options.worker_sockets == "reuseport"}
+             "reuseport": self.options.worker_sockets == "reuseport",
+             "clients": self._clients.fd if self._clients else None}
         ).decode()
         passed = [theirs.fileno(), *(fd for group in fds.values() for fd in group)]
+        if self._clients is not None:
+            passed.append(self._clients.fd)
         try:
             worker.proc = subprocess.Popen(
                 [sys.executable, "-m", "tritium", *self._argv], env=env, pass_fds=passed
@@ -131,6 +142,8 @@ class Supervisor:
             worker.peer = None
             worker.synced = worker.serving = worker.ready = False
         code = await self._reap(worker)
+        if self._clients is not None:  # its connections are gone, and their requests
+            self._clients.clear(worker.index)
         worker.done.set()
         self._readiness_changed()
         if self._stopping:

@@ -1,0 +1,81 @@
+"""workers/shared.py and workers/client_limit.py: the shared-memory counters every worker
+sees (two views of one table, as two workers have), and the whole server's client bound."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tritium.workers import shared
+from tritium.workers.client_limit import SharedClientLimiter
+from tritium.workers.shared import WINDOW, SharedCounters, key_of
+
+ROWS = 64
+
+
+@pytest.fixture
+def views() -> Iterator[tuple[SharedCounters, SharedCounters, SharedCounters]]:
+    """Worker 0's, worker 1's and the supervisor's views of one table."""
+    fd = shared.create("test", ROWS, 2)
+    made = [SharedCounters(os.dup(fd), ROWS, 2, index) for index in (0, 1, -1)]
+    os.close(fd)
+    yield made[0], made[1], made[2]
+    for view in made:
+        view.close()
+
+
+def test_counts_are_every_workers_and_a_dead_workers_are_cleared(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters],
+) -> None:
+    zero, one, supervisor = views
+    key = key_of("10.0.0.1")
+    with zero.locked(zero.home(key), WINDOW):
+        row = zero.find(key)
+    assert one.find(key, claim=False) == row  # the same row in the other worker
+    zero.add(row, 2)
+    one.add(row, 1)
+    assert zero.total(row) == one.total(row) == 3
+    supervisor.clear(0)  # worker 0 exited
+    assert one.total(row) == 1
+
+
+def test_a_row_is_claimed_once_and_reused_when_idle(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters],
+) -> None:
+    zero, one, _ = views
+    first, second = key_of("a"), key_of("b")
+    row = zero.find(first)
+    zero.add(row, 1)
+    assert one.find(first) == row
+    assert zero.find(first, claim=False) == row
+    zero.add(row, -1)  # idle: another key may take the row
+    colliding = first + ROWS  # the same window
+    assert zero.find(colliding) == row
+    assert zero.find(first, claim=False) == -1
+    assert zero.find(second) >= 0
+
+
+def test_a_full_window_refuses_a_new_key(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters],
+) -> None:
+    zero, _, _ = views
+    for n in range(WINDOW):  # WINDOW keys with the same home, each holding its row
+        zero.add(zero.find(5 + n * ROWS), 1)
+    assert zero.find(5 + WINDOW * ROWS) == -1
+
+
+def test_the_client_bound_is_the_servers(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters],
+) -> None:
+    zero, one, supervisor = views
+    here, there = SharedClientLimiter(3, zero), SharedClientLimiter(3, one)
+    assert here.acquire("10.0.0.1") and there.acquire("10.0.0.1") and here.acquire("10.0.0.1")
+    assert not there.acquire("10.0.0.1")  # 3 in flight: 2 here, 1 there
+    assert there.acquire("10.0.0.2")  # another client
+    assert here.in_flight("10.0.0.1") == there.in_flight("10.0.0.1") == 3
+    here.release("10.0.0.1")
+    assert there.acquire("10.0.0.1")
+    supervisor.clear(1)  # worker 1 died with its two requests for 10.0.0.1
+    assert here.in_flight("10.0.0.1") == 1
