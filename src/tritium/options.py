@@ -110,6 +110,9 @@ class LogOptions:
     access_log_file: str = ""
     access_log_max_bytes: int = 100 << 20
     access_log_backup_count: int = 5
+    # --workers: the supervisor's lock (a memfd descriptor; not a flag): every worker
+    # appends and rotates the one file under it (logs/access_log.py). -1: this process alone
+    access_log_lock_fd: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -740,7 +740,8 @@ def _access_log(options: ServerOptions) -> AccessLog | None:
         return None
     try:
         return AccessLog(
-            given.access_log_file, given.access_log_max_bytes, given.access_log_backup_count
+            given.access_log_file, given.access_log_max_bytes, given.access_log_backup_count,
+            lock_fd=given.access_log_lock_fd,
         )
     except OSError as exc:
         raise RuntimeError(

@@ -1,5 +1,6 @@
 """What keeps its whole-server meaning across ``--workers N``: ``--max-inflight-per-client``
-counts a client once, whichever workers its connections land on.
+counts a client once, whichever workers its connections land on; the access log is one file
+the workers rotate together; the Triton trace file is one array once the server stops.
 
 One server per worker count (2 and 3, module-scoped) with a bound of 2, the Python ``gate``
 model (holds its requests until a file exists) and ``identity_fp32``. Every probe opens a
@@ -9,6 +10,7 @@ A second client host (127.0.0.2) reaches the server through ``tests/support/rela
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -21,7 +23,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.integration.test_access_control import _gate_model, _in_background, _running
-from tests.support.clients import client, make_input
+from tests.support.clients import add_sub_inputs, client, make_input
 from tests.support.models import build_test_repository
 from tests.support.relay import Relay
 from tests.support.server_process import ServerProcess
@@ -144,3 +146,70 @@ def _served(protocol: str, url: str) -> bool:
         return not _refused(protocol, url)
     except (InferenceServerException, ConnectionError, OSError):  # a worker still starting
         return False
+
+
+def _logged(path: Path) -> list[tuple[Path, list[dict[str, Any]]]]:
+    """The access log and its backups that exist: each file's lines."""
+    files = [path, *sorted(path.parent.glob(path.name + ".*"))]
+    return [(f, [json.loads(line) for line in f.read_text().splitlines()]) for f in files]
+
+
+def test_access_log_and_trace_file_are_the_servers(example_repo: Path, tmp_path: Path) -> None:
+    log, trace = tmp_path / "access.jsonl", tmp_path / "trace.json"
+    proc = ServerProcess(
+        [example_repo], "--workers", "2", "--model-control-mode", "explicit",
+        "--load-model", "simple", f"--access-log-file={log}", "--access-log-max-bytes=2048",
+        "--access-log-backup-count=100", "--trace-config", f"triton,file={trace}",
+        "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1", start_timeout=120,
+    )  # fmt: skip
+    sent = [f"req-{n}" for n in range(24)]
+    try:
+        for n, ident in enumerate(sent):
+            protocol = PROTOCOLS[n % 2]
+            with _fresh(protocol, proc.url(protocol)) as c:  # spread over the workers
+                inputs, _, _ = add_sub_inputs(protocol)
+                c.infer("simple", inputs, request_id=ident)
+    finally:
+        proc.stop()  # the workers write what waits; the supervisor joins the trace parts
+    files = _logged(log)
+    assert len(files) > 2  # rotated, and no file past the bound (lines whole)
+    assert all(f.stat().st_size <= 2048 for f, _ in files), [f.stat().st_size for f, _ in files]
+    assert sorted(e["request_id"] for _, lines in files for e in lines) == sorted(sent)
+    entries = json.loads(trace.read_text())  # one JSON array, every worker's traces
+    ids = {e["id"] for e in entries}
+    assert len(ids) == len(sent)
+    assert not list(tmp_path.glob("trace.json.w*"))  # the parts were joined and removed
+
+
+_LIMITED_GROUP = (
+    "instance_group [ { count: 2, kind: KIND_CPU, "
+    'rate_limiter { resources [ { name: "R", count: 1 } ] } } ]\n'
+)
+
+
+def test_rate_limiter_resources_are_the_servers(tmp_path: Path) -> None:
+    """Two instances per worker, each needing one R; R:2 for the server: two executions at
+    once over both workers (one worker alone could run both of its own)."""
+    repo, gate = tmp_path / "repo", tmp_path / "gate-open"
+    repo.mkdir()
+    _gate_model(repo, gate)
+    config = repo / "gate" / "config.pbtxt"
+    config.write_text(config.read_text().replace(
+        "instance_group [ { count: 2, kind: KIND_CPU } ]\n", _LIMITED_GROUP))
+    proc = ServerProcess(
+        [repo], "--workers", "2", "--rate-limit", "execution_count",
+        "--rate-limit-resource", "R:2", start_timeout=120,
+    )  # fmt: skip
+    try:
+        held = [_in_background(lambda p=p: _infer(p, proc.url(p), "gate"))
+                for p in PROTOCOLS * 4]  # fresh connections: both workers get some
+        _wait_for(lambda: _running(gate) == 2, "two executions")
+        time.sleep(1.0)  # the others stay waiting for R, whichever worker they reached
+        assert _running(gate) == 2
+        gate.touch()
+        for thread, outcome in held:
+            thread.join(TIMEOUT_S)
+            assert outcome == [None], outcome  # R passed from worker to worker
+    finally:
+        gate.touch()
+        proc.stop()

@@ -1,5 +1,6 @@
 """--workers: the totals over the workers (workers/merge.py), the control channel's framing
-(workers/channel.py), the flag and the combinations refused (workers/refusals.py)."""
+(workers/channel.py), the flag, and the worker flags refused without workers
+(workers/refusals.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from tritium.metrics.stats import BatchStats, ModelStats
 from tritium.options import ServerOptions
 from tritium.workers.channel import Channel, ChannelClosed, Peer
 from tritium.workers.merge import merge_metrics, merge_statistics
-from tritium.workers.refusals import refusal, single_refusal
+from tritium.workers.refusals import single_refusal
 
 
 def _stats(count: int, last: int, batches: dict[int, int]) -> dict[str, object]:
@@ -170,22 +171,6 @@ def test_workers_flag() -> None:
     assert _options("--workers", "auto").workers >= 1
     with pytest.raises(SystemExit):
         _options("--workers", "0")
-
-
-@pytest.mark.parametrize(
-    ("args", "word"),
-    [
-        (["--rate-limit", "execution_count"], "rate"),
-        (["--access-log-file", "/tmp/a.log"], "rotation"),
-        (["--trace-config", "triton,file=/tmp/t.json"], "same file"),
-    ],
-)
-def test_combinations_not_kept_whole_are_refused(args: list[str], word: str) -> None:
-    assert word in refusal(_options("--workers", "2", *args))
-    assert refusal(_options("--workers", "2")) == ""
-    assert refusal(_options("--workers", "2", "--max-inflight-per-client", "4")) == ""
-    assert refusal(_options("--workers", "2", "--access-log-file", "/tmp/a.log",
-                            "--access-log-max-bytes", "0")) == ""
 
 
 def test_worker_flags_without_workers_are_refused() -> None:

@@ -1,5 +1,6 @@
-"""workers/shared.py and workers/client_limit.py: the shared-memory counters every worker
-sees (two views of one table, as two workers have), and the whole server's client bound."""
+"""workers/shared.py, client_limit.py and resources.py: the shared-memory counters every
+worker sees (two views of one table, as two workers have), the whole server's client bound
+and rate limiter resources."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from tritium.scheduling.rate_policy import InstanceLimits, Resource, explicit_counts
 from tritium.workers import shared
 from tritium.workers.client_limit import SharedClientLimiter
+from tritium.workers.resources import SharedPolicy, SharedPool
 from tritium.workers.shared import WINDOW, SharedCounters, key_of
 
 ROWS = 64
@@ -79,3 +82,32 @@ def test_the_client_bound_is_the_servers(
     assert there.acquire("10.0.0.1")
     supervisor.clear(1)  # worker 1 died with its two requests for 10.0.0.1
     assert here.in_flight("10.0.0.1") == 1
+
+
+def _limiter_pair(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters], count: int
+) -> tuple[SharedPolicy, SharedPolicy]:
+    made = []
+    for view in views[:2]:
+        policy = SharedPolicy(SharedPool(explicit_counts([("R", count, -1)]), view), view)
+        made.append(policy)
+    return made[0], made[1]
+
+
+def test_rate_limiter_resources_are_counted_over_the_workers(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters],
+) -> None:
+    zero, one = _limiter_pair(views, 1)
+    needs = InstanceLimits((Resource("R", 1),))
+    zero.register("a", needs)
+    one.register("b", needs)
+    assert zero.stage("a") == ["a"]
+    assert one.stage("b") == []  # worker 0 holds R
+    assert not zero.try_take("a")  # worker 1 waits first: no jumping the queue
+    assert zero.release("a") == []  # worker 1's waiter is first: worker 0 leaves it R
+    assert zero.stage("a") == []
+    assert one.retry() == ["b"]  # worker 1 looks again and takes it
+    assert one.release("b") == []
+    assert zero.retry() == ["a"]
+    views[2].clear(0)  # worker 0 died holding R
+    assert one.stage("b") == ["b"]

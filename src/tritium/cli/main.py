@@ -71,12 +71,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return runner(run(member.worker_options(options), member))
     if options.workers > 1:
-        from ..workers.refusals import refusal
         from ..workers.supervisor import supervise
 
-        problem = refusal(options)
-        if problem:
-            raise SystemExit(f"error: --workers {options.workers}: {problem}")
         return runner(supervise(options, sys.argv[1:] if argv is None else list(argv)))
     from ..runtime import run
     from ..workers.refusals import single_refusal

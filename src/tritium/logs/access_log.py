@@ -14,10 +14,19 @@ Before a line would take the file past ``max_bytes``, the file is rotated: ``PAT
 ``PATH.<backups>`` (the oldest removed); with no backups the file starts over. Lines never
 carry tensor data, header values or secrets: a token's name and the name of the restricted-API
 header that admitted the request, never their values.
+
+With ``--workers N`` every worker appends to the one file and they rotate it together: each
+batch is written under a POSIX record lock on a descriptor the supervisor gave every worker
+(``lock_fd``, a memfd); under it, a worker whose descriptor no longer names ``PATH`` (another
+worker rotated it) opens ``PATH`` again, takes the file's size from the file itself, and
+rotates when the batch would pass ``max_bytes``. One lock and two ``stat`` calls per batch
+(a few batches a second per worker), none per request; lines are whole (one worker's batch
+at a time) and every line lands in the file that was ``PATH`` when it was written.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
@@ -138,8 +147,10 @@ class AccessLog:
         backups: int = DEFAULT_BACKUPS,
         buffer_lines: int = BUFFER_LINES,
         start: bool = True,
+        lock_fd: int = -1,
     ) -> None:
         self.path = os.fspath(path)
+        self._lock_fd = lock_fd  # -1: this process writes the file alone
         self.max_bytes = max_bytes
         self.backups = backups
         self._limit = buffer_lines
@@ -188,7 +199,10 @@ class AccessLog:
             while pending:
                 lines.append(orjson.dumps(pending.popleft().as_doc()) + b"\n")
             if lines and self._fd is not None:
-                self._write(lines)
+                if self._lock_fd < 0:
+                    self._write(lines)
+                else:
+                    self._write_shared(lines)
             dropped = self.dropped
             if dropped != self._reported:
                 log.warning(
@@ -212,6 +226,36 @@ class AccessLog:
             size += len(line)
         if chunk:
             self._append(b"".join(chunk))
+
+    def _write_shared(self, lines: list[bytes]) -> None:
+        """``_write`` under the workers' lock, on the file that is ``PATH`` now."""
+        fcntl.lockf(self._lock_fd, fcntl.LOCK_EX, 1, 0)
+        try:
+            self._follow()
+            self._write(lines)
+        finally:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
+
+    def _follow(self) -> None:
+        """Another worker may have rotated ``PATH`` since: open it again if so; the size
+        is the file's (every worker appends to it)."""
+        assert self._fd is not None
+        try:
+            current = os.stat(self.path)
+            mine = os.fstat(self._fd)
+            if (current.st_dev, current.st_ino) != (mine.st_dev, mine.st_ino):
+                fd = self._open()
+                os.close(self._fd)
+                self._fd = fd
+            self._size = os.fstat(self._fd).st_size
+        except OSError:  # PATH is gone (removed from outside): start it again
+            try:
+                fd = self._open()
+            except OSError as exc:
+                log.error("cannot open the access log %s: %s", self.path, exc)
+                return
+            os.close(self._fd)
+            self._fd, self._size = fd, os.fstat(fd).st_size
 
     def _append(self, data: bytes) -> None:
         assert self._fd is not None

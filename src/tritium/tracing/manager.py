@@ -36,6 +36,12 @@ class TraceConfig:
 
     values: TraceValues = field(default_factory=TraceValues)
     opentelemetry: tuple[tuple[str, str], ...] = ()
+    # --workers: this worker's part of the trace file (``.w<index>``, workers/trace_parts.py)
+    # added to the file's path; the settings still show the path given
+    file_suffix: str = ""
+    # the first trace id and the step between ids: --workers gives worker i (i + 1, N),
+    # so ids stay unique in the whole server (the joined file)
+    ids: tuple[int, int] = (1, 1)
 
 
 class TraceManager:
@@ -45,8 +51,8 @@ class TraceManager:
         self.global_setting = TraceSetting(config.values)
         self.models: dict[str, TraceSetting] = {}
         self.active = False  # some setting traces: front-ends then call sample()
-        self._ids = itertools.count(1).__next__
-        self._file = TraceFile(config.values.file)
+        self._ids = itertools.count(*config.ids).__next__
+        self._file = TraceFile(config.values.file + config.file_suffix)
         self._streams: dict[TraceSetting, TraceStream] = {}
         self._exporter: Any = None
         if config.values.mode is TraceMode.OPENTELEMETRY:

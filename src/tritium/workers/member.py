@@ -32,13 +32,17 @@ from ..frontends.sockets import listen_again
 from ..metrics.render import CpuSampler, render
 from ..metrics.render_latency import SUMMARIES
 from ..options import ServerOptions
+from ..tracing.settings import TraceMode
 from ..server import InferenceRequest, InferenceServer, ResponseSender
 from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
 from .client_limit import ROWS as CLIENT_ROWS
 from .client_limit import SharedClientLimiter
 from .forward import Forwarder, SequenceOwner, owner_of, socket_path
+from .resources import ROWS as RESOURCE_ROWS
+from .resources import SharedRateLimiter
 from .shared import SharedCounters
 from .supervisor import ENV
+from .trace_parts import part_suffix
 
 log = logging.getLogger("tritium")
 
@@ -64,6 +68,9 @@ def from_environment() -> Member | None:
     index, count = int(plan["index"]), int(plan["count"])
     member = Member(index, count, str(plan["forward"]), sockets, channel)
     member.reuseport = bool(plan.get("reuseport"))
+    member.locks = int(plan["locks"])
+    if plan.get("resources") is not None:
+        member.resources = SharedCounters(int(plan["resources"]), RESOURCE_ROWS, count, index)
     if plan.get("clients") is not None:
         member.clients = SharedCounters(int(plan["clients"]), CLIENT_ROWS, count, index)
     return member
@@ -95,6 +102,8 @@ class Member:
         self._owner: SequenceOwner | None = None
         self.reuseport = False  # --worker-sockets reuseport: listen on sockets of our own
         self.clients: SharedCounters | None = None  # --max-inflight-per-client's table
+        self.locks = -1  # the supervisor's lock descriptor (the access log's)
+        self.resources: SharedCounters | None = None  # the rate limiter's resources
         self._sockets = sockets
         self._channel_sock = channel
         self._peer: Peer | None = None
@@ -121,6 +130,10 @@ class Member:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._server = server
         server.cluster = self
+        if self.resources is not None and server.repository.limiter is not None:
+            # before any model loads: the resources are the whole server's
+            given = server.options.rate_limit.resources
+            server.repository.limiter = SharedRateLimiter(given, self.resources)
         server.control.own_poller = False  # poll mode: the supervisor polls for every worker
         if server.options.metrics.allow_cpu:
             self._cpu = CpuSampler(server.options.metrics.interval_ms / 1000)
@@ -200,8 +213,14 @@ class Member:
     def worker_options(self, options: ServerOptions) -> ServerOptions:
         """This worker's options: the supervisor writes the ports file; each worker's
         response cache holds the keys it owns, so the server's cache is the size asked."""
+        tracing = options.tracing
+        if tracing.values.file and tracing.values.mode is TraceMode.TRITON:
+            tracing = replace(tracing, file_suffix=part_suffix(self.index))
+        tracing = replace(tracing, ids=(self.index + 1, self._count))
         return replace(
             options,
+            tracing=tracing,
+            logging=replace(options.logging, access_log_lock_fd=self.locks),
             workers=1,
             ports_file="",
             response_cache_size=(

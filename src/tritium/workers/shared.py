@@ -42,6 +42,13 @@ def create(name: str, rows: int, workers: int) -> int:
     return fd
 
 
+def create_lock() -> int:
+    """An empty memfd whose bytes the workers lock with ``lockf`` (one per purpose)."""
+    fd = os.memfd_create("tritium-locks", 0)
+    os.set_inheritable(fd, True)
+    return fd
+
+
 def _size(rows: int, workers: int) -> int:
     return (rows + WINDOW) * (workers + 1) * _CELL
 
@@ -78,17 +85,19 @@ class SharedCounters:
         finally:
             fcntl.lockf(self._fd, fcntl.LOCK_UN, length, start)
 
-    def find(self, key: int, claim: bool = True) -> int:
+    def find(self, key: int, claim: bool = True, reuse: bool = True) -> int:
         """``key``'s row in its window, claimed if it had none (hold the window's lock);
         -1 when every row of the window is held by other keys (or, ``claim`` False, when
-        the key has no row)."""
+        the key has no row). ``reuse`` False: a row is never taken from another key, even
+        one whose counts are all zero (its rows stay the key's: a fixed set of keys)."""
         cells, stride = self._cells, self._stride
         free = -1
         for row in range(self.home(key), self.home(key) + WINDOW):
             base = row * stride
             if cells[base] == key:
                 return row
-            if free < 0 and not any(cells[base + 1 : base + stride]):
+            idle = cells[base] == 0 if not reuse else not any(cells[base + 1 : base + stride])
+            if free < 0 and idle:
                 free = row
         if free >= 0 and claim:
             cells[free * stride] = key
@@ -104,6 +113,19 @@ class SharedCounters:
         """Change this process's own count in ``row`` (a single writer: no lock needed to
         give back; take under ``locked`` after checking ``total``)."""
         self._cells[row * self._stride + 1 + self._index] += delta
+
+    def set(self, row: int, value: int) -> None:
+        """This process's own count in ``row``, set."""
+        self._cells[row * self._stride + 1 + self._index] = value
+
+    def values(self, row: int) -> list[int]:
+        """Every worker's count in ``row``, by worker."""
+        base = row * self._stride
+        return list(self._cells[base + 1 : base + self._stride])
+
+    @property
+    def index(self) -> int:
+        return self._index
 
     def clear(self, worker: int) -> None:
         """Forget every count of ``worker`` (it exited: its requests are gone)."""

@@ -34,12 +34,15 @@ import orjson
 
 from ..errors import ServerError, unavailable
 from ..options import ServerOptions
+from ..tracing.settings import TraceMode
 from ..runtime import bind_all, install_signal_handlers, write_ports
 from . import shared
 from .channel import Channel, ChannelClosed, Peer
 from .client_limit import ROWS as CLIENT_ROWS
+from .resources import ROWS as RESOURCE_ROWS
 from .merge import merge_metrics, merge_statistics
 from .shared import SharedCounters
+from .trace_parts import join_parts
 
 log = logging.getLogger("tritium")
 
@@ -87,6 +90,13 @@ class Supervisor:
         self._forward_name = f"tritium-{os.getpid()}-{secrets.token_hex(8)}"
         # --max-inflight-per-client's counts, every worker's (workers/client_limit.py)
         self._clients: SharedCounters | None = None
+        # --rate-limit=execution_count's resources, every worker's (workers/resources.py)
+        self._resources: SharedCounters | None = None
+        if options.rate_limit.mode == "execution_count":
+            fd = shared.create("resources", RESOURCE_ROWS, options.workers)
+            self._resources = SharedCounters(fd, RESOURCE_ROWS, options.workers, -1)
+        # what the workers lock together (the access log's appends and rotations)
+        self._locks = shared.create_lock()
         if options.access.max_inflight_per_client > 0:
             fd = shared.create("clients", CLIENT_ROWS, options.workers)
             self._clients = SharedCounters(fd, CLIENT_ROWS, options.workers, -1)
@@ -105,11 +115,11 @@ class Supervisor:
             {"index": worker.index, "count": len(self._workers), "channel": theirs.fileno(),
              "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
              "reuseport": self.options.worker_sockets == "reuseport",
-             "clients": self._clients.fd if self._clients else None}
+             "clients": self._clients.fd if self._clients else None, "locks": self._locks,
+             "resources": self._resources.fd if self._resources else None}
         ).decode()
-        passed = [theirs.fileno(), *(fd for group in fds.values() for fd in group)]
-        if self._clients is not None:
-            passed.append(self._clients.fd)
+        passed = [theirs.fileno(), self._locks, *(fd for group in fds.values() for fd in group)]
+        passed += [t.fd for t in (self._clients, self._resources) if t is not None]
         try:
             worker.proc = subprocess.Popen(
                 [sys.executable, "-m", "tritium", *self._argv], env=env, pass_fds=passed
@@ -142,8 +152,9 @@ class Supervisor:
             worker.peer = None
             worker.synced = worker.serving = worker.ready = False
         code = await self._reap(worker)
-        if self._clients is not None:  # its connections are gone, and their requests
-            self._clients.clear(worker.index)
+        for table in (self._clients, self._resources):  # its requests and executions are
+            if table is not None:  # gone with it
+                table.clear(worker.index)
         worker.done.set()
         self._readiness_changed()
         if self._stopping:
@@ -385,6 +396,9 @@ class Supervisor:
         for socks in self._bound.values():
             for sock in socks:
                 sock.close()
+        values = self.options.tracing.values
+        if values.file and values.mode is TraceMode.TRITON:  # every worker has closed its part
+            join_parts(values.file, len(self._workers))
 
 
 async def supervise(options: ServerOptions, argv: list[str]) -> int:
