@@ -6,13 +6,18 @@ server: ``h2load --h1`` for HTTP/1.1 (JSON ``/v2/models/{m}/infer``), plain h2lo
 connection). c16/c64: 16/64 connections, each one request in flight.
 
 Every configuration's server runs for the whole bench (an idle server costs no CPU) and the
-runs are alternated (w1, w2, w3, w1, ...): this machine is shared, so only ratios measured
-side by side mean anything. Server CPU is the utime+stime of the supervisor, every worker and
-every stub (the whole process tree, /proc). Latencies come from h2load's per-request log.
+runs are alternated (w1, w2, w3, w3, w2, w1, ...): this machine is shared, so only ratios
+measured side by side mean anything. Server CPU is the utime+stime of the supervisor, every
+worker and every stub (the whole process tree, /proc). Latencies come from h2load's per-request log.
 Every answer is checked afterwards: the server's statistics must count as many successes as
 h2load's 2xx answers, and no failure.
 
-    .venv/bin/python bench/workers.py [--seconds 4] [--rounds 3] [--out bench/results/workers]
+    .venv/bin/python bench/workers.py [--seconds 2] [--rounds 5] [--out bench/results/workers]
+
+Each round runs every case (model x protocol x c) once per worker count, the counts
+alternated (the order reversed every other round); the report gives each count's median
+throughput over the rounds with its range, and the w2/w1 and w3/w1 ratios taken within
+each round (median and range).
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ class Run:
     cpu_us_per_inference: float
     p50_ms: float
     p99_ms: float
-    spread: list[int]  # inferences per worker (their own statistics), the accept spread
+    spread: list[int]  # CPU ms per worker in the run, the accept spread
+    load: float = 0.0  # the machine's 1-minute load average after the run
 
 
 def _tree(pid: int) -> list[int]:
@@ -247,11 +253,12 @@ def main() -> int:
                     case = Case(model, protocol, clients, args.seconds,
                                 bodies[model][protocol], round_)
                     run = _run(servers[n], n, case, workdir)
+                    run.load = _load()
                     runs.append(run)
                     print(f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
                           f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us "
                           f"CPU/inf  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
-                          f"worker CPU ms {run.spread}  load {_load():.1f}", flush=True)
+                          f"worker CPU ms {run.spread}  load {run.load:.1f}", flush=True)
     finally:
         for server in servers.values():
             server.stop()
@@ -326,7 +333,9 @@ def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
     lines = lines[:2] + [
         f"{rounds} rounds; in each, every case ran once per worker count, side by side "
         "(the order reversed every other round). Medians over the rounds, (min-max); a "
-        "ratio is taken within one round.", "", *_summary(runs), "", "Every run:", "",
+        "ratio is taken within one round. The machine's load average over the runs: "
+        f"{min(r.load for r in runs):.1f}-{max(r.load for r in runs):.1f} (2 cores).", "",
+        *_summary(runs), "", "Every run:", "",
     ] + lines[2:]
     lines += ["", "Memory after start (MiB, PSS / RSS) per process:", ""]
     for n, procs in memory.items():

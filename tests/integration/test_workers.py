@@ -726,8 +726,12 @@ def test_forward_sockets_refuse_outsiders(three: ServerProcess) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.settimeout(30)
         sock.connect("\0" + names[0][1:])  # this test is not one of the server's workers
-        sock.sendall(b"\0\0\0\x01.")
-        assert sock.recv(16) == b""  # closed unread
+        try:
+            sock.sendall(b"\0\0\0\x01.")
+            answer = sock.recv(16)
+        except (BrokenPipeError, ConnectionResetError):  # closed before the frame went
+            answer = b""
+        assert answer == b""  # closed unread
     assert "a connection from outside this server closed" in three.log_text()
     for ident in (991, 992, 993):  # the workers still forward to each other
         total = _sum_step("grpc", three, np.ones(4), sequence_id=ident, sequence_start=True,
@@ -745,5 +749,9 @@ def test_killing_the_supervisor_leaves_nothing(three: ServerProcess, three_tmp: 
         time.sleep(0.1)
     assert not [p for p in everything if _alive(p)]
     # nor any file: the workers' sockets are abstract (ONNX Runtime keeps its telemetry
-    # session id in $TMPDIR/.ses by design, in every process that loads it)
-    assert not [p for p in three_tmp.iterdir() if p.name != ".ses"]
+    # session id in $TMPDIR/.ses by design, in every process that loads it; the models
+    # loaded with file overrides earlier in this module keep their files in each worker's
+    # overrides directory, which a kill -9 leaves, as it does for one process)
+    left = [p for p in three_tmp.iterdir()
+            if p.name != ".ses" and not p.name.startswith("tritium-overrides-")]
+    assert not left

@@ -154,14 +154,60 @@ def _logged(path: Path) -> list[tuple[Path, list[dict[str, Any]]]]:
     return [(f, [json.loads(line) for line in f.read_text().splitlines()]) for f in files]
 
 
-def test_access_log_and_trace_file_are_the_servers(example_repo: Path, tmp_path: Path) -> None:
-    log, trace = tmp_path / "access.jsonl", tmp_path / "trace.json"
+_LIMITED_GROUP = (
+    "instance_group [ { count: 2, kind: KIND_CPU, "
+    'rate_limiter { resources [ { name: "R", count: 1 } ] } } ]\n'
+)
+
+
+@pytest.fixture(scope="module")
+def whole(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+    tuple[ServerProcess, Path, Path]
+]:
+    """2 workers: the gate model rate-limited (two instances per worker, each needing one R;
+    R:2 for the server), ``simple``, an access log rotated at 2 KiB and a Triton trace
+    file. Its last test stops it."""
+    base = tmp_path_factory.mktemp("whole")
+    repo, gate = base / "repo", base / "gate-open"
+    repo.mkdir()
+    _gate_model(repo, gate)
+    config = repo / "gate" / "config.pbtxt"
+    config.write_text(config.read_text().replace(
+        "instance_group [ { count: 2, kind: KIND_CPU } ]\n", _LIMITED_GROUP))
+    log, trace = base / "access.jsonl", base / "trace.json"
     proc = ServerProcess(
-        [example_repo], "--workers", "2", "--model-control-mode", "explicit",
-        "--load-model", "simple", f"--access-log-file={log}", "--access-log-max-bytes=2048",
+        [repo, example_repo], "--workers", "2", "--model-control-mode", "explicit",
+        "--load-model", "simple", "--load-model", "gate",
+        "--rate-limit", "execution_count", "--rate-limit-resource", "R:2",
+        f"--access-log-file={log}", "--access-log-max-bytes=2048",
         "--access-log-backup-count=100", "--trace-config", f"triton,file={trace}",
         "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=1", start_timeout=120,
     )  # fmt: skip
+    yield proc, gate, base
+    gate.touch()
+    proc.stop()
+
+
+def test_rate_limiter_resources_are_the_servers(whole: tuple[ServerProcess, Path, Path]) -> None:
+    """Two executions at once over both workers (one worker alone could run both of its
+    own two instances)."""
+    proc, gate, _ = whole
+    gate.unlink(missing_ok=True)
+    held = [_in_background(lambda p=p: _infer(p, proc.url(p), "gate"))
+            for p in PROTOCOLS * 4]  # fresh connections: both workers get some
+    _wait_for(lambda: _running(gate) == 2, "two executions")
+    time.sleep(1.0)  # the others stay waiting for R, whichever worker they reached
+    assert _running(gate) == 2
+    gate.touch()
+    for thread, outcome in held:
+        thread.join(TIMEOUT_S)
+        assert outcome == [None], outcome  # R passed from worker to worker
+
+
+def test_access_log_and_trace_file_are_the_servers(
+    whole: tuple[ServerProcess, Path, Path],
+) -> None:
+    proc, _, base = whole
     sent = [f"req-{n}" for n in range(24)]
     try:
         for n, ident in enumerate(sent):
@@ -171,45 +217,13 @@ def test_access_log_and_trace_file_are_the_servers(example_repo: Path, tmp_path:
                 c.infer("simple", inputs, request_id=ident)
     finally:
         proc.stop()  # the workers write what waits; the supervisor joins the trace parts
-    files = _logged(log)
+    files = _logged(base / "access.jsonl")
     assert len(files) > 2  # rotated, and no file past the bound (lines whole)
     assert all(f.stat().st_size <= 2048 for f, _ in files), [f.stat().st_size for f, _ in files]
-    assert sorted(e["request_id"] for _, lines in files for e in lines) == sorted(sent)
-    entries = json.loads(trace.read_text())  # one JSON array, every worker's traces
-    ids = {e["id"] for e in entries}
-    assert len(ids) == len(sent)
-    assert not list(tmp_path.glob("trace.json.w*"))  # the parts were joined and removed
-
-
-_LIMITED_GROUP = (
-    "instance_group [ { count: 2, kind: KIND_CPU, "
-    'rate_limiter { resources [ { name: "R", count: 1 } ] } } ]\n'
-)
-
-
-def test_rate_limiter_resources_are_the_servers(tmp_path: Path) -> None:
-    """Two instances per worker, each needing one R; R:2 for the server: two executions at
-    once over both workers (one worker alone could run both of its own)."""
-    repo, gate = tmp_path / "repo", tmp_path / "gate-open"
-    repo.mkdir()
-    _gate_model(repo, gate)
-    config = repo / "gate" / "config.pbtxt"
-    config.write_text(config.read_text().replace(
-        "instance_group [ { count: 2, kind: KIND_CPU } ]\n", _LIMITED_GROUP))
-    proc = ServerProcess(
-        [repo], "--workers", "2", "--rate-limit", "execution_count",
-        "--rate-limit-resource", "R:2", start_timeout=120,
-    )  # fmt: skip
-    try:
-        held = [_in_background(lambda p=p: _infer(p, proc.url(p), "gate"))
-                for p in PROTOCOLS * 4]  # fresh connections: both workers get some
-        _wait_for(lambda: _running(gate) == 2, "two executions")
-        time.sleep(1.0)  # the others stay waiting for R, whichever worker they reached
-        assert _running(gate) == 2
-        gate.touch()
-        for thread, outcome in held:
-            thread.join(TIMEOUT_S)
-            assert outcome == [None], outcome  # R passed from worker to worker
-    finally:
-        gate.touch()
-        proc.stop()
+    logged = [e["request_id"] for _, lines in files for e in lines if e["model"] == "simple"]
+    assert sorted(logged) == sorted(sent)  # each request once
+    entries = json.loads((base / "trace.json").read_text())  # one array, every worker's
+    headers = [e for e in entries if e.get("model_name") == "simple"]
+    assert sorted(e["request_id"] for e in headers) == sorted(sent)
+    assert len({e["id"] for e in headers}) == len(sent)  # the ids are unique in the server
+    assert not list(base.glob("trace.json.w*"))  # the parts were joined and removed

@@ -349,7 +349,9 @@ FLAGS: tuple[Flag, ...] = (
         "the start",
         "a trace setting (repeatable): level=OFF|TIMESTAMPS|TENSORS, rate=N, count=N, "
         "mode=triton|opentelemetry; triton,file=PATH, triton,log-frequency=N; "
-        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N",
+        "opentelemetry,url=URL, opentelemetry,resource=KEY=VALUE, opentelemetry,bsp_*=N; "
+        "with --workers, each worker writes PATH.w<i>, joined into PATH when the server "
+        "stops",
         TRACING, style=REPEAT, metavar="[<mode>,]<setting>=<value>"),
     # -- Backend -----------------------------------------------------------------------------
     _f("backend-directory", "Backend", _S, B,
@@ -382,7 +384,8 @@ FLAGS: tuple[Flag, ...] = (
         "execution_count gates every execution on its instance's rate_limiter resources",
         '"execution_count": an instance executes only when the resources its '
         "rate_limiter lists are free, waiting instances served by priority and execution "
-        'count; "off" (the default): rate_limiter settings have no effect',
+        'count; "off" (the default): rate_limiter settings have no effect; with '
+        "--workers, the resources are counted over every worker's instances",
         "rate_limit.mode", parse=rate_limit_mode),
     _on("rate-limit-resource", "Rate Limiter", "<string>:<integer>:<integer>",
         "how many of a resource exist, per device or for all",
@@ -536,7 +539,8 @@ FLAGS: tuple[Flag, ...] = (
     _own("access-log-max-bytes", "Logging", _I, "the access log rotates before this size",
          "logging.access_log_max_bytes",
          "tritium: rotate the access log before it would grow past this many bytes "
-         "(0: never rotate)",
+         "(0: never rotate); with --workers, every worker appends to the one file and "
+         "they rotate it together",
          parse=non_negative_int),
     _own("access-log-backup-count", "Logging", _I, "rotated access logs kept (FILE.1 ...)",
          "logging.access_log_backup_count",
@@ -546,7 +550,8 @@ FLAGS: tuple[Flag, ...] = (
     _own("max-inflight-per-client", "tritium", _I, "inference requests in flight per client",
          Into("access.max_inflight_per_client", inflight_per_client),
          "tritium: inference requests in flight per client address (0: unbounded); "
-         "more are refused (HTTP 429, gRPC RESOURCE_EXHAUSTED)"),
+         "more are refused (HTTP 429, gRPC RESOURCE_EXHAUSTED); with --workers, counted "
+         "over every worker"),
     _own("sequence-backlog-limit", "tritium", _I,
          "sequences a model's sequence backlog holds (0: no bound); one more is UNAVAILABLE",
          "repository.sequence_backlog_limit",
