@@ -354,7 +354,7 @@ def _mean(values: list[float]) -> float:
 def _cell(ms: list[Measure], p50: bool) -> str:
     ok = [m for m in ms if not m.error]
     if not ok:
-        return "error"
+        return "error" if ms else "–"  # "–": not measured (--no-onnx)
     text = f"{_mean([m.throughput for m in ok]):,.0f}/s"
     return text + (f", {_mean([m.p50_us for m in ok]):,.0f} µs" if p50 else "")
 
