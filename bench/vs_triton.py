@@ -88,6 +88,7 @@ class Measure:
     cpu_us_per_inf: float = 0.0  # server + stubs
     stub_us_per_inf: float = 0.0
     inferences: int = 0
+    batch_mean: float = 0.0  # inferences per model execution (statistics extension)
     error: str = ""
     note: str = ""
 
@@ -208,9 +209,17 @@ def _http_ok(url: str, path: str) -> bool:
 
 
 def success_count(http_url: str, model: str) -> int:
+    return counts(http_url, model)[0]
+
+
+def counts(http_url: str, model: str) -> tuple[int, int]:
+    """(successful requests, model executions) of ``model`` so far."""
     with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
-        stats = json.loads(r.read())
-    return sum(int(m["inference_stats"]["success"]["count"]) for m in stats["model_stats"])
+        stats = json.loads(r.read())["model_stats"]
+    return (
+        sum(int(m["inference_stats"]["success"]["count"]) for m in stats),
+        sum(int(m["execution_count"]) for m in stats),
+    )
 
 
 def perf_analyzer(scripts: Path, row: Row, model: str, url: str, interval: int) -> dict[str, float]:
@@ -293,14 +302,16 @@ def measure(scripts: Path, side: Side, row: Row, round_: int, interval: int) -> 
     result = Measure(side.name, row.key, round_)
     model = side.model(row)
     try:
-        count0, cpu0 = success_count(side.http_url, model), CpuSnapshot.take(side.pid)
+        (count0, runs0), cpu0 = counts(side.http_url, model), CpuSnapshot.take(side.pid)
         figures = perf_analyzer(scripts, row, model, side.url(row.protocol), interval)
-        cpu1, count1 = CpuSnapshot.take(side.pid), success_count(side.http_url, model)
+        cpu1, (count1, runs1) = CpuSnapshot.take(side.pid), counts(side.http_url, model)
     except (RuntimeError, OSError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
         gone = "" if Path(f"/proc/{side.pid}").exists() else " (the server process is gone)"
         result.error = str(exc)[:300] + gone
         return result
     result.inferences = count1 - count0
+    if runs1 > runs0:  # requests of batch size 1: inferences per execution = requests per batch
+        result.batch_mean = result.inferences / (runs1 - runs0)
     result.throughput = figures["throughput"]
     result.p50_us = figures.get("p50_us", 0.0)
     result.p99_us = figures.get("p99_us", 0.0)
@@ -325,7 +336,8 @@ def run_rounds(scripts: Path, sides: list[Side], rows: list[Row], args: argparse
                 report.measures.append(m)
                 print(
                     f"  r{round_} {row.key:15} {side.name:13} {m.throughput:9.1f}/s "
-                    f"p50 {m.p50_us:7.0f} µs cpu {m.cpu_us_per_inf:5.0f} µs/inf",
+                    f"p50 {m.p50_us:7.0f} µs cpu {m.cpu_us_per_inf:5.0f} µs/inf "
+                    f"batch {m.batch_mean:4.2f}",
                     m.error,
                     m.note,
                     flush=True,
@@ -342,7 +354,7 @@ def _mean(values: list[float]) -> float:
 def _cell(ms: list[Measure], p50: bool) -> str:
     ok = [m for m in ms if not m.error]
     if not ok:
-        return "error"
+        return "error" if ms else "–"  # "–": not measured (--no-onnx)
     text = f"{_mean([m.throughput for m in ok]):,.0f}/s"
     return text + (f", {_mean([m.p50_us for m in ok]):,.0f} µs" if p50 else "")
 
@@ -374,6 +386,12 @@ def _cpu(ms: list[Measure]) -> str:
     return f"{total:.0f} ({_mean([m.stub_us_per_inf for m in ok]):.0f})"
 
 
+def _batches(theirs: list[Measure], ours: list[Measure]) -> str:
+    a = _mean([m.batch_mean for m in theirs if not m.error and m.batch_mean])
+    b = _mean([m.batch_mean for m in ours if not m.error and m.batch_mean])
+    return f"{a:.1f} / {b:.1f}" if a and b else "–"
+
+
 def markdown(report: Report, rows: list[Row]) -> str:
     by = {}
     for m in report.measures:
@@ -391,19 +409,21 @@ def markdown(report: Report, rows: list[Row]) -> str:
         "servers, the order flips each round; "
         "figures are means over rounds, ratio = mean of the per-round tritium/Triton throughput "
         "ratios (range in brackets). CPU: server + children (stubs) µs per inference, stub part "
-        "in brackets. ONNX ratio: tritium's ONNX `simple` ÷ tritium's Python `simple` of the "
+        "in brackets. Batch: requests per model execution (statistics extension), Triton / "
+        "tritium. ONNX ratio: tritium's ONNX `simple` ÷ tritium's Python `simple` of the "
         "same round (target ≥ 1.0).",
         "",
         "| row (perf_analyzer) | Triton 2.51 | tritium | ratio | p50 ratio | CPU µs/inf Triton | "
-        "CPU µs/inf tritium | tritium ONNX | ONNX ÷ Python | CPU µs/inf ONNX |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "CPU µs/inf tritium | batch | tritium ONNX | ONNX ÷ Python | CPU µs/inf ONNX |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for row in rows:
         t, p, o = (by.get((s, row.key), []) for s in ("triton", "tritium", "tritium-onnx"))
         c1 = row.concurrency == 1
         lines.append(
             f"| {row.title} | {_cell(t, c1)} | {_cell(p, c1)} | {_ratio(p, t)} | "
-            f"{_p50_ratio(p, t) if c1 else '–'} | {_cpu(t)} | {_cpu(p)} | {_cell(o, c1)} | "
+            f"{_p50_ratio(p, t) if c1 else '–'} | {_cpu(t)} | {_cpu(p)} | {_batches(t, p)} | "
+            f"{_cell(o, c1)} | "
             f"{_ratio(o, p)} | {_cpu(o)} |"
         )
     notes = [m for m in report.measures if m.note]

@@ -154,6 +154,8 @@ class DynamicBatchPolicy(Generic[R]):
     def __init__(self, config: BatchConfig) -> None:
         self.config = config
         self._queues: list[deque[_Entry[R]]] = [deque() for _ in range(config.levels)]
+        # Whether a request can have a queue deadline at all (else expire has nothing to do).
+        self._timed = any(p.timeout_ns or p.allow_override for p in config.policies)
 
     def __len__(self) -> int:
         return sum(len(q) for q in self._queues)
@@ -181,7 +183,9 @@ class DynamicBatchPolicy(Generic[R]):
     def expire(self, now: int) -> list[R]:
         """Requests whose queue timeout passed: REJECT ones are returned (to be answered
         "Request timeout expired"); DELAY ones move behind the rest of their queue."""
-        rejected = []
+        rejected: list[R] = []
+        if not self._timed:
+            return rejected
         for level, queue in enumerate(self._queues):
             if not any(e.deadline and e.deadline <= now for e in queue):
                 continue
@@ -219,7 +223,7 @@ class DynamicBatchPolicy(Generic[R]):
 
     def wake_at(self) -> int | None:
         """When ``take``/``expire`` may have something new to say, if nothing arrives."""
-        times = [e.deadline for q in self._queues for e in q if e.deadline]
+        times = [e.deadline for q in self._queues for e in q if e.deadline] if self._timed else []
         candidates, _ = self._candidates()
         if candidates:
             times.append(min(e.arrived for e in candidates) + self.config.max_delay_ns)
@@ -240,8 +244,13 @@ class DynamicBatchPolicy(Generic[R]):
         return batch, False
 
     def _pop(self, entries: list[_Entry[R]]) -> list[R]:
-        chosen = {id(e) for e in entries}
-        for level, queue in enumerate(self._queues):
-            if any(id(e) in chosen for e in queue):
-                self._queues[level] = deque(e for e in queue if id(e) not in chosen)
+        """Take ``entries`` off the queues. ``_candidates`` walks the queues from their fronts
+        (every queue it passes whole, then the front of the one it stops in) and a batch is a
+        prefix of what it found, so they come off the fronts, in order."""
+        count, wanted = 0, len(entries)
+        for queue in self._queues:
+            while count < wanted and queue and queue[0] is entries[count]:
+                queue.popleft()
+                count += 1
+        assert count == wanted, "a batch is taken from the fronts of the queues"
         return [e.request for e in entries]

@@ -62,11 +62,12 @@ class DynamicBatcher:
             batch = runnable(batch, self._version)
             if batch:
                 self._start(self._idle.pop(), batch, now)
-        self._arm(self._policy.wake_at())
+        if self._idle:  # a busy batcher looks again when an instance is free
+            self._arm(self._policy.wake_at())
 
     def _arm(self, when_ns: int | None) -> None:
         """One timer, at the earliest time the policy may have something to do."""
-        if when_ns is None or not self._idle:
+        if when_ns is None:
             return
         if self._timer is not None:
             if self._timer_at <= when_ns:
