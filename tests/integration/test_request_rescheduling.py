@@ -9,6 +9,10 @@
   list), and answered by its second execution.
 - ``no_iterative`` reschedules without ``iterative_sequence``; ``wrong_return`` reschedules
   and returns a response: both are errors with Triton's text.
+
+Its server also serves ``c_utils``, a model that imports ``c_python_backend_utils`` (Triton's
+C++ module, which Triton's QA models use, as ``restart``'s does): its classes are
+``triton_python_backend_utils``'s and ``shared_memory.free_memory()`` answers.
 """
 
 from __future__ import annotations
@@ -96,6 +100,20 @@ class TritonPythonModel:
         return responses
 """
 
+_C_UTILS_PY = """
+import numpy as np
+import c_python_backend_utils as c_utils
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        same = c_utils.Tensor is pb_utils.Tensor
+        same = same and c_utils.InferenceResponse is pb_utils.InferenceResponse
+        free = c_utils.shared_memory.free_memory()
+        out = np.array([int(same), free], dtype=np.int64)
+        return [c_utils.InferenceResponse([c_utils.Tensor("OUT", out)]) for _ in requests]
+"""
+
 _ADD_SUB_IO = """
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 4 ] },
         { name: "INPUT1" data_type: TYPE_FP32 dims: [ 4 ] } ]
@@ -119,6 +137,13 @@ MODELS = {
         + _ITERATIVE,
     ),
     "add_sub_twice": (_ADD_SUB_TWICE_PY, _ADD_SUB_IO + _ITERATIVE),
+    "c_utils": (
+        _C_UTILS_PY,
+        """
+        input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+        output [ { name: "OUT" data_type: TYPE_INT64 dims: [ 2 ] } ]
+        """,
+    ),
     "no_iterative": (_RESCHEDULE_ALWAYS_PY.replace("RESULT", "None"), _IDENTITY_IO),
     "wrong_return": (
         _RESCHEDULE_ALWAYS_PY.replace("RESULT", "pb_utils.InferenceResponse(outputs)"),
@@ -221,3 +246,14 @@ def test_a_rescheduled_request_must_get_none(server: ServerProcess, protocol: st
         "Failed to process the request(s) for model 'wrong_return_0_0', message: Expected a "
         "None object in the execute function return list for reschduled request, found type"
     ) in error.message(), error.message()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_model_may_import_c_python_backend_utils(server: ServerProcess, protocol: str) -> None:
+    c = client(protocol, server.http_url if protocol == "http" else server.grpc_url)
+    try:
+        inputs = [make_input(protocol, "IN", np.array([1], dtype=np.int32), "INT32")]
+        same, free = c.infer("c_utils", inputs).as_numpy("OUT").tolist()
+    finally:
+        c.close()
+    assert same == 1 and free > 0
