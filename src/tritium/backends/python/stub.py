@@ -1,6 +1,7 @@
 """The stub process that hosts one instance of a Triton Python model.
 
-Run as ``python -m tritium.backends.python.stub <fd> <server pid> <instance name>``; it speaks
+Run as ``python -m tritium.backends.python.stub <fd> <server pid> <instance name> <token>``
+(the token: the server's, in its segments' names, ``shm_tensors``); it speaks
 the frames of ``ipc`` over the socket ``fd``. The model runs here, isolated: if it raises, the
 error goes back as a response; if it crashes, only this process dies and the server notices the
 closed socket. The stub never outlives the server: on Linux the kernel kills it when the server
@@ -36,13 +37,18 @@ from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
 class Stub:
     def __init__(
-        self, channel: ipc.BlockingChannel, server_pid: int = 0, name: str = "stub"
+        self,
+        channel: ipc.BlockingChannel,
+        server_pid: int = 0,
+        name: str = "stub",
+        token: str = "",  # the server's (shm_tensors.server_token)
     ) -> None:
         self._channel = channel
         self._send_lock = threading.Lock()
         # Frames are read through the mux: threads blocked in BLS calls read them too.
         self._mux = bls_client.FrameMux(channel, self._cancel)
-        segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
+        names = shm_tensors.SegmentNames(server_pid, os.getpid(), token)
+        segments = shm_tensors.SegmentPool(names)
         self._segments = segments  # large outputs go to the server through them too
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
         self._name = name  # the instance's name (INIT says it again: Triton's messages)
@@ -451,10 +457,11 @@ def main() -> None:
     sys.modules["c_python_backend_utils"] = pb_c_utils  # Triton's C++ module, as models see it
     server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
     name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    token = sys.argv[4] if len(sys.argv) > 4 else ""
     # The model sees the argv of Triton's embedded interpreter, not the stub's command line
     # (``unittest.main()`` and ``argparse`` read it; ``ps`` still shows the command line).
     sys.argv = [""]
-    stub = Stub(ipc.BlockingChannel(sock), server_pid, name)
+    stub = Stub(ipc.BlockingChannel(sock), server_pid, name, token)
     stub.observe()
     if not stub.serve():
         # The server closed the socket without FINALIZE: it is gone. Threads the model
