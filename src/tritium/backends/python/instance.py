@@ -297,6 +297,8 @@ class PythonInstance:
         """The model released these requests with RESCHEDULE: each goes back to its scheduler
         (its responses from now on come from the execution that runs it next)."""
         for index in again:
+            if not 0 <= index < len(requests):  # no stub sends it: a malformed frame
+                raise ValueError(f"request index {index} is not one of the execution's")
             if finished[index]:  # its final response went out: nothing to run again
                 continue
             finished[index] = True
