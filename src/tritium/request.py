@@ -81,6 +81,7 @@ class InferenceRequest:
         "cached",
         "shm_held",
         "on_cancel",
+        "reschedule",
         "cancelled",
         "extra_outputs",
         "classify",
@@ -119,6 +120,10 @@ class InferenceRequest:
         self.shm_held: list[ShmRegion] | None = None  # regions in use until it is done
         # Set by a backend while the request runs: tells the model (pb_utils is_cancelled()).
         self.on_cancel: Callable[[], None] | None = None
+        # Set by a scheduler that takes a request back to run it again (the sequence batcher
+        # with iterative_sequence): a backend whose model released the request with
+        # TRITONSERVER_REQUEST_RELEASE_RESCHEDULE calls it; None: the model may not.
+        self.reschedule: Callable[[InferenceRequest], None] | None = None
         self.cancelled = False  # the client went away
         # Outputs the server needs from the model beyond what the client asked for (the
         # implicit state outputs of a sequence model); backends add them to the requested.

@@ -214,8 +214,10 @@ def test_segments_are_removed_when_their_stub_goes(tmp_path: Path) -> None:
 
 
 def _segments_of(server: ServerProcess) -> list[str]:
-    prefix = f"tritium-bls-{server.proc.pid}-"
-    return sorted(p.name for p in _DEV_SHM.glob(prefix + "*")) if _DEV_SHM.is_dir() else []
+    prefix = f"tritium-bls-{server.proc.pid}."  # then the server's token
+    if not _DEV_SHM.is_dir():
+        return []
+    return sorted(p.name for p in _DEV_SHM.glob(prefix + "*") if not p.name.endswith(".lock"))
 
 
 def _stub_pids(server: ServerProcess) -> set[int]:

@@ -387,7 +387,7 @@ def test_a_server_whose_lock_is_held_is_alive_whatever_its_pid() -> None:
         assert shm_tensors.sweep_dead_servers() >= 2
         assert not os.path.exists(segment) and not os.path.exists(lock)
         # This process's own lock is held all along (the sweep took it).
-        assert os.path.exists(f"{shm}tritium-bls-{os.getpid()}.lock")
+        assert shm_tensors._lock_path(os.getpid(), shm_tensors.server_token()).exists()
     finally:
         if holder >= 0:
             os.close(holder)
@@ -400,3 +400,58 @@ def _a_dead_pid() -> int:
     proc = subprocess.Popen(["true"])
     proc.wait()
     return proc.pid
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_servers_of_the_same_pids_in_two_pid_namespaces_keep_their_segments_apart() -> None:
+    """Two servers with the same pid, each with a stub of the same pid (pid namespaces
+    sharing /dev/shm): their tokens keep the names apart, so one's sweep of its stub's
+    segments (the stub died) leaves the other's in flight, and neither reads the other's."""
+    here = shm_tensors.SegmentNames(os.getpid(), 4242, shm_tensors.server_token())
+    there = shm_tensors.SegmentNames(os.getpid(), 4242, "0badcafe")
+    mine = shm_tensors.SegmentPool(here)
+    theirs = shm_tensors.SegmentPool(there)
+    data = np.arange(1 << 18, dtype=np.float32)  # 1 MiB: a segment
+    name, nbytes = mine.write(data, data.nbytes)
+    other, _ = theirs.write(data, data.nbytes)
+    assert here.owns(name) and not there.owns(name) and not here.owns(other)
+    assert there.sweep() == 1  # the other server's stub died
+    assert os.path.exists(f"/dev/shm/{name}")
+    np.testing.assert_array_equal(mine.read(name, nbytes).view(np.float32), data)
+    mine.close()
+    theirs.close()
+    assert here.sweep() == 0  # read back into its pool, unlinked by close
+    with pytest.raises(ValueError):
+        shm_tensors.SegmentNames(1, 2, "../x")
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_a_server_of_my_pid_with_another_token_is_told_apart_by_its_lock() -> None:
+    """Another server of this very pid (another pid namespace): while it holds its lock its
+    segments stay; once it ends they go, with its lock; this server's own stay throughout."""
+    import fcntl
+
+    shm = "/dev/shm/"
+    pid = os.getpid()
+    theirs = f"{shm}tritium-bls-{pid}.0badcafe-77-0-feedf00d"
+    lock = f"{shm}tritium-bls-{pid}.0badcafe.lock"
+    mine = f"{shm}tritium-bls-{pid}.{shm_tensors.server_token()}-77-0-cafef00d"
+    for path in (theirs, mine):
+        with open(path, "wb") as f:
+            f.write(b"in use")
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        shm_tensors.sweep_dead_servers()
+        assert os.path.exists(theirs) and os.path.exists(lock) and os.path.exists(mine)
+        os.close(holder)
+        holder = -1
+        assert shm_tensors.sweep_dead_servers() >= 2
+        assert not os.path.exists(theirs) and not os.path.exists(lock)
+        assert os.path.exists(mine)
+    finally:
+        if holder >= 0:
+            os.close(holder)
+        for path in (theirs, lock, mine):
+            if os.path.lexists(path):
+                os.unlink(path)

@@ -77,7 +77,6 @@ REFUSED = [
         "} ] } }",
         "optimization.execution_accelerators.cpu_execution_accelerator",
     ),
-    ("sequence_batching { iterative_sequence: true }", "sequence_batching.iterative_sequence"),
     (
         'sequence_batching { state [ { input_name: "S" output_name: "S_OUT" data_type: TYPE_FP32 '
         "dims: [ 1 ] use_same_buffer_for_input_output: true use_growable_memory: true } ] }",

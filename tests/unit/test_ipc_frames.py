@@ -130,7 +130,7 @@ _CONFIG = {
 }
 _LOGS = [(1, "model.py:3", _REPEATED), (2, "model.py:4", _REPEATED)] * 50
 PAYLOADS = [
-    (ipc.EXEC_DONE, [(3, None, [([("OUTPUT0", ("FP32", (16,), 0))], None, None)])]),
+    (ipc.EXEC_DONE, [(3, None, [([("OUTPUT0", ("FP32", (16,), 0))], None, None)], (0,))]),
     (ipc.RESPONSE, (3, 0, ([("OUT", ("INT32", (1, 16), _SEGMENT))], None, '{"a": 1}'), True)),
     (ipc.REPLY, (True, _CONFIG)),
     (ipc.OBSERVE, (_LOGS, {1: [None, 2.0]})),

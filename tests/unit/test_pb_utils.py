@@ -870,3 +870,19 @@ def test_from_dlpack_refuses_what_triton_finds_not_contiguous():
     assert pb.Tensor.from_dlpack("C", column).as_numpy().tolist() == [[0], [2], [4]]
     rows = np.arange(12, dtype=np.int32).reshape(4, 3)[::2]  # only the outermost stride is off
     assert pb.Tensor.from_dlpack("R", rows).as_numpy().tolist() == [[0, 1, 2], [6, 7, 8]]
+
+
+def test_c_python_backend_utils_has_pb_utils_classes_and_the_shared_memory_hook(tmp_path):
+    """Triton's C++ module, as models import it: the same classes, and
+    ``shared_memory.free_memory()`` (here: the bytes free under /dev/shm)."""
+    from tritium.backends.python import pb_c_utils as c_utils
+
+    assert c_utils.Tensor is pb.Tensor and c_utils.InferenceRequest is pb.InferenceRequest
+    assert c_utils.TritonModelException is pb.TritonModelException
+    assert c_utils.MetricFamily is pb_metrics.MetricFamily
+    stats = os.statvfs(tmp_path)
+    free = c_utils.SharedMemory(str(tmp_path)).free_memory()
+    assert isinstance(free, int) and free > 0
+    assert abs(free - stats.f_bavail * stats.f_frsize) < 1 << 30  # the same filesystem's
+    assert c_utils.SharedMemory(str(tmp_path / "absent")).free_memory() == 0
+    assert isinstance(c_utils.shared_memory.free_memory(), int)

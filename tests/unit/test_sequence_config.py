@@ -47,6 +47,13 @@ def test_controls_carry_their_datatypes_and_values():
     assert config.corrid == ("CORRID", DataType.BYTES)
 
 
+def test_iterative_sequence_and_the_inputs_the_batcher_adds():
+    assert not load("").iterative
+    config = load("iterative_sequence: true " + CONTROLS)
+    assert config.iterative
+    assert config.added_inputs == {"START", "END", "READY", "CORRID"}
+
+
 def test_oldest_takes_its_candidates_and_preferred_sizes():
     config = load(
         "oldest { max_candidate_sequences: 6 preferred_batch_size: [4, 2] "
@@ -91,7 +98,6 @@ def test_oldest_takes_its_candidates_and_preferred_sizes():
             "direct { minimum_slot_utilization: 1.5 }",
             "minimum slot utilization must be in range (0.0, 1.0] for m",
         ),
-        ("iterative_sequence: true", "iterative sequences"),
         (
             'state [ { input_name: "I" output_name: "O" data_type: TYPE_INT32 dims: [2] '
             'initial_state { data_type: TYPE_FP32 dims: [2] zero_data: true name: "z" } } ]',

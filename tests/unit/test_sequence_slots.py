@@ -139,3 +139,18 @@ def test_without_a_bound_the_backlog_takes_every_sequence():
     for cid in range(5000):
         route(slots, cid, start=True)
     assert slots.backlogged == 4999
+
+
+def test_an_iterative_sequence_ends_when_its_request_is_released():
+    """``end``: the sequence's slot, taken from it (to release once the worker reaches it);
+    ``holds`` tells whether a rescheduled request still has its sequence."""
+    slots = SequenceSlots(instances=1, slots_per_instance=1, max_idle_ns=100 * MS)
+    slot, _ = route(slots, 7, start=True)
+    assert slots.holds(7) and route(slots, 7)[0] == slot  # rescheduled: the same slot
+    assert route(slots, 8, start=True)[0] is None and slots.holds(8)  # waits in the backlog
+    assert slots.end(7) == slot and not slots.holds(7) and slots.tracked == 1
+    assert slots.end(7) is None  # already over
+    backlog = slots.release(slot)
+    assert backlog is not None and backlog.cid == 8 and slots.holds(8)
+    with pytest.raises(ServerError, match="must specify the START flag"):
+        route(slots, 7)

@@ -237,8 +237,9 @@ _TABLE: dict[str, tuple[Decision, str]] = {
         "'use_growable_memory' can only work with KIND_GPU model instances (Triton's rule)",
     ),
     "sequence_batching.iterative_sequence": (
-        _R,
-        "iterative sequences (requests rescheduled by the model) are not supported by tritium yet",
+        _I,
+        "a request without a correlation ID starts a sequence of its own; the model may "
+        "reschedule it (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) to run again in it",
     ),
     **_tree(
         "ensemble_scheduling",

@@ -81,10 +81,21 @@ class SequenceConfig:
     minimum_slot_utilization: float = 0.0  # direct
     preferred: tuple[int, ...] = ()  # oldest
     preserve_ordering: bool = False  # oldest
+    # iterative_sequence: a request without a correlation ID gets one of the server's (and
+    # START); the model may reschedule a request; its release ends its sequence.
+    iterative: bool = False
 
     @property
     def state_outputs(self) -> tuple[str, ...]:
         return tuple(s.output_name for s in self.states)
+
+    @property
+    def added_inputs(self) -> frozenset[str]:
+        """The inputs the batcher adds to a request before it runs (controls, state)."""
+        names = {c.name for c in (self.start, self.end, self.ready) if c is not None}
+        if self.corrid is not None:
+            names.add(self.corrid[0])
+        return frozenset(names | {s.input_name for s in self.states})
 
 
 def sequence_config(
@@ -100,11 +111,6 @@ def sequence_config(
             "response_cache",
             f"Response Cache does not currently support model {name} with sequence batching "
             "scheduler. Please disable the response cache.",
-        )
-    if sb.iterative_sequence:
-        raise problem.error(
-            "sequence_batching.iterative_sequence",
-            "iterative sequences (request rescheduling) are not supported by tritium",
         )
     oldest = sb.WhichOneof("strategy_choice") == "oldest"
     slots = max(1, config.max_batch_size)
@@ -150,6 +156,7 @@ def sequence_config(
         minimum_slot_utilization=utilization,
         preferred=preferred,
         preserve_ordering=ordering,
+        iterative=sb.iterative_sequence,
     )
 
 

@@ -19,11 +19,19 @@ the slot goes to the oldest sequence waiting in the backlog. At most ``backlog_l
 sequences wait there (``--sequence-backlog-limit``; 0: no bound): a new one beyond it is
 refused at once (``SequenceSlots.route``). ``backlogged`` is the gauge
 ``tritium_sequence_backlog``.
+
+With ``iterative_sequence`` (Triton's IterativeSequencer) a request without a correlation ID
+gets one of the batcher's own, with START; the model may release a request with
+TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (the backend calls ``request.reschedule``): it goes
+back to its sequence's slot, flags cleared, to run again; once it runs without being
+rescheduled, its sequence ends (the slot is released after it, as the reaper releases one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -33,7 +41,7 @@ from ..config.sequence import SequenceConfig
 from ..config.spec import ModelSpec
 from ..errors import ServerError, internal, unavailable
 from ..logs.settings import about_model
-from ..request import InferenceRequest
+from ..request import InferenceRequest, RequestState
 from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, add_controls, add_state
 from .sequence_inputs import check, state_capture
@@ -69,9 +77,58 @@ class SequenceScheduler:
         self._reaper: asyncio.TimerHandle | None = None
         self._reaper_at = 0
         self._closed = False
+        self._ids = itertools.count(1)  # iterative_sequence: the IDs the batcher gives
 
     # -- arrival -------------------------------------------------------------------------------
     def submit(self, request: InferenceRequest) -> None:
+        if self._config.iterative:
+            self._iterative(request)
+        self._route(request)
+
+    def _iterative(self, request: InferenceRequest) -> None:
+        """Triton's IterativeSequencer: a request in no sequence starts one of its own."""
+        cid = request.correlation_id
+        if cid == 0 or cid == "":
+            request.options = dataclasses.replace(
+                request.options, correlation_id=next(self._ids), flags=START_FLAG
+            )
+        request.reschedule = self._rescheduled
+
+    def _rescheduled(self, request: InferenceRequest) -> None:
+        """The model released ``request`` with RESCHEDULE: back to its sequence, neither START
+        nor END, without the inputs the batcher added."""
+        added = self._config.added_inputs
+        request.inputs = [t for t in request.inputs if t.name not in added]
+        request.options = dataclasses.replace(request.options, flags=0)
+        if not self._slots.holds(request.correlation_id):
+            send_error(
+                request,
+                self._version,
+                unavailable(
+                    f"the iterative sequence {request.correlation_id} of model "
+                    f"'{self._spec.name}' idled out (max_sequence_idle_microseconds) before "
+                    "its request was rescheduled"
+                ),
+            )
+            return
+        if request.stats is not None:  # waiting again (``iterated`` tells it by this)
+            request.queued(request.stats)
+        else:
+            request.state = RequestState.QUEUED
+        self._route(request)
+
+    def iterated(self, requests: Sequence[InferenceRequest]) -> None:
+        """After an execution of an iterative model: the sequence of each request that was
+        not rescheduled is over; its slot is released once the worker reaches it."""
+        for request in requests:
+            if request.state is RequestState.QUEUED:  # rescheduled: its sequence goes on
+                continue
+            cid = request.correlation_id
+            slot = self._slots.end(cid)
+            if slot is not None:
+                self._workers[slot.instance].enqueue(slot.index, Release(cid))
+
+    def _route(self, request: InferenceRequest) -> None:
         error = check(self._config, request)
         if error is None and self._closed:
             error = unavailable("the model is being unloaded")

@@ -155,6 +155,17 @@ class SequenceSlots(Generic[R]):
         heapq.heappush(self._free, slot)
         return None
 
+    def holds(self, cid: CorrelationId) -> bool:
+        """``cid`` is in progress: holding a slot or waiting in the backlog."""
+        return cid in self._active or cid in self._backlogged
+
+    def end(self, cid: CorrelationId) -> Slot | None:
+        """``cid``'s sequence is over (an iterative sequence's request was released): the
+        slot it held, to be released after the requests already queued there; None when it
+        holds none (its END was taken, or it idled out)."""
+        self._seen.pop(cid, None)
+        return self._active.pop(cid, None)
+
     def forget(self, cid: CorrelationId, slot: Slot) -> None:
         """Drop ``cid``'s hold on ``slot`` (its requests were cancelled); the caller then
         releases the slot."""

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 from ..backends.base import ModelInstance, send_error
@@ -47,6 +47,8 @@ class Owner(Protocol):
     def release(self, slot: Slot) -> None: ...
 
     def forget(self, cid: CorrelationId, slot: Slot) -> None: ...
+
+    def iterated(self, requests: Sequence[InferenceRequest]) -> None: ...
 
 
 class Release:
@@ -152,6 +154,8 @@ class Worker:
                 stats.executed(len(batch), real[0].timing or _NO_TIMING)
         self._busy = False
         self._executed(real)
+        if self._owner.config.iterative:
+            self._owner.iterated(real)
         if not self._closed:
             self.pump()
 

@@ -249,7 +249,7 @@ class PythonInstance:
         """``execute`` returned. Its requests are answered now, except a decoupled model's,
         whose responses may keep coming from the model's threads until each one's final flag;
         the batch stays routable until then."""
-        batch_id, error, wired = body
+        batch_id, error, wired, again = body
         future, requests, finished = self._batches[batch_id]
         arrived = time.perf_counter_ns()
         infer_ns = arrived - self._sent_ns
@@ -261,6 +261,8 @@ class PythonInstance:
             )
         elif wired is not None:
             self._answer_each(requests, wired, finished, buffers, infer_ns)
+        if error is None and again:
+            self._reschedule(requests, again, finished)
         # A request execute returned None for (all of them, when it returned None) is its
         # sender's to answer, as in Triton: it stays open until its final response.
         for request in requests:  # requests still answering, failed ones
@@ -288,6 +290,31 @@ class PythonInstance:
             request.timing = (self._input_ns, infer_ns, time.perf_counter_ns() - began)
             assert request.sender is not None
             request.sender.send(response, True)
+
+    def _reschedule(
+        self, requests: list[InferenceRequest], again: tuple[int, ...], finished: list[bool]
+    ) -> None:
+        """The model released these requests with RESCHEDULE: each goes back to its scheduler
+        (its responses from now on come from the execution that runs it next)."""
+        for index in again:
+            if not 0 <= index < len(requests):  # no stub sends it: a malformed frame
+                raise ValueError(f"request index {index} is not one of the execution's")
+            if finished[index]:  # its final response went out: nothing to run again
+                continue
+            finished[index] = True
+            request = requests[index]
+            request.on_cancel = None
+            if request.reschedule is not None:
+                request.reschedule(request)
+                continue
+            # Triton logs this when the release fails and releases the request (which then
+            # never gets a response); tritium answers it with the error instead.
+            message = (
+                "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the "
+                "model is not configured to handle such a flag."
+            )
+            log.error("Failed to release request: %s", message, extra=self._about)
+            send_error(request, self._version, ServerError(ErrorKind.INVALID_ARG, message))
 
     @staticmethod
     def _answer_unfinished(

@@ -72,8 +72,9 @@ RequestWire = tuple[str, int | str, int, int, list[tuple[str, PackedArray]], lis
 SentArray = tuple[str, tuple[int, ...], Any]
 # One response: (outputs, None, parameters JSON or None), or (None, error message, error code).
 ResponseWire = tuple[list[tuple[str, SentArray]] | None, str | None, Any]
-# EXEC_DONE entry of one ``execute``: batch id, error message or None, responses or None.
-ExecDone = tuple[int, str | None, list[ResponseWire | None] | None]
+# EXEC_DONE entry of one ``execute``: batch id, error message or None, responses or None,
+# the indices of the requests the model released with RESCHEDULE (to run again).
+ExecDone = tuple[int, str | None, list[ResponseWire | None] | None, tuple[int, ...]]
 # RESPONSE (a response sender's): batch id, request index, the response or None, final flag.
 ResponseFrame = tuple[int, int, ResponseWire | None, bool]
 

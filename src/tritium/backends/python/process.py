@@ -79,7 +79,8 @@ class StubProcess(asyncio.Protocol):
         instance (so an operator can tell the stubs apart in ``ps``)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            args = [str(child.fileno()), str(os.getpid()), self.name]
+            token = shm_tensors.server_token()  # in the names of the pair's segments
+            args = [str(child.fileno()), str(os.getpid()), self.name, token]
             if self.env is None:
                 command = [sys.executable, "-m", STUB_MODULE, *args]
                 environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -94,7 +95,7 @@ class StubProcess(asyncio.Protocol):
         finally:
             child.close()
         self.segments = shm_tensors.SegmentPool(
-            shm_tensors.SegmentNames(os.getpid(), self._proc.pid), peer_trusted=False
+            shm_tensors.SegmentNames(os.getpid(), self._proc.pid, token), peer_trusted=False
         )
         loop = asyncio.get_running_loop()
         self._exited = loop.create_future()

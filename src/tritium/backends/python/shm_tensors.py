@@ -4,13 +4,20 @@ A BLS request or response carries its tensors in the frame (``ipc``) when they a
 tensor of ``SHM_MIN_BYTES`` or more is written by the sender into a segment under ``/dev/shm``
 (the one copy) and only the segment's name travels; the receiver maps it, so the array it gets
 is a view of the pages the sender wrote. Segments are reused (``SegmentPool``). Their names are
-made here, never from client input: ``tritium-bls-<server pid>-<stub pid>-<counter>-<random>``;
-a receiver accepts only names of its own pair (``SegmentNames.owns``). The server unlinks a
-stub's segments when the stub stops or dies (``SegmentNames.sweep``), and at start the
-leftovers of servers that died (``sweep_dead_servers``). Whether a server still runs is told
-by a lock, not by its pid alone: each server holds ``tritium-bls-<pid>.lock`` (flock) for its
-life, which any process sharing this ``/dev/shm`` sees, also from another pid namespace
-(containers, network/pid-namespaced test harnesses), where the pid check would lie.
+made here, never from client input:
+``tritium-bls-<server pid>.<server token>-<stub pid>-<counter>-<random>``; a receiver accepts
+only names of its own pair (``SegmentNames.owns``). The token (random, one per server process,
+handed to its stubs on their command line) keeps the names of servers apart that share this
+``/dev/shm`` from different pid namespaces (containers, pid-namespaced test harnesses), where
+two servers, and their stubs, may have the same pids: without it, one server's sweep of a
+stub's segments removed another's in flight. The server unlinks a stub's segments when the
+stub stops or dies (``SegmentNames.sweep``), and at start the leftovers of servers that died
+(``sweep_dead_servers``). Whether a server still runs is told by a lock, not by its pid
+alone: each server holds ``tritium-bls-<pid>.<token>.lock`` (flock) for its life, which any
+process sharing this ``/dev/shm`` sees, also from another pid namespace, where the pid check
+would lie. It is made under a temporary name, locked, then renamed into place, so no sweeper
+ever sees it unlocked. (Names without a token, of older servers, are swept by the same rules
+with ``tritium-bls-<pid>.lock``.)
 
 The model in a stub may be hostile or broken, and it can truncate any segment of its pair at
 any time; touching a mapped page past the end of a file raises SIGBUS. So the server never
@@ -58,11 +65,27 @@ def available() -> bool:
     return _DIR.is_dir() and os.access(_DIR, os.W_OK)
 
 
-class SegmentNames:
-    """The names of one server/stub pair's segments (either side makes and checks them)."""
+_TOKEN = re.compile(r"[0-9a-f]{8}\Z")
+_server_token = ""  # this server's (made on first use; a stub is given its server's)
 
-    def __init__(self, server_pid: int, stub_pid: int) -> None:
-        self.prefix = f"{_PREFIX}-{server_pid}-{stub_pid}-"
+
+def server_token() -> str:
+    """This process's token, as a server: in its segment names and its lock's name."""
+    global _server_token
+    if not _server_token:
+        _server_token = secrets.token_hex(4)
+    return _server_token
+
+
+class SegmentNames:
+    """The names of one server/stub pair's segments (either side makes and checks them):
+    the server's pid and token (``server_token``; "" for none), the stub's pid."""
+
+    def __init__(self, server_pid: int, stub_pid: int, token: str = "") -> None:
+        if token and not _TOKEN.match(token):
+            raise ValueError(f"not a server token: {token!r}")
+        server = f"{server_pid}.{token}" if token else str(server_pid)
+        self.prefix = f"{_PREFIX}-{server}-{stub_pid}-"
         self._pattern = re.compile(re.escape(self.prefix) + r"[0-9]+-[0-9a-f]{8}\Z")
         self._counter = itertools.count()
         self.enabled = available()
@@ -320,39 +343,46 @@ def discard_segments(tensors: Any, pool: SegmentPool | None) -> None:
             pool.discard(where[0])
 
 
-_ANY_SEGMENT = re.compile(re.escape(_PREFIX) + r"-([0-9]+)-[0-9]+-[0-9]+-[0-9a-f]{8}\Z")
-_ANY_LOCK = re.compile(re.escape(_PREFIX) + r"-([0-9]+)\.lock\Z")
+_SERVER = r"-([0-9]+)(?:\.([0-9a-f]{8}))?"  # a server's pid, and its token (older: none)
+_ANY_SEGMENT = re.compile(re.escape(_PREFIX) + _SERVER + r"-[0-9]+-[0-9]+-[0-9a-f]{8}\Z")
+_ANY_LOCK = re.compile(re.escape(_PREFIX) + _SERVER + r"\.lock\Z")
 _held_lock: int | None = None  # this server's liveness lock (a descriptor), held for its life
+_Server = tuple[int, str | None]  # (pid, token) of the server a name belongs to
 
 
-def _lock_path(pid: int) -> Path:
-    return _DIR / f"{_PREFIX}-{pid}.lock"
+def _lock_path(pid: int, token: str | None) -> Path:
+    return _DIR / (f"{_PREFIX}-{pid}.{token}.lock" if token else f"{_PREFIX}-{pid}.lock")
 
 
 def hold_server_lock() -> bool:
-    """Take this server's liveness lock (once; kept until the process ends). False when it
-    cannot be had: another live server of the same pid in another pid namespace holds it."""
+    """Take this server's liveness lock (once; kept until the process ends): made under a
+    temporary name, locked, then renamed into place. False when it cannot be had."""
     global _held_lock
     if _held_lock is not None:
         return True
+    path = _lock_path(os.getpid(), server_token())
+    making = path.with_name(path.name + ".new")  # a name no sweeper matches
     try:
-        fd = os.open(_lock_path(os.getpid()), os.O_RDWR | os.O_CREAT | _NO_FOLLOW, 0o600)
+        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o600)
     except OSError:
         return False
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(making, path)
     except OSError:
         os.close(fd)
+        _unlink(making.name)
         return False
     _held_lock = fd
     return True
 
 
-def _server_alive(pid: int) -> bool:
-    """Whether the server ``pid`` may still run: its lock is held (by a process in any pid
-    namespace); without a lock file, whether the pid runs here. Unsure counts as alive."""
+def _server_alive(pid: int, token: str | None) -> bool:
+    """Whether the server ``pid`` (with ``token``) may still run: its lock is held (by a
+    process in any pid namespace); without a lock file, whether the pid runs here. Unsure
+    counts as alive."""
     try:
-        fd = os.open(_lock_path(pid), os.O_RDONLY | _NO_FOLLOW)
+        fd = os.open(_lock_path(pid, token), os.O_RDONLY | _NO_FOLLOW)
     except FileNotFoundError:
         return _running(pid)
     except OSError:
@@ -376,16 +406,17 @@ def sweep_dead_servers() -> int:
         return 0
     uid = os.getuid()
     removed = 0
-    alive: dict[int, bool] = {}
+    me: _Server = (os.getpid(), server_token())
+    alive: dict[_Server, bool] = {}
     with os.scandir(_DIR) as entries:
         for entry in entries:
             match = _ANY_SEGMENT.match(entry.name) or _ANY_LOCK.match(entry.name)
             if match is None:
                 continue
-            pid = int(match.group(1))
-            if pid not in alive:
-                alive[pid] = pid == os.getpid() or _server_alive(pid)
-            if alive[pid]:
+            server: _Server = (int(match.group(1)), match.group(2))
+            if server not in alive:
+                alive[server] = server == me or _server_alive(*server)
+            if alive[server]:
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)

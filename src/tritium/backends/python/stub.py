@@ -1,6 +1,7 @@
 """The stub process that hosts one instance of a Triton Python model.
 
-Run as ``python -m tritium.backends.python.stub <fd> <server pid> <instance name>``; it speaks
+Run as ``python -m tritium.backends.python.stub <fd> <server pid> <instance name> <token>``
+(the token: the server's, in its segments' names, ``shm_tensors``); it speaks
 the frames of ``ipc`` over the socket ``fd``. The model runs here, isolated: if it raises, the
 error goes back as a response; if it crashes, only this process dies and the server notices the
 closed socket. The stub never outlives the server: on Linux the kernel kills it when the server
@@ -28,7 +29,7 @@ from typing import Any
 
 from ...types import DataType
 from . import bls_client, ipc, shm_tensors
-from . import pb_metrics, pb_utils, stub_group
+from . import pb_c_utils, pb_metrics, pb_utils, stub_group
 from .stub_failure import describe
 from .stub_loop import StubLoop
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
@@ -36,13 +37,18 @@ from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
 class Stub:
     def __init__(
-        self, channel: ipc.BlockingChannel, server_pid: int = 0, name: str = "stub"
+        self,
+        channel: ipc.BlockingChannel,
+        server_pid: int = 0,
+        name: str = "stub",
+        token: str = "",  # the server's (shm_tensors.server_token)
     ) -> None:
         self._channel = channel
         self._send_lock = threading.Lock()
         # Frames are read through the mux: threads blocked in BLS calls read them too.
         self._mux = bls_client.FrameMux(channel, self._cancel)
-        segments = shm_tensors.SegmentPool(shm_tensors.SegmentNames(server_pid, os.getpid()))
+        names = shm_tensors.SegmentNames(server_pid, os.getpid(), token)
+        segments = shm_tensors.SegmentPool(names)
         self._segments = segments  # large outputs go to the server through them too
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
         self._name = name  # the instance's name (INIT says it again: Triton's messages)
@@ -213,14 +219,15 @@ class Stub:
             ):
                 if self._decoupled:  # answered through its senders: runs on, in the background
                     self._loop.start(self._background(batch_id, result, finished))
-                    return (batch_id, None, None)
+                    return (batch_id, None, None, ())
                 result = self._run(result)
         except Exception as exc:  # the model raised: every request of the batch fails
             return self._failed(batch_id, describe(exc).reason, finished)
         finally:
             bls_client.current_batch.reset(parent)
+        again = _rescheduled(requests)
         if result is None:  # answered (or answering) through senders
-            return (batch_id, None, None)
+            return (batch_id, None, None, again)
         if self._decoupled:
             message = (
                 f"Python model '{self._name}' is using the decoupled mode and the execute "
@@ -234,13 +241,20 @@ class Stub:
                 f"and InferenceResponse(s) size is:{len(result)}"
             )
             return self._failed(batch_id, message, finished)
+        for index in again:  # a rescheduled request is answered by a later execution
+            if result[index] is not None:
+                message = (
+                    "Expected a None object in the execute function return list for "
+                    f"reschduled request, found type '{type(result[index])}'."
+                )
+                return self._failed(batch_id, message, finished)
         mark = out.mark()
         try:
             wired = [None if r is None else self._wire_response(r, out) for r in result]
         except Exception as exc:
             out.rollback(mark)
             return self._failed(batch_id, f"{type(exc).__name__}: {exc}", finished)
-        return (batch_id, None, wired)
+        return (batch_id, None, wired, again)
 
     def _failed(self, batch_id: int, detail: str, finished: list[bool]) -> ipc.ExecDone:
         """``execute`` failed: Triton's stub logs it as an error, every request of the
@@ -249,7 +263,7 @@ class Stub:
         finished[:] = [True] * len(finished)
         message = self._execute_failure(detail)
         self._outbox.log("ERROR", message, _here())
-        return (batch_id, message, None)
+        return (batch_id, message, None, ())
 
     def _execute_failure(self, detail: str) -> str:
         return f"Failed to process the request(s) for model '{self._name}', message: {detail}"
@@ -282,7 +296,7 @@ class Stub:
         except ipc.FrameTooLarge as exc:  # over what the server accepts: say so instead
             out.rollback()
             message = f"the responses could not be sent: {exc}"
-            self.send(ipc.EXEC_DONE, [(entry[0], message, None) for entry in done])
+            self.send(ipc.EXEC_DONE, [(entry[0], message, None, ()) for entry in done])
 
     def is_ready(self) -> bool:
         hook = getattr(self._model, "is_ready", None)
@@ -377,6 +391,13 @@ _TYPE_CODE = {
 _INTERNAL = pb_utils.TritonError.INTERNAL
 
 
+def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> tuple[int, ...]:
+    """The requests the model released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (as
+    Triton's stub, the flags must be that value alone)."""
+    flag = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    return tuple(i for i, r in enumerate(requests) if r._release_flags() == flag)
+
+
 def _here() -> str:
     """``stub.py:<line>`` of the caller: where a log record of the stub's own comes from."""
     return f"{Path(__file__).name}:{sys._getframe(1).f_lineno}"
@@ -433,12 +454,14 @@ def main() -> None:
     _batch_scheduling()
     sock = socket.socket(fileno=int(sys.argv[1]))
     sys.modules["triton_python_backend_utils"] = pb_utils
+    sys.modules["c_python_backend_utils"] = pb_c_utils  # Triton's C++ module, as models see it
     server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
     name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    token = sys.argv[4] if len(sys.argv) > 4 else ""
     # The model sees the argv of Triton's embedded interpreter, not the stub's command line
     # (``unittest.main()`` and ``argparse`` read it; ``ps`` still shows the command line).
     sys.argv = [""]
-    stub = Stub(ipc.BlockingChannel(sock), server_pid, name)
+    stub = Stub(ipc.BlockingChannel(sock), server_pid, name, token)
     stub.observe()
     if not stub.serve():
         # The server closed the socket without FINALIZE: it is gone. Threads the model
