@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-TICK = os.sysconf("SC_CLK_TCK")
 GRPC_PATH = "/inference.GRPCInferenceService/ModelInfer"
 
 
@@ -128,16 +127,17 @@ def http_headers(header_length: int) -> list[str]:
 
 
 def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """Each thread of ``pid``: (its name, user + system CPU seconds)."""
+    """Each thread of ``pid``: (its name, CPU seconds run): the scheduler's own count in
+    nanoseconds (/proc/<pid>/task/<tid>/schedstat), not utime + stime in clock ticks (10 ms:
+    too coarse for a window of a few slow requests)."""
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-        except OSError:
+            ran = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
             continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / TICK)
+        out[int(tid)] = (text[text.index("(") + 1 : text.rindex(")")], ran / 1e9)
     return out
 
 
