@@ -2,7 +2,7 @@
 """The same networks under ONNX Runtime, PyTorch and OpenVINO, each against its framework run
 in-process.
 
-    .venv/bin/python bench/backends.py [--seconds 3] [--batch 8,32,64,128] [--concurrency 1,2]
+    .venv/bin/python bench/backends.py [--seconds 2] [--batch 8,32,64,128] [--concurrency 1,2]
                                        [--rounds 2] [--protocol grpc|http]
                                        [--backends onnx,pytorch,openvino]
                                        [--networks small,large,floor]
@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     numbers = lambda t: [int(v) for v in t.split(",")]  # noqa: E731
     names = lambda t: t.split(",")  # noqa: E731
-    parser.add_argument("--seconds", type=float, default=3.0, help="one server window")
+    parser.add_argument("--seconds", type=float, default=2.0, help="one server window")
     parser.add_argument("--batch", type=numbers, default=[8, 32, 64, 128])
     parser.add_argument("--concurrency", type=numbers, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2)
