@@ -1,29 +1,42 @@
 #!/usr/bin/env python3
-"""The same network under ONNX Runtime, PyTorch and OpenVINO, each against its framework run
+"""The same networks under ONNX Runtime, PyTorch and OpenVINO, each against its framework run
 in-process.
 
-    .venv/bin/python bench/backends.py [--seconds 3] [--batch 8,64] [--concurrency 1,2]
+    .venv/bin/python bench/backends.py [--seconds 2] [--batch 8,32,64,128] [--concurrency 1,2]
                                        [--rounds 2] [--protocol grpc|http]
                                        [--backends onnx,pytorch,openvino]
+                                       [--networks small,large,floor]
 
-``mlp_small_onnx``, ``mlp_small_pytorch`` and ``mlp_small_openvino`` (examples/torch_models.py,
-examples/openvino_models.py: one MLP 256 -> 1024 -> 1024 -> 16 with the same weights) are
-served by one tritium child process; this process is
-the client (tritonclient's asyncio client, gRPC or binary HTTP, closed loop: N coroutines
-each sending a request of ``--batch`` rows when the previous answer arrives).
+Networks, each copy with the same weights and tensor names (``INPUT__0`` -> ``OUTPUT__0``),
+dynamic batching as the examples (``max_queue_delay_microseconds: 1000``), one instance:
 
-For each backend, batch size and concurrency it reports samples per second and the **server's
-CPU seconds per sample** (utime + stime of the server process, from /proc), against a plain
-Python loop running the same framework on the same batch size in this process
+- ``small``: the examples ``mlp_small_onnx``, ``mlp_small_pytorch``, ``mlp_small_openvino``
+  (examples/torch_models.py, openvino_models.py: 256 -> 1024 -> 1024 -> 16, max_batch_size 64:
+  larger batches are skipped), about 1.3 M multiply-adds per sample;
+- ``large``: ``mlp_large_*``, made here (no download): 1024 -> 4096 -> 4096 -> 1000 from a
+  fixed seed, about 25 M multiply-adds per sample (a recommender tower, a classifier head);
+- ``floor``: ``floor_*``, a model that does nothing (256 -> its first 16 columns): what a
+  request costs the server over the protocol with the framework's own cost taken away, the
+  floor of the ratio for a network that is cheap per sample.
+
+The client is ``h2load`` (bench/h2load_infer.py) sending one prebuilt request of ``--batch``
+rows (gRPC raw contents, or HTTP/1.1 with binary tensors), closed loop, ``--concurrency``
+requests in flight: a C client that encodes nothing per request, as the in-process loop
+encodes nothing. (tritonclient's asyncio client, used before, spent more CPU per request than
+the server on the 2-core bench machine, and its load fell on the server's measurement.)
+
+For each network, backend, batch size and concurrency it reports samples per second and the
+**server's CPU seconds per sample** (the run time of the server's threads, /proc/<pid>/task/
+*/schedstat; split into the event-loop thread and the others: the instance thread, the
+framework's pools), against a
+plain Python loop running the same framework on the same batch in this process
 (``time.process_time`` per sample; ONNX Runtime with tritium's session settings, torch with
-tritium's default intra-op pool of one thread, OpenVINO compiled as tritium compiles the
-example for one instance: one stream, one thread, float32). The ratio server / in-process is
-tritium's overhead; the target is at most 1.15 at batch >= 8. A request costs the server a
-fixed amount (gRPC, decoding, scheduling; ~0.4 ms of CPU for the ``simple`` model on a quiet
-2-core machine, bench/run.py), so the ratio falls as the batch grows: for this small network
-the fixed cost is of the order of the compute of a batch of 8, and a small part of a batch of
-64. Server and loop windows alternate, ``--rounds`` times, so load from elsewhere on the
-machine falls on both; the median of the rounds is reported.
+tritium's default intra-op pool of one thread, OpenVINO compiled as tritium compiles the model
+for one instance: one stream, one thread, float32). The ratio server / in-process is tritium's
+overhead; the target is at most 1.15 at batch >= 8. A request costs the server a fixed amount
+(the floor rows), so the ratio falls as the batch and the network grow. Server and loop windows
+alternate, ``--rounds`` times, so load from elsewhere on the machine falls on both; the median
+of the rounds is reported.
 
 Results: bench/results/backends.json and .md (git-ignored).
 """
@@ -31,8 +44,8 @@ Results: bench/results/backends.json and .md (git-ignored).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -47,29 +60,132 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
 sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
 
-from bench.common import proc_cpu_seconds  # noqa: E402
+from bench import h2load_infer  # noqa: E402
 from tests.support.server_process import ServerProcess  # noqa: E402
 
-MODELS = {
-    "onnx": "mlp_small_onnx",
-    "pytorch": "mlp_small_pytorch",
-    "openvino": "mlp_small_openvino",
+BACKENDS = ("onnx", "pytorch", "openvino")
+NETWORKS = {  # network -> (model name stem, layer sizes; the floor's are its input and output)
+    "small": ("mlp_small", (256, 1024, 1024, 16)),
+    "large": ("mlp_large", (1024, 4096, 4096, 1000)),
+    "floor": ("floor", (256, 16)),
 }
+LARGE_SEED = 20261204
+BENCH_MAX_BATCH = 128  # the networks made here; the small one is the example's (64)
 TARGET = 1.15
 
 
-def build(target: Path) -> None:
+def model_name(network: str, backend: str) -> str:
+    return f"{NETWORKS[network][0]}_{backend}"
+
+
+def build(target: Path, networks: list[str]) -> None:
+    """The examples' small network, and the networks made here, under every backend whose
+    framework is installed (the ONNX file first: OpenVINO's IR is converted from it)."""
     import build_models
 
     build_models.torch_examples(target)
+    shutil.rmtree(target / "pytorch_classifier", ignore_errors=True)
+    if "large" in networks:
+        sizes = NETWORKS["large"][1]
+        layers = build_models._mlp_weights(sizes, LARGE_SEED)
+        nodes, initializers = build_models._dense_nodes("INPUT__0", layers, "OUTPUT__0")
+        _write_copies(target, "large", nodes, initializers, _torch_mlp(layers))
+    if "floor" in networks:
+        _write_copies(target, "floor", *_floor_onnx(), _torch_floor())
+
+
+def _config(network: str, backend: str) -> str:
+    import openvino_models
+    import torch_models
+
+    line = {
+        "onnx": 'platform: "onnxruntime_onnx"',
+        "pytorch": 'platform: "pytorch_libtorch"',
+        "openvino": openvino_models.OPENVINO_LINES,
+    }[backend]
+    sizes = NETWORKS[network][1]
+    text = torch_models._NET_CONFIG.format(
+        name=model_name(network, backend), backend=line, width=sizes[0], classes=sizes[-1]
+    )
+    return text.replace("max_batch_size: 64", f"max_batch_size: {BENCH_MAX_BATCH}")
+
+
+def _write_copies(
+    target: Path, network: str, nodes: Any, initializers: Any, torch_module: Any
+) -> None:
+    import build_models
+
+    sizes = NETWORKS[network][1]
+    model = build_models._onnx_model(
+        model_name(network, "onnx"),
+        nodes,
+        [build_models._fp32("INPUT__0", ["batch", sizes[0]])],
+        [build_models._fp32("OUTPUT__0", ["batch", sizes[-1]])],
+        initializers,
+    )
+    onnx_dir = _model_dir(target, network, "onnx")
+    (onnx_dir / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    if _installed("pytorch", quiet=True) and torch_module is not None:
+        import torch_models
+
+        (_model_dir(target, network, "pytorch") / "1" / "model.pt").write_bytes(
+            torch_models._scripted(torch_module)
+        )
+    if _installed("openvino", quiet=True):
+        import openvino as ov
+
+        converted = ov.convert_model(str(onnx_dir / "1" / "model.onnx"))
+        xml = _model_dir(target, network, "openvino") / "1" / "model.xml"
+        ov.save_model(converted, str(xml), compress_to_fp16=False)
+
+
+def _model_dir(target: Path, network: str, backend: str) -> Path:
+    directory = target / model_name(network, backend)
+    (directory / "1").mkdir(parents=True, exist_ok=True)
+    (directory / "config.pbtxt").write_text(_config(network, backend))
+    return directory
+
+
+def _torch_mlp(layers: Any) -> Any:
+    if not _installed("pytorch", quiet=True):
+        return None
+    import torch_models
+
+    return torch_models._mlp(layers)
+
+
+def _floor_onnx() -> tuple[list[Any], list[Any]]:
+    """The do-nothing network: the input's first columns (one Slice)."""
+    from onnx import helper, numpy_helper
+
+    width = NETWORKS["floor"][1][-1]
+    constants = {"starts": [0], "ends": [width], "axes": [1]}
+    initializers = [numpy_helper.from_array(np.array(v, np.int64), k) for k, v in constants.items()]
+    node = helper.make_node("Slice", ["INPUT__0", *constants], ["OUTPUT__0"], name="columns")
+    return [node], initializers
+
+
+def _torch_floor() -> Any:
+    if not _installed("pytorch", quiet=True):
+        return None
+    import torch
+
+    width = NETWORKS["floor"][1][-1]
+
+    class Columns(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x[:, :width].contiguous()
+
+    return torch.jit.trace(Columns(), torch.zeros((2, NETWORKS["floor"][1][0])))
 
 
 class InProcess:
     """The framework on one batch, called in a plain loop."""
 
-    def __init__(self, repo: Path, backend: str) -> None:
-        self.backend = backend
-        model = repo / MODELS[backend] / "1"
+    def __init__(self, repo: Path, network: str, backend: str) -> None:
+        self.backend, self.network = backend, network
+        self.width = NETWORKS[network][1][0]
+        model = repo / model_name(network, backend) / "1"
         if backend == "onnx":
             import onnxruntime as ort
 
@@ -97,16 +213,20 @@ class InProcess:
             self._call = call
 
     def measure(self, batch: int, seconds: float) -> dict[str, float]:
-        x = np.random.default_rng(0).standard_normal((batch, 256), dtype=np.float32)
-        for _ in range(5):
+        x = _batch(batch, self.width)
+        for _ in range(3):
             self._call(x)
         calls, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
-        while time.perf_counter() - wall0 < seconds:
+        while time.perf_counter() - wall0 < seconds or calls < 3:
             self._call(x)
             calls += 1
         wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
         samples = calls * batch
         return {"samples_per_s": samples / wall, "cpu_us_per_sample": 1e6 * cpu / samples}
+
+
+def _batch(batch: int, width: int) -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((batch, width), dtype=np.float32)
 
 
 def _openvino_call(xml: Path) -> Any:
@@ -123,46 +243,52 @@ def _openvino_call(xml: Path) -> Any:
     return lambda x: request.infer({"INPUT__0": x}, share_inputs=True)["OUTPUT__0"]
 
 
-async def _serve_window(  # noqa: PLR0913 - one window of one scenario
-    server: ServerProcess,
-    protocol: str,
-    model: str,
-    batch: int,
-    concurrency: int,
+def _request(server: ServerProcess, protocol: str, model: str, x: np.ndarray) -> Any:
+    """h2load's URL, body and headers for one request of ``x``."""
+    if protocol == "grpc":
+        body = h2load_infer.grpc_body(model, {"INPUT__0": x}, ("OUTPUT__0",))
+        url = f"http://{server.grpc_url}{h2load_infer.GRPC_PATH}"
+        return url, body, h2load_infer.grpc_headers()
+    body, header = h2load_infer.http_body({"INPUT__0": x}, ("OUTPUT__0",))
+    url = f"http://{server.http_url}/v2/models/{model}/infer"
+    return url, body, h2load_infer.http_headers(header)
+
+
+def _serve_window(  # noqa: PLR0913 - one window of one scenario
+    server: ServerProcess, protocol: str, model: str, width: int, batch: int, concurrency: int,
     seconds: float,
-) -> dict[str, float]:
-    import tritonclient.grpc.aio as grpcaio
-    import tritonclient.http.aio as httpaio
-
-    module: Any = grpcaio if protocol == "grpc" else httpaio
-    x = np.random.default_rng(0).standard_normal((batch, 256), dtype=np.float32)
-    clients = [module.InferenceServerClient(server.url(protocol)) for _ in range(concurrency)]
-    counts = [0] * concurrency
-    state = {"measuring": False, "stop": False}
-
-    async def loop(i: int) -> None:
-        inp = module.InferInput("INPUT__0", [batch, 256], "FP32")
-        inp.set_data_from_numpy(x)
-        while not state["stop"]:
-            result = await clients[i].infer(model, [inp])
-            assert result.as_numpy("OUTPUT__0").shape == (batch, 16)
-            if state["measuring"]:
-                counts[i] += 1
-
-    tasks = [asyncio.create_task(loop(i)) for i in range(concurrency)]
-    await asyncio.sleep(min(1.0, seconds / 4))  # warm-up
-    state["measuring"] = True
+) -> dict[str, float]:  # fmt: skip
+    url, body, headers = _request(server, protocol, model, _batch(batch, width))
     pid = server.proc.pid
-    wall0, cpu0 = time.perf_counter(), proc_cpu_seconds(pid)
-    await asyncio.sleep(seconds)
-    state["measuring"] = False
-    wall, cpu = time.perf_counter() - wall0, proc_cpu_seconds(pid) - cpu0
-    state["stop"] = True
-    await asyncio.gather(*tasks)
-    for c in clients:
-        await c.close()
-    samples = sum(counts) * batch
-    return {"samples_per_s": samples / wall, "cpu_us_per_sample": 1e6 * cpu / max(samples, 1)}
+    done0 = _successes(server.grpc_url, model)
+    threads0, wall0 = h2load_infer.thread_cpu(pid), time.perf_counter()
+    if protocol == "grpc":
+        h2load_infer.h2load(url, body, headers, seconds, 1, concurrency)
+    else:
+        h2load_infer.h2load(url, body, headers, seconds, concurrency, h1=True)
+    wall = time.perf_counter() - wall0
+    split = h2load_infer.thread_delta(threads0, h2load_infer.thread_cpu(pid), pid)
+    cpu = split["total"]
+    samples = max((_successes(server.grpc_url, model) - done0) * batch, 1)
+    return {
+        "samples_per_s": samples / wall,
+        "cpu_us_per_sample": 1e6 * cpu / samples,
+        "loop_us_per_request": 1e6 * split["loop"] * batch / samples,
+        "others_us_per_request": 1e6 * (cpu - split["loop"]) * batch / samples,
+    }
+
+
+def _successes(url: str, model: str) -> int:
+    """The model's successful inferences so far (its statistics)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        return int(
+            client.get_inference_statistics(model).model_stats[0].inference_stats.success.count
+        )
+    finally:
+        client.close()
 
 
 def _batch_sizes(url: str, model: str) -> dict[int, int]:
@@ -180,13 +306,18 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     work = Path(tempfile.mkdtemp(prefix="tritium-bench-backends-"))
     try:
         repo = work / "repo"
-        build(repo)
-        wanted = {MODELS[b] for b in args.backends}
+        build(repo, args.networks)
+        wanted = {model_name(n, b) for n in args.networks for b in args.backends}
         for name in list(p.name for p in repo.iterdir()):
             if name not in wanted:
                 shutil.rmtree(repo / name)
-        loops = {b: InProcess(repo, b) for b in args.backends}
-        server = ServerProcess([repo], start_timeout=120)
+        loops = {
+            (n, b): InProcess(repo, n, b)
+            for n in args.networks
+            for b in args.backends
+            if (repo / model_name(n, b)).is_dir()
+        }
+        server = ServerProcess([repo], start_timeout=300)
         try:
             return _measure(args, server, loops)
         finally:
@@ -196,34 +327,36 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def _measure(
-    args: argparse.Namespace, server: ServerProcess, loops: dict[str, InProcess]
+    args: argparse.Namespace, server: ServerProcess, loops: dict[tuple[str, str], InProcess]
 ) -> list[dict[str, Any]]:
     rows = []
-    for backend in loops:
-        model = MODELS[backend]
+    for (network, backend), loop in loops.items():
+        limit = 64 if network == "small" else BENCH_MAX_BATCH
         for batch in args.batch:
+            if batch > limit:
+                print(f"{model_name(network, backend)}: batch {batch} > max_batch_size {limit}")
+                continue
             for concurrency in args.concurrency:
-                rows.append(_scenario(args, server, loops[backend], model, batch, concurrency))
+                rows.append(_scenario(args, server, loop, batch, concurrency))
                 print(_line(rows[-1]), flush=True)
     return rows
 
 
-def _scenario(  # noqa: PLR0913 - one scenario of the grid
-    args: argparse.Namespace,
-    server: ServerProcess,
-    loop: InProcess,
-    model: str,
-    batch: int,
-    concurrency: int,
+def _scenario(
+    args: argparse.Namespace, server: ServerProcess, loop: InProcess, batch: int, concurrency: int
 ) -> dict[str, Any]:
+    model = model_name(loop.network, loop.backend)
     served, local = [], []
     before = _batch_sizes(server.grpc_url, model)
+    # the large network's requests are slow: longer windows, enough of them to count
+    seconds = args.seconds * (3 if loop.network == "large" else 1)
     for _ in range(args.rounds):  # alternate: the machine's other load hits both
-        window = _serve_window(server, args.protocol, model, batch, concurrency, args.seconds)
-        served.append(asyncio.run(window))
-        local.append(loop.measure(batch, args.seconds / 2))
+        served.append(
+            _serve_window(server, args.protocol, model, loop.width, batch, concurrency, seconds)
+        )
+        local.append(loop.measure(batch, seconds / 2))
     after = _batch_sizes(server.grpc_url, model)
-    row = _row(loop.backend, concurrency, batch, served, local, before, after)
+    row = _row(loop, concurrency, batch, served, local, before, after)
     return {"protocol": args.protocol, **row}
 
 
@@ -232,7 +365,7 @@ def _median(windows: list[dict[str, float]], key: str) -> float:
 
 
 def _row(  # noqa: PLR0913 - one report row gathers them all
-    backend: str,
+    loop: InProcess,
     concurrency: int,
     batch: int,
     served: list[dict[str, float]],
@@ -243,13 +376,17 @@ def _row(  # noqa: PLR0913 - one report row gathers them all
     cpu_server = _median(served, "cpu_us_per_sample")
     cpu_local = _median(local, "cpu_us_per_sample")
     return {
-        "backend": backend,
+        "network": loop.network,
+        "backend": loop.backend,
         "batch": batch,
         "concurrency": concurrency,
         "server_samples_per_s": _median(served, "samples_per_s"),
         "inprocess_samples_per_s": _median(local, "samples_per_s"),
         "server_cpu_us_per_sample": cpu_server,
         "inprocess_cpu_us_per_sample": cpu_local,
+        "server_loop_us_per_request": _median(served, "loop_us_per_request"),
+        "server_others_us_per_request": _median(served, "others_us_per_request"),
+        "inprocess_us_per_batch": cpu_local * batch,
         "cpu_ratio": cpu_server / cpu_local,
         "executions_by_batch_size": {
             str(k): v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)
@@ -259,29 +396,39 @@ def _row(  # noqa: PLR0913 - one report row gathers them all
 
 def _line(row: dict[str, Any]) -> str:
     return (
-        f"{row['protocol']:4} {row['backend']:8} batch {row['batch']:3} c{row['concurrency']:<2} "
-        f"server {row['server_samples_per_s']:9.0f}/s {row['server_cpu_us_per_sample']:7.1f} µs "
-        f"CPU/sample | in-process {row['inprocess_samples_per_s']:9.0f}/s "
-        f"{row['inprocess_cpu_us_per_sample']:7.1f} µs | ratio {row['cpu_ratio']:.2f} "
+        f"{row['protocol']:4} {row['network']:5} {row['backend']:8} batch {row['batch']:3} "
+        f"c{row['concurrency']:<2} server {row['server_samples_per_s']:9.0f}/s "
+        f"{row['server_cpu_us_per_sample']:8.1f} µs CPU/sample (per request: loop "
+        f"{row['server_loop_us_per_request']:.0f} µs, other threads "
+        f"{row['server_others_us_per_request']:.0f} µs) | in-process "
+        f"{row['inprocess_samples_per_s']:9.0f}/s {row['inprocess_cpu_us_per_sample']:8.1f} µs "
+        f"({row['inprocess_us_per_batch']:.0f} µs per batch) | ratio {row['cpu_ratio']:.2f} "
         f"(target <= {TARGET}) | executions {row['executions_by_batch_size']}"
     )
 
 
-def _report(rows: list[dict[str, Any]]) -> None:
+def _report(rows: list[dict[str, Any]], header: str) -> None:
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "backends.json").write_text(json.dumps(rows, indent=2) + "\n")
+    (out / "backends.json").write_text(
+        json.dumps({"header": header, "rows": rows}, indent=2) + "\n"
+    )
     lines = [
-        "| protocol | backend | batch | concurrency | server samples/s | in-process samples/s "
-        "| server CPU µs/sample | in-process CPU µs/sample | ratio | executions by batch size |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        header,
+        "",
+        "| protocol | network | backend | batch | c | server samples/s | in-process samples/s "
+        "| server CPU µs/sample | in-process CPU µs/sample | ratio | server loop µs/request "
+        "| server other threads µs/request | in-process µs/batch | executions by batch size |",
+        "|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['protocol']} | {r['backend']} | {r['batch']} | {r['concurrency']} | "
-            f"{r['server_samples_per_s']:.0f} | {r['inprocess_samples_per_s']:.0f} | "
-            f"{r['server_cpu_us_per_sample']:.1f} | {r['inprocess_cpu_us_per_sample']:.1f} | "
-            f"{r['cpu_ratio']:.2f} | {r['executions_by_batch_size']} |"
+            f"| {r['protocol']} | {r['network']} | {r['backend']} | {r['batch']} | "
+            f"{r['concurrency']} | {r['server_samples_per_s']:.0f} | "
+            f"{r['inprocess_samples_per_s']:.0f} | {r['server_cpu_us_per_sample']:.1f} | "
+            f"{r['inprocess_cpu_us_per_sample']:.1f} | {r['cpu_ratio']:.2f} | "
+            f"{r['server_loop_us_per_request']:.0f} | {r['server_others_us_per_request']:.0f} | "
+            f"{r['inprocess_us_per_batch']:.0f} | {r['executions_by_batch_size']} |"
         )
     (out / "backends.md").write_text("\n".join(lines) + "\n")
 
@@ -289,7 +436,7 @@ def _report(rows: list[dict[str, Any]]) -> None:
 _EXTRA = {"pytorch": "torch", "openvino": "openvino"}
 
 
-def _installed(backend: str) -> bool:
+def _installed(backend: str, quiet: bool = False) -> bool:
     """Whether the backend's framework imports; a missing one is skipped, saying so."""
     module = _EXTRA.get(backend)
     if module is None:
@@ -297,7 +444,10 @@ def _installed(backend: str) -> bool:
     try:
         __import__(module)
     except ImportError:
-        print(f"bench/backends.py: {module} is not installed (pip install 'tritium[{backend}]')")
+        if not quiet:
+            print(
+                f"bench/backends.py: {module} is not installed (pip install 'tritium[{backend}]')"
+            )
         return False
     return True
 
@@ -305,20 +455,34 @@ def _installed(backend: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     numbers = lambda t: [int(v) for v in t.split(",")]  # noqa: E731
-    parser.add_argument("--seconds", type=float, default=3.0, help="one server window")
-    parser.add_argument("--batch", type=numbers, default=[8, 64])
+    names = lambda t: t.split(",")  # noqa: E731
+    parser.add_argument("--seconds", type=float, default=2.0, help="one server window")
+    parser.add_argument("--batch", type=numbers, default=[8, 32, 64, 128])
     parser.add_argument("--concurrency", type=numbers, default=[1, 2])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
-    parser.add_argument(
-        "--backends", type=lambda t: t.split(","), default=list(MODELS), help="a subset of these"
-    )
+    parser.add_argument("--backends", type=names, default=list(BACKENDS), help="a subset")
+    parser.add_argument("--networks", type=names, default=list(NETWORKS), help="a subset")
     args = parser.parse_args(argv)
+    unknown = [n for n in args.networks if n not in NETWORKS]
+    if unknown or any(b not in BACKENDS for b in args.backends):
+        parser.error(
+            f"--networks from {', '.join(NETWORKS)}; --backends from {', '.join(BACKENDS)}"
+        )
     args.backends = [b for b in args.backends if _installed(b)]
+    load0, started = os.getloadavg(), time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     rows = run(args)
-    _report(rows)
-    over = [r for r in rows if r["cpu_ratio"] > TARGET]
-    print(f"{len(rows) - len(over)}/{len(rows)} rows within {TARGET}x the in-process CPU")
+    load1 = os.getloadavg()
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    header = (
+        f"{started} · `python bench/backends.py {command}` "
+        f"· nproc {os.cpu_count()} · load average before "
+        f"{'/'.join(f'{x:.1f}' for x in load0)}, after {'/'.join(f'{x:.1f}' for x in load1)}"
+    )
+    _report(rows, header)
+    over = [r for r in rows if r["cpu_ratio"] > TARGET and r["network"] != "floor"]
+    networks = [r for r in rows if r["network"] != "floor"]
+    print(f"{len(networks) - len(over)}/{len(networks)} rows within {TARGET}x the in-process CPU")
     return 0
 
 

@@ -1,7 +1,9 @@
 """ONNX executions forced to the instance thread (``TRITIUM_ONNX_EXECUTION=thread``, the
 benchmarks' knob of backends/inline_policy.py) answer right, one at a time and when requests
 queue up behind a busy instance (a group goes to the thread in one hand-off); an unknown value
-fails the model's load (and so the start) with a message naming the choices. Both protocols."""
+fails the model's load (and so the start) with a message naming the choices, as does a bad
+GIL switch interval (``TRITIUM_SWITCH_INTERVAL_US``, which the thread server sets). Both
+protocols."""
 
 from __future__ import annotations
 
@@ -18,26 +20,29 @@ import tritonclient.http.aio as httpaio
 from tests.support.server_process import ServerProcess
 
 ENV = "TRITIUM_ONNX_EXECUTION"
+SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
 
 
-def _start(repo: Path, mode: str) -> ServerProcess:
-    saved = os.environ.get(ENV)
+def _start(repo: Path, mode: str, switch: str = "") -> ServerProcess:
+    saved = {name: os.environ.get(name) for name in (ENV, SWITCH_ENV)}
     os.environ[ENV] = mode  # the server inherits it (read when a model loads)
+    os.environ[SWITCH_ENV] = switch
     try:
         return ServerProcess(
             [repo], "--model-control-mode", "explicit", "--load-model", "simple",
             "--strict-readiness=false",
         )  # fmt: skip
     finally:
-        if saved is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 @pytest.fixture(scope="module")
 def thread_server(example_repo: Path) -> Iterator[ServerProcess]:
-    proc = _start(example_repo, "thread")
+    proc = _start(example_repo, "thread", switch="100")
     yield proc
     proc.stop()
 
@@ -87,3 +92,10 @@ def test_an_unknown_mode_fails_the_load(example_repo: Path) -> None:
     text = str(caught.value)
     assert "simple version 1" in text and ENV in text
     assert "auto, inline, thread" in text and "'fastest'" in text
+
+
+def test_a_bad_switch_interval_fails_the_load(example_repo: Path) -> None:
+    with pytest.raises(RuntimeError) as caught:
+        _start(example_repo, "auto", switch="0.5").stop()
+    text = str(caught.value)
+    assert "simple version 1" in text and SWITCH_ENV in text and "'0.5'" in text

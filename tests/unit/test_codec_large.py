@@ -171,6 +171,34 @@ def test_grpc_pieces_match_one_parse(
         assert a.data.dtype == b.data.dtype and a.data.tolist() == b.data.tolist()
 
 
+@pytest.mark.parametrize("piece", [7, 1 << 20])
+def test_grpc_raw_contents_are_views_of_the_request(
+    monkeypatch: pytest.MonkeyPatch, piece: int
+) -> None:
+    """From RAW_VIEWS_FROM bytes, raw_input_contents become tensors over the request's own
+    bytes (no copy), equal to what protobuf's parse gives; their count is still checked."""
+    monkeypatch.setattr(wire, "RAW_VIEWS_FROM", 1)
+    monkeypatch.setattr(wire, "PIECE", piece)
+    a, b = np.arange(12, dtype=np.float32).reshape(3, 4), np.arange(5, dtype=np.int64)
+    message = pb.ModelInferRequest(model_name="m", id="r")
+    message.inputs.add(name="A", datatype="FP32", shape=[3, 4])
+    message.inputs.add(name="B", datatype="INT64", shape=[5])
+    message.raw_input_contents.extend([a.tobytes(), b.tobytes()])
+    raw = message.SerializeToString()
+    parsed, got = grpc_codec.decode_message(raw)
+    assert parsed.id == "r" and parsed.model_name == "m" and not parsed.raw_input_contents
+    want = grpc_codec.decode_request(pb.ModelInferRequest.FromString(raw), -1)
+    for tensor, expected in zip(got.inputs, want.inputs, strict=True):
+        assert (tensor.name, tensor.datatype, tensor.shape) == (
+            expected.name, expected.datatype, expected.shape,
+        )  # fmt: skip
+        assert tensor.data.dtype == expected.data.dtype
+        assert tensor.data.tolist() == expected.data.tolist()
+        assert np.shares_memory(tensor.data, np.frombuffer(raw, dtype=np.uint8))
+    message.raw_input_contents.append(b"\0" * 8)
+    _invalid(lambda: grpc_codec.decode_message(message.SerializeToString()), "raw_input_contents")
+
+
 def test_grpc_invalid_utf8_and_out_of_range() -> None:
     raw = pb.ModelInferRequest(model_name="\x01").SerializeToString().replace(b"\x01", b"\xff")
     _invalid(lambda: grpc_codec.decode_message(raw), "UTF-8")

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import pytest
 
-from tritium.backends.inline_policy import ENV, InlinePolicy, mode_from_env
+from tritium.backends.inline_policy import (
+    ENV,
+    SWITCH_ENV,
+    SWITCH_INTERVAL_US,
+    InlinePolicy,
+    mode_from_env,
+    switch_interval,
+)
 from tritium.errors import ServerError
 
 US = 1e-6
 
 
-def _measured(inline_us: float, handoff_us: float, probe_every: int = 64) -> InlinePolicy:
-    policy = InlinePolicy(probe_every=probe_every)
+def _measured(
+    inline_us: float, handoff_us: float, probe_every: int = 64, probe_gap: float = 0.0
+) -> InlinePolicy:
+    policy = InlinePolicy(probe_every=probe_every, probe_gap=probe_gap)
     policy.record_handoff(1, roundtrip=(handoff_us + 5) * US, compute=5 * US, busy=inline_us * US)
     return policy
 
@@ -116,3 +125,41 @@ def test_settled_names_the_preferred_path_probes_aside() -> None:
     policy.record_inline(10 * US)
     assert policy.probing and policy.settled() == "inline"
     assert _measured(inline_us=900, handoff_us=50).settled() == "thread"
+
+
+@pytest.mark.parametrize(
+    ("environ", "seconds"),
+    [
+        ({}, SWITCH_INTERVAL_US / 1e6),
+        ({SWITCH_ENV: ""}, SWITCH_INTERVAL_US / 1e6),
+        ({SWITCH_ENV: "5000"}, 0.005),
+        ({SWITCH_ENV: " 1 "}, 1e-6),
+    ],
+)
+def test_switch_interval(environ: dict[str, str], seconds: float) -> None:
+    assert switch_interval(environ) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "2.5", "fast", "1000001"])
+def test_a_bad_switch_interval_is_refused(text: str) -> None:
+    with pytest.raises(ServerError) as caught:
+        switch_interval({SWITCH_ENV: text})
+    assert SWITCH_ENV in str(caught.value.message) and f"'{text}'" in str(caught.value.message)
+
+
+def test_probes_are_spaced_in_time_too() -> None:
+    """However fast the samples come, two probes are at least ``probe_gap`` apart: a probe of
+    the thread stalls the requests queued behind it."""
+    now = [100.0]
+    policy = _measured(inline_us=10, handoff_us=50, probe_every=1, probe_gap=0.5)
+    policy.clock = lambda: now[0]
+    policy.record_inline(10 * US)  # the preferred path's sample: a probe is due
+    assert policy.probing and not policy.probe_inline
+    policy.record_handoff(1, roundtrip=55 * US, compute=5 * US, busy=10 * US)  # its sample
+    assert not policy.probing
+    for _ in range(100):  # many samples, no time: no probe
+        policy.record_inline(10 * US)
+    assert not policy.probing
+    now[0] += 0.5
+    policy.record_inline(10 * US)
+    assert policy.probing

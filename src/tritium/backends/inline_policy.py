@@ -11,24 +11,42 @@ resuming. A hand-off of ``n`` runs is one round trip, so ``n`` inline runs are w
 against one hand-off.
 
 Both estimates go stale while the other path is taken: after every ``probe_every`` samples of
-the preferred path, the other one is taken until it has given one sample, so the decision can
-flip back when conditions change (load, CPU frequency, a neighbour on the core).
+the preferred path, and at least ``probe_gap`` seconds after the last probe, the other one is
+taken until it has given one sample, so the decision can flip back when conditions change
+(load, CPU frequency, a neighbour on the core). The gap bounds what probes cost: a probe of
+the thread stalls the requests queued behind it for a whole round trip, which on a busy CPU
+(the thread waits for a core, then for the GIL) is milliseconds, and a fast model gives 64
+samples in a few of those (bench/results/onnx_inline.md).
 
 ``TRITIUM_ONNX_EXECUTION`` (``auto``, the default; ``inline``; ``thread``) forces one path for
 benchmarks that compare them (bench/onnx_inline.py); any other value is refused at load.
+
+Both paths pay for the GIL: the runtime releases it while it computes, and a thread that wants
+it back waits for whichever Python thread took it to let go, up to ``sys.getswitchinterval()``
+(5 ms by default) when that thread is busy (the loop serving other clients, a decode worker, the
+log writer). ``switch_interval`` is the shorter interval a server with an instance thread runs
+with (``SWITCH_INTERVAL_US``; ``TRITIUM_SWITCH_INTERVAL_US`` sets another for benchmarks).
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ..errors import ServerError, invalid_arg
 
 MODES = ("auto", "inline", "thread")
 ENV = "TRITIUM_ONNX_EXECUTION"
+SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
+# The GIL switch interval once an instance thread exists: a thread waiting for the GIL behind a
+# busy one gets it within this (bench/results/onnx_inline.md: 5 ms made every run wait).
+SWITCH_INTERVAL_US = 200
+MAX_SWITCH_INTERVAL_US = 1_000_000
 ALPHA = 0.2  # weight of a new sample in the moving averages
 PROBE_EVERY = 64  # samples of the preferred path between two probes of the other
+PROBE_GAP = 0.5  # and seconds, at least, between two probes
 
 
 def mode_from_env(environ: dict[str, str] | None = None) -> str:
@@ -45,6 +63,20 @@ def mode_error(value: str) -> ServerError:
     return invalid_arg(f"{ENV} must be one of {', '.join(MODES)}, got '{value}'")
 
 
+def switch_interval(environ: dict[str, str] | None = None) -> float:
+    """The GIL switch interval (seconds) for a server with instance threads: the default,
+    or ``TRITIUM_SWITCH_INTERVAL_US`` (whole microseconds, 1 to 1,000,000)."""
+    text = (os.environ if environ is None else environ).get(SWITCH_ENV, "").strip()
+    if not text:
+        return SWITCH_INTERVAL_US / 1e6
+    if not text.isdigit() or not 1 <= int(text) <= MAX_SWITCH_INTERVAL_US:
+        raise invalid_arg(
+            f"{SWITCH_ENV} must be a whole number of microseconds from 1 to "
+            f"{MAX_SWITCH_INTERVAL_US}, got '{text}'"
+        )
+    return int(text) / 1e6
+
+
 def _average(old: float | None, sample: float) -> float:
     return sample if old is None else (1.0 - ALPHA) * old + ALPHA * sample
 
@@ -53,12 +85,15 @@ def _average(old: float | None, sample: float) -> float:
 class InlinePolicy:
     mode: str = "auto"
     probe_every: int = PROBE_EVERY
+    probe_gap: float = PROBE_GAP
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     inline_cost: float | None = None  # seconds per run on the loop
     handoff_cost: float | None = None  # seconds per hand-off, beyond the thread's compute
     seeded: bool = False  # inline_cost is a stand-in from a thread run, not measured inline
     probing: bool = False  # the other path is due for a sample
     probe_inline: bool = False  # which path the probe takes
     _since_probe: int = 0
+    _probed_at: float | None = None  # when the last probe began
 
     def prefers_inline(self, runs: int = 1) -> bool:
         """Whether ``runs`` executions should run on the loop now."""
@@ -106,5 +141,12 @@ class InlinePolicy:
         if inline != self._better_inline():
             return  # a run that had to take the other path (too big, or several at once)
         self._since_probe += 1
-        if self._since_probe >= self.probe_every:
+        if self._since_probe >= self.probe_every and self._gap_passed():
             self.probing, self.probe_inline = True, not self._better_inline()
+
+    def _gap_passed(self) -> bool:
+        now = self.clock()
+        if self._probed_at is not None and now - self._probed_at < self.probe_gap:
+            return False
+        self._probed_at = now
+        return True

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import queue
+import sys
 import threading
 import time
 from typing import Any
@@ -21,7 +22,7 @@ from ..errors import ServerError, internal
 from ..request import InferenceRequest
 from ..types import InferenceResponse
 from .base import send_error
-from .inline_policy import InlinePolicy
+from .inline_policy import InlinePolicy, switch_interval
 
 log = logging.getLogger("tritium")
 
@@ -51,6 +52,8 @@ class ThreadedInstance:
     def __init__(self, name: str, version: int, thread_prefix: str, mode: str = "auto") -> None:
         self.name = name
         self._version = str(version)
+        # Hand-offs wait for the GIL at both ends: keep those waits short (inline_policy.py).
+        sys.setswitchinterval(switch_interval())
         self._policy = InlinePolicy(mode)  # inline or thread, from costs measured here
         self._settled = self._policy.settled()
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()

@@ -41,8 +41,8 @@ def decode_message(
 ) -> tuple[pb.ModelInferRequest, ClientRequest]:
     """A ModelInferRequest's bytes, undecoded by the transport (see ``wire``), decoded;
     ``forwarded``: metadata ``--grpc-header-forward-pattern`` turns into parameters."""
-    msg, contents = parse_request(raw)
-    return msg, decode_request(msg, parse_version(msg.model_version), contents, forwarded)
+    msg, contents, views = parse_request(raw)
+    return msg, decode_request(msg, parse_version(msg.model_version), contents, forwarded, views)
 
 
 def decode_request(
@@ -50,9 +50,11 @@ def decode_request(
     version: int,
     contents: dict[int, memoryview] | None = None,
     forwarded: dict[str, str] | None = None,
+    views: list[memoryview] | None = None,
 ) -> ClientRequest:
+    """``views``: the raw contents when ``wire.parse_request`` kept them out of ``msg``."""
     model = msg.model_name
-    raw = msg.raw_input_contents
+    raw: Any = msg.raw_input_contents if views is None else views
     used = 0  # raw_input_contents holds one entry per input that is not in shared memory
     inputs = []
     uses_shm = False
@@ -115,7 +117,9 @@ def _datatype(inp: Any) -> DataType:
     return datatype
 
 
-def _input(inp: Any, raw: bytes | None, model: str, kept: memoryview | None) -> Tensor:
+def _input(
+    inp: Any, raw: bytes | memoryview | None, model: str, kept: memoryview | None
+) -> Tensor:
     name = inp.name
     datatype = _datatype(inp)
     shape = tuple(inp.shape)

@@ -461,12 +461,12 @@ def _decode(
     """A stream message, decoded; a refused one gives its error (and the message when it
     parsed, so that the error answer carries its id)."""
     try:
-        message, contents = parse_request(raw)
+        message, contents, views = parse_request(raw)
     except ServerError as exc:
         return None, exc
     try:
         version = parse_version(message.model_version)
-        return message, decode_request(message, version, contents, forwarded)
+        return message, decode_request(message, version, contents, forwarded, views)
     except ServerError as exc:
         return message, exc
 

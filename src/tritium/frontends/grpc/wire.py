@@ -7,7 +7,9 @@ protobuf call holding the GIL: 48 MiB of empty strings in ``bytes_contents`` tak
 a second. A large message is cut at its top-level field boundaries into pieces merged one at a
 time (protobuf's merge of concatenated pieces is the parse of the whole); the typed
 ``contents`` of a large input are kept aside as bytes and decoded by ``decode_contents`` chunk
-by chunk.
+by chunk. From ``RAW_VIEWS_FROM`` bytes on, ``raw_input_contents`` are not given to protobuf
+(which copies each into its arena, then into a new bytes object on access) but kept as views
+of the request's bytes, so the tensors over them are the request's own bytes.
 """
 
 from __future__ import annotations
@@ -22,7 +24,9 @@ from ...errors import invalid_arg
 from ...tensor_codec import CHUNK, empty_strings, object_array, strided_items
 
 PIECE = 1 << 20  # bytes merged by one protobuf call
+RAW_VIEWS_FROM = 1 << 14  # a message of this many bytes keeps its raw contents as views
 _INPUTS = 5  # ModelInferRequest.inputs
+_RAW_INPUT_CONTENTS = 7  # ModelInferRequest.raw_input_contents
 _CONTENTS = 5  # InferInputTensor.contents
 _BYTES_CONTENTS = 8  # InferTensorContents.bytes_contents
 
@@ -80,23 +84,33 @@ def _key(number: int, size: int) -> bytes:
     return bytes(out)
 
 
-def parse_request(raw: bytes) -> tuple[pb.ModelInferRequest, dict[int, memoryview]]:
-    """The message, and the ``contents`` bytes of its large inputs by input index."""
+def parse_request(
+    raw: bytes,
+) -> tuple[pb.ModelInferRequest, dict[int, memoryview], list[memoryview] | None]:
+    """The message, the ``contents`` bytes of its large inputs by input index, and (from
+    ``RAW_VIEWS_FROM`` bytes) its ``raw_input_contents`` as views of ``raw``, left out of the
+    message; None: they are in the message."""
     message = pb.ModelInferRequest()
     try:
-        if len(raw) <= PIECE:
+        if len(raw) < RAW_VIEWS_FROM:
             message.MergeFromString(raw)
-            return message, {}
-        return message, _merge_pieces(message, memoryview(raw))
+            return message, {}, None
+        views: list[memoryview] = []
+        return message, _merge_pieces(message, memoryview(raw), views), views
     except DecodeError as exc:
         raise _malformed("ModelInferRequest", str(exc), hint=True) from None
 
 
-def _merge_pieces(message: pb.ModelInferRequest, view: memoryview) -> dict[int, memoryview]:
+def _merge_pieces(
+    message: pb.ModelInferRequest, view: memoryview, views: list[memoryview]
+) -> dict[int, memoryview]:
     contents: dict[int, memoryview] = {}
     piece: list[bytes | memoryview] = []
     size = index = 0
     for number, wire, start, body, end in _fields(view):
+        if number == _RAW_INPUT_CONTENTS and wire == 2:
+            views.append(view[body:end])
+            continue
         field: bytes | memoryview = view[start:end]
         if number == _INPUTS and wire == 2:
             if end - body > PIECE:
