@@ -5,3 +5,7 @@ cp /tmp/qa23core/models/decoupled/repeat_model.py ../L0_decoupled/models/repeat_
 # stand-in's decoupled-only check is dropped
 sed -i 's/if not using_decoupled:/if False:  # qa23: non-decoupled too, as the C++ repeat backend/' ../L0_decoupled/models/repeat_int32/1/model.py
 cp /tmp/qa23core/models/decoupled/repeat_config.pbtxt ../L0_decoupled/models/repeat_int32/config.pbtxt
+# the C++ simple_{http,grpc}_infer_client are not built here: a Python stand-in doing the same one
+# inference (py/qa23_simple_client.py)
+sed -i -e 's#^SIMPLE_HTTP_CLIENT=.*#SIMPLE_HTTP_CLIENT="python3 /tmp/qa23core/py/qa23_simple_client.py http"#' \
+  -e 's#^SIMPLE_GRPC_CLIENT=.*#SIMPLE_GRPC_CLIENT="python3 /tmp/qa23core/py/qa23_simple_client.py grpc"#' test.sh
