@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "examples"))
 
 from build_models import build_examples  # noqa: E402
+
+# The servers the tests start log each message as written (TRITON_SERVER_ESCAPE_LOG_MESSAGES=0),
+# not as a JSON string as Triton and tritium do by default, so that the tests read the messages
+# they look for as they are; tests/integration/test_logging.py and
+# tests/unit/test_log_settings.py check the escaped default.
+os.environ.setdefault("TRITON_SERVER_ESCAPE_LOG_MESSAGES", "0")
 
 # Models every healthy shared server has; crash/bad models get servers of their own.
 GOOD_TEST_MODELS = [

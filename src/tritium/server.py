@@ -32,7 +32,14 @@ from .errors import (
     unavailable,
     unsupported,
 )
-from .logs.settings import LogSettings, LogUpdate, grpc_update, http_update, installed
+from .logs.settings import (
+    LogSettings,
+    LogUpdate,
+    grpc_update,
+    http_update,
+    installed,
+    raw_message,
+)
 from .logs.table import model_table, terminal_width
 from .metrics.render import FAMILY_NAMES
 from .repository.model import Model
@@ -252,7 +259,8 @@ class InferenceServer:
         if self._remote is not None:
             await self._remote.start()
         await self.control.start()
-        log.info("%s", model_table(self.repository.index(), terminal_width()))
+        table = model_table(self.repository.index(), terminal_width())
+        log.info("%s", table, extra=raw_message())  # as Triton: tables unescaped
         failures = self.repository.failures()
         if failures and self.options.exit_on_error:
             await self.repository.unload_all()

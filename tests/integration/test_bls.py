@@ -32,6 +32,7 @@ _BLS_MODELS = [
     "bls_cancel_child",
     "bls_sequence",
     "bls_forward_fp32",
+    "bls_by_name",
     "raises",
     "identity_fp32",
     "identity_onnx_fp32",
@@ -74,6 +75,21 @@ def test_three_model_pipeline(bls_server: ServerProcess, protocol: str) -> None:
     result = _infer(bls_server, protocol, "bls_pipeline", inputs)
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * (a + b))
     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_model_and_output_names_may_be_bytes(bls_server: ServerProcess, protocol: str) -> None:
+    """Triton's pybind11 binding takes bytes where it takes a str (a BYTES input's
+    ``as_numpy()[0]``, as qa/L0_trace's bls_simple passes it): the child runs."""
+    a = np.arange(16, dtype=np.int32)
+    b = np.full(16, 3, dtype=np.int32)
+    inputs = [
+        make_input(protocol, "INPUT0", a, "INT32"),
+        make_input(protocol, "INPUT1", b, "INT32"),
+        _text_input(protocol, "MODEL_NAME", "simple"),
+    ]
+    result = _infer(bls_server, protocol, "bls_by_name", inputs)
+    assert result.as_numpy("OUTPUT0").tolist() == (a + b).tolist()
+    assert result.as_numpy("OUTPUT1").tolist() == (a - b).tolist()
 
 
 @pytest.mark.parametrize("model", ["bls_fanout_async", "bls_fanout_threads"])

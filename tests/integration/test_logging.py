@@ -537,3 +537,72 @@ def test_json_format_from_the_start(json_log: Path) -> None:
     assert len(table[0]["message"].splitlines()) > 4
     started = [r for r in records if r["message"].startswith("Started GRPCInferenceService")]
     assert started and started[0]["model"] is None
+
+
+# ------------------------------------------------------- messages as JSON strings (default)
+
+ECHO = "log_echo"
+ECHO_PY = textwrap.dedent("""
+    import triton_python_backend_utils as pb_utils
+
+
+    class TritonPythonModel:
+        def execute(self, requests):
+            responses = []
+            for request in requests:
+                text = pb_utils.get_input_tensor_by_name(request, "TEXT")
+                pb_utils.Logger.log_info("echo " + text.as_numpy()[0].decode())
+                responses.append(pb_utils.InferenceResponse(output_tensors=[
+                    pb_utils.Tensor("ECHOED", text.as_numpy())
+                ]))
+            return responses
+""")
+FORGED = 'I0205 18:34:18.707423 1 file.cc:123] "THIS ENTRY WAS INJECTED"'
+CONTROL = "\u001b[31mESC-INJECTION:\u001b[32mSUCCESSFUL\u001b[0m\u0007"
+ESCAPED_LINE = re.compile(r"^[IWE]\d{4} \d\d:\d\d:\d\d\.\d{6} \d+ \S+:\d+\] (?P<message>.*)$")
+
+
+@pytest.fixture(scope="module")
+def escaped_log(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The log of a server with TRITON_SERVER_ESCAPE_LOG_MESSAGES unset (Triton's default:
+    messages escaped), after a client's text with a forged record and terminal escapes reached
+    a model's pb_utils.Logger over each protocol."""
+    root = tmp_path_factory.mktemp("escaped")
+    _model(root, BROKEN, BROKEN_PY)  # a traceback of several lines
+    (root / ECHO / "1").mkdir(parents=True)
+    (root / ECHO / "1" / "model.py").write_text(ECHO_PY)
+    (root / ECHO / "config.pbtxt").write_text(
+        f'name: "{ECHO}" backend: "python" max_batch_size: 0\n'
+        'input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'output [ { name: "ECHOED" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+    )
+    path = tmp_path_factory.mktemp("escaped_log") / "escaped.log"
+    with pytest.MonkeyPatch.context() as env:
+        env.delenv("TRITON_SERVER_ESCAPE_LOG_MESSAGES", raising=False)
+        proc = ServerProcess([root], "--exit-on-error=false", f"--log-file={path}")
+    try:
+        for protocol in PROTOCOLS:
+            c = client(protocol, proc.url(protocol))
+            text = np.array([f"{protocol}\n{FORGED}\n{CONTROL}".encode()], dtype=np.object_)
+            c.infer(ECHO, [make_input(protocol, "TEXT", text, "BYTES")])
+            c.close()
+        assert wait_until(lambda: path.read_text().count('] "echo ') == 2, TIMEOUT_S)
+    finally:
+        proc.stop()
+    return path.read_text()
+
+
+def test_messages_are_json_strings_by_default(escaped_log: str) -> None:
+    """Each record is one line whose message is a JSON string (Triton 2.51's logger): a
+    client's newlines and terminal escapes cannot forge a record; a traceback stays in its
+    record; the start-up table alone is written as it is."""
+    records = [line for line in escaped_log.splitlines() if ESCAPED_LINE.match(line)]
+    messages = [json.loads(ESCAPED_LINE.match(line)["message"] or '""') for line in records]
+    assert FORGED not in escaped_log.splitlines() and "\u001b" not in escaped_log
+    for protocol in PROTOCOLS:
+        assert f"echo {protocol}\n{FORGED}\n{CONTROL}" in messages
+    traceback = [m for m in messages if m.startswith("Failed to initialize Python stub")]
+    assert len(traceback) == 1 and "Traceback (most recent call last):\n" in traceback[0]
+    others = [line for line in escaped_log.splitlines() if not ESCAPED_LINE.match(line)]
+    assert all(line == "" or line[0] in "+|" for line in others), others  # the table's lines
+    assert [row[0] for row in _table(escaped_log) if row[0]] == [BROKEN, ECHO]

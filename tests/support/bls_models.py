@@ -26,6 +26,10 @@ bls_sequence         INPUT0 INT32 [-1] + parameter ``corrid``: one request per v
 bls_control          ACTION STRING [1] = "load|unload|ready <model> [version]" -> MESSAGE
                      STRING [1]; "init x" answers what ``initialize`` saw: is_model_ready
                      of ``bls_double`` and the refusal of an ``exec`` there.
+bls_by_name          INPUT0, INPUT1 INT32 [16], MODEL_NAME STRING [1] -> the model it names
+                     (``simple``), called with the name and output names as the bytes a BYTES
+                     input gives (Triton's binding takes bytes where it takes str): its
+                     OUTPUT0, OUTPUT1.
 bls_forward_fp32     INPUT0 FP32 [-1] + parameter ``target`` (default ``identity_onnx_fp32``)
                      -> OUTPUT0 = the target's OUTPUT0 (large-tensor round trips); with
                      parameter ``repeat`` = n it calls the target n times and OUTPUT1 FP64 [1]
@@ -302,6 +306,27 @@ class TritonPythonModel:
         return _reply(("MESSAGE", np.array([message.encode()], dtype=object)))
 """
 
+_BY_NAME = """
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            name = _in(request, "MODEL_NAME")[0]  # bytes, as qa/L0_trace's bls_simple uses it
+            response = pb_utils.InferenceRequest(
+                model_name=name,
+                inputs=[pb_utils.Tensor(n, _in(request, n).reshape(1, 16))
+                        for n in ("INPUT0", "INPUT1")],
+                requested_output_names=[b"OUTPUT0", b"OUTPUT1"],
+                request_id=b"by-name",
+            ).exec()
+            if response.has_error():
+                responses.append(pb_utils.InferenceResponse(error=response.error()))
+            else:
+                responses.append(_reply(*((n, _out(response, n).reshape(16))
+                                          for n in ("OUTPUT0", "OUTPUT1"))))
+        return responses
+"""
+
 _FORWARD = """
 class TritonPythonModel:
     def execute(self, requests):
@@ -379,6 +404,11 @@ BLS_SPECS: dict[str, _Spec] = {
     "bls_cancel_child": _spec(_CANCEL_CHILD, [("IN", _I32, "1")], [("OUT", _I32, "1")]),
     "bls_sequence": _spec(_SEQUENCE, [("INPUT0", _I32, "-1")], [("SEEN", "TYPE_INT64", "-1, -1")]),
     "bls_control": _spec(_CONTROL, [("ACTION", _STR, "1")], [("MESSAGE", _STR, "1")]),
+    "bls_by_name": _spec(
+        _BY_NAME,
+        [("INPUT0", _I32, "16"), ("INPUT1", _I32, "16"), ("MODEL_NAME", _STR, "1")],
+        [("OUTPUT0", _I32, "16"), ("OUTPUT1", _I32, "16")],
+    ),
     "bls_forward_fp32": _spec(
         _FORWARD,
         [("INPUT0", "TYPE_FP32", "-1")],

@@ -164,3 +164,40 @@ def test_without_optional_inputs_the_input_set_does_not_split_batches() -> None:
     policy.enqueue(_given("a", "INPUT0"), now=0)
     policy.enqueue(_given("b", "INPUT1"), now=0)
     assert _tags(policy.take(now=0)) == ["a", "b"]
+
+
+# Triton's rules around the largest preferred size (GetDynamicBatch; qa/L0_batcher's
+# *_gt_max_preferred cases), with preferred [2, 6], max 8 and a long delay.
+LONG = 10_000_000 * US
+
+
+def test_a_request_above_the_largest_preferred_size_goes_at_once() -> None:
+    policy = _policy(preferred=(2, 6), max_delay_ns=LONG)
+    policy.enqueue(_Request("seven", batch_size=7), now=0)
+    assert _tags(policy.take(now=1)) == ["seven"]
+
+
+def test_the_head_within_the_largest_preferred_size_goes_when_the_next_would_pass_it() -> None:
+    policy = _policy(preferred=(2, 6), max_delay_ns=LONG)
+    policy.enqueue(_Request("three", batch_size=3), now=0)
+    assert policy.take(now=1) is None  # 3: not preferred, room to grow: it waits
+    policy.enqueue(_Request("four", batch_size=4), now=2)  # 3 + 4 > 6
+    assert _tags(policy.take(now=3)) == ["three"]
+    assert policy.take(now=4) is None  # 4 alone waits for the delay
+    assert _tags(policy.take(now=2 + LONG)) == ["four"]
+
+
+def test_a_preferred_head_goes_before_a_full_batch() -> None:
+    policy = _policy(preferred=(2, 6), max_delay_ns=LONG)
+    for tag, size in (("a", 2), ("b", 2), ("c", 4)):  # 8 in all: the maximum
+        policy.enqueue(_Request(tag, batch_size=size), now=0)
+    assert _tags(policy.take(now=1)) == ["a"]  # 2 is preferred; 4 is not; 8 passes 6
+    assert _tags(policy.take(now=2)) == ["b", "c"]  # 6: preferred
+
+
+def test_without_delay_a_preferred_head_still_goes_first() -> None:
+    policy = _policy(preferred=(4,))
+    for i in range(6):
+        policy.enqueue(_Request(f"r{i}"), now=0)
+    assert _tags(policy.take(now=0)) == ["r0", "r1", "r2", "r3"]
+    assert _tags(policy.take(now=0)) == ["r4", "r5"]

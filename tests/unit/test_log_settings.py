@@ -18,14 +18,17 @@ from tritium.backends.python.observer import ModelLogLevels
 from tritium.cli.main import _setup_logging, build_parser, options_from_args
 from tritium.errors import ErrorKind, ServerError
 from tritium.logs.settings import (
+    ESCAPE_VARIABLE,
     LevelFilter,
     about_model,
+    escape_message,
     LogSettings,
     LogUpdate,
     TritonFormatter,
     TritonHandler,
     grpc_update,
     http_update,
+    raw_message,
 )
 from tritium.logs.table import model_table, render_table
 
@@ -40,19 +43,67 @@ def _record(level: int, message: str = "msg", created: float = 1_700_000_000.25)
 # ----------------------------------------------------------------------------- layouts
 
 
-def test_default_and_iso8601_layouts_follow_the_settings() -> None:
+def test_default_and_iso8601_layouts_follow_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ESCAPE_VARIABLE, raising=False)  # the default: messages escaped
     settings = LogSettings()
     formatter = TritonFormatter(settings)
     # 1_700_000_000.25 is 2023-11-14 22:13:20.25 UTC
     assert formatter.format(_record(logging.WARNING)) == (
-        "W1114 22:13:20.250000 4242 server.py:12] msg"
+        'W1114 22:13:20.250000 4242 server.py:12] "msg"'
     )
     settings.apply(LogUpdate(format="ISO8601"))
     assert formatter.format(_record(logging.WARNING)) == (
-        "2023-11-14T22:13:20Z W 4242 server.py:12] msg"
+        '2023-11-14T22:13:20Z W 4242 server.py:12] "msg"'
     )
     assert formatter.format(_record(logging.DEBUG)).startswith("2023-11-14T22:13:20Z I ")
     assert formatter.format(_record(logging.CRITICAL)).startswith("2023-11-14T22:13:20Z E ")
+
+
+def test_escape_message_follows_rapidjson() -> None:
+    # Triton 2.51 writes each message through TritonJson::SerializeString (rapidjson)
+    assert escape_message('say "hi"\\now') == '"say \\"hi\\"\\\\now"'
+    assert escape_message("a\nb\tc\rd\be\ff") == '"a\\nb\\tc\\rd\\be\\ff"'
+    control = "\u001b[31mred\u0007\x00end\x1f"
+    assert escape_message(control) == '"\\u001B[31mred\\u0007\\u0000end\\u001F"'
+    assert escape_message("del \x7f, é, ✓ and /") == '"del \x7f, é, ✓ and /"'  # as they are
+    lone = escape_message("bad \udc80")
+    lone.encode("utf-8")  # writable to a UTF-8 file
+    for text in ('say "hi"\\now', control, "del \x7f, é", "bad \udc80", "\n[fake] record\n"):
+        escaped = escape_message(text)
+        assert "\n" not in escaped and json.loads(escaped) == text
+
+
+def test_messages_are_escaped_unless_the_variable_is_zero(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    injected = _record(logging.ERROR, 'input "\nI0205 18:34:18.707423 1 file.cc:123] forged"')
+    monkeypatch.delenv(ESCAPE_VARIABLE, raising=False)
+    for form in ("default", "ISO8601"):
+        line = TritonFormatter(LogSettings(format=form)).format(injected)
+        assert len(line.splitlines()) == 1
+        assert json.loads(line.split("] ", 1)[1]) == injected.getMessage()
+    for value in ("1", "", "false", "00"):  # only "0" turns it off, as in Triton
+        monkeypatch.setenv(ESCAPE_VARIABLE, value)
+        assert TritonFormatter(LogSettings()).format(_record(logging.INFO)).endswith('] "msg"')
+    monkeypatch.setenv(ESCAPE_VARIABLE, "0")
+    settings = LogSettings(format="ISO8601")
+    raw = TritonFormatter(settings).format(injected)
+    assert raw.endswith('] input "\nI0205 18:34:18.707423 1 file.cc:123] forged"')
+    settings.apply(LogUpdate(format="json"))  # tritium's json layout is JSON either way
+    assert json.loads(TritonFormatter(settings).format(injected))["message"] == (
+        injected.getMessage()
+    )
+
+
+def test_tables_are_written_unescaped(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ESCAPE_VARIABLE, raising=False)
+    table = model_table([{"name": "simple", "version": "1", "state": "READY"}])
+    record = _record(logging.INFO, "%s")
+    record.args = (table,)
+    record.__dict__.update(raw_message())
+    line = TritonFormatter(LogSettings()).format(record)
+    assert line == "I1114 22:13:20.250000 4242 server.py:12] " + table
+    assert "| simple | 1       | READY  |" in line.splitlines()
 
 
 def test_json_layout_is_one_object_per_record() -> None:

@@ -310,12 +310,13 @@ def _record(level: int, message: str = "msg") -> logging.LogRecord:
     return logging.LogRecord("tritium", level, "/x/server.py", 12, message, (), None)
 
 
-def test_triton_format_and_level_filter() -> None:
+def test_triton_format_and_level_filter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRITON_SERVER_ESCAPE_LOG_MESSAGES", raising=False)
     formatter = TritonFormatter()
     for level, letter in ((logging.DEBUG, "I"), (logging.INFO, "I"), (logging.WARNING, "W")):
         line = formatter.format(_record(level))
         assert re.fullmatch(
-            rf"{letter}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ server\.py:12\] msg", line
+            rf'{letter}\d{{4}} \d\d:\d\d:\d\d\.\d{{6}} \d+ server\.py:12\] "msg"', line
         )
     assert formatter.format(_record(logging.CRITICAL)).startswith("E")
     only_errors = LevelFilter(info=False, warning=False, error=True)

@@ -336,6 +336,19 @@ def test_inference_request_validation():
         pb.InferenceRequest(inputs=[], requested_output_names=[])  # model_name missing
 
 
+def test_inference_request_takes_bytes_where_triton_takes_a_std_string():
+    """pybind11 binds std::string from str or bytes: a BYTES input's value can name the model
+    (qa/L0_trace's bls_simple does)."""
+    req = _request(model_name=b"simple", request_id=b"r1", requested_output_names=[b"OUT", "X"])
+    assert req.model_name() == "simple" and req.request_id() == "r1"
+    assert req.requested_output_names() == {"OUT", "X"}
+    for bad in ({"model_name": 3}, {"request_id": 1.5}, {"requested_output_names": [1]}):
+        with pytest.raises(TypeError):
+            _request(**bad)
+    with pytest.raises(TypeError):
+        _request(requested_output_names=b"OUT")  # a name, not a list of names
+
+
 def test_bls_outside_a_stub_is_refused_with_tritons_text():
     """Outside a running stub there is no server to call (Triton: only within execute)."""
     req = _request()

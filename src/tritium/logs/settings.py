@@ -8,6 +8,11 @@ go: to the ``--log-file`` when one is set, else INFO and verbose records to stdo
 and ERROR ones to stderr. ``http_update`` and ``grpc_update`` turn what a client sent into a
 ``LogUpdate`` with Triton's texts for bad values (which differ between the two protocols).
 
+In Triton's two layouts each message is written as a JSON string (``] "loaded model 'x'"``:
+quotes, backslashes and control characters escaped, so a client's text cannot forge a record),
+as Triton 2.51's logger does unless ``TRITON_SERVER_ESCAPE_LOG_MESSAGES=0`` is set; the start-up
+model table is written as it is (``raw_message``), as Triton's ``LOG_TABLE_INFO`` does.
+
 Besides Triton's two layouts, tritium's ``json`` writes each record as one JSON object on one
 line (``time``, ``level``, ``pid``, ``file``, ``line``, ``model``, ``message``); a record about
 a model says which through ``extra=about_model(name)``.
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Mapping
@@ -35,6 +41,30 @@ _BOOL_KEYS = ("log_info", "log_warning", "log_error")
 # encodes or decodes): they stay at WARNING whatever --log-verbose is, so verbose logging
 # shows tritium's records, not a line per HTTP/2 header.
 QUIET_LIBRARIES = ("hpack", "h2", "hyperframe", "asyncio")
+ESCAPE_VARIABLE = "TRITON_SERVER_ESCAPE_LOG_MESSAGES"  # Triton's: "0" turns escaping off
+
+
+def escape_from_environment() -> bool:
+    """Whether messages are escaped: yes unless the variable is exactly "0" (Triton's rule)."""
+    return os.environ.get(ESCAPE_VARIABLE) != "0"
+
+
+# rapidjson's Writer::String, which Triton's TritonJson::SerializeString uses: the quote, the
+# backslash and every control character below 0x20 escaped (\b \t \n \f \r, else \u00XX in
+# upper-case hex); everything else, non-ASCII text included, as it is.
+_SHORT_ESCAPES = {0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"}
+_ESCAPES: dict[int, str] = {c: _SHORT_ESCAPES.get(c, f"\\u{c:04X}") for c in range(0x20)}
+_ESCAPES.update({ord('"'): '\\"', ord("\\"): "\\\\"})
+
+
+def escape_message(message: str) -> str:
+    """``message`` as a JSON string, as Triton writes a log message (rapidjson's escaping); a
+    lone surrogate, which UTF-8 cannot carry, as its \\uDXXX escape. (rapidjson stops at a NUL:
+    tritium escapes it, \\u0000, and keeps what follows.)"""
+    text = message.translate(_ESCAPES)
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return f'"{text}"'
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +96,7 @@ class LogSettings:
         self.info, self.warning, self.error = levels
         self.verbose = min(max(verbose, 0), _MAX_VERBOSE)
         self.format = format
+        self.escape = escape_from_environment()  # read once, at start, as Triton's logger
         self._handler: TritonHandler | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -136,12 +167,22 @@ def about_model(name: str) -> dict[str, str]:
     return {MODEL_KEY: name}
 
 
+RAW_KEY = "triton_raw"  # the LogRecord attribute of a message written unescaped
+
+
+def raw_message() -> dict[str, bool]:
+    """``extra=`` for a message of the server's own making written as it is (a table), as
+    Triton's LOG_TABLE_INFO: never for text that came from a client."""
+    return {RAW_KEY: True}
+
+
 class TritonFormatter(logging.Formatter):
     """Triton's layouts (common/src/logging.cc): ``default`` is ``I1130 19:41:31.224123 23177
     model.py:42] message`` (level letter, UTC month/day and time to the microsecond, process
     id, file:line); ``ISO8601`` is ``2024-11-30T19:41:31Z I 23177 model.py:42] message``.
-    Verbose records print as ``I``, as Triton's LOG_VERBOSE does. tritium's ``json``: see
-    ``json_record``."""
+    Verbose records print as ``I``, as Triton's LOG_VERBOSE does; the message is a JSON string
+    (``escape_message``) when the settings escape and the record is not ``raw_message``.
+    tritium's ``json``: see ``json_record``."""
 
     _LETTERS = {logging.DEBUG: "I", logging.INFO: "I", logging.WARNING: "W"}
 
@@ -150,12 +191,16 @@ class TritonFormatter(logging.Formatter):
         self._settings = settings
 
     def format(self, record: logging.LogRecord) -> str:
-        form = "default" if self._settings is None else self._settings.format
+        settings = self._settings
+        form = "default" if settings is None else settings.format
         message = record.getMessage()
         if record.exc_info:
             message += "\n" + self.formatException(record.exc_info)
         if form == "json":
             return json_record(record, message)
+        escape = escape_from_environment() if settings is None else settings.escape
+        if escape and not getattr(record, RAW_KEY, False):
+            message = escape_message(message)
         created = record.created
         letter = self._LETTERS.get(record.levelno, "E")
         where = f"{record.process} {record.filename}:{record.lineno}]"

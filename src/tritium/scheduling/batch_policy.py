@@ -205,21 +205,31 @@ class DynamicBatchPolicy(Generic[R]):
         return rejected
 
     def take(self, now: int) -> list[R] | None:
-        """The next batch to run now, or None if it should wait (see ``wake_at``)."""
+        """The next batch to run now, or None if it should wait (see ``wake_at``). Triton's
+        rule (dynamic_batch_scheduler.cc GetDynamicBatch): before the queue delay has passed,
+        the largest preferred size the queue's head forms goes now, as does the head that
+        fits the largest preferred size when the next request would pass it; else all the
+        candidates go when they reach the largest preferred size, cannot grow (``blocked``),
+        the delay has passed or there is no delay; otherwise the batch waits."""
         candidates, blocked = self._candidates()
         if not candidates:
             return None
         config = self.config
-        total = sum(e.size for e in candidates)
-        oldest = min(e.arrived for e in candidates)
-        if total >= config.max_batch_size or blocked or now - oldest >= config.max_delay_ns:
-            return self._pop(candidates)
+        most = max(config.preferred, default=config.max_batch_size)
         running, best = 0, 0
-        for index, entry in enumerate(candidates):  # the largest preferred size we can form
+        for index, entry in enumerate(candidates):
+            if index and not best and running + entry.size > most:
+                best = index  # the head within the largest preferred size
             running += entry.size
             if running in config.preferred:
                 best = index + 1
-        return self._pop(candidates[:best]) if best else None
+        delay = config.max_delay_ns
+        waited = delay > 0 and now - min(e.arrived for e in candidates) >= delay
+        if best and not waited:
+            return self._pop(candidates[:best])
+        if running >= most or blocked or waited or not delay:
+            return self._pop(candidates)
+        return None
 
     def wake_at(self) -> int | None:
         """When ``take``/``expire`` may have something new to say, if nothing arrives."""

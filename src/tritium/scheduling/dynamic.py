@@ -3,12 +3,19 @@
 Requests are queued by the policy; whenever an instance is idle, the policy is asked for a
 batch (now, or a time to look again, kept as one timer). A batch is one execution: tensor
 backends merge it along the batch dimension, Python models get the list of requests.
+
+``TRITONSERVER_DELAY_SCHEDULER=N`` (Triton's testing hook, dynamic_batch_scheduler.cc): each
+batcher starts nothing until its queue first holds N requests, so that a test knows which
+requests one batch can take.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
+import os
+import re
 import time
 from collections.abc import Awaitable, Sequence
 
@@ -20,6 +27,15 @@ from .common import guarded, limited, runnable
 from .rate_limiter import Gate
 
 _NO_TIMING = (0, 0, 0)
+DELAY_VARIABLE = "TRITONSERVER_DELAY_SCHEDULER"
+log = logging.getLogger(__name__)
+
+
+def delay_count(value: str | None) -> int:
+    """The queued requests a batcher waits for at start: the variable's leading integer, as
+    C's atoi reads it (0, no wait, when unset, not a number or negative)."""
+    found = re.match(r"\s*[+-]?\d+", value or "")
+    return max(int(found.group()), 0) if found else 0
 
 
 class DynamicBatcher:
@@ -41,6 +57,11 @@ class DynamicBatcher:
         # preserve_ordering: one batch at a time, so responses leave in request order even
         # with several instances (simple and exact; it gives up parallel instances).
         self._one_at_a_time = config.preserve_ordering
+        self._hold = delay_count(os.environ.get(DELAY_VARIABLE))
+        if self._hold:
+            log.debug(
+                "Delaying batcher for version %s until %d queued requests", version, self._hold
+            )
 
     def submit(self, request: InferenceRequest) -> None:
         try:
@@ -52,6 +73,10 @@ class DynamicBatcher:
 
     def _pump(self) -> None:
         """Answer timed-out requests and start every batch that is ready on idle instances."""
+        if self._hold:  # TRITONSERVER_DELAY_SCHEDULER: every submit looks again
+            if len(self._policy) < self._hold:
+                return
+            self._hold = 0
         now = time.perf_counter_ns()
         for request in self._policy.expire(now):
             send_error(request, self._version, unavailable("Request timeout expired"))

@@ -469,6 +469,17 @@ _DEFAULT_MEMORY = PreferredMemory(2, 0)  # kDefault
 _NO_TRACE = InferenceTrace()
 
 
+def _as_std_string(value: object) -> str | None:
+    """A ``std::string`` argument as Triton's pybind11 binding takes it: ``str``, or ``bytes``
+    (UTF-8; a model's BYTES input read with ``as_numpy()[0]`` is bytes); None for any other
+    type."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return None
+
+
 def _refuse_none_arguments(**arguments: object) -> None:
     """Triton binds every InferenceRequest argument but ``parameters`` with ``none(false)``:
     None (given, or a required one left out) is a TypeError."""
@@ -492,11 +503,11 @@ class InferenceRequest:
 
     def __init__(
         self,
-        request_id: str = "",
+        request_id: str | bytes = "",
         correlation_id: int | str = 0,
         inputs: Sequence[Tensor] | None = None,
-        requested_output_names: Sequence[str] | None = None,
-        model_name: str | None = None,
+        requested_output_names: Sequence[str | bytes] | None = None,
+        model_name: str | bytes | None = None,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -517,8 +528,10 @@ class InferenceRequest:
             trace=trace,
         )
         assert inputs is not None and requested_output_names is not None
-        if not isinstance(request_id, str) or not isinstance(model_name, str):
+        given_id, given_name = _as_std_string(request_id), _as_std_string(model_name)
+        if given_id is None or given_name is None:
             raise TypeError("request_id and model_name must be str")
+        request_id, model_name = given_id, given_name
         if isinstance(correlation_id, bool) or not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
         for arg, number in (
@@ -535,11 +548,13 @@ class InferenceRequest:
                 raise TritonModelException(f"Input tensor {where} should not be empty.")
             if not isinstance(tensor, Tensor):
                 raise TypeError("inputs must be a list of pb_utils.Tensor")
-        if isinstance(requested_output_names, str) or not all(
-            isinstance(name, str) for name in requested_output_names
-        ):
+        if isinstance(requested_output_names, (str, bytes)):
             raise TypeError("requested_output_names must be a list of str")
-        if "" in requested_output_names:
+        names = [_as_std_string(name) for name in requested_output_names]
+        if None in names:
+            raise TypeError("requested_output_names must be a list of str")
+        wanted = [name for name in names if name is not None]
+        if "" in wanted:
             raise TritonModelException(f"Requested output name {where} should not be empty.")
         if isinstance(parameters, (str, bytes)):
             parameters = parameters.decode() if isinstance(parameters, bytes) else parameters
@@ -553,7 +568,7 @@ class InferenceRequest:
         else:
             self._parameters = _parameters_to_json(parameters)
         self._request_id, self._correlation_id, self._inputs = request_id, correlation_id, tensors
-        self._requested_output_names = list(dict.fromkeys(requested_output_names))
+        self._requested_output_names = list(dict.fromkeys(wanted))
         self._model_name, self._model_version = model_name, model_version
         self._flags, self._timeout = flags, timeout
         self._preferred_memory = preferred_memory
