@@ -68,6 +68,19 @@ class InlineInstance(Protocol):
     def run_now(self, request: InferenceRequest) -> None: ...
 
 
+@runtime_checkable
+class StartedInstance(Protocol):
+    """An instance that can also start executions without a task (see PythonInstance): the
+    scheduler of an idle one calls ``start`` instead of awaiting ``execute_each`` in a task
+    of its own, which at one request in flight is a good part of the round trip. ``start``
+    sends one execution per request and calls ``done`` once, on the loop, when all are
+    answered; it returns False, with nothing sent, when the executions have to wait (the
+    scheduler then awaits ``execute_each``), and raises, with nothing sent, for requests it
+    cannot send."""
+
+    def start(self, requests: list[InferenceRequest], done: Callable[[], None]) -> bool: ...
+
+
 class Backend(Protocol):
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]: ...
 

@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Sequence
 from typing import cast
 
-from ..backends.base import InlineInstance, ModelInstance, send_error
+from ..backends.base import InlineInstance, ModelInstance, StartedInstance, send_error
 from ..errors import internal
 from ..request import InferenceRequest
 from .common import guarded, limited, runnable
@@ -42,15 +42,65 @@ class DirectScheduler:
         # (Not ``_inline``: mypyc names the C field ``__inline``, a C compiler keyword.)
         self._all_inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
         self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
+        # Instances that start executions without a task (not under the rate limiter, whose
+        # gates are awaited), the executions started so, and what ``close`` waits on for them.
+        self._all_started = (
+            bool(instances)
+            and not self._gates
+            and all(isinstance(i, StartedInstance) for i in instances)
+        )
+        self._in_flight = 0
+        self._drained: asyncio.Future[None] | None = None
 
     def submit(self, request: InferenceRequest) -> None:
         if self._idle:
             instance = self._idle[-1]
             if self._all_inline and self._run_inline(instance, request):
                 return  # answered synchronously; the instance stays idle
-            self._start(self._idle.pop(), request)
+            self._dispatch(self._idle.pop(), [request])
         else:
             self._waiting.append(request)
+
+    def _dispatch(self, instance: ModelInstance, group: list[InferenceRequest]) -> None:
+        """Run ``group`` on ``instance``: started without a task when the instance can, else
+        in a task that goes on with the queue."""
+        if not (self._all_started and self._launch(instance, group)):
+            self._start(instance, group)
+
+    def _launch(self, instance: ModelInstance, group: list[InferenceRequest]) -> bool:
+        """Start ``group`` without a task (``StartedInstance``); False if it has to wait."""
+        now = time.perf_counter_ns()
+        for member in group:
+            member.executing(now)
+        started = cast(StartedInstance, instance)  # checked once, in __init__
+        try:
+            if not started.start(group, functools.partial(self._landed, instance, group)):
+                return False
+        except Exception as exc:  # nothing was sent: a backend bug, answered as ``guarded`` does
+            for request in group:
+                send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
+            self._next(instance)
+            return True
+        self._in_flight += 1
+        return True
+
+    def _landed(self, instance: ModelInstance, group: list[InferenceRequest]) -> None:
+        """An execution started by ``_launch`` is answered: the instance takes what waits."""
+        self._in_flight -= 1
+        self._executed(group)
+        self._next(instance)
+        drained = self._drained
+        if not self._in_flight and drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _next(self, instance: ModelInstance) -> None:
+        group: list[InferenceRequest] = []
+        while self._waiting and not group:  # all cancelled: take the next ones
+            group = self._take()
+        if group:
+            self._dispatch(instance, group)
+        else:
+            self._idle.append(instance)
 
     def _run_inline(self, instance: ModelInstance, request: InferenceRequest) -> bool:
         """Run ``request`` on the loop when the instance says that is cheaper than a task
@@ -79,8 +129,8 @@ class DirectScheduler:
             assert request.stats is not None  # set when it was queued
             request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
 
-    def _start(self, instance: ModelInstance, request: InferenceRequest) -> None:
-        task = asyncio.ensure_future(self._run(instance, request))
+    def _start(self, instance: ModelInstance, group: list[InferenceRequest]) -> None:
+        task = asyncio.ensure_future(self._run(instance, group))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
 
@@ -91,8 +141,7 @@ class DirectScheduler:
             member.executing(now)
         return instance.execute(group) if len(group) == 1 else instance.execute_each(group)
 
-    async def _run(self, instance: ModelInstance, request: InferenceRequest) -> None:
-        group = [request]
+    async def _run(self, instance: ModelInstance, group: list[InferenceRequest]) -> None:
         gate = self._gates.get(id(instance)) if self._gates else None
         while True:
             if gate is None:
@@ -122,5 +171,8 @@ class DirectScheduler:
         """Fail what still waits, then let running executions finish."""
         while self._waiting:
             send_error(self._waiting.popleft(), self._version, internal("model is being unloaded"))
+        if self._in_flight:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

@@ -15,8 +15,9 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Container
+from collections.abc import Awaitable, Callable, Container, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import orjson
@@ -59,6 +60,52 @@ class Supervision:
     execution_timeout_s: float | None = None
 
 
+class Completion(Protocol):
+    """What an execution in flight resolves once its requests are answered: the future a
+    task awaits (``execute``), or a ``_Part`` of what ``start`` sent."""
+
+    def done(self) -> bool: ...
+
+    def set_result(self, result: None, /) -> None: ...
+
+
+class _Started:
+    """The executions one ``start`` sent: once each has resolved its ``Part``, ``done`` is
+    called (on the loop's next turn, as a future's callbacks are: never inside the stub's
+    frame handler) and the execution timeout's timer, if any, is cancelled."""
+
+    def __init__(
+        self, count: int, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
+    ) -> None:
+        self.left = count
+        self._loop = loop
+        self._callback = callback
+        self.timer: asyncio.TimerHandle | None = None
+
+    def resolved(self) -> None:
+        self.left -= 1
+        if self.left == 0:
+            if self.timer is not None:
+                self.timer.cancel()
+            self._loop.call_soon(self._callback)
+
+
+class _Part:
+    """One execution of a ``_Started`` group: its completion."""
+
+    def __init__(self, group: _Started) -> None:
+        self._group = group
+        self._done = False
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, result: None, /) -> None:
+        if not self._done:
+            self._done = True
+            self._group.resolved()
+
+
 class PythonInstance:
     """A ModelInstance backed by a stub process."""
 
@@ -69,9 +116,7 @@ class PythonInstance:
         self._spec = spec
         self._about = about_model(spec.name)  # extra= of its log records
         self._version = str(version)
-        self._batches: dict[
-            int, tuple[asyncio.Future[None], list[InferenceRequest], list[bool]]
-        ] = {}
+        self._batches: dict[int, tuple[Completion, list[InferenceRequest], list[bool]]] = {}
         self._ids = itertools.count()
         self._sent_ns = 0  # when the last EXECUTE frame left (statistics: compute_infer)
         self._input_ns = 0
@@ -121,28 +166,30 @@ class PythonInstance:
         for request in requests:
             await self._send_executions([[request]])
 
+    def start(self, requests: list[InferenceRequest], done: Callable[[], None]) -> bool:
+        """``execute_each`` without a task (``backends/base.py:StartedInstance``): one
+        ``execute`` per request, sent in one frame; ``done`` is called once, on the loop,
+        when every one of them has been answered (or failed). False, with nothing sent, when
+        that would have to wait: the stub is down, or several executions would each need
+        the execution timeout of their own."""
+        if not self._stub.alive or (self._timeout is not None and len(requests) > 1):
+            return False
+        batches = [[r] for r in requests]
+        loop = asyncio.get_running_loop()
+        group = _Started(len(batches), loop, done)
+        stub = self._send([_Part(group) for _ in batches], batches)
+        if self._timeout is not None and group.left:
+            group.timer = loop.call_later(self._timeout, self._hung, stub)
+        return True
+
     async def _send_executions(self, batches: list[list[InferenceRequest]]) -> None:
         if not self._stub.alive:
             batches = await self._wait_for_stub(batches)
             if not batches:
                 return
         loop = asyncio.get_running_loop()
-        buffers: ipc.Buffers = []
-        executions = []
-        futures = []
-        started = time.perf_counter_ns()
-        for requests in batches:
-            batch_id = next(self._ids)
-            future = loop.create_future()
-            self._batches[batch_id] = (future, requests, [False] * len(requests))
-            executions.append((batch_id, [self._wire(r, buffers) for r in requests]))
-            futures.append(future)
-            for index, request in enumerate(requests):
-                request.on_cancel = self._canceller(batch_id, index)
-        stub = self._stub
-        stub.send(ipc.EXECUTE, executions, buffers)
-        self._sent_ns = time.perf_counter_ns()
-        self._input_ns = (self._sent_ns - started) // len(batches)
+        futures = [loop.create_future() for _ in batches]
+        stub = self._send(futures, batches)
         if self._timeout is None:
             for future in futures:
                 await future
@@ -153,6 +200,28 @@ class PythonInstance:
                 await future
         finally:
             timer.cancel()
+
+    def _send(
+        self, completions: Sequence[Completion], batches: list[list[InferenceRequest]]
+    ) -> StubProcess:
+        """Send ``batches`` (one ``execute`` each) in one EXECUTE frame; each one's
+        completion is resolved when its requests are answered. The stub they went to."""
+        buffers: ipc.Buffers = []
+        started = time.perf_counter_ns()
+        # Encoded first: a request that cannot be (the caller fails it) leaves nothing here.
+        executions = [
+            (next(self._ids), [self._wire(r, buffers) for r in requests]) for requests in batches
+        ]
+        stub = self._stub
+        stub.send(ipc.EXECUTE, executions, buffers)
+        sent = zip(completions, batches, executions, strict=True)
+        for completion, requests, (batch_id, _) in sent:
+            self._batches[batch_id] = (completion, requests, [False] * len(requests))
+            for index, request in enumerate(requests):
+                request.on_cancel = self._canceller(batch_id, index)
+        self._sent_ns = time.perf_counter_ns()
+        self._input_ns = (self._sent_ns - started) // len(batches)
+        return stub
 
     async def _wait_for_stub(
         self, batches: list[list[InferenceRequest]]

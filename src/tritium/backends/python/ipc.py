@@ -331,7 +331,11 @@ def _skip_object(
 class BlockingChannel:
     """The stub's side: blocking reads and writes of whole frames.
 
-    Reads go through a buffer so a small frame costs one ``recv`` system call."""
+    Reads go through a buffer so a small frame costs one ``recv`` system call. A read that
+    must wait first waits in ``poll`` for input: a thread asleep in ``recv`` on a Unix
+    socket is also woken each time the server reads a frame it sent (the kernel's
+    write-space wake-up, on the same wait queue) and goes back to sleep, a second wake-up
+    per request; ``poll`` asks for input only, so an answer costs the stub one wake-up."""
 
     _CHUNK = 1 << 16
 
@@ -339,6 +343,16 @@ class BlockingChannel:
         self._sock = sock
         self._buf = bytearray()
         self._pos = 0
+        self._poll: Any = None
+        if hasattr(select, "poll"):  # not everywhere (the stub may run on any interpreter)
+            self._poll = select.poll()
+            self._poll.register(sock.fileno(), select.POLLIN)
+
+    def _recv(self, size: int) -> bytes:
+        if self._poll is not None:
+            timeout = self._sock.gettimeout()
+            self._poll.poll(None if timeout is None else timeout * 1000)
+        return self._sock.recv(size)
 
     def _take(self, n: int) -> bytearray:
         buf = self._buf
@@ -347,7 +361,7 @@ class BlockingChannel:
                 del buf[: self._pos]
                 self._pos = 0
             while len(buf) < n:
-                chunk = self._sock.recv(max(self._CHUNK, n - len(buf)))
+                chunk = self._recv(max(self._CHUNK, n - len(buf)))
                 if not chunk:
                     raise EOFError("server closed the connection")
                 buf += chunk

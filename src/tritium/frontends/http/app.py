@@ -16,16 +16,32 @@ import orjson
 
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
-from ...server import AccessEntry, InferenceServer, Trace, TraceManager, http_update
+from ...server import (
+    AccessEntry,
+    FinalAnswer,
+    InferenceRequest,
+    InferenceServer,
+    ResponseSender,
+    Trace,
+    TraceManager,
+    http_update,
+)
 from ...types import ClientRequest, InferenceResponse
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from .access import HttpGuard
-from ..tensors import decode_off_loop
+from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .cors import cors_policy
 from .codec import OutputPlan, decode_request, encode_response
 from .errors import render_error, triton_status
 from .generate import GenerateStream, build_request, generate_once, logged_chunks, sse_chunks
-from .messages import HttpRequest, HttpResponse, HttpStreamResponse, Result, orjson_error
+from .messages import (
+    HttpRequest,
+    HttpResponse,
+    HttpStreamResponse,
+    PendingResponse,
+    Result,
+    orjson_error,
+)
 from .routes import ANY_METHOD, NOT_ALLOWED, NOT_FOUND, ApiGroup, Route, Router
 
 log = logging.getLogger("tritium")
@@ -72,17 +88,26 @@ class HttpApp:
         """The server's TraceManager: each connection reads it (HTTP_RECV_* while tracing)."""
         return self.server.tracer
 
-    def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[Result]:
+    def __call__(self, request: HttpRequest) -> HttpResponse | PendingResponse | Awaitable[Result]:
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose >= 1 (changeable at run time)
             log.debug("HTTP request: %s %s", request.method, request.path)
         cors = self.cors
         if cors is not None and cors.is_preflight(request.method, request.headers):
             return cors.preflight(request.headers)  # before the guard: it has no credentials
         if self._guard is not None:
-            return self._guard(request, self._route)
+            return self._guard(request, self._awaited_route)
         return self._route(request)
 
-    def _route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
+    def _awaited_route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
+        """``_route`` for the access guard, which awaits what a route returns: never a
+        PendingResponse (``_infer_route`` makes none while a guard is on)."""
+        result = self._route(request)
+        assert not isinstance(result, PendingResponse)
+        return result
+
+    def _route(
+        self, request: HttpRequest
+    ) -> HttpResponse | PendingResponse | Coroutine[Any, Any, Result]:
         found = self.router.match(request.method, request.path)
         if isinstance(found, HttpResponse):
             return found
@@ -165,11 +190,35 @@ class HttpApp:
             return _json(await self.server.update_log_settings_total(update))
         return _json(self.server.log_settings())
 
-    def _infer_route(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
+    def _infer_route(self, request: HttpRequest) -> PendingResponse | Coroutine[Any, Any, Result]:
         params = request.params
-        if self.server.access_log is not None:
+        server = self.server
+        if server.access_log is not None:
             return self._logged(request, self._logged_infer)
+        if self._guard is None and len(request.body) <= OFFLOAD_BYTES and not server.tracer.active:
+            return self._infer_now(request, params["model"], params.get("version", ""))
         return self._infer(request, params["model"], params.get("version", ""))
+
+    def _infer_now(self, request: HttpRequest, name: str, version: str) -> PendingResponse:
+        """``_infer`` without a task, as gRPC's ``model_infer_now``: a small request that is
+        neither traced nor access-logged is decoded here and submitted, and the server's
+        response callback answers it (``_HttpAnswer``). Errors before scheduling raise."""
+        server = self.server
+        header_length = _header_length(request)
+        if header_length == 0:  # a raw binary request: the body is the one input's bytes
+            client = server.raw_request(name, _version(version), request.body)
+            plan = OutputPlan(binary_default=True)  # Triton answers it in binary
+        else:
+            client, plan = decode_request(request.body, header_length, name, _version(version))
+        if self._forward is not None:
+            client = self._forwarded(client, request)
+        inference = server.request(client, None, None, None)
+        if inference.decoupled:
+            raise unsupported(_DECOUPLED)
+        pending = PendingResponse()
+        pending.on_cancel = inference.cancel
+        server.submit(inference, ResponseSender(_HttpAnswer(inference, pending, plan)))
+        return pending
 
     def _logged_infer(self, request: HttpRequest, entry: AccessEntry) -> Awaitable[Result]:
         params = request.params
@@ -396,6 +445,31 @@ def _header_length(request: HttpRequest) -> int | None:
         return int(header)
     except ValueError:
         raise invalid_arg("Inference-Header-Content-Length must be an integer") from None
+
+
+class _HttpAnswer(FinalAnswer):
+    """The response callback of ``HttpApp._infer_now``: the encoded answer, or the error to
+    render, goes to the request cycle's ``PendingResponse``."""
+
+    __slots__ = ("_pending", "_plan")
+
+    def __init__(
+        self, request: InferenceRequest, pending: PendingResponse, plan: OutputPlan
+    ) -> None:
+        self.request = request
+        self._pending = pending
+        self._plan = plan
+
+    def answer(self, response: InferenceResponse) -> None:
+        if response.error is not None:
+            self._pending.resolve(response.error)
+            return
+        try:
+            encoded = _answer(response, self._plan)
+        except Exception as exc:  # rendered as _infer's errors are
+            self._pending.resolve(exc)
+            return
+        self._pending.resolve(encoded)
 
 
 def _answer(response: InferenceResponse, plan: OutputPlan) -> HttpResponse:

@@ -17,6 +17,7 @@ from .messages import (
     HttpRequest,
     HttpResponse,
     HttpStreamResponse,
+    PendingResponse,
     body_length,
     compress,
     error_response,
@@ -31,7 +32,7 @@ log = logging.getLogger("tritium")
 
 
 class RequestCycle:
-    __slots__ = ("request", "keep_alive", "_conn", "_task", "_ready")
+    __slots__ = ("request", "keep_alive", "_conn", "_task", "_pending", "_ready")
 
     def __init__(
         self,
@@ -44,6 +45,7 @@ class RequestCycle:
         self.keep_alive = keep_alive
         self._conn: HttpProtocol | None = conn
         self._task: asyncio.Future[Any] | None = None
+        self._pending: PendingResponse | None = None
         self._ready = ready  # an answer decided by the transport (an error), not by a route
 
     def start(self) -> None:
@@ -59,6 +61,10 @@ class RequestCycle:
         if isinstance(result, HttpResponse):
             self._finish(result)
             return
+        if isinstance(result, PendingResponse):  # answered by a callback: no task
+            self._pending = result
+            result.attach(self._on_pending)
+            return
         task = conn.loop.create_task(result)
         self._task = task
         task.add_done_callback(self._on_result)
@@ -68,6 +74,21 @@ class RequestCycle:
         self._conn = None
         if self._task is not None:
             self._task.cancel()
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.cancel()
+
+    def _on_pending(self, result: HttpResponse | Exception) -> None:
+        """A ``PendingResponse``'s answer, given from inside whoever answered (a backend's
+        frame handler): written here, and never raising there."""
+        self._pending = None
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            self._finish(result if isinstance(result, HttpResponse) else conn.render_error(result))
+        except Exception:
+            log.exception("error while writing an HTTP response")
 
     def _on_result(self, task: asyncio.Future[Any]) -> None:
         self._task = None

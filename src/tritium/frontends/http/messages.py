@@ -75,8 +75,46 @@ class HttpStreamResponse:
 
 
 Result = HttpResponse | HttpStreamResponse
+
+
+class PendingResponse:
+    """An answer a callback gives later, without a task: an inference answered from the
+    server's response callback (``app.py:HttpApp._infer_now``). The request cycle
+    ``attach``es what writes it; ``resolve`` hands over the HttpResponse or the error to
+    render (at once if attached, else on ``attach``); ``cancel`` (the client went away)
+    forgets the writer and calls ``on_cancel``."""
+
+    __slots__ = ("_deliver", "_result", "on_cancel")
+
+    def __init__(self) -> None:
+        self._deliver: Callable[[HttpResponse | Exception], None] | None = None
+        self._result: HttpResponse | Exception | None = None
+        self.on_cancel: Callable[[], None] | None = None
+
+    def attach(self, deliver: Callable[[HttpResponse | Exception], None]) -> None:
+        result, self._result = self._result, None
+        if result is None:
+            self._deliver = deliver
+        else:
+            deliver(result)
+
+    def resolve(self, result: HttpResponse | Exception) -> None:
+        deliver, self._deliver = self._deliver, None
+        self.on_cancel = None
+        if deliver is None:
+            self._result = result
+        else:
+            deliver(result)
+
+    def cancel(self) -> None:
+        self._deliver = None
+        on_cancel, self.on_cancel = self.on_cancel, None
+        if on_cancel is not None:
+            on_cancel()
+
+
 # A route's handler answers at once or with a coroutine (run as the request's task).
-Handler = Callable[[HttpRequest], "HttpResponse | Coroutine[Any, Any, Result]"]
+Handler = Callable[[HttpRequest], "HttpResponse | PendingResponse | Coroutine[Any, Any, Result]"]
 ErrorRenderer = Callable[[BaseException], HttpResponse]
 
 
