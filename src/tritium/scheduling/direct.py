@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Awaitable, Sequence
 from typing import cast
 
-from ..backends.base import InlineInstance, ModelInstance, send_error
+from ..backends.base import InlineInstance, ModelInstance, is_inline, send_error
 from ..errors import internal
 from ..request import InferenceRequest
 from .common import guarded, limited, runnable
@@ -40,7 +40,7 @@ class DirectScheduler:
         self._running: set[asyncio.Task[None]] = set()
         # Instances that can answer a cheap request right here (decided once, at load).
         # (Not ``_inline``: mypyc names the C field ``__inline``, a C compiler keyword.)
-        self._all_inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
+        self._all_inline = bool(instances) and all(is_inline(i) for i in instances)
         self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
 
     def submit(self, request: InferenceRequest) -> None:
