@@ -10,16 +10,19 @@ with ``TRITIUM_PURE_PYTHON=1`` (the same modules from their ``.py``, tritium/__i
 client is ``h2load`` (Debian's nghttp2-client, C, one core's fraction): unary requests over
 HTTP/1.1 (``--h1``, keep-alive, JSON body) and over gRPC (``ModelInfer``, a length-prefixed
 ``ModelInferRequest`` with ``content-type: application/grpc``), ``--concurrency`` connections,
-one request in flight on each. For each (model, protocol) the two builds alternate
-``--rounds`` times; each measurement is ``--requests`` requests after a warm-up of a tenth of
-them, and reads the server's CPU time (utime+stime of the server process, all threads, from
-/proc/<pid>/stat; the Python stubs are counted apart) around it. The successes are counted by
-the server's own statistics (h2load sees HTTP status 200 on a gRPC error too), so a run whose
-requests failed is refused, not reported.
+one request in flight on each (``--rps N``: at most N requests per second on each, so that both
+builds serve the same rate). Both servers run at once; each (model, protocol) is measured on
+one build right after the other, ``--rounds`` times, the order alternating (on a loaded
+machine the load then changes least between the two); each measurement is ``--requests``
+requests after a warm-up of a tenth of them, and reads the server's CPU time (utime+stime of
+the server process, all threads, from /proc/<pid>/stat; the Python stubs are counted apart)
+around it. The successes are counted by the server's own statistics (h2load sees HTTP status
+200 on a gRPC error too), so a run whose requests failed is refused, not reported.
 
 ``--profile``: also samples each server with py-spy (``PY_SPY`` or ``py-spy`` on PATH) during
-one extra measurement and prints the share of samples per module (native frames included):
-where the CPU goes that compiling did not remove.
+one extra measurement before the rounds and prints the share of samples per module (native
+frames included): where the CPU goes that compiling did not remove (per function:
+``bench/mypyc_profile.py``).
 
 Results: bench/results/mypyc.json, and the table printed (bench/results/mypyc.md is written
 by hand from it, with the analysis).
@@ -228,7 +231,9 @@ class Plan:
 
     def command(self, server: Server, model: str, protocol: str, requests: int) -> list:
         body = self.bodies[model, protocol]
-        return h2load_command(server, protocol, model, body, requests, self.args.concurrency)
+        command = h2load_command(server, protocol, model, body, requests, self.args.concurrency)
+        rps = getattr(self.args, "rps", 0)
+        return [command[0], f"--rps={rps}", *command[1:]] if rps else command
 
 
 def run(args: argparse.Namespace) -> list[Sample]:
@@ -243,36 +248,42 @@ def run(args: argparse.Namespace) -> list[Sample]:
                 make = http_body if protocol == "http" else grpc_body
                 plan.bodies[model, protocol] = tmpdir / f"{model}.{protocol}.body"
                 plan.bodies[model, protocol].write_bytes(make(model))
-        lines: dict[str, str] = {}
-        for rnd in range(args.rounds):
-            for build in BUILDS if rnd % 2 == 0 else BUILDS[::-1]:
-                server = start(build, repo, tmpdir / f"{build}{rnd}", models)
-                try:
-                    lines[build] = build_line(server)
-                    check_builds(lines) if len(lines) == 2 else None
-                    samples += _measure_all(server, build, rnd, plan)
-                    if args.profile and rnd == 0:
-                        _print_profiles(server, build, plan)
-                finally:
-                    server.stop()
+        servers: dict[str, Server] = {}
+        try:
+            for build in BUILDS:
+                servers[build] = start(build, repo, tmpdir / build, models)
+            lines = {build: build_line(server) for build, server in servers.items()}
+            check_builds(lines)
+            if args.profile:
+                for build, server in servers.items():
+                    _print_profiles(server, build, plan)
+            for rnd in range(args.rounds):
+                for model, protocol in plan.bodies:
+                    # Both servers run throughout; each workload is measured on one build
+                    # right after the other (the order alternating by round), so that the
+                    # machine's load changes as little as possible between the two.
+                    for build in BUILDS if rnd % 2 == 0 else BUILDS[::-1]:
+                        samples.append(_measure_one(servers[build], build, rnd, plan, model,
+                                                    protocol))
+        finally:
+            for server in servers.values():
+                server.stop()
         print("builds:", json.dumps(lines, indent=1))
     return samples
 
 
-def _measure_all(server: Server, build: str, rnd: int, plan: Plan) -> list[Sample]:
-    found = []
+def _measure_one(
+    server: Server, build: str, rnd: int, plan: Plan, model: str, protocol: str
+) -> Sample:
     n = plan.args.requests
-    for model, protocol in plan.bodies:
-        measure(server, plan.command(server, model, protocol, max(n // 10, 100)), model)
-        ok, cpu, stub, wall = measure(server, plan.command(server, model, protocol, n), model)
-        if ok != n:
-            raise SystemExit(f"{build} {model} {protocol}: {ok} of {n} succeeded")
-        sample = Sample(model, protocol, build, rnd, ok, cpu / ok * 1e6, stub / ok * 1e6, wall)
-        print(f"{build:9s} {model:15s} {protocol:5s} round {rnd}: "
-              f"{sample.server_cpu_us:7.1f} µs server CPU/inf, {ok / wall:7.0f} inf/s",
-              flush=True)
-        found.append(sample)
-    return found
+    measure(server, plan.command(server, model, protocol, max(n // 10, 100)), model)
+    ok, cpu, stub, wall = measure(server, plan.command(server, model, protocol, n), model)
+    if ok != n:
+        raise SystemExit(f"{build} {model} {protocol}: {ok} of {n} succeeded")
+    sample = Sample(model, protocol, build, rnd, ok, cpu / ok * 1e6, stub / ok * 1e6, wall)
+    print(f"{build:9s} {model:15s} {protocol:5s} round {rnd}: "
+          f"{sample.server_cpu_us:7.1f} µs server CPU/inf, {ok / wall:7.0f} inf/s", flush=True)
+    return sample
 
 
 def _print_profiles(server: Server, build: str, plan: Plan) -> None:
@@ -313,6 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--models", default="simple,add_sub_python")
     parser.add_argument("--protocols", default="http,grpc")
+    parser.add_argument("--rps", type=int, default=0,
+                        help="requests per second per connection (h2load --rps; 0: as fast as "
+                        "the server answers)")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "mypyc.json")
     args = parser.parse_args(argv)

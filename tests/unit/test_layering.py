@@ -128,7 +128,8 @@ def test_serving_imports_no_ml_runtime() -> None:
 # top-level modules and packages of src/tritium, all of them (``test_layers_name_every_unit``).
 # See docs/architecture.md, "Layers".
 LAYERS: list[set[str]] = [
-    {"transport"},  # protocol cores (HTTP/2 sans-IO, HTTP/1.1): nothing else of tritium
+    # protocol cores (HTTP/2 sans-IO, HTTP/1.1); Triton's datatypes: nothing else of tritium
+    {"transport", "datatypes"},
     {"__init__", "errors", "types"},  # the values every layer passes around
     {"tensor_codec", "metrics", "logs", "access", "tracing"},  # pure: no request, no model
     {"request", "options"},  # one inference's state; the server's frozen options

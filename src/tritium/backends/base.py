@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 import numpy as np
 
@@ -56,7 +56,6 @@ class ModelInstance(Protocol):
     async def close(self) -> None: ...
 
 
-@runtime_checkable
 class InlineInstance(Protocol):
     """An instance that can also answer a request synchronously on the event loop when that
     is cheaper than scheduling it (see OnnxInstance). The scheduler asks ``cheap`` and, if
@@ -68,7 +67,14 @@ class InlineInstance(Protocol):
     def run_now(self, request: InferenceRequest) -> None: ...
 
 
-@runtime_checkable
+def is_inline(instance: object) -> bool:
+    """Whether ``instance`` is an ``InlineInstance`` (has both methods): what
+    ``@runtime_checkable`` would check, which mypyc refuses on a compiled Protocol."""
+    return callable(getattr(instance, "cheap", None)) and callable(
+        getattr(instance, "run_now", None)
+    )
+
+
 class StartedInstance(Protocol):
     """An instance that can also start executions without a task (see PythonInstance): the
     scheduler of an idle one calls ``start`` instead of awaiting ``execute_each`` in a task
@@ -79,6 +85,12 @@ class StartedInstance(Protocol):
     cannot send."""
 
     def start(self, requests: list[InferenceRequest], done: Callable[[], None]) -> bool: ...
+
+
+def is_started(instance: object) -> bool:
+    """Whether ``instance`` is a ``StartedInstance`` (has ``start``): what
+    ``@runtime_checkable`` would check, which mypyc refuses on a compiled Protocol."""
+    return callable(getattr(instance, "start", None))
 
 
 class Backend(Protocol):

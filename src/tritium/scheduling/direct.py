@@ -15,7 +15,14 @@ from collections import deque
 from collections.abc import Awaitable, Sequence
 from typing import cast
 
-from ..backends.base import InlineInstance, ModelInstance, StartedInstance, send_error
+from ..backends.base import (
+    InlineInstance,
+    ModelInstance,
+    StartedInstance,
+    is_inline,
+    is_started,
+    send_error,
+)
 from ..errors import internal
 from ..request import InferenceRequest
 from .common import guarded, limited, runnable
@@ -40,14 +47,12 @@ class DirectScheduler:
         self._running: set[asyncio.Task[None]] = set()
         # Instances that can answer a cheap request right here (decided once, at load).
         # (Not ``_inline``: mypyc names the C field ``__inline``, a C compiler keyword.)
-        self._all_inline = bool(instances) and all(isinstance(i, InlineInstance) for i in instances)
+        self._all_inline = bool(instances) and all(is_inline(i) for i in instances)
         self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
         # Instances that start executions without a task (not under the rate limiter, whose
         # gates are awaited), the executions started so, and what ``close`` waits on for them.
         self._all_started = (
-            bool(instances)
-            and not self._gates
-            and all(isinstance(i, StartedInstance) for i in instances)
+            bool(instances) and not self._gates and all(is_started(i) for i in instances)
         )
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None

@@ -1,5 +1,5 @@
-"""inference.GRPCInferenceService and grpc.health.v1.Health: one thin method per RPC
-(decode → server call → encode), and the method table the transport dispatches on.
+"""inference.GRPCInferenceService: one thin method per RPC (decode → server call → encode),
+and the method table the transport dispatches on (with grpc.health.v1.Health, ``health.py``).
 
 The table is built from the services' descriptors, so every RPC of the service definition is
 there: an RPC tritium does not serve answers UNIMPLEMENTED with its name. ModelInfer and
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 from google.protobuf import json_format
@@ -37,10 +36,13 @@ from .codec import decode_message, encode_response
 from .dispatch import Kind, Method, code_of, status_of
 from .errors import triton_status
 from .guard import HEALTH_SERVICE, SERVICE
+from .health import MAX_WATCHES, MAX_WATCHES_PER_CONNECTION, HealthService
 from .metadata import compile_forward_pattern, forwarded_parameters
 from .status import RpcError, StatusCode
 from .stream import stream_infer
 from .traces import sample
+
+__all__ = ["MAX_WATCHES", "MAX_WATCHES_PER_CONNECTION", "HealthService", "InferenceService"]
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
 _NOT_YET: frozenset[str] = frozenset()
@@ -49,10 +51,6 @@ _KINDS = {
     (False, True): Kind.SERVER_STREAM,
     (True, True): Kind.BIDI,
 }
-# Health.Watch streams open at once: per connection (grpc's client-side health checking opens
-# one per channel and service) and on the whole server; one more is RESOURCE_EXHAUSTED.
-MAX_WATCHES_PER_CONNECTION = 8
-MAX_WATCHES = 1024
 
 
 def _raw(data: bytes) -> bytes:
@@ -342,63 +340,6 @@ class _UnaryAnswer(FinalAnswer):
         if self.access is not None:
             self.access[1].bytes_out = len(answer)
         return StatusCode.OK
-
-
-class HealthService:
-    """grpc.health.v1: SERVING when the server is ready (Check), and its changes (Watch).
-
-    A Watch stream sends the status at once, then one message per change: it sleeps on the
-    server's ``Readiness`` (woken when readiness flips), so an idle watcher costs no CPU.
-    At most ``MAX_WATCHES_PER_CONNECTION`` streams per connection and ``MAX_WATCHES`` in all
-    (each holds a stream until the client goes); one more is RESOURCE_EXHAUSTED."""
-
-    def __init__(self, server: InferenceServer) -> None:
-        self._server = server
-        self._watches = 0
-        self._per_connection: dict[object, int] = {}  # connections watching now
-
-    async def Check(self, request: Any, call: ServerCall) -> Any:
-        return health_pb2.HealthCheckResponse(status=_health(self._server.is_ready()))
-
-    async def Watch(self, request: Any, call: ServerCall) -> AsyncIterator[Any]:
-        connection = call.connection
-        self._enter(connection)
-        try:
-            readiness = self._server.readiness
-            ready = self._server.is_ready()
-            while True:
-                yield health_pb2.HealthCheckResponse(status=_health(ready))
-                ready = await readiness.wait(ready)
-        finally:
-            self._leave(connection)
-
-    def _enter(self, connection: object) -> None:
-        """Count a new Watch stream, or refuse it over a bound."""
-        held = self._per_connection.get(connection, 0)
-        if held >= MAX_WATCHES_PER_CONNECTION:
-            raise RpcError(
-                StatusCode.RESOURCE_EXHAUSTED,
-                f"too many Health.Watch streams on this connection (at most "
-                f"{MAX_WATCHES_PER_CONNECTION})",
-            )
-        if self._watches >= MAX_WATCHES:
-            raise RpcError(
-                StatusCode.RESOURCE_EXHAUSTED,
-                f"too many Health.Watch streams on this server (at most {MAX_WATCHES})",
-            )
-        self._per_connection[connection] = held + 1
-        self._watches += 1
-
-    def _leave(self, connection: object) -> None:
-        self._watches -= 1
-        held = self._per_connection.pop(connection, 1) - 1
-        if held:
-            self._per_connection[connection] = held
-
-
-def _health(ready: bool) -> Any:
-    response = health_pb2.HealthCheckResponse
-    return response.SERVING if ready else response.NOT_SERVING
 
 
 def _unimplemented(name: str) -> Any:

@@ -1,0 +1,52 @@
+"""The value objects --workers forwards between processes (workers/forward.py pickles them)
+survive a pickle round trip, on the compiled build too: mypyc's own unpickling of a compiled
+frozen dataclass would set its fields, which the frozen ``__setattr__`` refuses."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+
+from tritium.types import (
+    ClientRequest,
+    DataType,
+    InferenceResponse,
+    RequestedOutput,
+    RequestOptions,
+    ShmRef,
+    Tensor,
+)
+
+
+def _tensor(name: str) -> Tensor:
+    data = np.arange(4, dtype=np.int32).reshape(1, 4)
+    return Tensor(name, DataType.INT32, (1, 4), data, {"k": 1}, ShmRef("region", 8, 16))
+
+
+def test_a_client_request_round_trips() -> None:
+    request = ClientRequest(
+        "m", 2, "id-1", (_tensor("IN"),), (RequestedOutput("OUT", {"x": True}),),
+        {"sequence_id": 7}, True,
+    )
+    back = pickle.loads(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
+    assert (back.model_name, back.model_version, back.id, back.uses_shm) == ("m", 2, "id-1", True)
+    assert dict(back.parameters) == {"sequence_id": 7}
+    assert back.outputs == request.outputs
+    (tensor,) = back.inputs
+    assert tensor.datatype is DataType.INT32 and tensor.shape == (1, 4)
+    assert tensor.shm == ShmRef("region", 8, 16) and tensor.parameters == {"k": 1}
+    np.testing.assert_array_equal(tensor.data, request.inputs[0].data)
+    assert copy.copy(request).inputs is request.inputs
+
+
+def test_a_response_and_the_options_round_trip() -> None:
+    response = InferenceResponse("m", "1", "r", [_tensor("OUT")], {"p": "v"})
+    back = pickle.loads(pickle.dumps(response))
+    assert (back.model_name, back.model_version, back.id, back.parameters) == (
+        "m", "1", "r", {"p": "v"},
+    )
+    assert back.outputs[0].name == "OUT" and back.error is None
+    options = RequestOptions(3, 100, "seq", 1)
+    assert pickle.loads(pickle.dumps(options)) == options
