@@ -165,15 +165,16 @@ def check_builds(lines: dict[str, str]) -> None:
         raise SystemExit(f"the pure server is not pure: {lines['pure']}")
 
 
-def profile(server: Server, command: list, seconds: float = 8.0) -> dict[str, float]:
-    """py-spy's samples per owner (``_owner``) during one h2load run: ``--native`` (C frames too,
-mypyc's functions among them) and ``--gil`` (only while the GIL is held: CPU, not waits)."""
+def py_spy_raw(pid: int, command: list, seconds: float, rate: int = 200) -> str | None:
+    """py-spy's raw samples of ``pid`` while ``command`` (an h2load run) is repeated for
+    ``seconds``: ``--native`` (C frames too, mypyc's functions among them) and ``--gil`` (only
+    while the GIL is held: CPU, not waits). None without py-spy (``PY_SPY`` or on PATH)."""
     spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
     if spy is None:
-        return {}
+        return None
     with tempfile.NamedTemporaryFile(suffix=".txt") as out:
         spy_proc = subprocess.Popen(
-            [spy, "record", "--pid", str(server.pid), "--format", "raw", "--rate", "200",
+            [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
              "--duration", str(int(seconds)), "--native", "--gil", "-o", out.name],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
@@ -182,7 +183,13 @@ mypyc's functions among them) and ``--gil`` (only while the GIL is held: CPU, no
         while time.monotonic() < deadline:
             subprocess.run(command, capture_output=True, check=False)
         spy_proc.wait()
-        return _module_shares(Path(out.name).read_text())
+        return Path(out.name).read_text()
+
+
+def profile(server: Server, command: list, seconds: float = 8.0) -> dict[str, float]:
+    """py-spy's samples per owner (``_owner``) during one h2load run."""
+    raw = py_spy_raw(server.pid, command, seconds)
+    return {} if raw is None else _module_shares(raw)
 
 
 # CPython's own C code (the interpreter, builtin objects): its time belongs to the module it runs.

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +28,7 @@ if __name__ == "__main__":
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
     sys.path.insert(0, str(ROOT))
 
-from bench.mypyc_cpu import Plan, grpc_body, http_body, start  # noqa: E402
+from bench.mypyc_cpu import Plan, grpc_body, http_body, py_spy_raw, start  # noqa: E402
 from bench.server import model_subset  # noqa: E402
 
 
@@ -86,24 +84,12 @@ def shares(raw: str) -> tuple[Counter[str], Counter[str]]:
 
 
 def sample(pid: int, command: list, seconds: float) -> tuple[Counter[str], Counter[str]]:
-    spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
-    if spy is None:
+    raw = py_spy_raw(pid, command, seconds, rate=250)
+    if raw is None:
         raise SystemExit("py-spy not found: set PY_SPY")
-    with tempfile.NamedTemporaryFile(suffix=".txt") as out:
-        spy_proc = subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", "250",
-             "--duration", str(int(seconds)), "--native", "--gil", "-o", out.name],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        time.sleep(0.5)
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            subprocess.run(command, capture_output=True, check=False)
-        spy_proc.wait()
-        raw = Path(out.name).read_text()
-        if os.environ.get("PROFILE_RAW"):
-            Path(os.environ["PROFILE_RAW"]).write_text(raw)
-        return shares(raw)
+    if os.environ.get("PROFILE_RAW"):
+        Path(os.environ["PROFILE_RAW"]).write_text(raw)
+    return shares(raw)
 
 
 def _kind(key: str) -> str:
