@@ -682,6 +682,12 @@ def test_restarted_worker_replays_model_control_and_settings(two: ServerProcess)
         shm.destroy_shared_memory_region(handle)
 
 
+def _drain_refusal(text: str) -> bool:
+    lowered = text.lower()
+    refusals = ("not ready", "shutting down", "connection refused", "failed to connect")
+    return any(k in lowered for k in refusals)
+
+
 def test_sigterm_drains_every_worker(two: ServerProcess) -> None:
     pids = _wait_workers(two, 2)
     stubs = set().union(*(_children(p) for p in pids))
@@ -701,14 +707,19 @@ def test_sigterm_drains_every_worker(two: ServerProcess) -> None:
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + 30  # some requests are in flight, others wait their turn
-    while _metric(two, "nv_inference_pending_request_count", "slow") < 2:
+    while (pending := _metric(two, "nv_inference_pending_request_count", "slow")) < 2:
         assert time.monotonic() < deadline
         time.sleep(SLOW_SECONDS / 10)
     two.proc.send_signal(signal.SIGTERM)
     for thread in threads:
         thread.join()
     assert two.proc.wait(60) == 0
-    assert all(not isinstance(r, Exception) for r in results), results
+    # Every request the server held at the signal is answered; one that had not reached it
+    # yet (a thread still connecting) may only be refused as a draining server refuses.
+    texts = [str(r) for r in results]
+    refused = [t for r, t in zip(results, texts, strict=True) if isinstance(r, Exception)]
+    assert len(results) - len(refused) >= pending, texts
+    assert all(_drain_refusal(t) for t in refused), texts
     assert not [p for p in pids | stubs if _alive(p)]
 
 

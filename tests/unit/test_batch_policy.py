@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pytest
 
 from tritium.errors import ErrorKind, ServerError
 from tritium.scheduling.batch_policy import BatchConfig, DynamicBatchPolicy, QueuePolicy
+from tritium.types import DataType, Tensor
 
 US = 1000
 
 
-@dataclass
-class _Tensor:
-    name: str
-    shape: tuple[int, ...]
+_NO_DATA = np.zeros(0, dtype=np.float32)
+
+
+def _Tensor(name: str, shape: tuple[int, ...]) -> Tensor:  # noqa: N802
+    """A real Tensor (the compiled batch policy checks the type), its data unused."""
+    return Tensor(name, DataType.FP32, shape, _NO_DATA)
 
 
 @dataclass

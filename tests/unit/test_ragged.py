@@ -16,7 +16,7 @@ from tritium.config.batch_io import BatchInput, BatchOutput, batch_io
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.errors import ServerError
 from tritium.scheduling.batch_policy import BatchConfig, DynamicBatchPolicy
-from tritium.types import DataType
+from tritium.types import DataType, Tensor
 
 # Three requests of the docs' example: [1, 3], [1, 4], [2, 5] (the last of batch size 2).
 SHAPES = [(1, 3), (1, 4), (2, 5)]
@@ -145,10 +145,12 @@ def test_bad_batch_io_fails_the_load_with_tritons_text(extra: str, message: str)
 
 
 # -- the dynamic batcher: ragged decided per input --------------------------------------------
-@dataclass
-class _Tensor:
-    name: str
-    shape: tuple[int, ...]
+_NO_DATA = np.zeros(0, dtype=np.float32)
+
+
+def _Tensor(name: str, shape: tuple[int, ...]) -> Tensor:  # noqa: N802
+    """A real Tensor (the compiled batch policy checks the type), its data unused."""
+    return Tensor(name, DataType.FP32, shape, _NO_DATA)
 
 
 @dataclass
@@ -157,7 +159,7 @@ class _Request:
     shapes: dict[str, tuple[int, ...]]
     batch_size: int = 1
     priority: int = 0
-    inputs: list[_Tensor] = field(default_factory=list)
+    inputs: list[Tensor] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.inputs = [_Tensor(n, s) for n, s in self.shapes.items()]
