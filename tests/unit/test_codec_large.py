@@ -199,6 +199,16 @@ def test_grpc_raw_contents_are_views_of_the_request(
     _invalid(lambda: grpc_codec.decode_message(message.SerializeToString()), "raw_input_contents")
 
 
+def test_grpc_raw_contents_past_the_bound_are_refused() -> None:
+    """Empty raw_input_contents cost 2 bytes each on the wire and a view each here: a request
+    with more than MAX_RAW_VIEWS of them is INVALID_ARG, not gigabytes of views."""
+    message = pb.ModelInferRequest(model_name="m")
+    message.raw_input_contents.extend([b""] * (wire.MAX_RAW_VIEWS + 1))
+    raw = message.SerializeToString()
+    assert len(raw) >= wire.RAW_VIEWS_FROM
+    _invalid(lambda: grpc_codec.decode_message(raw), f"more than {wire.MAX_RAW_VIEWS}")
+
+
 def test_grpc_invalid_utf8_and_out_of_range() -> None:
     raw = pb.ModelInferRequest(model_name="\x01").SerializeToString().replace(b"\x01", b"\xff")
     _invalid(lambda: grpc_codec.decode_message(raw), "UTF-8")

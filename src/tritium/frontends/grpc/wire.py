@@ -25,6 +25,9 @@ from ...tensor_codec import CHUNK, empty_strings, object_array, strided_items
 
 PIECE = 1 << 20  # bytes merged by one protobuf call
 RAW_VIEWS_FROM = 1 << 14  # a message of this many bytes keeps its raw contents as views
+# A view costs ~190 bytes against the 2 bytes of an empty entry on the wire: past this many
+# entries (no model has that many inputs) the request is refused before it costs more.
+MAX_RAW_VIEWS = 1 << 16
 _INPUTS = 5  # ModelInferRequest.inputs
 _RAW_INPUT_CONTENTS = 7  # ModelInferRequest.raw_input_contents
 _CONTENTS = 5  # InferInputTensor.contents
@@ -109,6 +112,8 @@ def _merge_pieces(
     size = index = 0
     for number, wire, start, body, end in _fields(view):
         if number == _RAW_INPUT_CONTENTS and wire == 2:
+            if len(views) == MAX_RAW_VIEWS:
+                raise invalid_arg(f"more than {MAX_RAW_VIEWS} raw_input_contents in one request")
             views.append(view[body:end])
             continue
         field: bytes | memoryview = view[start:end]
