@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Sequence
 from ..backends.base import ModelInstance, send_error
 from ..errors import ServerError, internal, unavailable
 from ..request import InferenceRequest
-from .batch_policy import BatchConfig, DynamicBatchPolicy
+from .batch_policy import TIMER_SLACK_NS, BatchConfig, DynamicBatchPolicy, timer_delay
 from .common import guarded, limited, runnable
 from .rate_limiter import Gate
 
@@ -50,7 +50,7 @@ class DynamicBatcher:
         self._gates = {id(i): g for i, g in zip(instances, gates or (), strict=False)}
         self._version = version
         self._policy: DynamicBatchPolicy[InferenceRequest] = DynamicBatchPolicy(config)
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None  # a TimerHandle, or call_soon's Handle
         self._timer_at = 0
         self._running: set[asyncio.Task[None]] = set()
         self._batches_in_flight = 0
@@ -71,17 +71,19 @@ class DynamicBatcher:
             return
         self._pump()
 
-    def _pump(self) -> None:
-        """Answer timed-out requests and start every batch that is ready on idle instances."""
+    def _pump(self, slack_ns: int = 0) -> None:
+        """Answer timed-out requests and start every batch that is ready on idle instances;
+        ``slack_ns``: a timer fired, and a wait ending that soon counts as ended
+        (batch_policy.py:TIMER_SLACK_NS)."""
         if self._hold:  # TRITONSERVER_DELAY_SCHEDULER: every submit looks again
             if len(self._policy) < self._hold:
                 return
             self._hold = 0
         now = time.perf_counter_ns()
-        for request in self._policy.expire(now):
+        for request in self._policy.expire(now + slack_ns):
             send_error(request, self._version, unavailable("Request timeout expired"))
         while self._idle and not (self._one_at_a_time and self._batches_in_flight):
-            batch = self._policy.take(now)
+            batch = self._policy.take(now + slack_ns)
             if batch is None:
                 break
             batch = runnable(batch, self._version)
@@ -99,13 +101,16 @@ class DynamicBatcher:
                 return
             self._timer.cancel()
         loop = asyncio.get_running_loop()
-        delay = max(when_ns - time.perf_counter_ns(), 0) / 1e9
+        delay = timer_delay(when_ns, time.perf_counter_ns())
         self._timer_at = when_ns
-        self._timer = loop.call_later(delay, self._fire)
+        if delay is None:  # ends within the loop's timer resolution: next turn, with slack
+            self._timer = loop.call_soon(self._fire)
+        else:
+            self._timer = loop.call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        self._pump()
+        self._pump(TIMER_SLACK_NS)
 
     def _start(self, instance: ModelInstance, batch: list[InferenceRequest], now: int) -> None:
         gate = self._gates.get(id(instance)) if self._gates else None

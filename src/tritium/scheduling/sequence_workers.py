@@ -21,7 +21,7 @@ from ..backends.base import ModelInstance, send_error
 from ..config.sequence import SequenceConfig
 from ..errors import cancelled
 from ..request import InferenceRequest
-from .batch_policy import BatchConfig, DynamicBatchPolicy
+from .batch_policy import TIMER_SLACK_NS, BatchConfig, DynamicBatchPolicy, timer_delay
 from .common import guarded, limited
 from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, filler
@@ -74,7 +74,8 @@ class Worker:
         self._lanes: list[deque[Entry]] = [deque() for _ in range(slots)]
         self._states: list[SequenceState | None] = [None] * slots
         self._busy = False
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.Handle | None = None  # a TimerHandle, or call_soon's Handle
+        self._late = 0  # while a timer's pump runs: TIMER_SLACK_NS (batch_policy.py)
         self._running: set[asyncio.Task[None]] = set()
         self._closed = False
         self.gate: Gate | None = None  # the rate limiter's, when it is on
@@ -165,12 +166,20 @@ class Worker:
     def _arm(self, when_ns: int) -> None:
         if self._timer is not None:
             self._timer.cancel()
-        delay = max(when_ns - time.perf_counter_ns(), 0) / 1e9
-        self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+        loop = asyncio.get_running_loop()
+        delay = timer_delay(when_ns, time.perf_counter_ns())
+        if delay is None:  # ends within the loop's timer resolution: next turn, with slack
+            self._timer = loop.call_soon(self._fire)
+        else:
+            self._timer = loop.call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        self.pump()
+        self._late = TIMER_SLACK_NS
+        try:
+            self.pump()
+        finally:
+            self._late = 0
 
     def close(self, error: Exception) -> list[asyncio.Task[None]]:
         self._closed = True
@@ -229,7 +238,7 @@ class DirectWorker(Worker):
             e.arrival_ns for s in heads if isinstance(e := self._lanes[s][0], InferenceRequest)
         ]
         due = min(arrivals, default=0) + config.max_queue_delay_ns
-        if time.perf_counter_ns() >= due:
+        if time.perf_counter_ns() + self._late >= due:
             return False
         self._arm(due)
         return True
@@ -293,7 +302,7 @@ class OldestWorker(Worker):
             self._policy.enqueue(request, request.arrival_ns)
         if self._busy:
             return
-        batch = self._policy.take(now)
+        batch = self._policy.take(now + self._late)
         if batch is None:
             when = self._policy.wake_at()
             if when is not None:
