@@ -86,11 +86,17 @@ def from_environment() -> Member | None:
 def _pin(cpu: int) -> None:
     """``--worker-affinity``: this process on ``cpu``; the threads already running (the log
     writer) set one by one, those started later inherit it."""
-    for tid in os.listdir("/proc/self/task"):
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: this thread alone
+        tids = [0]
+    for tid in tids:
         try:
-            os.sched_setaffinity(int(tid), {cpu})
-        except OSError:  # the thread ended meanwhile
-            continue
+            os.sched_setaffinity(tid, {cpu})
+        except OSError as exc:  # the thread ended meanwhile, or the CPU is no longer ours
+            if tid in (0, os.getpid()):
+                log.warning("worker: cannot run on CPU %d (%s): left unpinned", cpu, exc)
+                return
 
 
 def _die_with(parent: int) -> None:
