@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import struct
@@ -65,6 +67,8 @@ class Run:
     p99_ms: float
     spread: list[int]  # CPU ms per worker in the run, the accept spread
     load: float = 0.0  # the machine's 1-minute load average after the run
+    connections: list[int] | None = None  # h2load's connections each worker held, mid-run
+    client_us_per_inference: float = 0.0  # h2load's own CPU per answer
 
 
 def _tree(pid: int) -> list[int]:
@@ -139,7 +143,15 @@ class Case:
     round: int
 
 
-def _h2load(server: ServerProcess, case: Case, log: Path) -> tuple[int, list[float]]:
+@dataclass
+class Answers:
+    ok: int  # 2xx answers
+    latencies: list[float]  # ms
+    client_cpu: float  # h2load's CPU seconds
+    held: list[int]  # the connections each worker held mid-run
+
+
+def _h2load(server: ServerProcess, workers: int, case: Case, log: Path) -> Answers:
     model, protocol, clients, seconds, body = (
         case.model, case.protocol, case.clients, case.seconds, case.body
     )
@@ -152,16 +164,39 @@ def _h2load(server: ServerProcess, case: Case, log: Path) -> tuple[int, list[flo
     command = ["h2load", "-c", str(clients), "-m", "1", "-t", "1", "-D", str(int(seconds)),
                "--warm-up-time", "1", "-d", str(body), "--log-file", str(log), *extra, url]
     log.unlink(missing_ok=True)  # h2load appends to its log file
-    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds + 60)
-    if done.returncode != 0:
-        raise RuntimeError(done.stdout + done.stderr)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the reaped ones: h2load's alone
+    h2load = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    time.sleep(1 + seconds / 2)  # past the warm-up: every connection is open
+    held = _held(server, workers, server.ports[protocol])
+    output, _ = h2load.communicate(timeout=seconds + 60)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if h2load.returncode != 0:
+        raise RuntimeError(output.decode(errors="replace"))
+    client = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     latencies, ok = [], 0
     for line in log.read_text().splitlines():
         _, status, elapsed = line.split("\t")
         if status.startswith("2"):
             ok += 1
             latencies.append(int(elapsed) / 1000)
-    return ok, latencies
+    return Answers(ok, latencies, client, held)
+
+
+def _held(server: ServerProcess, workers: int, port: int) -> list[int]:
+    """The TCP connections to ``port`` each worker holds (the process itself with one)."""
+    pids = sorted(_children(server.proc.pid)) if workers > 1 else [server.proc.pid]
+    found = []
+    for pid in pids:
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+            tables = [Path(f"/proc/{pid}/net/{t}").read_text() for t in ("tcp", "tcp6")]
+        except OSError:
+            continue
+        inodes = {link[8:-1] for link in links if link.startswith("socket:[")}
+        rows = [line.split() for text in tables for line in text.splitlines()[1:]]
+        found.append(sum(1 for f in rows if int(f[1].rsplit(":", 1)[1], 16) == port
+                         and f[3] == "01" and f[9] in inodes))  # ESTABLISHED, this process's
+    return found
 
 
 def _successes(server: ServerProcess, model: str) -> tuple[int, int]:
@@ -188,7 +223,8 @@ def _run(server: ServerProcess, workers: int, case: Case, workdir: Path) -> Run:
     model, protocol, clients, seconds = case.model, case.protocol, case.clients, case.seconds
     ok_before, fail_before = _successes(server, model)
     cpu_before = _tree_cpu(server.proc.pid)
-    ok, latencies = _h2load(server, case, workdir / "h2load.log")
+    answers = _h2load(server, workers, case, workdir / "h2load.log")
+    ok, latencies = answers.ok, answers.latencies
     cpu_after = _tree_cpu(server.proc.pid)
     ok_after, fail_after = _successes(server, model)
     # h2load ends its connections at the deadline: the requests then in flight are cancelled
@@ -205,13 +241,15 @@ def _run(server: ServerProcess, workers: int, case: Case, workdir: Path) -> Run:
         model, protocol, clients, workers, case.round, seconds, ok, ok / seconds,
         1e6 * cpu / max(served, 1), latencies[len(latencies) // 2],
         latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-        _spread(server, cpu_before),
+        _spread(server, cpu_before), 0.0, answers.held,
+        1e6 * answers.client_cpu / max(ok, 1),
     )
 
 
-def _start(repo: Path, workers: int, sockets: str) -> ServerProcess:
+def _start(repo: Path, workers: int, sockets: str, affinity: str) -> ServerProcess:
+    pinning = ("--worker-affinity", affinity) if workers > 1 else ()  # refused with 1
     return ServerProcess(
-        [repo], "--workers", str(workers), "--worker-sockets", sockets,
+        [repo], "--workers", str(workers), "--worker-sockets", sockets, *pinning,
         "--model-control-mode", "explicit",
         *(arg for m in MODELS for arg in ("--load-model", m)),
         "--log-info", "false", start_timeout=180,
@@ -227,8 +265,11 @@ def main() -> int:
     parser.add_argument("--workers", default=",".join(map(str, WORKERS)),
                         help="worker counts, alternated (default 1,2,3)")
     parser.add_argument("--worker-sockets", default="shared", choices=("shared", "reuseport"))
+    parser.add_argument("--worker-affinity", default="auto", choices=("auto", "cpu", "none"))
     parser.add_argument("--matrix", action=argparse.BooleanOptionalAction, default=True,
-                        help="every model, protocol and c in each round (else ONNX c16 only)")
+                        help="every model, protocol and c in each round (else ONNX only)")
+    parser.add_argument("--clients", type=lambda s: tuple(int(c) for c in s.split(",")),
+                        default=(16,), help="the c of --no-matrix (default 16; e.g. 16,64)")
     args = parser.parse_args()
     if shutil.which("h2load") is None:
         print("h2load not found: apt-get install nghttp2-client (make bench-deps)")
@@ -236,7 +277,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="tritium-bench-workers-"))
     repo = ROOT / "examples" / "model_repository"
     counts = tuple(int(n) for n in args.workers.split(","))
-    servers = {n: _start(repo, n, args.worker_sockets) for n in counts}
+    servers = {n: _start(repo, n, args.worker_sockets, args.worker_affinity) for n in counts}
     runs: list[Run] = []
     memory = {}
     try:
@@ -245,7 +286,7 @@ def main() -> int:
             memory[n] = _memory(server.proc.pid)
         bodies = {m: _bodies(m, workdir) for m in MODELS}
         for round_ in range(args.rounds):
-            for model, protocol, clients in _cases(args.matrix):
+            for model, protocol, clients in _cases(args.matrix, args.clients):
                 # alternated: every worker count once per case per round, the order
                 # reversed every other round (a drift in the machine's load evens out)
                 order = counts if round_ % 2 == 0 else counts[::-1]
@@ -258,7 +299,9 @@ def main() -> int:
                     print(f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
                           f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us "
                           f"CPU/inf  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
-                          f"worker CPU ms {run.spread}  load {run.load:.1f}", flush=True)
+                          f"worker CPU ms {run.spread}  connections {run.connections}  "
+                          f"h2load {run.client_us_per_inference:.0f} us/inf  "
+                          f"load {run.load:.1f}", flush=True)
     finally:
         for server in servers.values():
             server.stop()
@@ -267,9 +310,9 @@ def main() -> int:
     return 0
 
 
-def _cases(matrix: bool) -> list[tuple[str, str, int]]:
+def _cases(matrix: bool, clients: tuple[int, ...] = (16,)) -> list[tuple[str, str, int]]:
     if not matrix:
-        return [("simple", p, 16) for p in PROTOCOLS]
+        return [("simple", p, c) for p in PROTOCOLS for c in clients]
     return [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCY]
 
 
@@ -324,11 +367,13 @@ def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
     lines = ["# --workers: 1, 2, 3 workers (bench/workers.py)", "",
              "| model | protocol | c | workers | round | inf/s | server CPU µs/inf | p50 ms | "
-             "p99 ms | CPU ms per worker |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "p99 ms | CPU ms per worker | connections per worker | h2load CPU µs/inf | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         lines.append(f"| {r.model} | {r.protocol} | {r.concurrency} | {r.workers} | {r.round} | "
                      f"{r.throughput:.0f} | {r.cpu_us_per_inference:.0f} | {r.p50_ms:.2f} | "
-                     f"{r.p99_ms:.2f} | {r.spread} |")
+                     f"{r.p99_ms:.2f} | {r.spread} | {r.connections} | "
+                     f"{r.client_us_per_inference:.0f} | {r.load:.1f} |")
     rounds = len({r.round for r in runs})
     lines = lines[:2] + [
         f"{rounds} rounds; in each, every case ran once per worker count, side by side "

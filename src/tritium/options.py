@@ -204,6 +204,7 @@ class ServerOptions:
     workers: int = 1  # processes serving the same ports (--workers; 1: this process alone)
     worker_heartbeat_secs: float = 10.0  # a worker silent this long is killed and restarted
     worker_sockets: str = "shared"  # shared: one accept queue; reuseport: one per worker
+    worker_affinity: str = "auto"  # auto: a CPU each when workers == CPUs; cpu; none
     http: HttpOptions = HttpOptions()
     grpc: GrpcOptions = GrpcOptions()
     metrics: MetricsOptions = MetricsOptions()

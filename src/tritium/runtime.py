@@ -14,7 +14,7 @@ from typing import Protocol
 
 from . import __version__, describe_build
 from .access.policy import AccessControl, ClientLimiter, build_access
-from .frontends.accept import Connections
+from .frontends.accept import Balance, Connections
 from .frontends.grpc.listener import GrpcListener
 from .frontends.grpc.tls import server_ssl_context
 from .frontends.http.app import HttpApp
@@ -33,6 +33,8 @@ class WorkerLink(Protocol):
     and the control plane, attached to the server before its models load."""
 
     def sockets(self) -> dict[str, list[socket.socket]]: ...
+
+    def accept_balance(self) -> Balance | None: ...
 
     def client_limiter(self, limit: int) -> ClientLimiter | None: ...
 
@@ -85,10 +87,7 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
         _close(bound)
         access.close()
         return 1
-    shared = link is not None  # other workers accept on the same sockets
-    listeners, grpc_server, ports = await _serve(
-        server, options, contexts, access, bound, shared
-    )
+    listeners, grpc_server, ports = await _serve(server, options, contexts, access, bound, link)
     if link is not None:
         link.serving()
     elif options.ports_file:
@@ -195,15 +194,20 @@ async def _serve(
     tls: tuple[ssl.SSLContext | None, ssl.SSLContext | None],
     access: AccessControl,
     bound: dict[str, list[socket.socket]],
-    shared: bool = False,
+    link: WorkerLink | None = None,
 ) -> tuple[list[HttpListener], GrpcListener | None, dict[str, int]]:
     """Start accepting on every bound front-end (``tls``: HTTP's and gRPC's); the ports. The
     listeners share one set of live connections: out of descriptors, any of them closes the
-    connections idle longest of all (frontends/accept.py)."""
+    connections idle longest of all (frontends/accept.py). ``link``: this process is one
+    worker of several, which accept on the same sockets (or, reuseport, on the same ports)."""
     http_tls, grpc_tls = tls
     pool = Connections()
-    if shared:
+    if link is not None:
         pool.accept_batch = 1
+    balance = link.accept_balance() if link is not None else None
+    if balance is not None:
+        pool.balance = balance
+        balance.publish(0)  # accepting from now on
     where = endpoints(options)
     ports = {name: bound_port(socks) for name, socks in bound.items()}
     listeners: list[HttpListener] = []

@@ -14,6 +14,10 @@ that running out of file descriptors never stops the service.
   nobody out of either port until their timeouts.
 - A TLS handshake is bounded in time (``handshake_timeout``).
 
+- With ``--workers N`` sharing a listening socket, a ``Balance`` (``workers/balance.py``)
+  spreads the connections: a worker woken for a connection while another holds fewer leaves
+  it to that one for ``Balance.delay``, then takes it if it is still waiting.
+
 A connection takes part by being added to the ``Connections`` and answering ``idle_since``
 (the loop time it became idle; None while it is busy) and ``shed`` (close now). The
 sockets themselves are bound by ``frontends/sockets.py``, before the models load.
@@ -53,6 +57,26 @@ class Idle(Protocol):
         ...
 
 
+class Balance(Protocol):
+    """How the workers sharing a listening socket spread its connections
+    (``workers/balance.py:AcceptBalance``)."""
+
+    delay: float  # seconds a worker leaves a connection to another that holds fewer
+
+    def publish(self, count: int) -> None:
+        """This process accepts and holds ``count`` connections."""
+        ...
+
+    def withdraw(self) -> None:
+        """This process accepts no more."""
+        ...
+
+    def defer(self, count: int, resumed: bool = False) -> bool:
+        """Whether another process holding fewer than ``count`` should take the next one;
+        ``resumed``: this process deferred the last time, ``delay`` ago."""
+        ...
+
+
 class Connections:
     """The live connections of every listener of the server."""
 
@@ -62,12 +86,27 @@ class Connections:
         # connections a listener accepts per wake-up; 1 when several processes share the
         # listening sockets (--workers): each takes one, so a burst spreads over them
         self.accept_batch = BATCH
+        self.balance: Balance | None = None  # several processes share the sockets
+        self._opening = 0  # accepted, not yet added (connection_made still to come)
 
     def add(self, conn: Idle) -> None:
         self._live.add(conn)
+        if self.balance is not None:
+            self.balance.publish(self.held())
 
     def discard(self, conn: Idle) -> None:
         self._live.discard(conn)
+        if self.balance is not None:
+            self.balance.publish(self.held())
+
+    def held(self) -> int:
+        """The connections this process holds, those accepted and still opening included."""
+        return len(self._live) + self._opening
+
+    def opening(self, delta: int) -> None:
+        self._opening += delta
+        if self.balance is not None:
+            self.balance.publish(self.held())
 
     def __len__(self) -> int:
         return len(self._live)
@@ -134,6 +173,7 @@ class Acceptor:
         self._pending: dict[asyncio.Task[Any], _Handshake | None] = {}
         self._closed = False
         self._retry: asyncio.TimerHandle | None = None
+        self._deferred = False  # left a connection to a worker holding fewer: take it next
         self.accept_failures = 0  # times accept() failed (EMFILE and the like)
 
     def start(self) -> None:
@@ -141,6 +181,11 @@ class Acceptor:
         if not self._closed:
             for sock in self.sockets:
                 self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _resume(self) -> None:
+        """After a deferral: look again (``Balance.defer``, resumed)."""
+        self._deferred = True
+        self.start()
 
     def _stop_reading(self) -> None:
         for sock in self.sockets:
@@ -151,6 +196,9 @@ class Acceptor:
         if self._closed:
             return
         self._closed = True
+        if self.connections.balance is not None:  # the other workers take the new ones
+            self.connections.balance.withdraw()
+            self.connections.balance = None
         if self._retry is not None:
             self._retry.cancel()
         self._stop_reading()
@@ -160,6 +208,13 @@ class Acceptor:
             task.cancel()
 
     def _accept(self, sock: socket.socket) -> None:
+        balance = self.connections.balance
+        if balance is not None:
+            resumed, self._deferred = self._deferred, False
+            if balance.defer(self.connections.held(), resumed):
+                self._stop_reading()  # another worker holding fewer takes it meanwhile
+                self._retry = self._loop.call_later(balance.delay, self._resume)
+                return
         for _ in range(self.connections.accept_batch):
             try:
                 conn, _ = sock.accept()
@@ -201,10 +256,12 @@ class Acceptor:
             entry = _Handshake(task, self._loop.time(), self.label)
             self.connections.add(entry)
         self._pending[task] = entry
+        self.connections.opening(1)
         task.add_done_callback(lambda t: self._settled(t, conn))
 
     def _settled(self, task: asyncio.Task[Any], conn: socket.socket) -> None:
         entry = self._pending.pop(task, None)
+        self.connections.opening(-1)
         if entry is not None:
             self.connections.discard(entry)
         if task.cancelled() or task.exception() is not None:

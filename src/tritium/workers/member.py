@@ -35,6 +35,8 @@ from ..options import ServerOptions
 from ..tracing.settings import TraceMode
 from ..server import InferenceRequest, InferenceServer, ResponseSender
 from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
+from .balance import ROWS as BALANCE_ROWS
+from .balance import AcceptBalance
 from .client_limit import ROWS as CLIENT_ROWS
 from .client_limit import SharedClientLimiter
 from .forward import Forwarder, SequenceOwner, owner_of, socket_path
@@ -66,6 +68,8 @@ def from_environment() -> Member | None:
             sock.setblocking(False)
     channel = socket.socket(fileno=int(plan["channel"]))
     index, count = int(plan["index"]), int(plan["count"])
+    if plan.get("cpu") is not None:
+        _pin(int(plan["cpu"]))
     member = Member(index, count, str(plan["forward"]), sockets, channel)
     member.reuseport = bool(plan.get("reuseport"))
     member.locks = int(plan["locks"])
@@ -73,7 +77,26 @@ def from_environment() -> Member | None:
         member.resources = SharedCounters(int(plan["resources"]), RESOURCE_ROWS, count, index)
     if plan.get("clients") is not None:
         member.clients = SharedCounters(int(plan["clients"]), CLIENT_ROWS, count, index)
+    if plan.get("accepting") is not None:
+        table = SharedCounters(int(plan["accepting"]), BALANCE_ROWS, count, index)
+        member.balance = AcceptBalance(table)
     return member
+
+
+def _pin(cpu: int) -> None:
+    """``--worker-affinity``: this process on ``cpu``; the threads already running (the log
+    writer) set one by one, those started later inherit it."""
+    try:
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:  # no /proc: this thread alone
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, {cpu})
+        except OSError as exc:  # the thread ended meanwhile, or the CPU is no longer ours
+            if tid in (0, os.getpid()):
+                log.warning("worker: cannot run on CPU %d (%s): left unpinned", cpu, exc)
+                return
 
 
 def _die_with(parent: int) -> None:
@@ -104,6 +127,8 @@ class Member:
         self.clients: SharedCounters | None = None  # --max-inflight-per-client's table
         self.locks = -1  # the supervisor's lock descriptor (the access log's)
         self.resources: SharedCounters | None = None  # the rate limiter's resources
+        # --worker-sockets shared: the connections every worker holds (workers/balance.py)
+        self.balance: AcceptBalance | None = None
         self._sockets = sockets
         self._channel_sock = channel
         self._peer: Peer | None = None
@@ -116,6 +141,10 @@ class Member:
     # -- runtime.py:WorkerLink -------------------------------------------------------------------
     def sockets(self) -> dict[str, list[socket.socket]]:
         return self._sockets
+
+    def accept_balance(self) -> AcceptBalance | None:
+        """How this worker shares the listening sockets' connections with the others."""
+        return self.balance
 
     def client_limiter(self, limit: int) -> ClientLimiter | None:
         """The whole server's in-flight counts per client (the supervisor's table)."""

@@ -14,6 +14,7 @@ def single_refusal(options: ServerOptions) -> str:
         flag
         for flag, given, usual in (
             ("--worker-sockets", options.worker_sockets, default.worker_sockets),
+            ("--worker-affinity", options.worker_affinity, default.worker_affinity),
             ("--worker-heartbeat-secs", options.worker_heartbeat_secs,
              default.worker_heartbeat_secs),
         )

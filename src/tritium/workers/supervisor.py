@@ -39,6 +39,8 @@ from ..runtime import bind_all, install_signal_handlers, write_ports
 from . import shared
 from .channel import Channel, ChannelClosed, Peer
 from .client_limit import ROWS as CLIENT_ROWS
+from .affinity import worker_cpus
+from .balance import ROWS as BALANCE_ROWS
 from .resources import ROWS as RESOURCE_ROWS
 from .merge import merge_metrics, merge_statistics
 from .shared import SharedCounters
@@ -100,6 +102,13 @@ class Supervisor:
         if options.access.max_inflight_per_client > 0:
             fd = shared.create("clients", CLIENT_ROWS, options.workers)
             self._clients = SharedCounters(fd, CLIENT_ROWS, options.workers, -1)
+        # --worker-affinity: the CPUs the workers run on, one each in turn (none: anywhere)
+        self._cpus = worker_cpus(options.worker_affinity, options.workers)
+        # --worker-sockets shared: the connections each worker holds (workers/balance.py)
+        self._accepting: SharedCounters | None = None
+        if options.worker_sockets == "shared":
+            fd = shared.create("accepting", BALANCE_ROWS, options.workers)
+            self._accepting = SharedCounters(fd, BALANCE_ROWS, options.workers, -1)
 
     @property
     def failed(self) -> bool:
@@ -116,10 +125,13 @@ class Supervisor:
              "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
              "reuseport": self.options.worker_sockets == "reuseport",
              "clients": self._clients.fd if self._clients else None, "locks": self._locks,
-             "resources": self._resources.fd if self._resources else None}
+             "resources": self._resources.fd if self._resources else None,
+             "accepting": self._accepting.fd if self._accepting else None,
+             "cpu": self._cpus[worker.index % len(self._cpus)] if self._cpus else None}
         ).decode()
         passed = [theirs.fileno(), self._locks, *(fd for group in fds.values() for fd in group)]
-        passed += [t.fd for t in (self._clients, self._resources) if t is not None]
+        tables = (self._clients, self._resources, self._accepting)
+        passed += [t.fd for t in tables if t is not None]
         try:
             worker.proc = subprocess.Popen(
                 [sys.executable, "-m", "tritium", *self._argv], env=env, pass_fds=passed
@@ -152,8 +164,9 @@ class Supervisor:
             worker.peer = None
             worker.synced = worker.serving = worker.ready = False
         code = await self._reap(worker)
-        for table in (self._clients, self._resources):  # its requests and executions are
-            if table is not None:  # gone with it
+        # its requests, executions and connections are gone with it
+        for table in (self._clients, self._resources, self._accepting):
+            if table is not None:
                 table.clear(worker.index)
         worker.done.set()
         self._readiness_changed()

@@ -571,11 +571,20 @@ FLAGS: tuple[Flag, ...] = (
          "how the workers share a port: one accept queue, or one each (SO_REUSEPORT)",
          "worker_sockets",
          "tritium: with --workers, 'shared': every worker accepts from the supervisor's "
-         "listening socket (a worker that dies loses only its own connections); "
+         "listening socket, one holding more connections leaving a new one to one "
+         "holding fewer (a worker that dies loses only its own connections); "
          "'reuseport': each worker listens with a socket of its own in a SO_REUSEPORT "
          "group (the kernel spreads the connections evenly; those waiting in a dying "
          "worker's queue are reset)",
          choices=("shared", "reuseport")),
+    _own("worker-affinity", "tritium", _S,
+         "whether each worker runs on one CPU of its own",
+         "worker_affinity",
+         "tritium: with --workers, 'cpu': worker i runs on the i-th CPU this process may "
+         "use (round robin), its threads and Python stubs with it; 'none': wherever the "
+         "kernel puts them; 'auto' (default): 'cpu' when there are as many workers as "
+         "CPUs (--workers auto), else 'none'",
+         choices=("auto", "cpu", "none")),
     _own("worker-heartbeat-secs", "tritium", _I,
          "a worker silent this long is killed and restarted",
          "worker_heartbeat_secs",
