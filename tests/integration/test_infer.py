@@ -383,7 +383,9 @@ IDENTITY_CASES = [
 
 
 @pytest.mark.parametrize(("datatype", "protocol", "binary"), IDENTITY_CASES)
-@pytest.mark.parametrize("n", [37, 0], ids=["n37", "empty"])
+# n5000: 20-40 KB of a 4- or 8-byte type, past the gRPC answer's OUTPUT_VIEWS_FROM (16 KiB):
+# the output goes out as a view of its array (frontends/grpc/wire.py:Pieces)
+@pytest.mark.parametrize("n", [37, 0, 5000], ids=["n37", "empty", "n5000"])
 def test_identity_every_datatype(
     client: Any, protocol: str, datatype: str, binary: bool, n: int
 ) -> None:

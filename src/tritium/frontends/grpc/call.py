@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from .metadata import InflateError, compress_message, inflate
 from .status import RpcError, StatusCode
+from .wire import Pieces
 
 if TYPE_CHECKING:
     from .connection import GrpcConnection
@@ -312,13 +313,14 @@ class ServerCall:
             self._give_back(self._taken())
             await self._waiter
 
-    def frame(self, payload: bytes) -> tuple[bytes, bytes]:
-        """A response message (serialised protobuf) as (5-byte prefix, body), compressed
-        when the call says so; RpcError when it is over the send bound."""
+    def frame(self, payload: bytes | Pieces) -> tuple[bytes, bytes | Pieces]:
+        """A response message (serialised protobuf, or its ``Pieces``) as (5-byte prefix,
+        body), compressed when the call says so; RpcError when it is over the send bound."""
         encoding = self.response_encoding
         compressed = None
         if encoding is not None:  # sent as it is when compression would not make it smaller
-            compressed = compress_message(payload, encoding[0], encoding[1])
+            joined = payload if isinstance(payload, bytes) else payload.join()
+            compressed = compress_message(joined, encoding[0], encoding[1])
         if compressed is not None:
             payload = compressed
         size = len(payload)
@@ -330,20 +332,21 @@ class ServerCall:
         flag = b"\x01" if compressed is not None else b"\x00"
         return flag + size.to_bytes(4, "big"), payload
 
-    def send(self, payload: bytes) -> None:
+    def send(self, payload: bytes | Pieces) -> None:
         """One response message of a streaming call."""
         if not self.done:
             head, body = self.frame(payload)
             if self._conn.admit_output(self, len(head) + len(body)):
                 self._conn.send_message(self, head, body)
 
-    def answer(self, payload: bytes) -> None:
+    def answer(self, payload: bytes | Pieces) -> None:
         """The one response of a unary call and its OK status."""
         if self.done:
             return
         head, body = self.frame(payload)
-        if len(body) < _ONE_FRAME and self._conn.answer(self, head + body):
-            return
+        if isinstance(body, bytes) and len(body) < _ONE_FRAME:  # Pieces are never this small
+            if self._conn.answer(self, head + body):
+                return
         if self._conn.admit_output(self, len(head) + len(body)):
             self._conn.send_message(self, head, body)
             self.finish()

@@ -12,7 +12,7 @@ from ...server import parse_version
 from ...tensor_codec import object_array
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from ..tensors import check_shape, numeric_array, shm_tensor, tensor_bytes, tensor_from_buffer
-from .wire import decode_contents, parse_request
+from .wire import Pieces, decode_contents, infer_response, output_tensor, parse_request
 
 # Typed `contents` field for each datatype (FP16 and BF16 have none: raw bytes only).
 _CONTENTS_FIELD = {
@@ -166,6 +166,24 @@ def encode_response(response: InferenceResponse) -> pb.ModelInferResponse:
     if response.parameters:
         set_parameters(msg.parameters, response.parameters)
     return msg
+
+
+def encode_answer(response: InferenceResponse) -> bytes | Pieces:
+    """``encode_response(response).SerializeToString()``, written without protobuf and
+    without copying the large outputs (``wire.infer_response``)."""
+    outputs = []
+    raws: list[bytes | memoryview] = []
+    for tensor in response.outputs:
+        outputs.append(output_tensor(tensor.name, tensor.datatype.wire, tensor.shape))
+        # An output written into shared memory keeps its place with an empty entry.
+        raws.append(b"" if tensor.shm is not None else tensor_bytes(tensor))
+    parameters = b""
+    if response.parameters:  # rare: protobuf writes the map (its order is protobuf's)
+        msg = pb.ModelInferResponse()
+        set_parameters(msg.parameters, response.parameters)
+        parameters = msg.SerializeToString()
+    names = (response.model_name, response.model_version, response.id)
+    return infer_response(names, parameters, outputs, raws)
 
 
 def set_parameters(target: Any, values: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ from .errors import CODE, status_message
 from .guard import CallGuard, RpcGuard
 from .metadata import ENCODINGS, parse_timeout, response_compression
 from .status import RpcError, StatusCode
+from .wire import Pieces
 
 if TYPE_CHECKING:
     from .connection import GrpcConnection
@@ -50,8 +51,11 @@ class Method:
     fast: Callable[[bytes, ServerCall], bool] | None = None
 
 
-def _serialize(message: Any) -> bytes:
-    return message if isinstance(message, bytes) else message.SerializeToString()
+def _serialize(message: Any) -> bytes | Pieces:
+    """A handler's answer: a message, or its bytes already (``Pieces``: ModelInfer's)."""
+    if isinstance(message, (bytes, Pieces)):
+        return message
+    return bytes(message.SerializeToString())
 
 
 def code_of(exc: BaseException) -> StatusCode:
@@ -180,7 +184,7 @@ class Dispatcher:
             call.finish(exc.code, exc.message)
 
 
-async def _handle(call: ServerCall, rpc: Method, request: Any) -> bytes | None:
+async def _handle(call: ServerCall, rpc: Method, request: Any) -> bytes | Pieces | None:
     """Runs the handler: a unary one's answer, or None once a streaming one has written."""
     if rpc.kind is Kind.UNARY:
         return _serialize(await rpc.handler(request, call))

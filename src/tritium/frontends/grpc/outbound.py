@@ -15,6 +15,7 @@ from .call import ServerCall
 from .frames import OK_TRAILERS, RESPONSE_HEADERS, response_headers
 from .metadata import encode_grpc_message
 from .status import StatusCode
+from .wire import Pieces
 
 STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset, or closed)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
@@ -44,7 +45,7 @@ class Outbound:
         call.headers_sent = True
         self._h2.send_headers(call.stream_id, response_headers(_encoding(call)))
 
-    def send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
+    def send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None:
         """Writes one framed message: ``head`` is its 5-byte prefix."""
         if self._closed or call.done:
             return
@@ -63,10 +64,15 @@ class Outbound:
         call.cancelled()
         self._maybe_close()
 
-    def _send_message(self, call: ServerCall, head: bytes, payload: bytes) -> None:
+    def _send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None:
         if not call.headers_sent:
             self._headers(call)
-        if len(payload) < _JOIN_BELOW:
+        if isinstance(payload, Pieces):  # the large parts are the arrays' memory: no copy
+            parts = payload.parts
+            self._send_data(call, head + parts[0])
+            for part in parts[1:]:
+                self._send_data(call, part)
+        elif len(payload) < _JOIN_BELOW:
             self._send_data(call, head + payload)
         else:  # no copy of a large message: the prefix goes as a frame of its own
             self._send_data(call, head)
@@ -104,7 +110,7 @@ class Outbound:
         self._flush()
         self._maybe_close()
 
-    def _send_data(self, call: ServerCall, data: bytes) -> None:
+    def _send_data(self, call: ServerCall, data: bytes | memoryview) -> None:
         """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""
         if call.pending or self._paused:
             call.keep(memoryview(data))

@@ -32,7 +32,7 @@ from ...server import (
 from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .call import ServerCall
-from .codec import decode_message, encode_response
+from .codec import decode_message, encode_answer
 from .dispatch import Kind, Method, code_of, status_of
 from .errors import triton_status
 from .guard import HEALTH_SERVICE, SERVICE
@@ -41,6 +41,7 @@ from .metadata import compile_forward_pattern, forwarded_parameters
 from .status import RpcError, StatusCode
 from .stream import stream_infer
 from .traces import sample
+from .wire import Pieces
 
 __all__ = ["MAX_WATCHES", "MAX_WATCHES_PER_CONNECTION", "HealthService", "InferenceService"]
 
@@ -201,8 +202,6 @@ class InferenceService:
         entry = _entry(call, len(request))
         try:
             answer = await self._model_infer(request, call, entry)
-            if not isinstance(answer, bytes):
-                answer = answer.SerializeToString()
         except BaseException as exc:  # the dispatcher answers it: the same code
             code = StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else code_of(exc)
             _logged(access_log, entry, code)
@@ -213,7 +212,7 @@ class InferenceService:
 
     async def _model_infer(
         self, request: bytes, call: ServerCall, access: AccessEntry | None = None
-    ) -> Any:
+    ) -> bytes | Pieces:
         forwarded = self.forwarded(call)
         began = time.perf_counter_ns() if self._server.tracer.active else 0
         _, inference = await decode_off_loop(len(request), decode_message, request, forwarded)
@@ -223,11 +222,11 @@ class InferenceService:
         try:
             response = await self._server.infer(inference, _DECOUPLED, trace, access)
             if trace is None:
-                return encode_response(response)
+                return encode_answer(response)
             # On this path the transport writes the answer: SEND_* frame its encoding.
             trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
             trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-            answer = encode_response(response).SerializeToString()
+            answer = encode_answer(response)
             trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
             return answer
         finally:
@@ -333,7 +332,7 @@ class _UnaryAnswer(FinalAnswer):
 
     def _write(self, response: InferenceResponse) -> StatusCode:
         try:
-            answer = encode_response(response).SerializeToString()
+            answer = encode_answer(response)
             self._call.answer(answer)
         except Exception as exc:
             return self._fail(exc)

@@ -251,3 +251,98 @@ def _bytes_fields(view: memoryview, count: int) -> np.ndarray:
                 break
     parts.append(object_array(items, (len(items),)))
     return np.concatenate(parts)
+
+
+# -- the answer: ModelInferResponse bytes written here ------------------------------------------
+OUTPUT_VIEWS_FROM = 1 << 14  # a raw output this large goes out as a view of its array
+_RAW_OUTPUT_CONTENTS = 6  # ModelInferResponse.raw_output_contents
+_OUTPUTS = 5  # ModelInferResponse.outputs
+_SHAPE = 3  # InferOutputTensor.shape
+
+
+class Pieces:
+    """A message's bytes as parts to write in order, the large ones views of the arrays they
+    came from (no copy); ``parts[0]`` is bytes. ``len`` is the message's length."""
+
+    __slots__ = ("parts", "size")
+
+    def __init__(self, parts: list[bytes | memoryview], size: int) -> None:
+        self.parts = parts
+        self.size = size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def join(self) -> bytes:
+        return b"".join(self.parts)
+
+
+def _put_varint(out: bytearray, value: int) -> None:
+    value &= 0xFFFFFFFFFFFFFFFF  # a negative int64 is its two's complement, 10 bytes
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _put_string(out: bytearray, number: int, text: str) -> None:
+    """A string field (proto3: an empty one is not written)."""
+    if text:
+        data = text.encode()
+        out.append(number << 3 | 2)
+        _put_varint(out, len(data))
+        out += data
+
+
+def output_tensor(name: str, datatype: str, shape: tuple[int, ...]) -> bytes:
+    """An InferOutputTensor (name, datatype, packed shape) as a ``outputs`` field."""
+    body = bytearray()
+    _put_string(body, 1, name)
+    _put_string(body, 2, datatype)
+    if shape:
+        dims = bytearray()
+        for dim in shape:
+            _put_varint(dims, dim)
+        body.append(_SHAPE << 3 | 2)
+        _put_varint(body, len(dims))
+        body += dims
+    field = bytearray((_OUTPUTS << 3 | 2,))
+    _put_varint(field, len(body))
+    return bytes(field + body)
+
+
+def infer_response(
+    names: tuple[str, str, str],
+    parameters: bytes,
+    outputs: list[bytes],
+    raws: list[bytes | memoryview],
+) -> bytes | Pieces:
+    """The bytes protobuf would give a ModelInferResponse of ``names`` (model name, version,
+    id), ``parameters`` (its field 4, serialized), ``outputs`` (``output_tensor``'s) and
+    ``raws`` (``raw_output_contents``, the last field): one bytes, or ``Pieces`` when some raw
+    content is ``OUTPUT_VIEWS_FROM`` bytes or more (those are not copied)."""
+    out = bytearray()
+    for number, text in enumerate(names, 1):
+        _put_string(out, number, text)
+    out += parameters
+    for field in outputs:
+        out += field
+    parts: list[bytes | memoryview] = []
+    size = 0
+    for raw in raws:
+        length = len(raw) if isinstance(raw, bytes) else raw.nbytes
+        out.append(_RAW_OUTPUT_CONTENTS << 3 | 2)
+        _put_varint(out, length)
+        if length < OUTPUT_VIEWS_FROM:
+            out += raw
+            continue
+        parts.append(bytes(out))
+        parts.append(raw if isinstance(raw, bytes) or raw.format == "B" else raw.cast("B"))
+        size += len(out) + length
+        out = bytearray()
+    if not parts:
+        return bytes(out)
+    if out:
+        parts.append(bytes(out))
+        size += len(out)
+    return Pieces(parts, size)
