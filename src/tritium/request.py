@@ -313,9 +313,18 @@ class ResponseSender:
             _classify(request.classify, response)
         self.callback(response, final)
         if final:
-            # The request and its sender refer to each other: a response kept here would
-            # live (outputs and all) until the cyclic garbage collector runs.
+            # The request and its sender refer to each other, and the callback (a front-end's
+            # answer) to the request: let go of all three here, so the request and what it
+            # holds are freed as soon as the last of them is (by reference counting, not by
+            # the cyclic garbage collector: it found ~19 objects per HTTP inference, and its
+            # collections took ~10% of the server's CPU). Nothing is sent after the final.
             self.last = None
+            self.request = None
+            self.callback = _after_final
+
+
+def _after_final(response: InferenceResponse | None, final: bool) -> None:
+    """A sender's callback once its final response went out: none comes (``send``)."""
 
 
 # Subclassed by front-ends that may run uncompiled (frontends/grpc/service.py; see setup.py).

@@ -41,11 +41,41 @@ class Tensor:
     parameters: dict[str, Any] = field(default_factory=dict)
     shm: ShmRef | None = None  # the data lives in a client's shared-memory region
 
+    # The dataclass's own __init__ would be interpreted code even in the compiled build (mypyc
+    # leaves the generated methods to the dataclasses module): written out, it is compiled.
+    # Hence __reduce__: a compiled class with its own __init__ unpickles through it.
+    def __init__(
+        self,
+        name: str,
+        datatype: DataType,
+        shape: tuple[int, ...],
+        data: np.ndarray,
+        parameters: dict[str, Any] | None = None,
+        shm: ShmRef | None = None,
+    ) -> None:
+        self.name = name
+        self.datatype = datatype
+        self.shape = shape
+        self.data = data
+        self.parameters = {} if parameters is None else parameters
+        self.shm = shm
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = (self.name, self.datatype, self.shape, self.data, self.parameters, self.shm)
+        return (Tensor, fields)
+
 
 @dataclass(slots=True)
 class RequestedOutput:
     name: str
     parameters: dict[str, Any] = field(default_factory=dict)
+
+    def __init__(self, name: str, parameters: dict[str, Any] | None = None) -> None:
+        self.name = name  # compiled, as Tensor's
+        self.parameters = {} if parameters is None else parameters
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RequestedOutput, (self.name, self.parameters))
 
 
 class RequestFlag(enum.IntFlag):
@@ -89,11 +119,59 @@ class ClientRequest:
     parameters: Mapping[str, Any] = field(default_factory=lambda: _NO_PARAMETERS)
     uses_shm: bool = False  # an input or requested output names a shared-memory region
 
+    def __init__(  # noqa: PLR0913  # the dataclass's fields
+        self,
+        model_name: str,
+        model_version: int = -1,
+        id: str = "",
+        inputs: tuple[Tensor, ...] = (),
+        outputs: tuple[RequestedOutput, ...] = (),
+        parameters: Mapping[str, Any] | None = None,
+        uses_shm: bool = False,
+    ) -> None:
+        # Compiled, as Tensor's (the frozen dataclass's own sets each field through
+        # object.__setattr__, interpreted): compiled code stores the fields directly, and the
+        # class still refuses any later assignment (FrozenInstanceError). Pure Python runs
+        # _frozen_init instead (below), since there these stores meet that refusal.
+        self.model_name = model_name  # type: ignore[misc]
+        self.model_version = model_version  # type: ignore[misc]
+        self.id = id  # type: ignore[misc]
+        self.inputs = inputs  # type: ignore[misc]
+        self.outputs = outputs  # type: ignore[misc]
+        self.parameters = _NO_PARAMETERS if parameters is None else parameters  # type: ignore[misc]
+        self.uses_shm = uses_shm  # type: ignore[misc]
+
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled by its fields (``--workers`` forwards requests): mypyc's own unpickling of a
         compiled frozen dataclass sets the fields, which the frozen ``__setattr__`` refuses."""
         fields = (self.model_name, self.model_version, self.id, self.inputs, self.outputs)
         return (ClientRequest, (*fields, self.parameters, self.uses_shm))
+
+
+def _frozen_init(  # noqa: PLR0913  # the dataclass's fields
+    self: ClientRequest,
+    model_name: str,
+    model_version: int = -1,
+    id: str = "",
+    inputs: tuple[Tensor, ...] = (),
+    outputs: tuple[RequestedOutput, ...] = (),
+    parameters: Mapping[str, Any] | None = None,
+    uses_shm: bool = False,
+) -> None:
+    """``ClientRequest.__init__`` of the pure-Python build (the frozen class's ``__setattr__``
+    refuses plain stores there)."""
+    put = object.__setattr__
+    put(self, "model_name", model_name)
+    put(self, "model_version", model_version)
+    put(self, "id", id)
+    put(self, "inputs", inputs)
+    put(self, "outputs", outputs)
+    put(self, "parameters", _NO_PARAMETERS if parameters is None else parameters)
+    put(self, "uses_shm", uses_shm)
+
+
+if __file__.endswith(".py"):  # this module runs interpreted (a compiled class cannot be patched)
+    setattr(ClientRequest, "__init__", _frozen_init)  # noqa: B010  # mypy refuses the assignment
 
 
 @dataclass(slots=True)
@@ -104,3 +182,23 @@ class InferenceResponse:
     outputs: list[Tensor] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
     error: Exception | None = None
+
+    def __init__(
+        self,
+        model_name: str,
+        model_version: str,
+        id: str = "",
+        outputs: list[Tensor] | None = None,
+        parameters: dict[str, Any] | None = None,
+        error: Exception | None = None,
+    ) -> None:
+        self.model_name = model_name  # compiled, as Tensor's
+        self.model_version = model_version
+        self.id = id
+        self.outputs = [] if outputs is None else outputs
+        self.parameters = {} if parameters is None else parameters
+        self.error = error
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = (self.model_name, self.model_version, self.id, self.outputs, self.parameters)
+        return (InferenceResponse, (*fields, self.error))

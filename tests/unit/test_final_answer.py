@@ -3,6 +3,8 @@ non-decoupled request on a gRPC stream), driven through the real ResponseSender.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from tritium.errors import ErrorKind, ServerError, invalid_arg
@@ -79,3 +81,31 @@ def test_an_unbound_request_answers_what_it_is_given() -> None:
     refused = InferenceResponse("m", "", "r7", error=invalid_arg("refused"))
     callback(refused, True)
     assert callback.answers[1] is refused
+
+
+def test_after_the_final_the_sender_lets_go_of_the_request_and_its_callback() -> None:
+    """The request, its sender and the callback refer to each other until the final: then
+    the sender lets go, so a finished request is freed by reference counting, not left to
+    the cyclic garbage collector (whose collections were ~10% of an HTTP server's CPU)."""
+    request, sender, callback = _bound()
+    final = _response(1)
+    sender.send(final, True)
+    assert callback.answers == [final]
+    assert sender.request is None and sender.callback is not callback
+    assert request.sender is sender and sender.finished  # still readable by the request
+    sender.send(_response(2), True)  # nothing goes out after the final
+    assert callback.answers == [final]
+
+
+def test_a_finished_request_leaves_no_cyclic_garbage() -> None:
+    gc.collect()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        request, sender, callback = _bound()
+        sender.send(_response(1), True)
+        del request, sender, callback
+        assert gc.collect() == 0
+    finally:
+        if was_enabled:
+            gc.enable()

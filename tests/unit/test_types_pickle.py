@@ -5,9 +5,11 @@ frozen dataclass would set its fields, which the frozen ``__setattr__`` refuses.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pickle
 
 import numpy as np
+import pytest
 
 from tritium.types import (
     ClientRequest,
@@ -50,3 +52,23 @@ def test_a_response_and_the_options_round_trip() -> None:
     assert back.outputs[0].name == "OUT" and back.error is None
     options = RequestOptions(3, 100, "seq", 1)
     assert pickle.loads(pickle.dumps(options)) == options
+
+
+def test_the_written_out_constructors_keep_the_dataclasses_behaviour() -> None:
+    """types.py writes out the __init__ of its hot dataclasses (compiled, unlike the
+    generated ones): defaults are fresh per instance, replace() works, a ClientRequest
+    stays frozen."""
+    first, second = _tensor("A"), Tensor("B", DataType.INT32, (1,), np.zeros(1, np.int32))
+    assert second.parameters == {} and second.shm is None
+    assert Tensor("C", DataType.INT32, (1,), second.data).parameters is not second.parameters
+    assert RequestedOutput("O").parameters == {} and RequestedOutput("O") == RequestedOutput("O")
+    request = ClientRequest("m", inputs=(first,))
+    assert (request.model_version, request.id, request.outputs, dict(request.parameters)) == (
+        -1, "", (), {},
+    )
+    assert dataclasses.replace(request, id="r2").id == "r2"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        request.id = "changed"  # type: ignore[misc]
+    response = InferenceResponse("m", "1")
+    assert response.outputs == [] and response.parameters == {} and response.error is None
+    assert InferenceResponse("m", "1").outputs is not response.outputs

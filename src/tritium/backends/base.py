@@ -106,10 +106,20 @@ def requested_names(spec: ModelSpec, request: InferenceRequest) -> list[str]:
     return names
 
 
+# DataType.from_numpy's numeric answers, read here from compiled code (datatypes.py is not
+# compiled: its classmethod runs interpreted, twice per response of two outputs).
+_NUMERIC: dict[np.dtype, DataType] = {}
+
+
 def output_tensor(spec: ModelSpec, name: str, array: np.ndarray) -> Tensor:
     """Wrap a backend's numpy output as a Tensor: the datatype from its dtype, and the shape
     clients see (config ``dims``) where the config gives the output a ``reshape``."""
-    datatype = DataType.from_numpy(array.dtype)
+    dtype = array.dtype
+    datatype = _NUMERIC.get(dtype)
+    if datatype is None:
+        datatype = DataType.from_numpy(dtype)
+        if datatype is not None and dtype.kind not in "OSU":  # few: numeric dtypes only
+            _NUMERIC[dtype] = datatype
     if datatype is None:
         raise internal(f"output '{name}' has unsupported numpy dtype {array.dtype}")
     io = spec.outputs.get(name)

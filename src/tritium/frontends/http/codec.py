@@ -38,6 +38,10 @@ class OutputPlan:
     binary_default: bool = False
     binary: dict[str, bool] = field(default_factory=dict)
 
+    def __init__(self, binary_default: bool = False, binary: dict[str, bool] | None = None) -> None:
+        self.binary_default = binary_default  # compiled (the dataclass's own runs interpreted)
+        self.binary = {} if binary is None else binary
+
 
 def _json_error(exc: Exception) -> Exception:
     return invalid_arg(f"failed to parse the request JSON buffer: {exc}")

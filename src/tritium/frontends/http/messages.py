@@ -49,6 +49,31 @@ class HttpRequest:
     # (first byte, last byte) read times, perf_counter_ns, when tracing is on (HTTP_RECV_*)
     received: tuple[int, int] | None = None
 
+    # Written out: the dataclass's generated __init__ would run interpreted even in the
+    # compiled build (mypyc leaves generated methods to the dataclasses module); this one is
+    # compiled (as types.Tensor's).
+    def __init__(  # noqa: PLR0913  # the dataclass's fields
+        self,
+        method: str,
+        path: str,
+        headers: dict[bytes, bytes],
+        body: bytes | bytearray,
+        peer: str = "",
+        identity: str | None = None,
+        api_key: str | None = None,
+        params: dict[str, str] | None = None,
+        received: tuple[int, int] | None = None,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.headers = headers
+        self.body = body
+        self.peer = peer
+        self.identity = identity
+        self.api_key = api_key
+        self.params = {} if params is None else params
+        self.received = received
+
 
 @dataclass(slots=True)
 class HttpResponse:
@@ -63,6 +88,22 @@ class HttpResponse:
     # Told (start, end) perf_counter_ns of the write once the response is written, or (0, 0)
     # when it cannot be (a traced inference's HTTP_SEND_* stamps).
     on_sent: Callable[[int, int], None] | None = None
+
+    def __init__(
+        self,
+        status: int = 200,
+        body: list[Any] | None = None,
+        content_type: bytes | None = b"application/json",
+        headers: list[tuple[bytes, bytes]] | None = None,
+        compressible: bool = False,
+        on_sent: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.status = status  # compiled, as HttpRequest's
+        self.body = [] if body is None else body
+        self.content_type = content_type
+        self.headers = [] if headers is None else headers
+        self.compressible = compressible
+        self.on_sent = on_sent
 
 
 @dataclass(slots=True)

@@ -71,6 +71,7 @@ class HttpProtocol(asyncio.Protocol):
         "_timer",
         "registry",
         "_idle_at",
+        "_tick",
         "__weakref__",
     )
 
@@ -103,6 +104,9 @@ class HttpProtocol(asyncio.Protocol):
         # descriptors (frontends/accept.py).
         self.registry: Connections | None = None
         self._idle_at = self.loop.time()  # when the current keep-alive wait began
+        # The timer's longest step (see _arm): the shortest read-phase timeout, at least 1 s.
+        shortest = min(limits.header_timeout, limits.body_timeout, limits.keepalive_timeout)
+        self._tick = max(1.0, shortest)
 
     def idle_deadline(self) -> float | None:
         """When this connection's keep-alive wait ends, while it sits idle between requests
@@ -269,16 +273,21 @@ class HttpProtocol(asyncio.Protocol):
 
     # timeouts ------------------------------------------------------------------------------
     def _arm(self, seconds: float) -> None:
-        """Start the current phase's clock; one timer per connection, moved lazily."""
+        """Start the current phase's clock; one timer per connection, moved lazily. The
+        timer rings at the deadline or one ``_tick`` from now, whichever comes first, and
+        then goes on to the deadline in steps: so the next phase's clock (a body's 60 s after
+        the keep-alive's 75 s, when a client sends a request's head and body apart, as
+        libcurl does) finds it early enough and no timer is made per request."""
         if self.flow.read_paused:
             self._deadline = 0.0  # nothing is read now: no read phase can time out
             return
-        self._deadline = deadline = self.loop.time() + seconds
+        now = self.loop.time()
+        self._deadline = deadline = now + seconds
         timer = self._timer
         if timer is None or timer.when() > deadline:
             if timer is not None:
                 timer.cancel()
-            self._timer = self.loop.call_at(deadline, self._on_timer)
+            self._timer = self.loop.call_at(min(deadline, now + self._tick), self._on_timer)
 
     def _keep_alive(self) -> None:
         """Idle from now: the keep-alive clock runs."""
@@ -301,7 +310,7 @@ class HttpProtocol(asyncio.Protocol):
             return
         now = self.loop.time()
         if now < self._deadline:
-            self._timer = self.loop.call_at(self._deadline, self._on_timer)
+            self._timer = self.loop.call_at(min(self._deadline, now + self._tick), self._on_timer)
             return
         state = self._reader.state
         if state == HEAD:
