@@ -2,12 +2,15 @@
 path forced inline, forced to the instance thread, and decided by the measured costs (auto),
 (a) as the machine is, and (b) with the servers and a busy neighbour (a spinning Python loop)
 pinned to CPU 0. tritium's Python-model ``simple`` (add_sub_python) runs the same rows on the
-auto server: its ONNX ``simple`` should be at least as fast.
+auto server: its ONNX ``simple`` should be at least as fast. The ``-dyn`` rows serve copies
+of both with ``dynamic_batching { }`` (``simple_dyn``, ``add_sub_python_dyn``). Every cell
+also gives the server CPU (with its stubs) per inference and the inferences per execution,
+from the statistics extension.
 
     .venv/bin/python bench/onnx_inline.py [--rounds 1] [--interval 1000]
                                           [--load auto|perf_analyzer|h2load]
                                           [--switch-us 5000,200] [--log-verbose]
-                                          [--conditions normal,throttled]
+                                          [--conditions normal,throttled] [--rows KEY,...]
 
 The servers run side by side (``TRITIUM_ONNX_EXECUTION`` set per server, and with
 ``--switch-us`` one set per GIL switch interval, ``TRITIUM_SWITCH_INTERVAL_US``; see
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,14 +43,22 @@ sys.path.insert(0, str(ROOT))
 from bench import h2load_infer  # noqa: E402
 from bench.common import proc_cpu_seconds  # noqa: E402
 from bench.server import Server, build_repository  # noqa: E402
-from bench.vs_triton import Row, perf_analyzer, shared_scripts, triton_installed  # noqa: E402
+from bench.vs_triton import Row, counts, perf_analyzer, shared_scripts  # noqa: E402
+from bench.vs_triton import triton_installed  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
 ENV = "TRITIUM_ONNX_EXECUTION"
 SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
 MODES = ("inline", "thread", "auto")
-ROWS = (Row("http-c1", "http", 1), Row("http-c16", "http", 16), Row("grpc-c16", "grpc", 16))
+ROWS = (
+    Row("http-c1", "http", 1),
+    Row("http-c16", "http", 16),
+    Row("grpc-c16", "grpc", 16),
+    Row("http-c16-dyn", "http", 16, dynamic=True),
+    Row("grpc-c16-dyn", "grpc", 16, dynamic=True),
+)
 H2LOAD_ROWS = (Row("grpc-c1", "grpc", 1), *ROWS)
+MODELS = ("simple", "add_sub_python")
 SPIN = "import os; os.sched_setaffinity(0, {0})\nwhile True: pass"
 
 
@@ -60,15 +72,21 @@ class Measure:
     p50_us: float = 0.0  # h2load: the mean latency
     error: str = ""
     switch_us: int = 0  # the server's GIL switch interval (0: the server's default)
-    cpu_us: float = 0.0  # server CPU per request (h2load only)
+    cpu_us: float = 0.0  # server CPU (and its stubs') per inference
+    batch: float = 0.0  # inferences per model execution (statistics extension)
 
 
 def repository(work: Path) -> Path:
+    """``simple`` and ``add_sub_python``, and their ``_dyn`` copies with dynamic batching."""
     built, repo = work / "built", work / "repo"
     build_repository(built)
     repo.mkdir()
-    for model in ("simple", "add_sub_python"):
+    for model in MODELS:
         (repo / model).symlink_to(built / model, target_is_directory=True)
+        dyn = repo / f"{model}_dyn"
+        shutil.copytree(built / model, dyn, symlinks=True)
+        config = (dyn / "config.pbtxt").read_text().replace(f'"{model}"', f'"{model}_dyn"')
+        (dyn / "config.pbtxt").write_text(config + "\ndynamic_batching { }\n")
     return repo
 
 
@@ -81,7 +99,8 @@ def start(  # noqa: PLR0913 - one server of the grid
     if switch_us:
         os.environ[SWITCH_ENV] = str(switch_us)
     try:
-        models = ["simple", "add_sub_python"] if mode == "auto" else ["simple"]
+        names = list(MODELS) if mode == "auto" else ["simple"]
+        models = names + [f"{n}_dyn" for n in names]
         args = ["--model-control-mode", "explicit"] + (["--log-verbose", "1"] if verbose else [])
         for model in models:
             args += ["--load-model", model]
@@ -143,7 +162,7 @@ def rounds(
         sides.append(("python", switch, servers["auto", switch], "add_sub_python"))
     measures = []
     for round_ in range(1, args.rounds + 1):
-        for row in H2LOAD_ROWS if args.load == "h2load" else ROWS:
+        for row in rows_of(args):
             order = sides if round_ % 2 else sides[::-1]
             for side, switch, server, model in order:
                 m = Measure(name, side, row.key, round_, switch_us=switch)
@@ -151,15 +170,32 @@ def rounds(
                     measure(m, row, server, model, args)
                 except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
                     m.error = str(exc)[:200]
-                print(f"  {name:9} r{round_} switch {switch:4} {row.key:9} {side:7} "
-                      f"{m.throughput:8.0f}/s p50 {m.p50_us:6.0f} µs "
-                      f"CPU {m.cpu_us:5.0f} µs {m.error}", flush=True)  # fmt: skip
+                print(f"  {name:9} r{round_} switch {switch:4} {row.key:12} {side:7} "
+                      f"{m.throughput:8.0f}/s p50 {m.p50_us:6.0f} µs CPU {m.cpu_us:5.0f} µs "
+                      f"batch {m.batch:4.2f} {m.error}", flush=True)  # fmt: skip
                 measures.append(m)
     return measures
 
 
+def rows_of(args: argparse.Namespace) -> list[Row]:
+    rows = H2LOAD_ROWS if args.load == "h2load" else ROWS
+    return [r for r in rows if not args.rows or r.key in args.rows]
+
+
 def measure(m: Measure, row: Row, server: Server, model: str, args: argparse.Namespace) -> None:
-    """One window of ``row`` against ``model`` on ``server``, into ``m``."""
+    """One window of ``row`` against ``model`` on ``server``, into ``m``: throughput, latency,
+    server CPU per inference and inferences per execution (statistics extension)."""
+    model += "_dyn" if row.dynamic else ""
+    (count0, runs0), cpu0 = counts(server.http_url, model), proc_cpu_seconds(server.pid)
+    cpu0 += stub_cpu(server)
+    _load(m, row, server, model, args)
+    cpu = proc_cpu_seconds(server.pid) + stub_cpu(server) - cpu0
+    count1, runs1 = counts(server.http_url, model)
+    count, runs = count1 - count0, runs1 - runs0
+    m.cpu_us, m.batch = 1e6 * cpu / max(count, 1), count / max(runs, 1)
+
+
+def _load(m: Measure, row: Row, server: Server, model: str, args: argparse.Namespace) -> None:
     if args.load == "perf_analyzer":
         scripts = shared_scripts()
         assert scripts is not None
@@ -171,7 +207,6 @@ def measure(m: Measure, row: Row, server: Server, model: str, args: argparse.Nam
         "INPUT1": np.ones((1, 16), dtype=np.int32),
     }
     seconds = args.interval / 1000
-    cpu0 = proc_cpu_seconds(server.pid) + stub_cpu(server)
     if row.protocol == "grpc":
         url = f"http://{server.grpc_url}{h2load_infer.GRPC_PATH}"
         body = h2load_infer.grpc_body(model, inputs)
@@ -184,9 +219,7 @@ def measure(m: Measure, row: Row, server: Server, model: str, args: argparse.Nam
         body, header = h2load_infer.http_body(inputs)
         headers = h2load_infer.http_headers(header)
         load = h2load_infer.h2load(url, body, headers, seconds, row.concurrency, h1=True)
-    cpu = proc_cpu_seconds(server.pid) + stub_cpu(server) - cpu0
     m.throughput, m.p50_us = load.requests / load.seconds, load.mean_latency_us
-    m.cpu_us = 1e6 * cpu / max(load.requests, 1)
 
 
 def stub_cpu(server: Server) -> float:
@@ -211,7 +244,8 @@ def markdown(measures: list[Measure], header: str, args: argparse.Namespace) -> 
         "the load generator unpinned. Figures: mean throughput over rounds (and, c1, the "
         + ("mean latency" if h2 else "p50")
         + "); "
-        + ("server CPU µs per request in brackets; " if h2 else "")
+        + "server CPU (with its stubs) µs per inference in brackets, inferences per execution "
+        "after ×; "
         + "auto ÷ best: auto's throughput against the better of inline and thread in the same "
         "condition and switch interval; ONNX ÷ Python: auto's ONNX `simple` against the "
         "Python-model `simple` (add_sub_python) on the same server. switch: the servers' GIL "
@@ -228,12 +262,12 @@ def markdown(measures: list[Measure], header: str, args: argparse.Namespace) -> 
     ]
     for name in args.conditions:
         for switch in args.switch_us:
-            for row in H2LOAD_ROWS if h2 else ROWS:
-                lines.append(_line(measures, name, switch, row, h2))
+            for row in rows_of(args):
+                lines.append(_line(measures, name, switch, row))
     return "\n".join(lines) + "\n"
 
 
-def _line(measures: list[Measure], name: str, switch: int, row: Row, h2: bool) -> str:
+def _line(measures: list[Measure], name: str, switch: int, row: Row) -> str:
     cells = {}
     for side in (*MODES, "python"):
         ok = [
@@ -243,13 +277,13 @@ def _line(measures: list[Measure], name: str, switch: int, row: Row, h2: bool) -
             and not m.error
         ]
         cells[side] = tuple(
-            _mean([getattr(m, k) for m in ok]) for k in ("throughput", "p50_us", "cpu_us")
+            _mean([getattr(m, k) for m in ok]) for k in ("throughput", "p50_us", "cpu_us", "batch")
         )
     best = max(cells["inline"][0], cells["thread"][0])
     text = {}
-    for side, (rate, latency, cpu) in cells.items():
+    for side, (rate, latency, cpu, batch) in cells.items():
         text[side] = f"{rate:,.0f}/s" + (f", {latency:,.0f} µs" if row.concurrency == 1 else "")
-        text[side] += f" [{cpu:,.0f}]" if h2 else ""
+        text[side] += f" [{cpu:,.0f}]" + (f" ×{batch:.1f}" if row.dynamic else "")
     auto, python = cells["auto"][0], cells["python"][0]
     return (
         f"| {name} | {switch or 'default'} | {row.title} | {text['inline']} | {text['thread']} | "
@@ -271,6 +305,7 @@ def main() -> int:
         help="GIL switch intervals to compare (µs; 0: the server's default)",
     )
     parser.add_argument("--log-verbose", action="store_true", help="a debug line per request")
+    parser.add_argument("--rows", type=lambda t: t.split(","), default=[], help="row keys")
     parser.add_argument(
         "--conditions",
         type=lambda t: t.split(","),

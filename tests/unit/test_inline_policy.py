@@ -78,7 +78,8 @@ def test_probes_of_the_other_path_let_the_decision_flip_back() -> None:
     # conditions changed: the thread is now cheap, the loop's runs dear
     policy.record_handoff(1, roundtrip=8 * US, compute=5 * US, busy=30 * US)
     assert not policy.probing
-    policy.record_inline(400 * US)
+    for _ in range(4):  # a lasting change (one sample alone is capped: see below)
+        policy.record_inline(400 * US)
     for _ in range(20):
         policy.record_handoff(1, roundtrip=8 * US, compute=5 * US, busy=30 * US)
         if not policy.probing:
@@ -163,3 +164,69 @@ def test_probes_are_spaced_in_time_too() -> None:
     now[0] += 0.5
     policy.record_inline(10 * US)
     assert policy.probing
+
+
+def test_an_idle_loop_overlaps_nothing_and_keeps_a_cheap_run_inline() -> None:
+    policy = InlinePolicy(probe_gap=0.0)
+    for _ in range(10):
+        policy.record_inline(40 * US, cpu=40 * US)
+        policy.record_handoff(1, roundtrip=90 * US, compute=10 * US, busy=40 * US, overlap=0.0)
+    assert policy.handoff_cost == pytest.approx(80 * US)  # wake-ups and waits, all lost
+    assert policy.settled() == "inline"
+
+
+def test_a_saturated_loop_overlaps_the_trip_and_sends_the_batch_to_the_thread() -> None:
+    # the same model and run costs, but the loop spent the trip on other requests' protocol
+    # work: only what it could not overlap (the thread's share of the GIL) is lost to it
+    policy = InlinePolicy(probe_gap=0.0)
+    for _ in range(10):
+        policy.record_inline(40 * US, cpu=40 * US)
+        policy.record_handoff(
+            1, roundtrip=300 * US, compute=10 * US, busy=40 * US, overlap=280 * US
+        )
+    assert policy.handoff_cost == pytest.approx(20 * US)
+    assert policy.settled() == "thread"
+
+
+def test_a_gil_convoy_overlaps_little_and_keeps_the_run_inline() -> None:
+    # a long trip that the loop spent waiting (for the GIL, for the thread's wake-up)
+    policy = InlinePolicy(probe_gap=0.0)
+    for _ in range(10):
+        policy.record_inline(40 * US, cpu=40 * US)
+        policy.record_handoff(
+            1, roundtrip=900 * US, compute=10 * US, busy=40 * US, overlap=100 * US
+        )
+    assert policy.settled() == "inline"
+
+
+def test_the_overlap_is_counted_in_wall_time_at_the_loops_share_of_a_core() -> None:
+    # a throttled core: the loop gets half of it (its inline runs: CPU half their wall), so
+    # 100 µs of its CPU during a trip stand for 200 µs of the trip
+    policy = InlinePolicy(probe_gap=0.0)
+    for _ in range(40):
+        policy.record_inline(80 * US, cpu=40 * US)
+    assert policy.share == pytest.approx(0.5, abs=0.01)
+    policy.record_handoff(1, roundtrip=250 * US, compute=10 * US, busy=40 * US, overlap=100 * US)
+    assert policy.handoff_cost == pytest.approx(50 * US, rel=0.05)
+
+
+def test_the_overlap_never_credits_more_than_the_trip() -> None:
+    policy = InlinePolicy()
+    policy.record_handoff(1, roundtrip=100 * US, compute=10 * US, busy=40 * US, overlap=500 * US)
+    assert policy.handoff_cost == 0.0
+
+
+def test_an_inline_run_without_its_cpu_leaves_the_share() -> None:
+    policy = InlinePolicy()
+    policy.record_inline(40 * US)
+    assert policy.share == 1.0
+
+
+def test_one_preempted_run_does_not_flip_the_choice_but_a_lasting_change_does() -> None:
+    policy = _measured(inline_us=20, handoff_us=50)
+    policy.record_inline(20 * US)
+    policy.record_inline(100_000 * US)  # preempted for 100 ms once: counted as 80 µs
+    assert policy.inline_cost == pytest.approx(32 * US) and policy.settled() == "inline"
+    for _ in range(5):
+        policy.record_inline(1000 * US)
+    assert policy.settled() == "thread"

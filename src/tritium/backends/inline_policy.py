@@ -1,14 +1,26 @@
 """Whether a small execution runs on the event loop or goes to the instance's thread, decided
 from costs measured on the running machine (no threshold tuned on another one).
 
-The loop pays for an inline run in full: ``inline_cost``, a moving average of the wall time of
-runs made on the loop. It pays for a hand-off with what it sees around the compute:
-``handoff_cost``, a moving average of the round trip from handing the work over to resuming
-with the answer, minus the time the thread spent inside the runtime's compute (with the GIL
-released). That includes the thread's wake-up, its waits for the GIL (behind a busy loop, up to
-``sys.getswitchinterval()`` each time), ``call_soon_threadsafe`` and the loop's own delay in
-resuming. A hand-off of ``n`` runs is one round trip, so ``n`` inline runs are weighed
-against one hand-off.
+Both costs are what the loop loses to one execution, in wall time. An inline run blocks the
+loop for all of it: ``inline_cost``, a moving average of the wall time of runs made on the
+loop. A hand-off costs the loop the part of its round trip (from handing the work over to
+resuming with the answer) that the loop could not spend on anything else: the round trip less
+the larger of two credits, ``handoff_cost``:
+
+- the thread's compute in the runtime (the GIL released): what the loop is free for during
+  it, whether or not it has work (the credit of an idle loop: a big model goes to the thread);
+- the loop's own work on other requests during the round trip, the *overlap*: the loop
+  thread's CPU time over the round trip, divided by ``share``, the fraction of a core the
+  loop gets while it runs (CPU over wall of its inline runs: a throttled or shared core
+  gives it less than one). A saturated loop spends nearly the whole trip on the next
+  requests' protocol work, so a hand-off then costs it only what the thread's Python takes
+  of the GIL, the wake-ups and the waits nothing overlapped; an idle loop overlaps nothing.
+
+So the same model runs inline while the loop has idle time (a hand-off's wake-ups then are
+pure latency) and on the thread when the loop is the busiest thread and the compute and the
+thread's part of a batch overlap with other requests; and inline again where the overlap is
+lost (one core for both threads, or the GIL convoys: waits nothing overlapped). A hand-off of
+``n`` runs is one round trip, so ``n`` inline runs are weighed against one hand-off.
 
 Both estimates go stale while the other path is taken: after every ``probe_every`` samples of
 the preferred path, and at least ``probe_gap`` seconds after the last probe, the other one is
@@ -45,8 +57,10 @@ SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
 SWITCH_INTERVAL_US = 200
 MAX_SWITCH_INTERVAL_US = 1_000_000
 ALPHA = 0.2  # weight of a new sample in the moving averages
+OUTLIER = 4.0  # a new sample counts for at most this many times the average
 PROBE_EVERY = 64  # samples of the preferred path between two probes of the other
 PROBE_GAP = 0.5  # and seconds, at least, between two probes
+MIN_SHARE = 0.05  # the least share of a core the loop is taken to get (a bound, not a tuning)
 
 
 def mode_from_env(environ: dict[str, str] | None = None) -> str:
@@ -78,7 +92,14 @@ def switch_interval(environ: dict[str, str] | None = None) -> float:
 
 
 def _average(old: float | None, sample: float) -> float:
-    return sample if old is None else (1.0 - ALPHA) * old + ALPHA * sample
+    """A moving average whose new sample counts for at most ``OUTLIER`` times the average
+    (a run preempted for milliseconds on a loaded machine moves it, but does not flip the
+    choice alone; a lasting change still shows within a few samples)."""
+    if old is None:
+        return sample
+    if old > 0.0:
+        sample = min(sample, OUTLIER * old)
+    return (1.0 - ALPHA) * old + ALPHA * sample
 
 
 @dataclass
@@ -88,7 +109,10 @@ class InlinePolicy:
     probe_gap: float = PROBE_GAP
     clock: Callable[[], float] = field(default=time.monotonic, repr=False)
     inline_cost: float | None = None  # seconds per run on the loop
-    handoff_cost: float | None = None  # seconds per hand-off, beyond the thread's compute
+    handoff_cost: float | None = None  # seconds per hand-off the loop spends on nothing else
+    share: float = 1.0  # the loop's CPU over wall while it runs (of its inline runs)
+    _run_cpu: float | None = None  # moving averages of the inline runs timed in CPU too
+    _run_wall: float | None = None
     seeded: bool = False  # inline_cost is a stand-in from a thread run, not measured inline
     probing: bool = False  # the other path is due for a sample
     probe_inline: bool = False  # which path the probe takes
@@ -116,17 +140,27 @@ class InlinePolicy:
         assert self.inline_cost is not None and self.handoff_cost is not None
         return runs * self.inline_cost <= self.handoff_cost
 
-    def record_inline(self, seconds: float) -> None:
-        """One run made on the loop took ``seconds``."""
+    def record_inline(self, seconds: float, cpu: float | None = None) -> None:
+        """One run made on the loop took ``seconds``, of which the loop thread got ``cpu``
+        seconds of a core (None: not measured)."""
         if self.seeded:  # the stand-in gives way to the first real measurement
             self.inline_cost, self.seeded = None, False
         self.inline_cost = _average(self.inline_cost, seconds)
+        if cpu is not None and seconds > 0.0:  # a ratio of averages: one preemption is rare
+            self._run_cpu = _average(self._run_cpu, max(cpu, 0.0))
+            self._run_wall = _average(self._run_wall, seconds)
+            self.share = min(max(self._run_cpu / self._run_wall, MIN_SHARE), 1.0)
         self._sampled(inline=True)
 
-    def record_handoff(self, runs: int, roundtrip: float, compute: float, busy: float) -> None:
+    def record_handoff(  # noqa: PLR0913 - one hand-off's measures
+        self, runs: int, roundtrip: float, compute: float, busy: float, overlap: float = 0.0
+    ) -> None:
         """A hand-off of ``runs`` executions came back after ``roundtrip`` seconds, of which
-        the thread spent ``compute`` in the runtime and ``busy`` in the runs altogether."""
-        self.handoff_cost = _average(self.handoff_cost, max(0.0, roundtrip - compute))
+        the thread spent ``compute`` in the runtime and ``busy`` in the runs altogether, and
+        the loop thread ``overlap`` seconds of CPU (on other work) meanwhile."""
+        overlapped = min(roundtrip, overlap / self.share)
+        lost = roundtrip - max(compute, overlapped)
+        self.handoff_cost = _average(self.handoff_cost, max(0.0, lost))
         if self.inline_cost is None and runs > 0:
             self.inline_cost, self.seeded = busy / runs, True
         self._sampled(inline=False)

@@ -17,7 +17,7 @@ from ..logs.settings import about_model
 from ..config.model_config import ModelConfig, mc
 from ..config.spec import ModelSpec
 from ..request import InferenceRequest
-from ..types import DataType, InferenceResponse
+from ..types import DataType, InferenceResponse, Tensor
 from .model_io_check import ModelTensor, check_model_io
 from .base import LoadContext, ModelInstance, output_tensor, requested_names
 from .ragged import batch_input_array, merge_ragged, scatter_output
@@ -204,9 +204,11 @@ class OnnxInstance(ThreadedInstance):
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """One session run for a batch: inputs concatenated along the batch dimension,
-        outputs split back per request."""
+        outputs split back per request (each output's datatype and shape worked out once per
+        batch, not once per request)."""
         t0 = time.perf_counter_ns()
-        names = union(requested_names(self._spec, r) for r in requests)
+        wanted = [requested_names(self._spec, r) for r in requests]
+        names = wanted[0] if len(wanted) == 1 else union(wanted)
         if not self._plain:
             feeds = self._ragged_feeds(requests)
         elif len(requests) == 1:
@@ -217,25 +219,53 @@ class OnnxInstance(ThreadedInstance):
         results = dict(zip(names, self._session.run(names, feeds), strict=True))
         t2 = time.perf_counter_ns()
         scattered = self._scattered(requests, results) if self._spec.batch_outputs else {}
-        responses = []
-        start = 0
-        for index, request in enumerate(requests):
-            stop = start + request.batch_size
-            outputs = []
-            for name in requested_names(self._spec, request):
-                if name in scattered:
-                    array = scattered[name][index]
-                else:
-                    array = results[name] if len(requests) == 1 else results[name][start:stop]
-                outputs.append(output_tensor(self._spec, name, _bytes_out(array)))
-            start = stop
-            responses.append(
-                InferenceResponse(request.model_name, self._version, request.id, outputs)
-            )
+        if len(requests) == 1 and not scattered:
+            request = requests[0]
+            outputs = [output_tensor(self._spec, n, _bytes_out(results[n])) for n in names]
+            responses = [InferenceResponse(request.model_name, self._version, request.id, outputs)]
+        else:
+            responses = self._responses(requests, wanted, results, scattered)
         timing = (t1 - t0, t2 - t1, time.perf_counter_ns() - t2)
         for request in requests:
             request.timing = timing
         return responses
+
+    def _responses(
+        self,
+        requests: list[InferenceRequest],
+        wanted: list[list[str]],
+        results: dict[str, np.ndarray],
+        scattered: dict[str, list[np.ndarray]],
+    ) -> list[InferenceResponse]:
+        """A response per request of a batch, with its rows of each output it asked for."""
+        parts = {
+            name: self._tensors(name, scattered.get(name) or _pieces(array, requests))
+            for name, array in results.items()
+        }
+        return [
+            InferenceResponse(
+                request.model_name,
+                self._version,
+                request.id,
+                [parts[name][index] for name in wanted[index]],
+            )
+            for index, request in enumerate(requests)
+        ]
+
+    def _tensors(self, name: str, pieces: list[np.ndarray]) -> list[Tensor]:
+        """Output ``name``'s piece for each request as a Tensor: the first through
+        ``output_tensor`` (datatype, reshape, the error of an unsupported dtype), the others
+        with its datatype when the output has no reshape."""
+        first = output_tensor(self._spec, name, _bytes_out(pieces[0]))
+        io = self._spec.outputs.get(name)
+        if (
+            len(pieces) == 1
+            or (io is not None and io.reshape is not None)
+            or first.data.dtype.kind in "OU"
+        ):
+            return [first] + [output_tensor(self._spec, name, _bytes_out(p)) for p in pieces[1:]]
+        datatype = first.datatype
+        return [first] + [Tensor(name, datatype, p.shape, p) for p in pieces[1:]]
 
     def _feed(self, data: np.ndarray, datatype: DataType) -> np.ndarray:
         if datatype is DataType.BYTES:  # ORT takes str, not bytes, for strings
@@ -249,8 +279,8 @@ class OnnxInstance(ThreadedInstance):
     def _merged_feeds(self, requests: list[InferenceRequest]) -> dict[str, np.ndarray]:
         first = requests[0]
         feeds = {}
-        for tensor in first.inputs:
-            parts = [next(t.data for t in r.inputs if t.name == tensor.name) for r in requests]
+        for position, tensor in enumerate(first.inputs):
+            parts = [_input_data(r, position, tensor.name) for r in requests]
             merge = merge_ragged if tensor.name in self._ragged else _along_batch
             feeds[tensor.name] = self._feed(merge(parts), tensor.datatype)
         return feeds
@@ -276,6 +306,30 @@ class OnnxInstance(ThreadedInstance):
                 if target in results:
                     parts[target] = scatter_output(batch_output, results[target], shapes)
         return parts
+
+
+def _input_data(request: InferenceRequest, position: int, name: str) -> np.ndarray:
+    """Input ``name`` of ``request``: at ``position`` as in the batch's first request (the
+    usual case), else looked up by name."""
+    inputs = request.inputs
+    if position < len(inputs) and inputs[position].name == name:
+        return inputs[position].data
+    return next(t.data for t in inputs if t.name == name)
+
+
+def _pieces(array: np.ndarray, requests: list[InferenceRequest]) -> list[np.ndarray]:
+    """A batch's output cut back into each request's rows (views): in one reshape when every
+    request is one row of a batch-major output, else a slice per request."""
+    count = len(requests)
+    if count == 1:
+        return [array]
+    if array.ndim and array.shape[0] == count and all(r.batch_size == 1 for r in requests):
+        return list(array.reshape((count, 1, *array.shape[1:])))
+    pieces, start = [], 0
+    for request in requests:
+        pieces.append(array[start : start + request.batch_size])
+        start += request.batch_size
+    return pieces
 
 
 def _along_batch(parts: list[np.ndarray]) -> np.ndarray:

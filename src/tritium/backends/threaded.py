@@ -30,6 +30,8 @@ log = logging.getLogger("tritium")
 # on this machine say that is cheaper than a hand-off to the instance thread (inline_policy.py);
 # bigger ones always go to the thread.
 INLINE_MAX_BYTES = 64 * 1024
+# One inline run in this many is also timed in the loop thread's CPU (a system call each side).
+SHARE_EVERY = 8
 
 _NO_TIMING = (0, 0, 0)
 # What one execution gives: a response per request, or the error that fails them all.
@@ -56,6 +58,7 @@ class ThreadedInstance:
         sys.setswitchinterval(switch_interval())
         self._policy = InlinePolicy(mode)  # inline or thread, from costs measured here
         self._settled = self._policy.settled()
+        self._inline_runs = 0
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         self._thread = threading.Thread(
             target=self._serve, name=f"{thread_prefix}-{name}", daemon=True
@@ -98,10 +101,16 @@ class ThreadedInstance:
         self._answer([request], self._run_inline([request]))
 
     def _run_inline(self, requests: list[InferenceRequest]) -> Outcome:
+        """One execution on the loop, timed; every ``SHARE_EVERY``-th also in the loop
+        thread's CPU time (the share of a core it gets: inline_policy.py)."""
+        self._inline_runs += 1
+        timed_cpu = self._inline_runs % SHARE_EVERY == 0
+        cpu = time.thread_time() if timed_cpu else 0.0
         started = time.perf_counter()
         outcome = self._run_or_error(requests)
         if not isinstance(outcome, ServerError):
-            self._policy.record_inline(time.perf_counter() - started)
+            wall = time.perf_counter() - started
+            self._policy.record_inline(wall, time.thread_time() - cpu if timed_cpu else None)
             self._note_change()
         return outcome
 
@@ -111,8 +120,9 @@ class ThreadedInstance:
             self._settled = now
             inline, handoff = self._policy.inline_cost or 0.0, self._policy.handoff_cost or 0.0
             log.debug(
-                "instance %s now runs %s (run on the loop %.1f µs, hand-off %.1f µs)",
-                self.name, now, inline * 1e6, handoff * 1e6,
+                "instance %s now runs %s (run on the loop %.1f µs, hand-off %.1f µs, "
+                "loop's share of a core %.2f)",
+                self.name, now, inline * 1e6, handoff * 1e6, self._policy.share,
             )  # fmt: skip
 
     def _run_or_error(self, requests: list[InferenceRequest]) -> Outcome:
@@ -133,13 +143,15 @@ class ThreadedInstance:
 
     async def _hand_off(self, batches: list[list[InferenceRequest]]) -> None:
         """One trip to the thread for ``batches`` (each one execution), timed as the loop
-        sees it."""
+        sees it, with the loop thread's CPU meanwhile (its work on other requests: the
+        overlap, inline_policy.py)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[_Done] = loop.create_future()
-        started = time.perf_counter()
+        cpu, started = time.thread_time(), time.perf_counter()
         self._work.put((loop, future, batches))
         outcomes, compute, busy = await future
-        self._policy.record_handoff(len(batches), time.perf_counter() - started, compute, busy)
+        roundtrip, overlap = time.perf_counter() - started, time.thread_time() - cpu
+        self._policy.record_handoff(len(batches), roundtrip, compute, busy, overlap)
         self._note_change()
         for requests, outcome in zip(batches, outcomes, strict=True):
             self._answer(requests, outcome)
