@@ -40,6 +40,10 @@ if TYPE_CHECKING:
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
 
 
+def _ignore(response: InferenceResponse | None, final: bool) -> None:
+    """A finished sender's callback (nothing goes out after the final flag)."""
+
+
 class RequestState(enum.Enum):
     RECEIVED = "received"  # resolved and validated, not yet scheduled
     QUEUED = "queued"  # handed to the model's scheduler, waiting for an instance
@@ -313,9 +317,14 @@ class ResponseSender:
             _classify(request.classify, response)
         self.callback(response, final)
         if final:
-            # The request and its sender refer to each other: a response kept here would
-            # live (outputs and all) until the cyclic garbage collector runs.
+            # The request refers to its sender, and the sender to the request and to its
+            # callback, which refers to the request too: the sender lets go of them here,
+            # so that a finished request (its inputs, its call, its response) is freed by
+            # its reference count at once, not by the cyclic garbage collector later (whose
+            # collections a busy server then runs every few hundred requests).
             self.last = None
+            self.request = None
+            self.callback = _ignore
 
 
 # Subclassed by front-ends that may run uncompiled (frontends/grpc/service.py; see setup.py).

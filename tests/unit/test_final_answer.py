@@ -3,6 +3,8 @@ non-decoupled request on a gRPC stream), driven through the real ResponseSender.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from tritium.errors import ErrorKind, ServerError, invalid_arg
@@ -79,3 +81,33 @@ def test_an_unbound_request_answers_what_it_is_given() -> None:
     refused = InferenceResponse("m", "", "r7", error=invalid_arg("refused"))
     callback(refused, True)
     assert callback.answers[1] is refused
+
+
+def test_a_finished_request_is_freed_without_the_cycle_collector() -> None:
+    """The request refers to its sender, the sender to the request and to its callback (which
+    refers to the request): once the final response is sent, the sender lets go of both, so
+    that no reference cycle is left for the garbage collector (whose collections cost a busy
+    server tens of µs per request)."""
+    request, sender, callback = _bound()
+    sender.send(_response(1), False)
+    sender.send(_response(2), True)
+    referents = gc.get_referents(sender)
+    assert not any(r is request or r is callback for r in referents)
+    assert request.sender is sender  # still readable: a late response is dropped by it
+    sender.send(_response(3), True)  # a second final (a backend bug): nothing goes out
+    assert len(callback.answers) == 1
+
+
+def test_a_finished_request_leaves_no_garbage() -> None:
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(10):
+            _, sender, _ = _bound()
+            sender.send(_response(1), True)
+        del sender
+        assert gc.collect() == 0
+    finally:
+        if enabled:
+            gc.enable()
