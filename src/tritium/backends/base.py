@@ -93,6 +93,22 @@ def is_started(instance: object) -> bool:
     return callable(getattr(instance, "start", None))
 
 
+class BatchStartedInstance(Protocol):
+    """An instance that can start one execution of a dynamic batch without a task (see
+    PythonInstance): the dynamic batcher calls ``start_batch`` instead of awaiting
+    ``execute`` in a task of its own (a task, its coroutines and a future per batch).
+    ``done`` is called once, on the loop, when the execution is answered (or failed); it
+    returns False, with nothing sent, when the execution has to wait (the batcher then
+    awaits ``execute``), and raises, with nothing sent, for requests it cannot send."""
+
+    def start_batch(self, requests: list[InferenceRequest], done: Callable[[], None]) -> bool: ...
+
+
+def starts_batches(instance: object) -> bool:
+    """Whether ``instance`` is a ``BatchStartedInstance`` (has ``start_batch``)."""
+    return callable(getattr(instance, "start_batch", None))
+
+
 class Backend(Protocol):
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]: ...
 

@@ -18,8 +18,9 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Sequence
+from typing import cast
 
-from ..backends.base import ModelInstance, send_error
+from ..backends.base import BatchStartedInstance, ModelInstance, send_error, starts_batches
 from ..errors import ServerError, internal, unavailable
 from ..request import InferenceRequest
 from .batch_policy import TIMER_SLACK_NS, BatchConfig, DynamicBatchPolicy, timer_delay
@@ -54,6 +55,13 @@ class DynamicBatcher:
         self._timer_at = 0
         self._running: set[asyncio.Task[None]] = set()
         self._batches_in_flight = 0
+        # Instances that start a batch without a task (not under the rate limiter, whose
+        # gates are awaited): the batches started so, and what ``close`` waits on for them.
+        self._all_started = (
+            bool(instances) and not self._gates and all(starts_batches(i) for i in instances)
+        )
+        self._launched = 0
+        self._drained: asyncio.Future[None] | None = None
         # preserve_ordering: one batch at a time, so responses leave in request order even
         # with several instances (simple and exact; it gives up parallel instances).
         self._one_at_a_time = config.preserve_ordering
@@ -118,9 +126,46 @@ class DynamicBatcher:
             for request in batch:
                 request.executing(now)
         self._batches_in_flight += 1
+        if gate is None and self._all_started and self._launch(instance, batch):
+            return
         task = asyncio.ensure_future(self._run(instance, batch, gate))
         self._running.add(task)
         task.add_done_callback(self._running.discard)
+
+    def _launch(self, instance: ModelInstance, batch: list[InferenceRequest]) -> bool:
+        """Start ``batch`` without a task (``BatchStartedInstance``): no task, future
+        or coroutine per batch; False, with nothing sent, if it has to wait (the stub is
+        down: a task then waits for its restart)."""
+        started = cast(BatchStartedInstance, instance)  # checked once, in __init__
+        try:
+            if not started.start_batch(batch, functools.partial(self._landed, instance, batch)):
+                return False
+        except Exception as exc:  # nothing was sent: a backend bug, answered as ``guarded`` does
+            for request in batch:
+                send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
+            self._batches_in_flight -= 1
+            self._idle.append(instance)  # ``_pump``, which called this, goes on with it
+            return True
+        self._launched += 1
+        return True
+
+    def _landed(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
+        """A batch started by ``_launch`` is answered: statistics, then the next batch."""
+        self._launched -= 1
+        self._done(instance, batch)
+        drained = self._drained
+        if not self._launched and drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def _done(self, instance: ModelInstance, batch: list[InferenceRequest]) -> None:
+        """A batch ran (whatever its requests' outcome): one execution in the statistics,
+        and the instance takes the next batch."""
+        size = sum(r.batch_size for r in batch)
+        assert batch[0].stats is not None  # set when it was queued
+        batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)
+        self._batches_in_flight -= 1
+        self._idle.append(instance)
+        self._pump()
 
     @staticmethod
     def _begin(instance: ModelInstance, batch: list[InferenceRequest]) -> Awaitable[None]:
@@ -138,9 +183,8 @@ class DynamicBatcher:
         else:
             execution = limited(gate, functools.partial(self._begin, instance, batch))
         if await guarded(execution, batch, self._version):
-            size = sum(r.batch_size for r in batch)
-            assert batch[0].stats is not None  # set when it was queued
-            batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)
+            self._done(instance, batch)
+            return
         self._batches_in_flight -= 1
         self._idle.append(instance)
         self._pump()
@@ -154,5 +198,8 @@ class DynamicBatcher:
                 break
             for request in batch:
                 send_error(request, self._version, internal("model is being unloaded"))
+        if self._launched:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
         if self._running:
             await asyncio.gather(*self._running, return_exceptions=True)

@@ -174,13 +174,28 @@ class PythonInstance:
         the execution timeout of their own."""
         if not self._stub.alive or (self._timeout is not None and len(requests) > 1):
             return False
-        batches = [[r] for r in requests]
+        self._start_executions([[r] for r in requests], done)
+        return True
+
+    def start_batch(self, requests: list[InferenceRequest], done: Callable[[], None]) -> bool:
+        """``execute`` of all ``requests`` together (a dynamic batch) without a task
+        (``backends/base.py:BatchStartedInstance``): one
+        execution, sent at once; ``done`` is called on the loop once it is answered (or
+        failed). False, with nothing sent, when the stub is down (the batch then waits for
+        its restart in a task)."""
+        if not self._stub.alive:
+            return False
+        self._start_executions([requests], done)
+        return True
+
+    def _start_executions(
+        self, batches: list[list[InferenceRequest]], done: Callable[[], None]
+    ) -> None:
         loop = asyncio.get_running_loop()
         group = _Started(len(batches), loop, done)
         stub = self._send([_Part(group) for _ in batches], batches)
         if self._timeout is not None and group.left:
             group.timer = loop.call_later(self._timeout, self._hung, stub)
-        return True
 
     async def _send_executions(self, batches: list[list[InferenceRequest]]) -> None:
         if not self._stub.alive:
