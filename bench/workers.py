@@ -365,7 +365,8 @@ def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
     doc = {"runs": [asdict(r) for r in runs], "memory": memory,
            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
-    lines = ["# --workers: 1, 2, 3 workers (bench/workers.py)", "",
+    counts = ", ".join(str(n) for n in sorted({r.workers for r in runs}))
+    lines = [f"# --workers: {counts} workers (bench/workers.py)", "",
              "| model | protocol | c | workers | round | inf/s | server CPU µs/inf | p50 ms | "
              "p99 ms | CPU ms per worker | connections per worker | h2load CPU µs/inf | load |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
