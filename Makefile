@@ -163,16 +163,19 @@ ops-unpack:
 
 # The replicas behind a load balancer (tests/integration/test_cluster.py): Debian's haproxy,
 # with redis-server and Prometheus from ops-deps; nginx for the check of deploy/nginx's config;
-# kubectl (kubernetes-client) for `kubectl kustomize` of deploy/kubernetes (tests/unit/test_helm_chart.py).
+# kubectl (kubernetes-client) for `kubectl kustomize` of deploy/kubernetes (tests/unit/test_helm_chart.py);
+# a kubectl already there (e.g. Google's `kubectl` package, which Debian's kubernetes-client
+# cannot be unpacked over) is used as it is.
 cluster-deps: ops-deps
 	@if command -v haproxy >/dev/null 2>&1 && command -v nginx >/dev/null 2>&1 && \
 			command -v kubectl >/dev/null 2>&1; then \
 		echo "cluster-deps: using $$(command -v haproxy), $$(command -v nginx) and $$(command -v kubectl)"; \
 	else \
-		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; \
-		$$SUDO apt-get install -y --no-install-recommends haproxy nginx kubernetes-client || \
+		SUDO=; [ "$$(id -u)" = 0 ] || SUDO=sudo; PKGS="haproxy nginx"; \
+		command -v kubectl >/dev/null 2>&1 || PKGS="$$PKGS kubernetes-client"; \
+		$$SUDO apt-get install -y --no-install-recommends $$PKGS || \
 			{ $$SUDO apt-get update -q && \
-			  $$SUDO apt-get install -y --no-install-recommends haproxy nginx kubernetes-client; }; \
+			  $$SUDO apt-get install -y --no-install-recommends $$PKGS; }; \
 	fi
 
 test-cluster: $(VENV)/.installed cluster-deps
