@@ -375,12 +375,12 @@ def check_h2_core(data: bytes) -> None:
             used, _ = h2.receive(chunk, 100, 1 << 20)
         except H2ConnectionError:
             h2.close(0)
-            out += h2.data_to_send()
+            out += h2.take_output()
             break
         if used != len(chunk) and not h2.closed:
             raise FuzzFailure(f"took {used} of {len(chunk)} bytes within the budget")
         _check_windows(h2)
-        out += h2.data_to_send()
+        out += h2.take_output()
     _check_output(bytes(out))
 
 

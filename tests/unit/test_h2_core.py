@@ -47,7 +47,7 @@ class Pair:
             out = self.client.data_to_send()
             if out:
                 self.server.receive(out, BIG, BIG)
-            back = self.server.data_to_send()
+            back = self.server.take_output()
             if back:
                 self.client_events += self.client.receive_data(back)
             if not out and not back:
@@ -227,7 +227,7 @@ def test_streams_past_the_bound_are_refused_and_the_connection_goes_on() -> None
     def raw_request(sid: int, body: bytes) -> bytes:  # h2 itself keeps to the bound
         block = pair.client.encoder.encode(REQUEST)
         pair.server.receive(f.headers(sid, block, False, 16384) + f.data(sid, body), BIG, BIG)
-        return pair.server.data_to_send()
+        return pair.server.take_output()
 
     assert raw_request(5, b"x" * 1000) == f.rst_stream(5, ErrorCode.REFUSED_STREAM)
     assert [e[1] for e in pair.sink.named("request")] == [first, second]
@@ -269,7 +269,7 @@ def test_received_bytes_come_back_as_window_updates_once_half_is_given() -> None
     pair = Pair(acknowledge=False, stream_window=1000, connection_window=65535)
     sid = pair.request(b"x" * 400, end=False)
     pair.server.acknowledge(sid, 400)
-    assert not pair.server.data_to_send()  # under half of either window
+    assert not pair.server.take_output()  # under half of either window
     pair.client.send_data(sid, b"y" * 200)
     pair.pump()
     pair.server.acknowledge(sid, 200)
@@ -371,7 +371,7 @@ def test_pings_are_acknowledged_and_goaway_is_heard() -> None:
     pair.pump()
     assert pair.sink.named("goaway") == [("goaway", 0, 0, b"bye")]
     pair.server.close(ErrorCode.NO_ERROR)
-    out = pair.server.data_to_send()
+    out = pair.server.take_output()
     assert out[3] == f.GOAWAY and struct.unpack(">LL", out[9:17]) == (sid, 0)
     assert pair.server.receive(f.ping(bytes(8)), BIG, BIG) == (0, 0)  # nothing more is read
 

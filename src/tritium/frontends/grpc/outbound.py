@@ -202,7 +202,7 @@ class Outbound:
         self._write_now()
 
     def _write_now(self) -> None:
-        data = self._h2.data_to_send()
+        data = self._h2.take_output()
         if data and self._transport is not None and not self._closed:
             if self._paused:  # the peer reads nothing: stop reading what makes us write
                 self._unread += len(data)

@@ -1,5 +1,5 @@
 """A server-side HTTP/2 core (RFC 9113), sans-IO: ``H2Server.receive`` takes bytes and calls
-the ``Events`` handler; its send methods queue frames that ``data_to_send`` hands out.
+the ``Events`` handler; its send methods queue frames that ``take_output`` hands out.
 
 - ``frames``: frame types, flags, error codes, the 9-byte header, and every frame type's
   serialisation and parsing (``parse_frame``).

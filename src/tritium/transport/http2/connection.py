@@ -2,7 +2,7 @@
 
 ``receive(data, frames, size)`` reads frames (at most ``frames`` begun, about ``size`` bytes:
 the caller's turn) and calls the ``Events`` handler as each one is understood; the send
-methods queue frames, and ``data_to_send`` hands them out in one piece. A connection error
+methods queue frames, and ``take_output`` hands them out in one piece. A connection error
 raises ``H2ConnectionError`` (the caller sends GOAWAY with ``close``); a stream error is
 answered here with RST_STREAM, and the handler hears of it through ``on_reset``.
 
@@ -627,7 +627,7 @@ class H2Server:
     def has_output(self) -> bool:
         return bool(self._out)
 
-    def data_to_send(self) -> bytes:
+    def take_output(self) -> bytes:
         out = self._out
         if not out:
             return b""
