@@ -80,7 +80,7 @@ async def _stub_loop(seconds: float) -> tuple[int, float, float]:
     waiter: list[asyncio.Future[Any] | None] = [None]
 
     def done(entry: Any, buffers: Any) -> None:
-        _, error, wired = entry
+        _, error, wired, *_ = entry
         assert error is None, error
         for _name, packed in wired[0][0]:
             ipc.unpack_array(packed, buffers)
