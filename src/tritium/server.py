@@ -41,6 +41,7 @@ from .logs.settings import (
     raw_message,
 )
 from .logs.table import model_table, terminal_width
+from .loop_spin import ACTIVE
 from .metrics.render import FAMILY_NAMES
 from .repository.model import Model
 from .options import ServerOptions
@@ -583,6 +584,7 @@ class InferenceServer:
         sender.bind(request, self._finished)
         request.queued(model.stats)
         self._inflight += 1
+        ACTIVE.requests += 1
         self._idle.clear()
         if model.spec.config.response_cache.enable and not request.decoupled:
             if self._remote is not None:
@@ -603,6 +605,7 @@ class InferenceServer:
         request.classify = None
         sender.bind(request, self._forwarded)
         self._inflight += 1
+        ACTIVE.requests += 1
         self._idle.clear()
         cluster.forward(owner, request, sender)
 
@@ -611,6 +614,7 @@ class InferenceServer:
     ) -> None:
         request.finish(error)  # no statistics here: the owner recorded them
         self._inflight -= 1
+        ACTIVE.requests -= 1
         if not self._inflight:
             self._idle.set()
 
@@ -736,6 +740,7 @@ class InferenceServer:
             self.shm.release(request)
         request.finish(error)
         self._inflight -= 1
+        ACTIVE.requests -= 1
         if not self._inflight:
             self._idle.set()
 

@@ -16,7 +16,9 @@ TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicor
 # protocol: syntax, not core logic. ``access`` (``policy``, ``audit``) is the pure access
 # policy and the audit log every front-end applies at its dispatch point; ``metrics.render``
 # the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2);
-# ``logs.budget`` the bound on log lines a client can cause.
+# ``logs.budget`` the bound on log lines a client can cause; ``loop_spin`` the event loop's
+# spin before it sleeps, which front-ends arm while a client's next request is due (the
+# server facade keeps its count of inferences in flight).
 FRONTEND_ALLOWED = {
     "types",
     "errors",
@@ -27,6 +29,7 @@ FRONTEND_ALLOWED = {
     "access",
     "transport",
     "logs.budget",
+    "loop_spin",
 }
 
 
@@ -131,7 +134,8 @@ LAYERS: list[set[str]] = [
     # protocol cores (HTTP/2 sans-IO, HTTP/1.1); Triton's datatypes: nothing else of tritium
     {"transport", "datatypes"},
     {"__init__", "errors", "types"},  # the values every layer passes around
-    {"tensor_codec", "metrics", "logs", "access", "tracing"},  # pure: no request, no model
+    # pure: no request, no model (loop_spin: the event loop's spin before it sleeps)
+    {"tensor_codec", "metrics", "logs", "access", "tracing", "loop_spin"},
     {"request", "options"},  # one inference's state; the server's frozen options
     {"extensions"},  # parameters, raw input, classification, shared memory, response cache
     {"config"},  # config.pbtxt -> ModelSpec

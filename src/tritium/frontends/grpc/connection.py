@@ -31,6 +31,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ... import loop_spin
 from ...transport.http2 import ErrorCode, FloodLedger, H2Server, Limits
 from ...transport.http2.headers import Headers
 from .bounds import Bounds
@@ -68,6 +69,8 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         self._draining = False
         self._last_stream = 0
         self._closed = False
+        self._answered_ns = 0  # loop_spin (outbound.py)
+        self._quick = False
         self._pings = ping_policy(listener.options)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
@@ -140,6 +143,8 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     # -- events (transport/http2's Events) --------------------------------------------------
     def on_request(self, sid: int, headers: Headers, end_stream: bool) -> None:
         self._pings.data()
+        if not self.calls:
+            self._quick = time.perf_counter_ns() - self._answered_ns < loop_spin.SPIN_NS
         if self._draining and sid > self._last_stream:
             self._h2.reset_stream(sid, ErrorCode.REFUSED_STREAM)
             return

@@ -7,7 +7,9 @@ small unary answer goes out as its three frames in one piece (``H2Server.answer`
 from __future__ import annotations
 
 import asyncio
+import time
 
+from ... import loop_spin
 from ...transport.http2 import ErrorCode, H2Server, StreamGone
 from ...transport.http2.pings import PingPolicy
 from .budgets import MAX_UNREAD_BYTES, UNREAD
@@ -34,6 +36,8 @@ class Outbound:
     _closed: bool
     _pings: PingPolicy
     _unread: int  # bytes written while the peer did not read (inbound.py)
+    _answered_ns: int  # loop_spin: when the connection last fell idle (perf_counter ns)
+    _quick: bool  # the call that opened after it came within the spin budget
 
     def _maybe_close(self) -> None:
         raise NotImplementedError  # GrpcConnection's
@@ -109,6 +113,15 @@ class Outbound:
         call.release()
         self._flush()
         self._maybe_close()
+        if not self.calls:
+            # Idle now. A client that opened its last call quickly after an answer is
+            # expected to again: while nothing else is in flight, the loop polls for it
+            # (after the write above) rather than sleep (loop_spin).
+            if self._quick and loop_spin.ACTIVE.requests == 0 and not self._closed:
+                spin = loop_spin.for_loop(asyncio.get_running_loop())
+                if spin is not None:
+                    spin.arm()
+            self._answered_ns = time.perf_counter_ns()
 
     def _send_data(self, call: ServerCall, data: bytes | memoryview) -> None:
         """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""

@@ -19,6 +19,7 @@ from typing import Any
 
 from mypy_extensions import mypyc_attr
 
+from ... import loop_spin
 from ...access.policy import format_peer
 from ..accept import Connections
 from .cors import CorsPolicy
@@ -71,6 +72,8 @@ class HttpProtocol(asyncio.Protocol):
         "_timer",
         "registry",
         "_idle_at",
+        "_answered_ns",
+        "_quick",
         "_tick",
         "__weakref__",
     )
@@ -104,6 +107,10 @@ class HttpProtocol(asyncio.Protocol):
         # descriptors (frontends/accept.py).
         self.registry: Connections | None = None
         self._idle_at = self.loop.time()  # when the current keep-alive wait began
+        # loop_spin: when the last answer went out (perf_counter ns), and whether the request
+        # after it came within the spin budget.
+        self._answered_ns = 0
+        self._quick = False
         # The timer's longest step (see _arm): the shortest read-phase timeout, at least 1 s.
         shortest = min(limits.header_timeout, limits.body_timeout, limits.keepalive_timeout)
         self._tick = max(1.0, shortest)
@@ -184,7 +191,9 @@ class HttpProtocol(asyncio.Protocol):
 
     # the reader's events ---------------------------------------------------------------------
     def on_begin(self) -> None:
-        self._recv_ns = time.perf_counter_ns() if self._tracer.active else 0
+        now = time.perf_counter_ns()
+        self._quick = now - self._answered_ns < loop_spin.SPIN_NS
+        self._recv_ns = now if self._tracer.active else 0
         self._timed = IDLE
 
     def on_request(
@@ -290,9 +299,16 @@ class HttpProtocol(asyncio.Protocol):
             self._timer = self.loop.call_at(min(deadline, now + self._tick), self._on_timer)
 
     def _keep_alive(self) -> None:
-        """Idle from now: the keep-alive clock runs."""
+        """Idle from now: the keep-alive clock runs. A client that sent its next request
+        quickly after the last answer is expected to again: while nothing else is in flight,
+        the loop polls for it rather than sleep (loop_spin)."""
         self._idle_at = self.loop.time()
         self._arm(self._limits.keepalive_timeout)
+        if self._quick and loop_spin.ACTIVE.requests == 0:
+            spin = loop_spin.for_loop(self.loop)
+            if spin is not None:
+                spin.arm()
+        self._answered_ns = time.perf_counter_ns()
 
     def _rearm(self) -> None:
         limits = self._limits
