@@ -205,6 +205,7 @@ bench: $(VENV)/.installed $(VENV)/.native models h2load-deps
 	$(PY) bench/backends.py
 	$(PY) bench/mypyc_cpu.py --requests 10000
 	$(PY) bench/vs_triton.py
+	$(PY) bench/loop_spin.py
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
 # FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.

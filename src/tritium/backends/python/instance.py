@@ -238,13 +238,13 @@ class PythonInstance:
                 request.on_cancel = self._canceller(batch_id, index)
         self._sent_ns = time.perf_counter_ns()
         self._input_ns = (self._sent_ns - started) // len(batches)
-        if self._hop_ns < loop_spin.SPIN_NS and len(self._batches) == len(batches):
-            # Nothing else in flight here and the stub answered quickly last time: the loop
-            # polls for its answer rather than sleep (loop_spin).
-            if loop_spin.ACTIVE.requests == sum(len(requests) for requests in batches):
-                spin = loop_spin.for_loop(asyncio.get_running_loop())
-                if spin is not None:
-                    spin.arm()
+        if loop_spin.ACTIVE.requests == 1 and self._hop_ns < loop_spin.SPIN_NS:
+            # This request is all the process has in flight, and the stub answered quickly
+            # last time: the loop polls for its answer rather than sleep (loop_spin). Not for
+            # a frame of several: the clients' wait is the stub's work then, not a wake-up.
+            spin = loop_spin.for_loop(asyncio.get_running_loop())
+            if spin is not None:
+                spin.arm()
         return stub
 
     async def _wait_for_stub(
