@@ -16,7 +16,9 @@ import queue
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
+
+from mypy_extensions import mypyc_attr
 
 from ..errors import ServerError, internal
 from ..request import InferenceRequest
@@ -43,13 +45,16 @@ _Done = tuple[list[Outcome], float, float]
 _Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[_Done], list[list[InferenceRequest]]]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # PyTorch's and OpenVINO's instances
 class ThreadedInstance:
     """One framework session with its own thread; the event loop hands it work."""
 
-    failure = "execute failure"  # the prefix of an execution error
+    # Class attributes that subclasses set (ClassVar: compiled, a plain one would be an
+    # instance field whose default an interpreted subclass could not override).
+    failure: ClassVar[str] = "execute failure"  # the prefix of an execution error
     # Whether a ServerError raised by ``_run`` (the backend's own checks) reaches the client
     # with its own kind and text; otherwise every exception is INTERNAL with ``failure``.
-    own_errors = False
+    own_errors: ClassVar[bool] = False
 
     def __init__(self, name: str, version: int, thread_prefix: str, mode: str = "auto") -> None:
         self.name = name
@@ -60,10 +65,11 @@ class ThreadedInstance:
         self._settled = self._policy.settled()
         self._inline_runs = 0
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(
+        # (Not ``_thread``: compiled, the field would be C's ``__thread``, a GCC keyword.)
+        self._runner = threading.Thread(
             target=self._serve, name=f"{thread_prefix}-{name}", daemon=True
         )
-        self._thread.start()
+        self._runner.start()
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         raise NotImplementedError
@@ -172,11 +178,11 @@ class ThreadedInstance:
             await self._hand_off([[request] for request in requests])
 
     async def is_ready(self) -> bool:
-        return self._thread.is_alive()
+        return self._runner.is_alive()
 
     async def close(self) -> None:
         self._work.put(None)
-        await asyncio.to_thread(self._thread.join)
+        await asyncio.to_thread(self._runner.join)
 
 
 def union(groups: Any) -> list[str]:
