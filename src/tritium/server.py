@@ -245,9 +245,8 @@ class InferenceServer:
         self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository.on_change = self.readiness.changed
         self.cluster: Cluster | None = None  # --workers N: set by the worker's member
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._inflight = 0  # inferences submitted and not finished (also in loop_spin.ACTIVE)
+        self._drained: asyncio.Future[None] | None = None  # stop() waits on it for them
         self._metadata = {
             "name": options.server_id,
             "version": TRITON_VERSION,
@@ -277,10 +276,12 @@ class InferenceServer:
         self.readiness.changed()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.options.exit_timeout_secs
-        try:
-            await asyncio.wait_for(self._idle.wait(), self.options.exit_timeout_secs)
-        except TimeoutError:
-            log.warning("%d requests still in flight at shutdown timeout", self._inflight)
+        if self._inflight:
+            self._drained = loop.create_future()
+            try:
+                await asyncio.wait_for(self._drained, self.options.exit_timeout_secs)
+            except TimeoutError:
+                log.warning("%d requests still in flight at shutdown timeout", self._inflight)
         await self.control.stop()
         remaining = max(deadline - loop.time(), _FINALIZE_GRACE_S)
         await self.repository.unload_all(timeout=remaining)
@@ -583,9 +584,7 @@ class InferenceServer:
                 return
         sender.bind(request, self._finished)
         request.queued(model.stats)
-        self._inflight += 1
-        ACTIVE.requests += 1
-        self._idle.clear()
+        self._began()
         if model.spec.config.response_cache.enable and not request.decoupled:
             if self._remote is not None:
                 self._remote_lookup(self._remote, model, request)
@@ -604,19 +603,26 @@ class InferenceServer:
         request.stats = None
         request.classify = None
         sender.bind(request, self._forwarded)
+        self._began()
+        cluster.forward(owner, request, sender)
+
+    def _began(self) -> None:
+        """An inference is in flight (submitted or forwarded) until ``_ended``."""
         self._inflight += 1
         ACTIVE.requests += 1
-        self._idle.clear()
-        cluster.forward(owner, request, sender)
+
+    def _ended(self) -> None:
+        self._inflight -= 1
+        ACTIVE.requests -= 1
+        drained = self._drained
+        if not self._inflight and drained is not None and not drained.done():
+            drained.set_result(None)
 
     def _forwarded(
         self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
     ) -> None:
         request.finish(error)  # no statistics here: the owner recorded them
-        self._inflight -= 1
-        ACTIVE.requests -= 1
-        if not self._inflight:
-            self._idle.set()
+        self._ended()
 
     async def infer(
         self,
@@ -739,10 +745,7 @@ class InferenceServer:
                     response.error = error = exc
             self.shm.release(request)
         request.finish(error)
-        self._inflight -= 1
-        ACTIVE.requests -= 1
-        if not self._inflight:
-            self._idle.set()
+        self._ended()
 
 
 def _access_log(options: ServerOptions) -> AccessLog | None:
