@@ -32,16 +32,15 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+
+from mypy_extensions import mypyc_attr
 
 from ...logs.budget import LineBudget, left_out_text
 from ...options import ServerOptions
 from ...transport.http2 import ErrorCode, H2Server
+from ..accept import Connections  # at run time: compiled, the class's annotations are evaluated
 from .call import ServerCall
 from .status import StatusCode
-
-if TYPE_CHECKING:
-    from ..accept import Connections
 
 log = logging.getLogger("tritium")
 # The shortest wait between two stall checks of a connection.
@@ -72,6 +71,7 @@ class ConnectionLimits:
         )
 
 
+@mypyc_attr(native_class=False)  # a mixin of GrpcConnection, an asyncio.Protocol
 class Bounds:
     """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
 

@@ -18,18 +18,40 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .metadata import InflateError, compress_message, inflate
 from .status import RpcError, StatusCode
 from .wire import Pieces
 
 if TYPE_CHECKING:
-    from .connection import GrpcConnection
     from .dispatch import Method
     from .guard import CallGuard
 
 _PREFIX = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
+
+
+class CallOwner(Protocol):
+    """What a call uses of its connection (``GrpcConnection``; unit tests pass stand-ins). A
+    Protocol, so that compiled code does not check the connection's class at each call."""
+
+    max_receive: int
+    max_send: int
+    peer: str
+    message_budget: int  # request messages this loop turn may still cut (inbound.py)
+    input_held: int  # request bytes the calls hold (bounds.py)
+
+    def acknowledge(self, sid: int, size: int) -> None: ...
+
+    def admit_output(self, call: ServerCall, size: int) -> bool: ...
+
+    def answer(self, call: ServerCall, data: bytes) -> bool: ...
+
+    def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None: ...
+
+    def send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None: ...
+
+    def watch_stall(self, delay: float | None = None) -> None: ...
 HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
 _ONE_FRAME = 16384 - _PREFIX  # an answer that fits one DATA frame of the default size
 
@@ -101,7 +123,7 @@ class ServerCall:
 
     def __init__(
         self,
-        conn: GrpcConnection,
+        conn: CallOwner,
         stream_id: int,
         method: str,
         metadata: dict[str, str],

@@ -27,9 +27,12 @@ dispatched to the service's handlers.
 from __future__ import annotations
 
 import asyncio
+import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below refers to it
 import logging
 import time
 from typing import TYPE_CHECKING, Any
+
+from mypy_extensions import mypyc_attr
 
 from ... import loop_spin
 from ...transport.http2 import ErrorCode, FloodLedger, H2Server, Limits
@@ -54,6 +57,7 @@ CONNECTION_WINDOW = 16 << 20  # the connection's receive window
 _LINGER_SECS = 1.0  # after our GOAWAY, how long the peer's bytes are read and dropped
 
 
+@mypyc_attr(native_class=False)  # an asyncio.Protocol (a native class needs native bases)
 class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     def __init__(self, listener: GrpcListener) -> None:
         self._listener = listener

@@ -17,6 +17,8 @@ import logging
 import time
 from collections.abc import Callable
 
+from mypy_extensions import mypyc_attr
+
 from ...transport.http2 import ErrorCode, FloodLedger, H2ConnectionError, H2Server
 from ...transport.http2.frames import Buffer
 from .budgets import BUSY, BYTES_PER_TURN, FRAMES_PER_TURN, MESSAGES_PER_TURN, UNREAD
@@ -26,6 +28,7 @@ from .status import RpcError, StatusCode
 log = logging.getLogger("tritium")
 
 
+@mypyc_attr(native_class=False)  # a mixin of GrpcConnection, an asyncio.Protocol
 class Inbound:
     """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from mypy_extensions import mypyc_attr
+
 from ... import loop_spin
 from ...transport.http2 import ErrorCode, H2Server, StreamGone
 from ...transport.http2.pings import PingPolicy
@@ -23,6 +25,7 @@ STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset,
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 
 
+@mypyc_attr(native_class=False)  # a mixin of GrpcConnection, an asyncio.Protocol
 class Outbound:
     """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
 
