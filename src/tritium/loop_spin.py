@@ -16,9 +16,10 @@ it lets the loop sleep. Any event of the loop's (the answer, another client, a s
 the spin at once, the loop then handles it without sleeping; nothing is read behind the
 loop's back. Callers arm a spin only when it should pay:
 
-* ``Activity.requests``: inferences in flight in this process (queued to a model and not
-  finished). A spin is armed only when the awaited one is all there is: under load the loop
-  has other work, and a spinning loop would take a CPU from the stubs and the clients.
+* ``Activity.requests``: inferences in flight in this process (submitted and not finished,
+  counted by the server facade). A spin is armed only when the awaited one is all there is:
+  under load the loop has other work, and a spinning loop would take a CPU from the stubs and
+  the clients.
 * the awaited party answered within the budget last time (an instance's last stub round
   trip, an HTTP connection's last gap between an answer and the next request), so a slow
   model or a client that pauses never costs a spin;
@@ -33,7 +34,21 @@ import os
 import select
 import time
 
-SPIN_NS = int(float(os.environ.get("TRITIUM_LOOP_SPIN_US", "250") or 0) * 1000)
+
+def budget_ns(text: str | None) -> int:
+    """``TRITIUM_LOOP_SPIN_US`` in ns (unset: 250 µs); anything but a number >= 0 is refused."""
+    if text is None or not text.strip():
+        return 250_000
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"TRITIUM_LOOP_SPIN_US must be microseconds >= 0, got '{text}'")
+    return int(value * 1000)
+
+
+SPIN_NS = budget_ns(os.environ.get("TRITIUM_LOOP_SPIN_US"))
 
 
 class Activity:
@@ -42,7 +57,7 @@ class Activity:
     __slots__ = ("requests",)
 
     def __init__(self) -> None:
-        self.requests = 0  # inferences queued to a model and not finished (request.py)
+        self.requests = 0  # inferences submitted and not finished (InferenceServer._began/_ended)
 
 
 ACTIVE = Activity()

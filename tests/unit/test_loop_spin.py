@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 import uvloop
@@ -194,3 +195,24 @@ def test_a_change_in_the_requests_in_flight_ends_a_spin() -> None:
         return spin.spins, spin.woken, spin.spinning
 
     assert uvloop.run(main()) == (1, 0, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "ns"), [(None, 250_000), ("", 250_000), ("0", 0), ("80.5", 80_500)]
+)
+def test_the_budget_from_the_environment(text: str | None, ns: int) -> None:
+    assert loop_spin.budget_ns(text) == ns
+
+
+@pytest.mark.parametrize("text", ["abc", "-5", "nan", "inf"])
+def test_a_budget_that_is_no_duration_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="TRITIUM_LOOP_SPIN_US must be microseconds >= 0"):
+        loop_spin.budget_ns(text)
+
+
+def test_the_server_refuses_to_start_with_a_budget_that_is_no_duration(tmp_path: Path) -> None:
+    env = {**os.environ, "TRITIUM_LOOP_SPIN_US": "fast"}
+    command = [sys.executable, "-m", "tritium", "serve", "--model-repository", str(tmp_path)]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "error: TRITIUM_LOOP_SPIN_US must be microseconds >= 0, got 'fast'" in done.stderr

@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     options = options_from_args(args)
     _setup_logging(options)
+    try:  # TRITIUM_LOOP_SPIN_US, read (and refused if it is no duration) at import
+        from .. import loop_spin  # noqa: F401
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     from ..workers.member import from_environment  # imported late: argument errors stay fast
 
     member = from_environment()  # this process is one worker of a supervisor's
