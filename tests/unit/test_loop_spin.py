@@ -69,41 +69,24 @@ async def _spinner(budget_ns: int, epoll_fd: int | None = None) -> LoopSpin:
     return LoopSpin(loop, epoll_fd, budget_ns)
 
 
-def test_an_event_waiting_in_the_polled_epoll_ends_the_spin() -> None:
-    """(An epoll set of the test's own: the loop's would hand the event to the loop first.)"""
+@pytest.mark.parametrize("delay", [0.0, 0.05], ids=["waiting", "during"])
+def test_an_event_in_the_polled_epoll_ends_the_spin(delay: float) -> None:
+    """An event already waiting when the spin starts, or one that comes 50 ms into it. (An
+    epoll set of the test's own: the loop's would hand the event to the loop first.)"""
     ours, theirs = socket.socketpair()
     epoll = select.epoll()
     epoll.register(ours.fileno(), select.EPOLLIN)
 
     async def main() -> tuple[int, int]:
         spin = await _spinner(10 * 10**9, epoll.fileno())  # 10 s: only the event can end it
-        theirs.send(b"answer")
+        sender = threading.Timer(delay, theirs.send, (b"event",))
+        sender.start()
+        if not delay:
+            sender.join()  # sent before the spin starts
         spin.arm()
         while spin.spinning:
             await asyncio.sleep(0)
-        return spin.spins, spin.woken
-
-    try:
-        assert uvloop.run(main()) == (1, 1)
-    finally:
-        epoll.close()
-        ours.close()
-        theirs.close()
-
-
-def test_an_event_during_the_spin_ends_it() -> None:
-    ours, theirs = socket.socketpair()
-    epoll = select.epoll()
-    epoll.register(ours.fileno(), select.EPOLLIN)
-
-    async def main() -> tuple[int, int]:
-        spin = await _spinner(10 * 10**9, epoll.fileno())
-        later = threading.Timer(0.05, theirs.send, (b"later",))
-        later.start()
-        spin.arm()
-        while spin.spinning:
-            await asyncio.sleep(0)
-        later.join()
+        sender.join()
         return spin.spins, spin.woken
 
     try:
