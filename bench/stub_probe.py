@@ -129,12 +129,21 @@ def run_stub_inproc(seconds: float) -> dict[str, float]:
     answers: list[list[Any]] = []
     frame = getattr(ipc, "frame", lambda *a: ipc.join(ipc.encode(*a)))  # older trees: A/B runs
 
-    class Captured(ipc.BlockingChannel):
+    class Captured:
+        """A BlockingChannel whose sends are kept (a wrapper: the compiled build's
+        BlockingChannel cannot be subclassed by interpreted code)."""
+
+        def __init__(self, channel: ipc.BlockingChannel) -> None:
+            self._channel = channel
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._channel, name)
+
         def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
             answers.append(frame(kind, body, buffers))
 
     left, right = socket.socketpair()
-    model = stub.Stub(Captured(left), 0, "add_sub_python_0_0")
+    model = stub.Stub(Captured(ipc.BlockingChannel(left)), 0, "add_sub_python_0_0")  # type: ignore[arg-type]
     model.init(add_sub_init())
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
     to_stub, to_server = ipc.FrameReader(), ipc.FrameReader()

@@ -5,7 +5,7 @@ runs, and while the client turns its answer into the next request. On a virtual 
 sleeping CPU is halted, and waking it costs both sides: the sender's write runs the wake-up
 (an inter-processor interrupt, a VM exit) and the halted CPU takes tens of microseconds to
 resume. bench/channel_floor.py measures it on this 2-core machine: a 64-byte round trip
-between two processes takes 66 µs across CPUs, 31 µs when the receiver polls instead of
+between two processes takes 66-75 µs across CPUs, 31-32 µs when the receiver polls instead of
 sleeping, 5 µs on one CPU. For a Python-model ``simple`` over HTTP at concurrency 1 the two
 sleeps were about 130 µs of a 350 µs request (bench/results/loop_spin.md).
 
