@@ -119,21 +119,25 @@ class LoopSpin:
         self.woken += 1
 
 
-_LOOPS: dict[int, tuple[asyncio.AbstractEventLoop, LoopSpin | None]] = {}
+class _Current:
+    """The spinner of the loop that asked last (a process runs one loop at a time: the
+    server's; tests run one after another), so a closed loop is not kept."""
+
+    loop: asyncio.AbstractEventLoop | None = None
+    spin: LoopSpin | None = None
 
 
 def for_loop(loop: asyncio.AbstractEventLoop) -> LoopSpin | None:
     """The spinner of ``loop``, or None where spinning is off or cannot work: not uvloop
     (whose backend descriptor it polls), or a process allowed a single CPU."""
-    found = _LOOPS.get(id(loop))
-    if found is not None and found[0] is loop:
-        return found[1]
+    if _Current.loop is loop:
+        return _Current.spin
     spin = None
     if SPIN_NS > 0 and len(os.sched_getaffinity(0)) > 1:
         fd = _epoll_fd(loop)
         if fd is not None:
             spin = LoopSpin(loop, fd, SPIN_NS)
-    _LOOPS[id(loop)] = (loop, spin)
+    _Current.loop, _Current.spin = loop, spin
     return spin
 
 

@@ -33,6 +33,17 @@ def test_uvloop_has_a_spinner_polling_its_epoll_descriptor() -> None:
     uvloop.run(main())
 
 
+@pytest.mark.skipif(not SEVERAL_CPUS, reason="spinning is off on a single CPU")
+def test_a_new_loop_gets_a_spinner_of_its_own_and_the_last_one_is_let_go() -> None:
+    async def main() -> tuple[LoopSpin | None, asyncio.AbstractEventLoop]:
+        return for_loop(asyncio.get_running_loop()), asyncio.get_running_loop()
+
+    first, first_loop = uvloop.run(main())
+    second, second_loop = uvloop.run(main())
+    assert first is not None and second is not None and first is not second
+    assert loop_spin._Current.loop is second_loop is not first_loop
+
+
 def test_no_spinner_on_a_loop_without_an_epoll_backend_to_poll() -> None:
     async def main() -> LoopSpin | None:
         return for_loop(asyncio.get_running_loop())
