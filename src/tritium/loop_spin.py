@@ -141,6 +141,37 @@ def for_loop(loop: asyncio.AbstractEventLoop) -> LoopSpin | None:
     return spin
 
 
+def arm(loop: asyncio.AbstractEventLoop) -> None:
+    """A spin on ``loop`` once its ready callbacks have run, where spinning works."""
+    spin = for_loop(loop)
+    if spin is not None:
+        spin.arm()
+
+
+class ClientPace:
+    """One client connection's pace: whether its last request came within the spin budget
+    of the answer before it. A connection that fell idle after answering a quick client, with
+    nothing else in flight, spins for the client's next request (HTTP/1.1 and gRPC alike)."""
+
+    __slots__ = ("_answered_ns", "_quick")
+
+    def __init__(self) -> None:
+        self._answered_ns = 0  # when the connection last fell idle (perf_counter ns)
+        self._quick = False
+
+    def request_began(self) -> int:
+        """A request's first bytes came; the time (perf_counter ns)."""
+        now = time.perf_counter_ns()
+        self._quick = now - self._answered_ns < SPIN_NS
+        return now
+
+    def went_idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The last answer is out (written, or queued to be written before a spin runs)."""
+        if self._quick and ACTIVE.requests == 0:
+            arm(loop)
+        self._answered_ns = time.perf_counter_ns()
+
+
 def _epoll_fd(loop: asyncio.AbstractEventLoop) -> int | None:
     """uvloop's libuv backend descriptor (``uv_backend_fd``), checked to be an epoll one."""
     backend = getattr(loop, "_get_backend_id", None)

@@ -210,3 +210,27 @@ def test_the_server_refuses_to_start_with_a_budget_that_is_no_duration(tmp_path:
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert "error: TRITIUM_LOOP_SPIN_US must be microseconds >= 0, got 'fast'" in done.stderr
+
+
+@pytest.mark.skipif(not SEVERAL_CPUS, reason="spinning is off on a single CPU")
+def test_a_connection_spins_for_a_quick_client_only() -> None:
+    """ClientPace: a connection's first request (no answer before it) arms nothing; one that
+    came right after an answer arms a spin when the connection falls idle again."""
+
+    async def main() -> list[int]:
+        loop = asyncio.get_running_loop()
+        spin = for_loop(loop)
+        assert spin is not None
+        pace = loop_spin.ClientPace()
+        seen = []
+        pace.request_began()  # the first request: no answer before it
+        pace.went_idle(loop)
+        seen.append(spin.spins)
+        pace.request_began()  # right after that answer: a quick client
+        pace.went_idle(loop)
+        seen.append(spin.spins)
+        while spin.spinning:
+            await asyncio.sleep(0)
+        return seen
+
+    assert uvloop.run(main()) == [0, 1]

@@ -242,9 +242,7 @@ class PythonInstance:
             # This request is all the process has in flight, and the stub answered quickly
             # last time: the loop polls for its answer rather than sleep (loop_spin). Not for
             # a frame of several: the clients' wait is the stub's work then, not a wake-up.
-            spin = loop_spin.for_loop(asyncio.get_running_loop())
-            if spin is not None:
-                spin.arm()
+            loop_spin.arm(asyncio.get_running_loop())
         return stub
 
     async def _wait_for_stub(

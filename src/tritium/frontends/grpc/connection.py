@@ -73,8 +73,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         self._draining = False
         self._last_stream = 0
         self._closed = False
-        self._answered_ns = 0  # loop_spin (outbound.py)
-        self._quick = False
+        self._pace = loop_spin.ClientPace()  # whether to spin for the next call (outbound.py)
         self._pings = ping_policy(listener.options)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
@@ -148,7 +147,7 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
     def on_request(self, sid: int, headers: Headers, end_stream: bool) -> None:
         self._pings.data()
         if not self.calls:
-            self._quick = time.perf_counter_ns() - self._answered_ns < loop_spin.SPIN_NS
+            self._pace.request_began()
         if self._draining and sid > self._last_stream:
             self._h2.reset_stream(sid, ErrorCode.REFUSED_STREAM)
             return

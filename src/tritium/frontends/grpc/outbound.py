@@ -7,7 +7,6 @@ small unary answer goes out as its three frames in one piece (``H2Server.answer`
 from __future__ import annotations
 
 import asyncio
-import time
 
 from mypy_extensions import mypyc_attr
 
@@ -39,8 +38,7 @@ class Outbound:
     _closed: bool
     _pings: PingPolicy
     _unread: int  # bytes written while the peer did not read (inbound.py)
-    _answered_ns: int  # loop_spin: when the connection last fell idle (perf_counter ns)
-    _quick: bool  # the call that opened after it came within the spin budget
+    _pace: loop_spin.ClientPace  # whether to spin for the client's next call
 
     def _maybe_close(self) -> None:
         raise NotImplementedError  # GrpcConnection's
@@ -116,15 +114,8 @@ class Outbound:
         call.release()
         self._flush()
         self._maybe_close()
-        if not self.calls:
-            # Idle now. A client that opened its last call quickly after an answer is
-            # expected to again: while nothing else is in flight, the loop polls for it
-            # (after the write above) rather than sleep (loop_spin).
-            if self._quick and loop_spin.ACTIVE.requests == 0 and not self._closed:
-                spin = loop_spin.for_loop(asyncio.get_running_loop())
-                if spin is not None:
-                    spin.arm()
-            self._answered_ns = time.perf_counter_ns()
+        if not self.calls and not self._closed:  # idle: maybe spin (after the write above)
+            self._pace.went_idle(asyncio.get_running_loop())
 
     def _send_data(self, call: ServerCall, data: bytes | memoryview) -> None:
         """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""

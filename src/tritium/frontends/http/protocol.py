@@ -72,8 +72,7 @@ class HttpProtocol(asyncio.Protocol):
         "_timer",
         "registry",
         "_idle_at",
-        "_answered_ns",
-        "_quick",
+        "_pace",
         "_tick",
         "__weakref__",
     )
@@ -107,10 +106,7 @@ class HttpProtocol(asyncio.Protocol):
         # descriptors (frontends/accept.py).
         self.registry: Connections | None = None
         self._idle_at = self.loop.time()  # when the current keep-alive wait began
-        # loop_spin: when the last answer went out (perf_counter ns), and whether the request
-        # after it came within the spin budget.
-        self._answered_ns = 0
-        self._quick = False
+        self._pace = loop_spin.ClientPace()  # whether to spin for the next request
         # The timer's longest step (see _arm): the shortest read-phase timeout, at least 1 s.
         shortest = min(limits.header_timeout, limits.body_timeout, limits.keepalive_timeout)
         self._tick = max(1.0, shortest)
@@ -191,8 +187,7 @@ class HttpProtocol(asyncio.Protocol):
 
     # the reader's events ---------------------------------------------------------------------
     def on_begin(self) -> None:
-        now = time.perf_counter_ns()
-        self._quick = now - self._answered_ns < loop_spin.SPIN_NS
+        now = self._pace.request_began()
         self._recv_ns = now if self._tracer.active else 0
         self._timed = IDLE
 
@@ -304,11 +299,7 @@ class HttpProtocol(asyncio.Protocol):
         the loop polls for it rather than sleep (loop_spin)."""
         self._idle_at = self.loop.time()
         self._arm(self._limits.keepalive_timeout)
-        if self._quick and loop_spin.ACTIVE.requests == 0:
-            spin = loop_spin.for_loop(self.loop)
-            if spin is not None:
-                spin.arm()
-        self._answered_ns = time.perf_counter_ns()
+        self._pace.went_idle(self.loop)
 
     def _rearm(self) -> None:
         limits = self._limits
