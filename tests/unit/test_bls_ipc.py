@@ -306,6 +306,30 @@ def test_the_server_writes_into_a_truncated_free_segment_without_faulting() -> N
 
 
 @pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
+def test_a_segment_cut_between_its_size_and_its_mapping_is_a_clear_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The stub maps what the server wrote; a model thread that truncates the segment after
+    the stub read its size and before it mapped it (a race a test's model hit) gives the
+    segment's error, not mmap's own "mmap length is greater than file size"."""
+    stub, server = _pools(31004)
+    answer = np.full(shm_tensors.SHM_MIN_BYTES // 8, 5, dtype=np.float64)
+    packed = shm_tensors.pack(answer, [], server)
+    real_fstat = os.fstat
+
+    def fstat_then_cut(fd: int) -> os.stat_result:
+        result = real_fstat(fd)
+        os.ftruncate(fd, 0)  # the model, right after the size was read
+        return result
+
+    monkeypatch.setattr(shm_tensors.os, "fstat", fstat_then_cut)
+    with pytest.raises(ValueError, match="was truncated while it was mapped"):
+        shm_tensors.unpack(packed, [], stub)
+    monkeypatch.undo()
+    server.close()
+    stub.close()
+    stub.names.sweep()
+
+
+@pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
 def test_output_segments_go_back_to_the_stub_that_wrote_them() -> None:
     stub, server = _pools(31003)
     out = shm_tensors.FrameTensors(stub)

@@ -197,7 +197,12 @@ class SegmentPool:
             size = os.fstat(fd).st_size
             if size < nbytes:
                 raise ValueError(f"shared-memory segment '{name}' is smaller than {nbytes} bytes")
-            mapped = mmap.mmap(fd, size, flags=_MAP_FLAGS)
+            try:
+                mapped = mmap.mmap(fd, size, flags=_MAP_FLAGS)
+            except ValueError:  # "mmap length is greater than file size": cut since fstat
+                raise ValueError(
+                    f"shared-memory segment '{name}' was truncated while it was mapped"
+                ) from None
         finally:
             os.close(fd)
         view = np.frombuffer(mapped, dtype=np.uint8, count=nbytes)
@@ -468,6 +473,8 @@ def _map_or_create(name: str, nbytes: int) -> mmap.mmap:
             size = os.fstat(fd).st_size
             if size >= nbytes:
                 return mmap.mmap(fd, size, flags=_MAP_FLAGS)
+        except ValueError:  # truncated since fstat: made anew below
+            pass
         finally:
             os.close(fd)
     _unlink(name)
