@@ -102,5 +102,12 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         await asyncio.sleep(0.005)
 
 
+async def written(transport: FakeTransport) -> bytes:
+    """What the connection wrote by the end of this turn of the loop (an answer waits for
+    it: HttpProtocol.write_soon)."""
+    await asyncio.sleep(0)
+    return transport.take()
+
+
 def run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(test())  # type: ignore[arg-type]

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from tests.support.http_fakes import connect, responses, run, until
+from tests.support.http_fakes import connect, responses, run, until, written
 
 from tritium.access.policy import ApiGroup, Restriction
 from tritium.cli.main import build_parser, options_from_args
@@ -324,7 +324,7 @@ def test_without_a_policy_answers_are_as_before() -> None:
     async def main() -> None:
         protocol, transport = connect(lambda r: HttpResponse(200, [b"{}"]))
         protocol.data_received(_get())
-        [(_, headers, _)] = responses(transport.take())
+        [(_, headers, _)] = responses(await written(transport))
         assert "vary" not in headers
         assert not any(name.startswith("access-control-") for name in headers)
 

@@ -86,13 +86,13 @@ class _Peer:
         self.server.connection_made(self.transport)
         self.status: dict[int, str] = {}
         self.data: dict[int, bytes] = {}
-        self.pump()
 
-    def pump(self) -> None:
+    async def pump(self) -> None:
         for _ in range(20):
             pending = self.h2.data_to_send()
             if pending:
                 self.server.data_received(pending)
+            await asyncio.sleep(0)  # what a turn makes is written at its end
             out = self.transport.take()
             if not out and not pending:
                 return
@@ -109,13 +109,13 @@ class _Peer:
             self.data[sid] = self.data.get(sid, b"") + event.data
             self.h2.acknowledge_received_data(event.flow_controlled_length, sid)
 
-    def start(self, body: bytes, end: bool = False, path: str = PATH) -> int:
+    async def start(self, body: bytes, end: bool = False, path: str = PATH) -> int:
         sid = self.h2.get_next_available_stream_id()
         self.h2.send_headers(sid, [(k, path if k == ":path" else v) for k, v in HEADERS])
-        self.send(sid, body, end)
+        await self.send(sid, body, end)
         return sid
 
-    def send(self, sid: int, body: bytes, end: bool = False) -> None:
+    async def send(self, sid: int, body: bytes, end: bool = False) -> None:
         """``body`` in DATA frames; stops where the server ended the stream."""
         try:
             for at in range(0, len(body), 16384):
@@ -123,12 +123,12 @@ class _Peer:
                 if self.h2.local_flow_control_window(sid) < len(piece):
                     break  # the server holds the client back
                 self.h2.send_data(sid, piece)
-                self.pump()
+                await self.pump()
             if end:
                 self.h2.end_stream(sid)
         except h2.exceptions.StreamClosedError:
             pass
-        self.pump()
+        await self.pump()
 
 
 def _message(size: int) -> bytes:
@@ -138,17 +138,18 @@ def _message(size: int) -> bytes:
 def test_held_bytes_are_counted_and_forgotten_with_the_call() -> None:
     async def main() -> None:
         peer = _Peer(_Listener())
+        await peer.pump()
         message = _message(100_000)
-        sid = peer.start(message[:60_000])
+        sid = await peer.start(message[:60_000])
         assert peer.server.input_held == 60_000  # the prefix counts too
-        peer.send(sid, message[60_000:])  # whole, waiting for END_STREAM in the inbox
+        await peer.send(sid, message[60_000:])  # whole, waiting for END_STREAM in the inbox
         assert peer.server.input_held == 100_000
-        peer.send(sid, b"", end=True)
+        await peer.send(sid, b"", end=True)
         assert peer.status[sid] == "0" and peer.data[sid] == message
         assert peer.server.input_held == 0 and not peer.server.calls
-        other = peer.start(message[:50_000])
+        other = await peer.start(message[:50_000])
         peer.h2.reset_stream(other)
-        peer.pump()
+        await peer.pump()
         assert peer.server.input_held == 0
 
     asyncio.run(main())
@@ -157,10 +158,11 @@ def test_held_bytes_are_counted_and_forgotten_with_the_call() -> None:
 def test_past_the_input_bound_the_newest_end_and_the_oldest_goes_on() -> None:
     async def main() -> None:
         peer = _Peer(_Listener(input_bytes=50_000))  # less than one message
+        await peer.pump()
         message = _message(100_000)
-        sids = [peer.start(message[:40_000]) for _ in range(3)]
+        sids = [await peer.start(message[:40_000]) for _ in range(3)]
         assert peer.status == {sids[1]: "8", sids[2]: "8"}  # RESOURCE_EXHAUSTED
-        peer.send(sids[0], message[40_000:], end=True)
+        await peer.send(sids[0], message[40_000:], end=True)
         assert peer.status[sids[0]] == "0" and peer.data[sids[0]] == message
         assert peer.server.input_held == 0
 
@@ -171,16 +173,17 @@ def test_past_the_output_bound_a_response_that_would_wait_ends_its_call() -> Non
     async def main() -> None:
         listener = _Listener(output_bytes=250_000)
         peer = _Peer(listener, {SettingCodes.INITIAL_WINDOW_SIZE: 0})
-        sids = [peer.start(_message(100_000), end=True) for _ in range(5)]
+        await peer.pump()
+        sids = [await peer.start(_message(100_000), end=True) for _ in range(5)]
         assert peer.server.output_waiting() >= 250_000
         refused = [sid for sid in sids if peer.status.get(sid) == "8"]
         assert refused == sids[3:]  # three answers wait (300 KB), then the bound holds
-        late = peer.start(_message(10), end=True)
+        late = await peer.start(_message(10), end=True)
         assert peer.status[late] == "8"  # a new call while at the bound
         for sid in sids[:3]:
             peer.h2.increment_flow_control_window(200_000, stream_id=sid)
         peer.h2.increment_flow_control_window(600_000)
-        peer.pump()
+        await peer.pump()
         assert [peer.status.get(sid) for sid in sids[:3]] == ["0"] * 3
         assert peer.server.output_waiting() == 0
 
@@ -191,11 +194,12 @@ def test_an_idle_connection_is_sheddable_and_a_busy_one_is_not() -> None:
     async def main() -> None:
         listener = _Listener()
         peer = _Peer(listener)
+        await peer.pump()
         assert peer.server in list(listener.pool)
         assert peer.server.idle_since() is not None
-        sid = peer.start(_message(10))  # open, no END_STREAM
+        sid = await peer.start(_message(10))  # open, no END_STREAM
         assert peer.server.idle_since() is None
-        peer.send(sid, b"", end=True)
+        await peer.send(sid, b"", end=True)
         assert peer.server.idle_since() is not None
         peer.server.shed()
         assert peer.server.idle_since() is None  # closed
@@ -210,12 +214,13 @@ def test_a_client_held_back_by_flow_control_is_not_stalled_one_that_stops_is() -
 
     async def main() -> None:
         peer = _Peer(_Listener(stall_timeout=0.05))
-        held = peer.start(_message(100_000) + _message(2 << 20), path="/test.Service/Hold")
+        await peer.pump()
+        held = await peer.start(_message(100_000) + _message(2 << 20), path="/test.Service/Hold")
         assert peer.h2.local_flow_control_window(held) < 16384
-        stopped = peer.start(_message(100_000)[:50_000], path="/test.Service/Read")
+        stopped = await peer.start(_message(100_000)[:50_000], path="/test.Service/Read")
         for _ in range(10):  # several stall periods
             await asyncio.sleep(0.05)
-            peer.pump()
+            await peer.pump()
         assert peer.status.get(stopped) == "4"  # DEADLINE_EXCEEDED
         assert held not in peer.status and held in peer.server.calls
 

@@ -295,6 +295,27 @@ def test_a_settings_flood_is_read_in_turns_then_ends_with_enhance_your_calm() ->
     asyncio.run(run())
 
 
+def test_what_connections_make_in_one_turn_is_written_at_its_end() -> None:
+    """Each connection's answers to one turn's reads leave in one write when the loop turns
+    again (with the other connections' answers of the same turn: a client woken by the first
+    reads the rest without sleeping again), not one write per read."""
+
+    async def run() -> None:
+        peers = [_Peer(), _Peer()]
+        await asyncio.sleep(0)
+        for peer in peers:
+            peer.read()  # the answers to the prefaces
+        for peer in peers:
+            peer.server.data_received(frame(SETTINGS))
+            peer.server.data_received(frame(SETTINGS))
+        assert [peer.transport.out for peer in peers] == [[], []]
+        await asyncio.sleep(0)
+        for peer in peers:
+            assert len(peer.transport.out) == 1 and _acks(peer.transport.take()) == 2
+
+    asyncio.run(run())
+
+
 def test_reads_in_one_loop_turn_share_its_budget() -> None:
     """uvloop may hand a connection several reads in one turn of the loop: together they get
     one turn's budget, and what is past it waits for the next turn."""
@@ -302,11 +323,14 @@ def test_reads_in_one_loop_turn_share_its_budget() -> None:
     async def run() -> None:
         peer = _Peer()
         await asyncio.sleep(0)  # a fresh turn
+        peer.read()  # the answer to the client's preface, written at the end of its turn
         for _ in range(3):
             peer.server.data_received(frame(SETTINGS) * 80)
+        await asyncio.sleep(0)  # the turn's answers are written at its end
         assert _acks(peer.transport.take()) == FRAMES_PER_TURN
         assert not peer.transport.reading
         await peer.turns(lambda: peer.transport.reading)
+        await asyncio.sleep(0)  # the last turn's answers
         assert _acks(peer.transport.take()) == 3 * 80 - FRAMES_PER_TURN
 
     asyncio.run(run())

@@ -9,7 +9,7 @@ import json
 import zlib
 
 import pytest
-from tests.support.http_fakes import connect, responses, run, until
+from tests.support.http_fakes import connect, responses, run, until, written
 
 from tritium.transport.http1.inflate import BodyRejected, Inflater
 from tritium.frontends.http.messages import HttpRequest, HttpResponse
@@ -103,7 +103,7 @@ def test_compressed_body_inflates_and_a_bomb_stops_at_the_limit(encoding: str) -
         for body in (pack(b"a" * 50_000), pack(b"\0" * 5_000_000)):
             head = f"POST / HTTP/1.1\r\nContent-Encoding: {name}\r\nContent-Length: {len(body)}"
             protocol.data_received(head.encode() + b"\r\n\r\n" + body)
-        (s1, _, b1), (s2, h2, b2) = responses(transport.take())
+        (s1, _, b1), (s2, h2, b2) = responses(await written(transport))
         assert (s1, json.loads(b1)) == (200, {"size": 50_000})
         assert s2 == 400 and "decompressed request size" in json.loads(b2)["error"]
         assert "connection" not in h2  # the body was read whole: the connection goes on
@@ -158,7 +158,7 @@ def test_idle_keep_alive_connection_is_closed() -> None:
     async def main() -> None:
         protocol, transport = connect(ok, keepalive_timeout=0.05)
         protocol.data_received(b"GET / HTTP/1.1\r\n\r\n")
-        assert responses(transport.take())[0][0] == 200
+        assert responses(await written(transport))[0][0] == 200
         await until(lambda: transport.closed)
         assert transport.take() == b""  # closed without a word, as idle connections are
 

@@ -13,9 +13,10 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.support.http_fakes import connect, responses, run, until
+from tests.support.http_fakes import connect, responses, run, until, written
 
 from tritium.frontends.http.messages import HttpRequest, HttpResponse, HttpStreamResponse
+from tritium.frontends.http.protocol import WRITE_SOON_MAX_BYTES
 
 
 def echo(request: HttpRequest) -> HttpResponse:
@@ -38,7 +39,7 @@ def test_request_and_keep_alive() -> None:
         protocol, transport = connect(echo)
         protocol.data_received(post(b"hello"))
         protocol.data_received(get("/b"))
-        (s1, h1, b1), (s2, _, b2) = responses(transport.take())
+        (s1, h1, b1), (s2, _, b2) = responses(await written(transport))
         assert (s1, s2) == (200, 200)
         assert json.loads(b1) == {
             "method": "POST",
@@ -48,6 +49,35 @@ def test_request_and_keep_alive() -> None:
         }
         assert json.loads(b2)["path"] == "/b"
         assert "connection" not in h1 and not transport.closed
+
+    run(main)
+
+
+def test_answers_of_one_loop_turn_are_written_at_its_end() -> None:
+    """A small answer waits for the end of the loop's turn, so that the answers of all the
+    connections served in one turn leave together; one too big for that, and any answer on
+    a connection that closes after it, is written at once, in order."""
+
+    async def main() -> None:
+        (p1, t1), (p2, t2) = connect(echo), connect(echo)
+        p1.data_received(get("/1"))
+        p2.data_received(get("/2"))
+        assert t1.take() == t2.take() == b""
+        [(s1, _, b1)], [(s2, _, b2)] = responses(await written(t1)), responses(await written(t2))
+        assert (s1, s2) == (200, 200)
+        assert json.loads(b1)["path"] == "/1" and json.loads(b2)["path"] == "/2"
+
+        big = b"x" * (WRITE_SOON_MAX_BYTES + 1)
+        p3, t3 = connect(lambda request: HttpResponse(200, [big]))
+        p3.data_received(get())
+        [(status, _, body)] = responses(t3.take())
+        assert status == 200 and body == big
+
+        p4, t4 = connect(echo)
+        p4.data_received(get("/a") + get("/b", "Connection: close\r\n"))
+        answers = responses(t4.take())
+        assert [json.loads(body)["path"] for _, _, body in answers] == ["/a", "/b"]
+        assert t4.closed
 
     run(main)
 
@@ -110,7 +140,7 @@ def test_chunked_body_in_pieces() -> None:
         head = b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
         for piece in (head, b"5\r\nhel", b"lo\r\n6\r\n wor", b"ld\r\n0\r\n", b"\r\n"):
             protocol.data_received(piece)
-        [(status, _, body)] = responses(transport.take())
+        [(status, _, body)] = responses(await written(transport))
         assert status == 200 and json.loads(body)["body"] == "hello world"
 
     run(main)
@@ -199,7 +229,7 @@ def test_handler_errors_go_through_the_renderer() -> None:
 
         protocol, transport = connect(boom, render_error=render)
         protocol.data_received(get())
-        [(status, _, body)] = responses(transport.take())
+        [(status, _, body)] = responses(await written(transport))
         assert status == 418 and isinstance(seen[0], KeyError)
 
     run(main)
@@ -215,7 +245,7 @@ def test_compression_is_a_property_of_the_response() -> None:
         protocol, transport = connect(handler)
         accept = "Accept-Encoding: gzip\r\n"
         protocol.data_received(get("/yes", accept) + get("/no", accept))
-        (_, h1, b1), (_, h2, b2) = responses(transport.take())
+        (_, h1, b1), (_, h2, b2) = responses(await written(transport))
         assert h1["content-encoding"] == "gzip" and gzip.decompress(b1) == big
         assert "content-encoding" not in h2 and b2 == big
 
@@ -229,7 +259,7 @@ def test_write_backpressure_holds_the_next_pipelined_request() -> None:
         protocol.data_received(get("/1") + get("/2"))
         assert transport.take() == b""
         protocol.resume_writing()
-        assert len(responses(transport.take())) == 2
+        assert len(responses(await written(transport))) == 2
 
     run(main)
 

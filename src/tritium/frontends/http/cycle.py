@@ -144,7 +144,7 @@ class RequestCycle:
             headers = [*headers, *self._origin_headers(conn)]
         head = response_head(response, headers, length, self.keep_alive)
         if response.on_sent is None:
-            conn.write([head, *parts])
+            conn.write_soon([head, *parts], len(head) + length)
             return
         started = time.perf_counter_ns()
         conn.write([head, *parts])
