@@ -16,7 +16,7 @@ import queue
 import sys
 import threading
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -35,7 +35,7 @@ INLINE_MAX_BYTES = 64 * 1024
 # One inline run in this many is also timed in the loop thread's CPU (a system call each side).
 SHARE_EVERY = 8
 
-_NO_TIMING = (0, 0, 0)
+_NO_TIMING: Final = (0, 0, 0)
 # What one execution gives: a response per request, or the error that fails them all.
 Outcome = list[InferenceResponse] | ServerError
 # A hand-off: executions run one after the other on the thread, answered in one callback with

@@ -13,7 +13,7 @@ import functools
 import time
 from collections import deque
 from collections.abc import Awaitable, Sequence
-from typing import cast
+from typing import Final, cast
 
 from ..backends.base import (
     InlineInstance,
@@ -30,7 +30,7 @@ from .rate_limiter import Gate
 
 
 MAX_GROUP = 8
-_NO_TIMING = (0, 0, 0)
+_NO_TIMING: Final = (0, 0, 0)
 
 
 class DirectScheduler:

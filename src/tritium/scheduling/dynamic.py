@@ -18,7 +18,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Sequence
-from typing import cast
+from typing import Final, cast
 
 from ..backends.base import BatchStartedInstance, ModelInstance, send_error, starts_batches
 from ..errors import ServerError, internal, unavailable
@@ -27,7 +27,7 @@ from .batch_policy import TIMER_SLACK_NS, BatchConfig, DynamicBatchPolicy, timer
 from .common import guarded, limited, runnable
 from .rate_limiter import Gate
 
-_NO_TIMING = (0, 0, 0)
+_NO_TIMING: Final = (0, 0, 0)
 DELAY_VARIABLE = "TRITONSERVER_DELAY_SCHEDULER"
 log = logging.getLogger(__name__)
 

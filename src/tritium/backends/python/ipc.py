@@ -22,14 +22,14 @@ import re
 import select
 import socket
 import struct
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from ...tensor_codec import deserialize_bytes, object_array, raw_bytes
 from ...types import DataType
 
-_HEAD = struct.Struct("<II")
+_HEAD: Final = struct.Struct("<II")
 _SMALL = 1 << 16
 
 # What one frame from a stub may hold. The payload carries names, shapes, messages, request
@@ -260,7 +260,7 @@ _CODES[ord("0")] = _NULL
 # (lists are calloc'ed, never touched; strings and bytes are checked against the data left,
 # small tuples hold at most 255). A payload without any of them needs no ``check_payload``.
 _RISKY = re.compile(b"[\x28\xa8\x63\xe3]")
-_U32 = struct.Struct("<I").unpack_from
+_U32: Final = struct.Struct("<I").unpack_from
 _I32 = struct.Struct("<i").unpack_from
 
 

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .metadata import InflateError, compress_message, inflate
 from .status import RpcError, StatusCode
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from .dispatch import Method
     from .guard import CallGuard
 
-_PREFIX = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
+_PREFIX: Final = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
 
 
 class CallOwner(Protocol):

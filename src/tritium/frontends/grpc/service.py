@@ -32,7 +32,7 @@ from ...server import (
 from ...types import ClientRequest, InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .call import ServerCall
-from .codec import decode_message, encode_answer
+from .codec import decode_infer, decode_message, encode_answer
 from .dispatch import Kind, Method, code_of, status_of
 from .errors import triton_status
 from .guard import HEALTH_SERVICE, SERVICE
@@ -244,7 +244,7 @@ class InferenceService:
         access_log = server.access_log
         entry = None if access_log is None else _entry(call, len(raw))
         try:
-            _, client = decode_message(raw, self.forwarded(call))
+            client = decode_infer(raw, self.forwarded(call))
             if began:
                 trace = sample(server, client, call, began)
             if entry is not None:

@@ -12,13 +12,15 @@ front-end's clocks.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import httptools
 
 from .inflate import BodyRejected, Inflater, too_large
 
-IDLE, HEAD, BODY = 0, 1, 2  # what the parser is reading
+IDLE: Final = 0  # what the parser is reading
+HEAD: Final = 1
+BODY: Final = 2
 _GATHER_AFTER = 16  # body pieces kept as they are; past that, gathered as they arrive
 
 

@@ -27,7 +27,7 @@ answered here with RST_STREAM, and the handler hears of it through ``on_reset``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 from .flood import FloodLedger
 from .frames import (
@@ -69,7 +69,7 @@ from .frames import (
 )
 from .headers import HeaderDecoder, HeaderEncoder, HeaderError, Headers
 
-_STREAM_MASK = 0x7FFFFFFF
+_STREAM_MASK: Final = 0x7FFFFFFF
 _EMPTY = memoryview(b"")
 _BLOCK_FRAMES = (HEADERS, PUSH_PROMISE, CONTINUATION)
 

@@ -8,17 +8,30 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 Buffer = bytes | bytearray | memoryview
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface
 
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
-PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0x5, 0x6, 0x7, 0x8, 0x9
-KNOWN_TYPES = 10  # types 0..9; others are ignored (§4.1, §5.5)
+# Final: compiled code inlines them (a plain global is a dict lookup on every use)
+DATA: Final = 0x0
+HEADERS: Final = 0x1
+PRIORITY: Final = 0x2
+RST_STREAM: Final = 0x3
+SETTINGS: Final = 0x4
+PUSH_PROMISE: Final = 0x5
+PING: Final = 0x6
+GOAWAY: Final = 0x7
+WINDOW_UPDATE: Final = 0x8
+CONTINUATION: Final = 0x9
+KNOWN_TYPES: Final = 10  # types 0..9; others are ignored (§4.1, §5.5)
 
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+END_STREAM: Final = 0x1
+ACK: Final = 0x1
+END_HEADERS: Final = 0x4
+PADDED: Final = 0x8
+PRIORITY_FLAG: Final = 0x20
 
 # SETTINGS identifiers (§6.5.2)
 HEADER_TABLE_SIZE, ENABLE_PUSH, MAX_CONCURRENT_STREAMS = 0x1, 0x2, 0x3
@@ -49,12 +62,12 @@ class ErrorCode(enum.IntEnum):
 
 
 # length (24 bits, as a byte and 16 bits), type, flags, stream id (with its reserved bit)
-HEAD = struct.Struct(">BHBBL")
-_U32 = struct.Struct(">L")
-_TWO_U32 = struct.Struct(">LL")
-_SETTING = struct.Struct(">HL")
-_PRIORITY = struct.Struct(">LB")
-_STREAM_MASK = 0x7FFFFFFF
+HEAD: Final = struct.Struct(">BHBBL")
+_U32: Final = struct.Struct(">L")
+_TWO_U32: Final = struct.Struct(">LL")
+_SETTING: Final = struct.Struct(">HL")
+_PRIORITY: Final = struct.Struct(">LB")
+_STREAM_MASK: Final = 0x7FFFFFFF
 
 
 class FrameError(Exception):
