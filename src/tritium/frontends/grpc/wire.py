@@ -129,6 +129,13 @@ def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     return -1, -1
 
 
+def _payload(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Where a length-delimited payload whose length starts at ``pos`` begins and ends;
+    (-1, -1) when malformed or past ``end``."""
+    size, pos = _uvarint(buf, pos, end)
+    return (pos, pos + size) if pos >= 0 and size <= end - pos else (-1, -1)
+
+
 def _text(buf: bytes, start: int, end: int) -> str | None:
     try:
         return buf[start:end].decode()
@@ -162,10 +169,9 @@ def _simple_tensor(buf: bytes, pos: int, end: int) -> InputSpec | None:
             continue
         if key & 7 != 2:
             return None
-        size, pos = _uvarint(buf, pos, end)
-        if pos < 0 or size > end - pos:
+        pos, stop = _payload(buf, pos, end)
+        if pos < 0:
             return None
-        stop = pos + size
         number = key >> 3
         if number == 1 or number == 2:
             text = _text(buf, pos, stop)
@@ -188,13 +194,11 @@ def _simple_output(buf: bytes, pos: int, end: int) -> str | None:
         key, pos = _uvarint(buf, pos, end)
         if pos < 0 or key != (1 << 3 | 2):
             return None
-        size, pos = _uvarint(buf, pos, end)
-        if pos < 0 or size > end - pos:
-            return None
-        text = _text(buf, pos, pos + size)
+        pos, stop = _payload(buf, pos, end)
+        text = None if pos < 0 else _text(buf, pos, stop)
         if text is None:
             return None
-        name, pos = text, pos + size
+        name, pos = text, stop
     return name
 
 
@@ -217,10 +221,9 @@ def simple_request(raw: bytes) -> SimpleRequest | None:
         key, pos = _uvarint(raw, pos, end)
         if pos < 0 or key & 7 != 2:
             return None
-        size, pos = _uvarint(raw, pos, end)
-        if pos < 0 or size > end - pos:
+        pos, stop = _payload(raw, pos, end)
+        if pos < 0:
             return None
-        stop = pos + size
         number = key >> 3
         if number == _RAW_INPUT_CONTENTS:
             if view is None:
