@@ -32,6 +32,10 @@ class DataType(enum.Enum):
     BF16 = ("BF16", "TYPE_BF16", np.dtype(_bfloat16) if _bfloat16 else np.dtype(np.uint16), 2)
     BYTES = ("BYTES", "TYPE_STRING", np.dtype(np.object_), 0)
 
+    # A member is the one object of its kind (a pickled one comes back as it): hashed by
+    # identity in C, not by Enum's own ``__hash__`` (Python code on every lookup keyed by it).
+    __hash__ = object.__hash__
+
     def __init__(self, wire: str, config_name: str, dtype: np.dtype, size: int) -> None:
         self.wire = wire
         self.config_name = config_name

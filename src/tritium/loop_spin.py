@@ -33,6 +33,7 @@ import asyncio
 import os
 import select
 import time
+from typing import ClassVar
 
 
 def budget_ns(text: str | None) -> int:
@@ -123,8 +124,8 @@ class _Current:
     """The spinner of the loop that asked last (a process runs one loop at a time: the
     server's; tests run one after another), so a closed loop is not kept."""
 
-    loop: asyncio.AbstractEventLoop | None = None
-    spin: LoopSpin | None = None
+    loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+    spin: ClassVar[LoopSpin | None] = None
 
 
 def for_loop(loop: asyncio.AbstractEventLoop) -> LoopSpin | None:

@@ -72,3 +72,13 @@ def test_the_written_out_constructors_keep_the_dataclasses_behaviour() -> None:
     response = InferenceResponse("m", "1")
     assert response.outputs == [] and response.parameters == {} and response.error is None
     assert InferenceResponse("m", "1").outputs is not response.outputs
+
+
+def test_a_datatype_comes_back_as_the_same_member_and_key() -> None:
+    """DataType hashes by identity (each member is one object): a member that went through
+    pickle is the same object, so it finds what the other process's keys hold."""
+    by_type = {member: member.wire for member in DataType}
+    for member in DataType:
+        back = pickle.loads(pickle.dumps(member))
+        assert back is member and by_type[back] == member.wire
+    assert len(DataType) == 14 and len({hash(m) for m in DataType}) == 14
