@@ -307,9 +307,10 @@ def test_the_server_writes_into_a_truncated_free_segment_without_faulting() -> N
 
 @pytest.mark.skipif(not shm_tensors.available(), reason="no /dev/shm")
 def test_a_segment_cut_between_its_size_and_its_mapping_is_a_clear_error(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The stub maps what the server wrote; a model thread that truncates the segment after
-    the stub read its size and before it mapped it (a race a test's model hit) gives the
-    segment's error, not mmap's own "mmap length is greater than file size"."""
+    """The stub maps what the server wrote, and the segments it makes; a model thread that
+    truncates a segment after the stub read or set its size and before it mapped it (a race
+    a test's model hit) gives the segment's error, not mmap's own "mmap length is greater
+    than file size"."""
     stub, server = _pools(31004)
     answer = np.full(shm_tensors.SHM_MIN_BYTES // 8, 5, dtype=np.float64)
     packed = shm_tensors.pack(answer, [], server)
@@ -323,6 +324,17 @@ def test_a_segment_cut_between_its_size_and_its_mapping_is_a_clear_error(monkeyp
     monkeypatch.setattr(shm_tensors.os, "fstat", fstat_then_cut)
     with pytest.raises(ValueError, match="was truncated while it was mapped"):
         shm_tensors.unpack(packed, [], stub)
+    monkeypatch.undo()
+    real_ftruncate = os.ftruncate
+
+    def size_then_cut(fd: int, length: int) -> None:
+        real_ftruncate(fd, length)
+        real_ftruncate(fd, 0)  # the model, right after the segment was sized
+
+    monkeypatch.setattr(shm_tensors.os, "ftruncate", size_then_cut)
+    big = np.ones(shm_tensors.SHM_MIN_BYTES, dtype=np.uint8)
+    with pytest.raises(ValueError, match="was truncated while it was mapped"):
+        shm_tensors.pack(big, [], stub)  # a new segment, cut before it was mapped
     monkeypatch.undo()
     server.close()
     stub.close()

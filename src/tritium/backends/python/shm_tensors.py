@@ -485,7 +485,12 @@ def _create(name: str, size: int) -> mmap.mmap:
     fd = os.open(_DIR / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, size)
-        return mmap.mmap(fd, size, flags=_MAP_FLAGS)
+        try:
+            return mmap.mmap(fd, size, flags=_MAP_FLAGS)
+        except ValueError:  # cut since the ftruncate above (a model truncating its segments)
+            raise ValueError(
+                f"shared-memory segment '{name}' was truncated while it was mapped"
+            ) from None
     except BaseException:
         _unlink(name)
         raise
