@@ -346,6 +346,13 @@ class PythonInstance:
         infer_ns = arrived - self._sent_ns
         self._hop_ns = infer_ns
         self._sent_ns = arrived  # the next execution of a group ran after this one
+        # With other requests in flight (some may wait for this instance), resolved first:
+        # what waits on it (the scheduler's next group) runs on the loop's next turn before
+        # the writes of the answers made below, so the stub starts on it while those go out.
+        # Alone, resolved last, so that the answer's write goes first. (All synchronous
+        # here: the answers are made before anything that waits on the future runs.)
+        if loop_spin.ACTIVE.requests > len(requests) and not future.done():
+            future.set_result(None)
         if error is not None:  # the stub's text, as Triton's stub words (and logs) it
             failure = internal(error)
             self._answer_unfinished(
