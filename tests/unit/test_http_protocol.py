@@ -73,6 +73,13 @@ def test_answers_of_one_loop_turn_are_written_at_its_end() -> None:
         [(status, _, body)] = responses(t3.take())
         assert status == 200 and body == big
 
+        def small_then_big(request: HttpRequest) -> HttpResponse:
+            return HttpResponse(200, [big if request.path == "/big" else b"{}"])
+
+        p5, t5 = connect(small_then_big, max_pipelined=2)
+        p5.data_received(get("/small") + get("/big"))  # the big one takes the small one along
+        assert [body for _, _, body in responses(t5.take())] == [b"{}", big]
+
         p4, t4 = connect(echo)
         p4.data_received(get("/a") + get("/b", "Connection: close\r\n"))
         answers = responses(t4.take())

@@ -143,13 +143,18 @@ def _text(buf: bytes, start: int, end: int) -> str | None:
         return None
 
 
+def _int64(value: int) -> int:
+    """A varint's 64 bits as protobuf's int64 (two's complement)."""
+    return value - _UINT64_END if value >= _INT64_SIGN else value
+
+
 def _dims(buf: bytes, pos: int, end: int, dims: list[int]) -> bool:
     """Packed int64 values of ``buf[pos:end]`` appended to ``dims``; False when malformed."""
     while pos < end:
         value, pos = _uvarint(buf, pos, end)
         if pos < 0:
             return False
-        dims.append(value - _UINT64_END if value >= _INT64_SIGN else value)
+        dims.append(_int64(value))
     return True
 
 
@@ -165,7 +170,7 @@ def _simple_tensor(buf: bytes, pos: int, end: int) -> InputSpec | None:
             value, pos = _uvarint(buf, pos, end)
             if pos < 0:
                 return None
-            dims.append(value - _UINT64_END if value >= _INT64_SIGN else value)
+            dims.append(_int64(value))
             continue
         if key & 7 != 2:
             return None

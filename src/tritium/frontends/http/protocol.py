@@ -268,21 +268,20 @@ class HttpProtocol(asyncio.Protocol):
             transport.writelines(parts)
 
     def write_soon(self, parts: list[Any], size: int) -> None:
-        """A whole answer of ``size`` bytes, written at the end of this turn of the loop with
-        the other connections' answers of the same turn, when small: a write to a client
-        that sleeps wakes it (an interrupt to its CPU, paid inside the writer's system call),
-        and a client woken by the first of a turn's answers reads the others without
-        sleeping again; one answer per turn written at once paid that wake-up every time
-        (bench/results/mypyc.md). The loop's next turn starts with these writes, before it
-        polls (uvloop runs ready callbacks first)."""
-        transport = self._transport
-        if transport is None:
+        """A whole answer of ``size`` bytes, written when the loop turns again (a ready
+        callback, run before the loop polls) together with the other connections' answers of
+        this turn: a write to a client asleep in its poll wakes it, and the wake-up is paid
+        inside the writer's system call; a client woken by the first of a turn's answers
+        reads the rest without sleeping again (bench/results/mypyc.md). One bigger than
+        ``WRITE_SOON_MAX_BYTES`` goes at once (``write``), after any that wait."""
+        if size > WRITE_SOON_MAX_BYTES:
+            self.write(parts)
+            return
+        if self._transport is None:
             return
         out = self._out
         if out is not None:
             out.extend(parts)
-        elif size > WRITE_SOON_MAX_BYTES:
-            transport.writelines(parts)
         else:
             self._out = parts
             self.loop.call_soon(self._write_out)
