@@ -1,12 +1,14 @@
 """tritium against real Triton 2.51 serving the very same Python-backend ``model.py``, measured
 with the real perf_analyzer 2.60, rows alternating the two servers, repeated.
 
-    .venv/bin/python bench/vs_triton.py [--rounds 2] [--interval 2000] [--only ROW,...]
+    .venv/bin/python bench/vs_triton.py [--rounds 3] [--interval 2000] [--only ROW,...]
 
 Both servers run side by side for the whole run (one idles while the other is measured) and
 serve the same repository: ``simple_py`` (examples/model_repository/add_sub_python's model.py,
 the ``simple`` add/sub contract) and ``simple_py_dyn`` (the same with ``dynamic_batching {}``),
-one CPU instance each. tritium also serves its ONNX ``simple`` (``simple_onnx``,
+one CPU instance each. Three rounds by default: Triton's own HTTP c16 figure moved from 9.3k to
+5.8k/s between the two rounds of one run here (vs_triton_run7.json), and with two rounds one
+outlier is half of a row's ratio. tritium also serves its ONNX ``simple`` (``simple_onnx``,
 ``simple_onnx_dyn``): Triton here has no ONNX Runtime backend, so those rows are compared with
 tritium's own Python rows of the same round.
 
@@ -298,7 +300,7 @@ def _versions() -> dict[str, str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=int, default=2000, help="ms per perf_analyzer window")
     parser.add_argument("--only", default="", help="comma-separated row keys")
     parser.add_argument("--no-onnx", action="store_true", help="skip tritium's ONNX rows")
