@@ -104,7 +104,7 @@ async def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
 
 async def written(transport: FakeTransport) -> bytes:
     """What the connection wrote by the end of this turn of the loop (an answer waits for
-    it: HttpProtocol.write_soon)."""
+    it: HttpConnection.write_soon)."""
     await asyncio.sleep(0)
     return transport.take()
 

@@ -80,7 +80,7 @@ class HttpApp:
         pattern = server.options.http.header_forward_pattern if server is not None else ""
         self._forward = compile_forward_pattern(pattern)
         # --http-cors-*: browsers' preflights answered here, the origin's headers added to
-        # every answer by the request cycle (HttpProtocol reads this attribute).
+        # every answer by the request cycle (HttpConnection reads this attribute).
         self.cors = cors_policy(server.options) if server is not None else None
 
     @property

@@ -26,7 +26,7 @@ from .messages import (
 )
 
 if TYPE_CHECKING:
-    from .protocol import HttpProtocol
+    from .protocol import HttpConnection
 
 log = logging.getLogger("tritium")
 
@@ -36,14 +36,14 @@ class RequestCycle:
 
     def __init__(
         self,
-        conn: HttpProtocol,
+        conn: HttpConnection,
         request: HttpRequest | None,
         keep_alive: bool,
         ready: HttpResponse | None = None,
     ) -> None:
         self.request = request
         self.keep_alive = keep_alive
-        self._conn: HttpProtocol | None = conn
+        self._conn: HttpConnection | None = conn
         self._task: asyncio.Future[Any] | None = None
         self._pending: PendingResponse | None = None
         self._ready = ready  # an answer decided by the transport (an error), not by a route
@@ -150,7 +150,7 @@ class RequestCycle:
         conn.write([head, *parts])
         response.on_sent(started, time.perf_counter_ns())
 
-    def _origin_headers(self, conn: HttpProtocol) -> list[tuple[bytes, bytes]]:
+    def _origin_headers(self, conn: HttpConnection) -> list[tuple[bytes, bytes]]:
         """CORS's headers for the request's Origin (cors.py), on every answer the API gives
         while CORS is on; none on the transport's own errors (no request was read whole)."""
         if conn.cors is None or self.request is None:
