@@ -197,12 +197,7 @@ class SegmentPool:
             size = os.fstat(fd).st_size
             if size < nbytes:
                 raise ValueError(f"shared-memory segment '{name}' is smaller than {nbytes} bytes")
-            try:
-                mapped = mmap.mmap(fd, size, flags=_MAP_FLAGS)
-            except ValueError:  # "mmap length is greater than file size": cut since fstat
-                raise ValueError(
-                    f"shared-memory segment '{name}' was truncated while it was mapped"
-                ) from None
+            mapped = _map(fd, size, name)
         finally:
             os.close(fd)
         view = np.frombuffer(mapped, dtype=np.uint8, count=nbytes)
@@ -464,6 +459,18 @@ def _open_regular(name: str, flags: int) -> int | None:
     return None
 
 
+def _map(fd: int, size: int, name: str) -> mmap.mmap:
+    """``size`` bytes of segment ``name`` (open as ``fd``), whose size was just read or set;
+    a clear ValueError if it was cut since (a model truncating its segments: mmap's own
+    error would be "mmap length is greater than file size")."""
+    try:
+        return mmap.mmap(fd, size, flags=_MAP_FLAGS)
+    except ValueError:
+        raise ValueError(
+            f"shared-memory segment '{name}' was truncated while it was mapped"
+        ) from None
+
+
 def _map_or_create(name: str, nbytes: int) -> mmap.mmap:
     """A mapping of ``name``, a segment the peer gave back (``SegmentPool.adopt``); a new
     segment under the same name if it is gone or too small."""
@@ -472,7 +479,7 @@ def _map_or_create(name: str, nbytes: int) -> mmap.mmap:
         try:
             size = os.fstat(fd).st_size
             if size >= nbytes:
-                return mmap.mmap(fd, size, flags=_MAP_FLAGS)
+                return _map(fd, size, name)
         except ValueError:  # truncated since fstat: made anew below
             pass
         finally:
@@ -485,12 +492,7 @@ def _create(name: str, size: int) -> mmap.mmap:
     fd = os.open(_DIR / name, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, size)
-        try:
-            return mmap.mmap(fd, size, flags=_MAP_FLAGS)
-        except ValueError:  # cut since the ftruncate above (a model truncating its segments)
-            raise ValueError(
-                f"shared-memory segment '{name}' was truncated while it was mapped"
-            ) from None
+        return _map(fd, size, name)
     except BaseException:
         _unlink(name)
         raise

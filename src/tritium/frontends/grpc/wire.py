@@ -117,7 +117,10 @@ _UINT64_END: Final = 1 << 64
 
 
 def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
-    """A varint of ``buf[pos:end]`` and the position after it; (-1, -1) when malformed."""
+    """A varint of ``buf[pos:end]`` and the position after it; (-1, -1) when malformed (the
+    fast path's twin of ``_varint``, kept apart: over ``bytes``, which compiled code indexes
+    directly, and without raising, where ``_varint`` reads views of large messages and
+    raises protobuf-style errors)."""
     result = shift = 0
     while pos < end and shift < 70:
         byte = buf[pos]
