@@ -167,16 +167,24 @@ _SMALL = 256
 
 def _small_integers(values: Any, datatype: DataType, name: str) -> np.ndarray | None:
     """The common small request (a short list of ints for an integer type), checked in plain
-    Python; None for anything else."""
+    Python; None for anything else. One loop checks the types and finds the extremes (compiled,
+    a few nanoseconds per value; ``all``, ``min`` and ``max`` were three passes)."""
     bounds = _INT_BOUNDS.get(datatype)
     if bounds is None or type(values) is not list or len(values) > _SMALL:
         return None
-    if not all(type(v) is int for v in values):
-        return None
-    low, high = min(values), max(values)
+    items: list[Any] = values
+    low = high = 0
+    for value in items:
+        if type(value) is not int:
+            return None
+        number: int = value
+        if number < low:
+            low = number
+        elif number > high:
+            high = number
     if low < bounds[0] or high > bounds[1]:
         _check_range(low, high, datatype, name)
-    return np.array(values, dtype=datatype.dtype)
+    return np.array(items, dtype=datatype.dtype)
 
 
 def _check_range(low: Any, high: Any, datatype: DataType, name: str) -> None:
