@@ -11,7 +11,7 @@ from tritium.errors import ErrorKind, ServerError
 from tritium.frontends.http.app import HttpApp
 from tritium.frontends.http.errors import STATUS, render_error
 from tritium.frontends.http.messages import HttpResponse
-from tritium.frontends.http.routes import ApiGroup, Route, Router
+from tritium.frontends.http.routes import MATCHED_MAX, ApiGroup, Route, Router
 from tritium.options import ServerOptions
 from tritium.server import InferenceServer
 
@@ -101,6 +101,28 @@ def test_first_route_in_table_order_wins() -> None:
     )
     found = router.match("GET", "/a/b")
     assert isinstance(found, tuple) and found[0].group is ApiGroup.HEALTH
+
+
+def test_a_path_matched_again_gives_the_same_route_and_its_own_captures() -> None:
+    router = _router()
+    first = router.match("POST", "/v2/models/m%2Fx/versions/2/infer")
+    assert isinstance(first, tuple)
+    first[1]["model"] = "changed by the first request's handler"
+    again = router.match("POST", "/v2/models/m%2Fx/versions/2/infer")
+    assert isinstance(again, tuple) and again[0] is first[0]
+    assert again[1] == {"model": "m/x", "version": "2"}
+    # The same path with another method is matched on its own (405 here, never remembered).
+    refused = router.match("GET", "/v2/models/m%2Fx/versions/2/infer")
+    assert isinstance(refused, HttpResponse) and refused.status == 405
+
+
+def test_the_paths_remembered_are_bounded() -> None:
+    router = _router()
+    for index in range(3 * MATCHED_MAX):  # a client naming a new model on every request
+        found = router.match("POST", f"/v2/models/m{index}/infer")
+        assert isinstance(found, tuple) and found[1] == {"model": f"m{index}"}
+        assert isinstance(router.match("GET", f"/nothing/{index}"), HttpResponse)
+    assert 0 < len(router._matched) <= MATCHED_MAX
 
 
 def test_every_error_kind_has_a_status() -> None:

@@ -70,11 +70,18 @@ NOT_FOUND = HttpResponse(404, [b'{"error":"Not Found"}'])
 NOT_ALLOWED = HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
 
 
+# Paths the router remembers, with their route and captures (a client's paths: bounded, and
+# forgotten all at once when full).
+MATCHED_MAX = 256
+
+
 class Router:
     """Finds the route of a request: 404 when no pattern fits, 405 when one fits but not
-    for this method. Routes are tried in table order among those of the path's length."""
+    for this method. Routes are tried in table order among those of the path's length. A
+    path matched before (the same model's inferences, over and over) is found by one lookup:
+    the matching itself (split, compare, percent-decode) is most of a request's routing."""
 
-    __slots__ = ("routes", "_index", "_tails")
+    __slots__ = ("routes", "_index", "_tails", "_matched")
 
     def __init__(self, routes: list[Route]) -> None:
         self.routes = tuple(routes)
@@ -86,8 +93,21 @@ class Router:
                 self._tails.append(route)
             else:
                 self._index.setdefault((route.size, route.last), []).append(route)
+        self._matched: dict[tuple[str, str], tuple[Route, dict[str, str]]] = {}
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
+        key = (method, path)
+        known = self._matched.get(key)
+        if known is not None:
+            return known[0], dict(known[1])  # the request's own copy of the captures
+        found = self._match(method, path)
+        if not isinstance(found, HttpResponse):
+            if len(self._matched) >= MATCHED_MAX:
+                self._matched.clear()
+            self._matched[key] = (found[0], dict(found[1]))
+        return found
+
+    def _match(self, method: str, path: str) -> tuple[Route, dict[str, str]] | HttpResponse:
         parts = path.split("?", 1)[0].strip("/").split("/")
         size = len(parts)
         index = self._index
