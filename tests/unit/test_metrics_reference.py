@@ -17,6 +17,8 @@ from tritium.config.model_metrics import MetricSpec, metric_spec
 from tritium.errors import ServerError
 from tritium.metrics.settings import MetricsSettings
 from tritium.metrics.stats import ModelStats
+from tritium.request import InferenceRequest
+from tritium.types import ClientRequest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 TAGS = (("team", "search"), ("tier", 'gold "1"\\x'))
@@ -42,21 +44,22 @@ def reference() -> dict[str, dict[str, Any]]:
     return rows
 
 
-class _FakeRequest:
-    def __init__(self, cached: bool = False) -> None:
-        self.arrival_ns = 0
-        self.start_ns = 1_000
-        self.batch_size = 1
-        self.timing = (2_000, 30_000, 4_000)
-        self.cached = cached
+def _finished_request(name: str, cached: bool = False) -> InferenceRequest:
+    """A request as the statistics see it once it ran: queued 1 µs, then computed."""
+    request = InferenceRequest(ClientRequest(name))
+    request.arrival_ns = 0
+    request.start_ns = 1_000
+    request.timing = (2_000, 30_000, 4_000)
+    request.cached = cached
+    return request
 
 
 def _stats(name: str, settings: MetricsSettings, cache: bool) -> ModelStats:
     stats = ModelStats(name, "1")
     stats.configure(settings, MetricSpec(tags=TAGS), cache)
     stats.load_seconds = 0.25
-    stats.finished(_FakeRequest(), True)
-    stats.finished(_FakeRequest(), False, "BACKEND")
+    stats.finished(_finished_request(name), True)
+    stats.finished(_finished_request(name), False, "BACKEND")
     assert stats.first_response is None or stats.first_response.observe(3) is None
     if cache:
         stats.cache_lookup(True, 5_000)
