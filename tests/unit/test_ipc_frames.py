@@ -46,6 +46,13 @@ def test_received_arrays_are_writable_views_of_the_frame() -> None:
     assert back[0] == 7
 
 
+@pytest.mark.parametrize("size", [0, 15, 17, 64])
+def test_a_tensor_whose_bytes_do_not_fit_its_shape_is_refused(size: int) -> None:
+    # A stub's frame is not trusted: 16 INT32 values are 64 bytes, no more, no fewer.
+    with pytest.raises((ValueError, TypeError)):
+        ipc.unpack_array(("INT32", (4, 4), 0), [bytearray(size * 4 if size != 64 else 65)])
+
+
 @pytest.mark.parametrize("array", [np.array([1 + 2j]), np.arange(3, dtype=">i4")])
 def test_unsupported_dtypes_are_refused(array: np.ndarray) -> None:
     with pytest.raises(TypeError):

@@ -106,7 +106,13 @@ def unpack_array(packed: PackedArray, buffers: Buffers) -> np.ndarray:
     wire, shape, index = packed
     dtype = _DTYPE_OF.get(wire)
     if dtype is not None:  # the hot path: a fixed-size type numpy knows
-        return np.frombuffer(buffers[index], dtype=dtype).reshape(shape)
+        # One array over the received bytes (frombuffer then reshape makes two); numpy
+        # refuses a buffer too small for the shape, and one too large is refused here.
+        buf = buffers[index]
+        array = np.ndarray(shape, dtype, buf)
+        if array.nbytes != _nbytes(buf):
+            raise ValueError(f"a {wire} tensor of shape {shape} sent with {_nbytes(buf)} bytes")
+        return array
     datatype = DataType.from_wire(wire)
     if datatype is None:
         raise ValueError(f"unknown datatype '{wire}'")
