@@ -21,7 +21,7 @@ from ..scheduling.rate_policy import InstanceLimits
 from ..scheduling.sequence import SequenceScheduler
 from ..metrics.stats import ModelStats
 from ..request import InferenceRequest
-from ..types import Tensor
+from ..types import RequestedOutput, Tensor
 from ..logs.settings import about_model
 
 log = logging.getLogger("tritium")
@@ -40,6 +40,20 @@ class ModelState(enum.Enum):
 
 def _dims(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+class _InputCheck:
+    """What ``Model.validate`` checks of one input, copied out of its ``IOSpec``."""
+
+    __slots__ = ("datatype", "full_dims", "reshape", "optional")
+
+    def __init__(self, io: IOSpec, batching: bool) -> None:
+        self.datatype = io.datatype
+        # The shape as the client sees it, for the check and its message: with the batch
+        # dimension when the model batches.
+        self.full_dims: tuple[int, ...] = (-1,) + io.dims if batching else io.dims
+        self.reshape = io.reshape
+        self.optional = io.optional
 
 
 class Model:
@@ -78,10 +92,11 @@ class Model:
             if count is not None:
                 count(self.stats.restarts)
         batching = spec.max_batch_size > 0
-        # Shapes as the client sees them, for messages; the batch dimension included.
-        self._full_dims = {
-            n: ((-1,) + s.dims if batching else s.dims) for n, s in spec.inputs.items()
-        }
+        # What validate reads of the config, per input (native fields when compiled: the
+        # config's own objects are interpreted ones, each field a lookup by name).
+        self._inputs = {name: _InputCheck(io, batching) for name, io in spec.inputs.items()}
+        self._max_batch = spec.max_batch_size
+        self._required = len(spec.required_inputs)
         self._batching_note = (
             ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
             "dimension to be prepended to each input shape. If you want to specify the full "
@@ -95,20 +110,21 @@ class Model:
     def validate(self, request: InferenceRequest) -> int:
         """Check inputs and requested outputs against the config; apply ``reshape``.
         Returns the request's batch size (1 for a model without batching)."""
-        spec = self.spec
-        inputs = spec.inputs
+        inputs = self._inputs
+        max_batch = self._max_batch
         batch = -1
         seen = 0
         tensors = request.inputs  # the request's own list: the client's tensors stay as sent
-        for index, tensor in enumerate(tensors):
-            io = inputs.get(tensor.name)
-            if io is None:
+        for index in range(len(tensors)):
+            tensor = tensors[index]
+            check = inputs.get(tensor.name)
+            if check is None:
                 raise invalid_arg(
                     f"unexpected inference input '{tensor.name}' for model '{self.name}'"
                 )
-            self._check_tensor(tensor, io)
+            self._check_tensor(tensor, check)
             shape = tensor.shape
-            if spec.max_batch_size:
+            if max_batch:
                 if batch == -1:
                     batch = shape[0]
                 elif shape[0] != batch:
@@ -116,38 +132,48 @@ class Model:
                         f"input '{tensor.name}' batch size does not match other inputs for "
                         f"'{self.name}'"
                     )
-            if io.reshape is not None:
-                new_shape = ((shape[0],) if spec.max_batch_size else ()) + io.reshape
+            if check.reshape is not None:
+                new_shape = ((shape[0],) if max_batch else ()) + check.reshape
                 data = tensor.data.reshape(new_shape)
                 tensors[index] = replace(tensor, shape=data.shape, data=data)
-            if not io.optional:
+            if not check.optional:
                 seen += 1
-        if seen != len(spec.required_inputs):
+        if seen != self._required:
             self._missing_inputs(request)
-        if batch > spec.max_batch_size > 0:
+        if batch > max_batch > 0:
             raise invalid_arg(
-                f"inference request batch-size must be <= {spec.max_batch_size} for '{self.name}'"
+                f"inference request batch-size must be <= {max_batch} for '{self.name}'"
             )
-        for output in request.outputs:
-            if output.name not in spec.outputs:
+        requested = request.outputs
+        if requested:
+            self._check_outputs(requested)
+        return batch if batch > 0 else 1
+
+    def _check_outputs(self, requested: tuple[RequestedOutput, ...]) -> None:
+        outputs = self.spec.outputs
+        for output in requested:
+            if output.name not in outputs:
                 raise invalid_arg(
                     f"unexpected inference output '{output.name}' for model '{self.name}'"
                 )
-        return batch if batch > 0 else 1
 
-    def _check_tensor(self, tensor: Tensor, io: IOSpec) -> None:
-        if tensor.datatype is not io.datatype:
+    def _check_tensor(self, tensor: Tensor, check: _InputCheck) -> None:
+        if tensor.datatype is not check.datatype:
             raise invalid_arg(
                 f"inference input '{tensor.name}' data-type is '{tensor.datatype.wire}', "
-                f"but model '{self.name}' expects '{io.datatype.wire}'"
+                f"but model '{self.name}' expects '{check.datatype.wire}'"
             )
-        name, shape = tensor.name, tensor.shape
-        full = self._full_dims[name]
-        if len(shape) != len(full) or any(
-            d != e and e != -1 for d, e in zip(shape, full, strict=True)
-        ):
+        shape, full = tensor.shape, check.full_dims
+        fits = len(shape) == len(full)
+        if fits:
+            for index in range(len(full)):
+                expected = full[index]
+                if expected != -1 and shape[index] != expected:
+                    fits = False
+                    break
+        if not fits:
             raise invalid_arg(
-                f"unexpected shape for input '{name}' for model '{self.name}'. "
+                f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
                 f"Expected {_dims(full)}, got {_dims(shape)}{self._batching_note}"
             )
 
