@@ -186,15 +186,41 @@ def compress(parts: list[Any], accept: bytes) -> tuple[bytes, bytes] | None:
     return None
 
 
+# The head of an answer with no header of its own, up to its Content-Length's value, by
+# (status, content type): the statuses and types the routes answer with (not a client's), a
+# few dozen at most, forgotten all at once past this.
+_HEADS_MAX = 64
+_HEADS: dict[tuple[int, bytes | None], bytes] = {}
+
+
 def response_head(
     response: HttpResponse, headers: list[tuple[bytes, bytes]], length: int, keep_alive: bool
 ) -> bytes:
+    status = response.status
+    if not headers and keep_alive and status != 204:  # most answers: one format, one join
+        content_type = response.content_type if response.body else None
+        key = (status, content_type)
+        start = _HEADS.get(key)
+        if start is None:
+            if len(_HEADS) >= _HEADS_MAX:
+                _HEADS.clear()
+            start = _HEADS[key] = _head(response, [], -1, True)
+        return b"%s%d\r\n\r\n" % (start, length)
+    return _head(response, headers, length, keep_alive)
+
+
+def _head(
+    response: HttpResponse, headers: list[tuple[bytes, bytes]], length: int, keep_alive: bool
+) -> bytes:
+    """The head; with ``length`` -1, the head up to Content-Length's value (``_HEADS``)."""
     status = response.status
     head = [b"HTTP/1.1 %d %s\r\n" % (status, REASONS.get(status, b"Error"))]
     if response.content_type is not None and response.body:
         head.append(b"Content-Type: " + response.content_type + b"\r\n")
     for name, value in headers:
         head.append(name + b": " + value + b"\r\n")
+    if length < 0:
+        return b"".join(head) + b"Content-Length: "
     if status != 204:  # RFC 9110 8.6: a 204 has no Content-Length
         head.append(b"Content-Length: %d\r\n" % length)
     if not keep_alive:
