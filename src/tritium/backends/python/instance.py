@@ -380,9 +380,13 @@ class PythonInstance:
         buffers: ipc.Buffers,
         infer_ns: int,
     ) -> None:
-        for index, (request, payload) in enumerate(zip(requests, wired, strict=True)):
+        if len(wired) != len(requests):
+            raise ValueError(f"{len(wired)} responses for an execution of {len(requests)}")
+        for index in range(len(requests)):
+            payload = wired[index]
             if payload is None or finished[index]:  # its sender answers (or has answered) it
                 continue
+            request = requests[index]
             finished[index] = True
             began = time.perf_counter_ns()
             response = self._make_response(request, payload, buffers)
