@@ -45,7 +45,7 @@ class DataType(enum.Enum):
     @classmethod
     def from_wire(cls, name: object) -> DataType | None:
         """The datatype a client names; None for anything else (a JSON object included)."""
-        return _BY_WIRE.get(name) if isinstance(name, str) else None
+        return BY_WIRE.get(name) if isinstance(name, str) else None
 
     @classmethod
     def from_config(cls, name: str) -> DataType | None:
@@ -58,7 +58,9 @@ class DataType(enum.Enum):
         return _BY_NUMPY.get(dtype)
 
 
-_BY_WIRE = {t.wire: t for t in DataType}
+# By wire name: the hot paths look a client's name up here directly (``from_wire`` is a call
+# into this interpreted module).
+BY_WIRE: dict[str, DataType] = {t.wire: t for t in DataType}
 _BY_CONFIG = {t.config_name: t for t in DataType}
 _BY_NUMPY: dict[np.dtype, DataType] = {
     t.dtype: t for t in DataType if t is not DataType.BYTES and t is not DataType.BF16

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -50,7 +50,7 @@ class RequestState(enum.Enum):
     FAILED = "failed"
 
 
-_ENDED = (RequestState.DONE, RequestState.CANCELLED, RequestState.FAILED)
+_ENDED: Final = (RequestState.DONE, RequestState.CANCELLED, RequestState.FAILED)
 
 
 class InferenceRequest:

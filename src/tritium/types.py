@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from .datatypes import DataType
+from .datatypes import BY_WIRE, DataType  # re-exported: front-ends import types, not datatypes
 
 __all__ = [
-    "ClientRequest", "DataType", "InferenceResponse", "RequestFlag", "RequestOptions",
+    "BY_WIRE", "ClientRequest", "DataType", "InferenceResponse", "RequestFlag", "RequestOptions",
     "RequestedOutput", "ShmRef", "Tensor",
 ]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 import numpy as np
 
@@ -124,7 +124,7 @@ def requested_names(spec: ModelSpec, request: InferenceRequest) -> list[str]:
 
 # DataType.from_numpy's numeric answers, read here from compiled code (datatypes.py is not
 # compiled: its classmethod runs interpreted, twice per response of two outputs).
-_NUMERIC: dict[np.dtype, DataType] = {}
+_NUMERIC: Final[dict[np.dtype, DataType]] = {}
 
 
 def output_tensor(spec: ModelSpec, name: str, array: np.ndarray) -> Tensor:

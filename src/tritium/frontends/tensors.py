@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from math import prod
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import numpy as np
 
@@ -40,11 +39,20 @@ async def decode_off_loop(size: int, decode: Callable[..., _T], *args: Any) -> _
     return await asyncio.to_thread(decode, *args)
 
 
+def element_count(shape: tuple[int, ...]) -> int:
+    """The number of elements of ``shape`` (``math.prod``, as a loop the compiled build runs
+    without a call)."""
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
 def tensor_from_buffer(
     name: str, datatype: DataType, shape: tuple[int, ...], buf: bytes | memoryview, model: str
 ) -> Tensor:
     """A tensor over ``buf`` (zero-copy for fixed-size types); sizes are checked."""
-    count = prod(shape)
+    count = element_count(shape)
     if datatype is DataType.BYTES:
         array = bytes_array(buf, name, count)
         return Tensor(name, datatype, shape, array.reshape(shape))
@@ -65,7 +73,7 @@ def tensor_bytes(tensor: Tensor) -> bytes | memoryview:
 
 
 # numpy refuses an array whose dimensions multiply past this, even with a zero among them.
-MAX_SHAPE_PRODUCT = 1 << 62
+MAX_SHAPE_PRODUCT: Final = 1 << 62
 
 
 def parse_shape(value: object, name: str) -> tuple[int, ...]:
@@ -157,12 +165,12 @@ def numeric_array(values: Any, datatype: DataType, name: str) -> np.ndarray:
 
 # Integer datatypes' ranges, and the list length up to which plain Python checks them faster
 # than numpy's reductions.
-_INT_BOUNDS: dict[DataType, tuple[int, int]] = {
+_INT_BOUNDS: Final[dict[DataType, tuple[int, int]]] = {
     t: (int(np.iinfo(t.dtype).min), int(np.iinfo(t.dtype).max))
     for t in DataType
     if t.dtype.kind in "iu" and t is not DataType.BF16
 }
-_SMALL = 256
+_SMALL: Final = 256
 
 
 def _small_integers(values: Any, datatype: DataType, name: str) -> np.ndarray | None:

@@ -29,7 +29,7 @@ from .common import guarded, limited, runnable
 from .rate_limiter import Gate
 
 
-MAX_GROUP = 8
+MAX_GROUP: Final = 8
 _NO_TIMING: Final = (0, 0, 0)
 
 

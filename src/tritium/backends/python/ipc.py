@@ -30,16 +30,16 @@ from ...tensor_codec import deserialize_bytes, object_array, raw_bytes
 from ...types import DataType
 
 _HEAD: Final = struct.Struct("<II")
-_SMALL = 1 << 16
+_SMALL: Final = 1 << 16
 
 # What one frame from a stub may hold. The payload carries names, shapes, messages, request
 # parameters, logs (``stub_observe`` keeps at most 4 Mi characters waiting) and the files of a
 # model loaded from a model (BLS model control); the buffers, tensors below the shared-memory
 # threshold, at most MAX_INLINE_BYTES in all (``shm_tensors.FrameTensors`` sends the rest
 # through segments).
-MAX_PAYLOAD_BYTES = 64 << 20
-MAX_INLINE_BYTES = 8 << 20
-MAX_BUFFERS = 1 << 16
+MAX_PAYLOAD_BYTES: Final = 64 << 20
+MAX_INLINE_BYTES: Final = 8 << 20
+MAX_BUFFERS: Final = 1 << 16
 
 
 class MalformedFrame(ValueError):
@@ -80,19 +80,19 @@ ResponseFrame = tuple[int, int, ResponseWire | None, bool]
 
 
 # The common case's lookups, done once: a native fixed-size dtype → its wire name, and back.
-_WIRE_OF: dict[np.dtype, str] = {
+_WIRE_OF: Final[dict[np.dtype, str]] = {
     t.dtype: t.wire for t in DataType if t is not DataType.BYTES and t is not DataType.BF16
 }
-_DTYPE_OF: dict[str, np.dtype] = {wire: dtype for dtype, wire in _WIRE_OF.items()}
-_COPY_BELOW = 1 << 16  # smaller tensors are copied into bytes (cheaper than a memoryview)
+_DTYPE_OF: Final[dict[str, np.dtype]] = {wire: dtype for dtype, wire in _WIRE_OF.items()}
+_COPY_BELOW: Final = 1 << 16  # smaller tensors are copied into bytes (cheaper than a memoryview)
 
 
 def pack_array(array: Any, buffers: Buffers) -> PackedArray:
     """Describe ``array`` in the payload and queue its bytes as an out-of-band buffer."""
-    if type(array) is np.ndarray and array.flags.c_contiguous:
+    if type(array) is np.ndarray:
         wire = _WIRE_OF.get(array.dtype)
         if wire is not None and array.nbytes < _COPY_BELOW:  # the hot path: one copy, small
-            buffers.append(array.tobytes())
+            buffers.append(array.tobytes())  # in C order, whatever the array's strides
             return (wire, array.shape, len(buffers) - 1)
     array = np.asarray(array)
     datatype = DataType.from_numpy(array.dtype)
@@ -244,9 +244,16 @@ def _decode(buf: bytearray, at: int, plen: int, lens: tuple[int, ...]) -> Frame:
 
 
 # ``check_payload``: what each marshal type code (without its FLAG_REF bit) is followed by.
-_FIXED, _SIZED, _SHORT, _LONG, _SEQ, _SMALL_TUPLE, _DICT, _NULL = range(8)
-_SKIP: dict[int, int] = {}  # _FIXED codes: how many bytes follow
-_CODES: list[int | None] = [None] * 128
+_FIXED: Final = 0
+_SIZED: Final = 1
+_SHORT: Final = 2
+_LONG: Final = 3
+_SEQ: Final = 4
+_SMALL_TUPLE: Final = 5
+_DICT: Final = 6
+_NULL: Final = 7
+_SKIP: Final[dict[int, int]] = {}  # _FIXED codes: how many bytes follow
+_CODES: Final[list[int | None]] = [None] * 128
 for _code, _skip in (("N", 0), ("F", 0), ("T", 0), (".", 0), ("S", 0), ("i", 4), ("g", 8),
                      ("y", 16), ("r", 4)):  # fmt: skip
     _CODES[ord(_code)] = _FIXED
@@ -265,9 +272,9 @@ _CODES[ord("0")] = _NULL
 # FLAG_REF): the only objects whose allocation marshal does not bound by the data it has
 # (lists are calloc'ed, never touched; strings and bytes are checked against the data left,
 # small tuples hold at most 255). A payload without any of them needs no ``check_payload``.
-_RISKY = re.compile(b"[\x28\xa8\x63\xe3]")
+_RISKY: Final = re.compile(b"[\x28\xa8\x63\xe3]")
 _U32: Final = struct.Struct("<I").unpack_from
-_I32 = struct.Struct("<i").unpack_from
+_I32: Final = struct.Struct("<i").unpack_from
 
 
 def check_payload(data: bytes | bytearray, pos: int, end: int) -> None:

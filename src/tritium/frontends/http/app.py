@@ -9,7 +9,7 @@ import logging
 import time
 from dataclasses import replace
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote
 
 import orjson
@@ -46,8 +46,8 @@ from .routes import ANY_METHOD, NOT_ALLOWED, NOT_FOUND, ApiGroup, Route, Router
 
 log = logging.getLogger("tritium")
 
-_JSON = b"application/json"
-_OCTET = b"application/octet-stream"
+_JSON: Final = b"application/json"
+_OCTET: Final = b"application/octet-stream"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
 
 

@@ -7,13 +7,13 @@ import gzip
 import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 # Responses smaller than this are sent as they are even when the client accepts gzip/deflate
 # (aiohttp-based clients always do): compressing a few hundred bytes costs more than it saves.
-COMPRESS_MIN_BYTES = 1024
+COMPRESS_MIN_BYTES: Final = 1024
 
 REASONS = {
     200: b"OK",
@@ -189,8 +189,8 @@ def compress(parts: list[Any], accept: bytes) -> tuple[bytes, bytes] | None:
 # The head of an answer with no header of its own, up to its Content-Length's value, by
 # (status, content type): the statuses and types the routes answer with (not a client's), a
 # few dozen at most, forgotten all at once past this.
-_HEADS_MAX = 64
-_HEADS: dict[tuple[int, bytes | None], bytes] = {}
+_HEADS_MAX: Final = 64
+_HEADS: Final[dict[tuple[int, bytes | None], bytes]] = {}
 
 
 def response_head(

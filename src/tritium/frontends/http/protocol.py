@@ -15,7 +15,7 @@ import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below 
 import logging
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
 
@@ -34,7 +34,7 @@ log = logging.getLogger("tritium")
 
 # A whole answer up to this size waits for the end of the loop's turn (write_soon); a bigger
 # one is written at once, so that the transport's back-pressure sees it before the next.
-WRITE_SOON_MAX_BYTES = 64 * 1024
+WRITE_SOON_MAX_BYTES: Final = 64 * 1024
 
 
 def render_internal(exc: BaseException) -> HttpResponse:

@@ -8,6 +8,7 @@ segment (its handler reads them). Captured segments are percent-decoded."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 from urllib.parse import unquote
 
 from ...access.policy import ApiGroup
@@ -72,7 +73,7 @@ NOT_ALLOWED = HttpResponse(405, [b'{"error":"Method Not Allowed"}'])
 
 # Paths the router remembers, with their route and captures (a client's paths: bounded, and
 # forgotten all at once when full).
-MATCHED_MAX = 256
+MATCHED_MAX: Final = 256
 
 
 class Router:

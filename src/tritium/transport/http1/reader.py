@@ -21,7 +21,7 @@ from .inflate import BodyRejected, Inflater, too_large
 IDLE: Final = 0  # what the parser is reading
 HEAD: Final = 1
 BODY: Final = 2
-_GATHER_AFTER = 16  # body pieces kept as they are; past that, gathered as they arrive
+_GATHER_AFTER: Final = 16  # body pieces kept as they are; past that, gathered as they arrive
 
 
 class ReaderEvents(Protocol):
