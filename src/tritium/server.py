@@ -575,7 +575,7 @@ class InferenceServer:
             raise
         # a local cache's key has one owner worker (Redis is one cache for every worker)
         local = self._cache if self._remote is None else None
-        cache = local if model.spec.config.response_cache.enable else None
+        cache = local if model.response_cache else None
         if cluster is not None and cache is not None and not request.decoupled:
             owner = None if request.parent is not None else cluster.cache_owner(cache_key(request))
             if owner is not None:  # --workers: another worker holds this key's cache entry
@@ -585,7 +585,7 @@ class InferenceServer:
         sender.bind(request, self._finished)
         request.queued(model.stats)
         self._began()
-        if model.spec.config.response_cache.enable and not request.decoupled:
+        if model.response_cache and not request.decoupled:
             if self._remote is not None:
                 self._remote_lookup(self._remote, model, request)
                 return

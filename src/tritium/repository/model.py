@@ -97,6 +97,8 @@ class Model:
         self._inputs = {name: _InputCheck(io, batching) for name, io in spec.inputs.items()}
         self._max_batch = spec.max_batch_size
         self._required = len(spec.required_inputs)
+        # The config's response_cache.enable (a protobuf field: each read makes objects).
+        self.response_cache: bool = spec.config.response_cache.enable
         self._batching_note = (
             ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
             "dimension to be prepended to each input shape. If you want to specify the full "
