@@ -6,6 +6,7 @@ stub protocol, so there is one implementation of the length-prefixed format."""
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 import numpy as np
 
@@ -13,6 +14,9 @@ from .errors import invalid_arg
 from .types import DataType
 
 _U32 = struct.Struct("<I")
+_BYTES: Final = DataType.BYTES
+# Tensors smaller than this are copied into bytes rather than viewed (raw_bytes).
+COPY_BELOW: Final = 1 << 16
 
 
 # Elements per step of a long decode: each numpy call or Python loop over one step is short, so
@@ -138,11 +142,15 @@ def object_array(items: list[bytes], shape: tuple[int, ...]) -> np.ndarray:
 
 
 def raw_bytes(array: np.ndarray, datatype: DataType) -> bytes | memoryview:
-    """The wire bytes of a tensor: little-endian, row-major, BYTES length-prefixed."""
-    if datatype is DataType.BYTES:
+    """The wire bytes of a tensor: little-endian, row-major, BYTES length-prefixed. A small
+    tensor's are a copy (one call; the view of a large one's is three numpy calls)."""
+    if datatype is _BYTES:
         return serialize_bytes(array)
-    if array.dtype != datatype.dtype:
-        array = array.astype(datatype.dtype)
+    dtype, wanted = array.dtype, datatype.dtype
+    if dtype is not wanted and dtype != wanted:
+        array = array.astype(wanted)
+    if array.nbytes < COPY_BELOW:
+        return array.tobytes()  # row-major whatever the strides
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return array.reshape(-1).view(np.uint8).data if array.size else b""
+    return array.reshape(-1).view(np.uint8).data

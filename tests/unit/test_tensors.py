@@ -127,12 +127,13 @@ def test_tensor_from_buffer_empty_shape() -> None:
     assert tensor.data.shape == (0, 4)
 
 
-def test_tensor_bytes_fixed_size_little_endian_row_major() -> None:
-    data = np.arange(6, dtype=np.int32).reshape(2, 3)
-    tensor = Tensor("O", DataType.INT32, (3, 2), np.ascontiguousarray(data.T))
+@pytest.mark.parametrize("rows", [2, 1 << 14])  # copied when small, a view when large
+def test_tensor_bytes_fixed_size_little_endian_row_major(rows: int) -> None:
+    data = np.arange(3 * rows, dtype=np.int32).reshape(rows, 3)
+    tensor = Tensor("O", DataType.INT32, (3, rows), np.ascontiguousarray(data.T))
     assert bytes(tensor_bytes(tensor)) == np.ascontiguousarray(data.T).astype("<i4").tobytes()
     # A non-contiguous view is written row-major all the same.
-    view = Tensor("O", DataType.INT32, (3, 2), data.T)
+    view = Tensor("O", DataType.INT32, (3, rows), data.T)
     assert bytes(tensor_bytes(view)) == np.ascontiguousarray(data.T).tobytes()
 
 
