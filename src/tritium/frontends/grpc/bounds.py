@@ -33,11 +33,11 @@ import logging
 import time
 from dataclasses import dataclass
 
-from mypy_extensions import mypyc_attr
-
+from ... import loop_spin
 from ...logs.budget import LineBudget, left_out_text
 from ...options import ServerOptions
-from ...transport.http2 import ErrorCode, H2Server
+from ...transport.http2 import ErrorCode, FloodLedger, H2Server
+from ...transport.http2.pings import PingPolicy
 from ..accept import Connections  # at run time: compiled, the class's annotations are evaluated
 from .call import ServerCall
 from .status import StatusCode
@@ -71,9 +71,11 @@ class ConnectionLimits:
         )
 
 
-@mypyc_attr(native_class=False)  # a mixin of GrpcConnection, an asyncio.Protocol
 class Bounds:
-    """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
+    """The first of ``GrpcConnection``'s bases (``Bounds`` ← ``Outbound`` ← ``Inbound`` ←
+    ``GrpcConnection``: one line of native classes when compiled, so that their attributes
+    are fields and their calls to each other direct), and where the connection's state is
+    declared; the methods a later class defines are declared here too."""
 
     kind = "gRPC"  # for the log of frontends/accept.py
     _h2: H2Server
@@ -94,6 +96,13 @@ class Bounds:
     _idle_timer: asyncio.TimerHandle | None
     _stall_timer: asyncio.TimerHandle | None
     input_held: int  # bytes of request messages not yet taken, all calls (call.py keeps it)
+    # the writing side's (outbound.py)
+    _corked: bool  # inside data_received: writes wait for its end
+    _flush_soon: bool  # a write is scheduled for this loop iteration
+    _pings: PingPolicy
+    _unread: int  # bytes written while the peer did not read (inbound.py)
+    _pace: loop_spin.ClientPace  # whether to spin for the client's next call
+    _ledger: FloodLedger
 
     # GrpcConnection's
     def open_call(
@@ -115,6 +124,9 @@ class Bounds:
 
     def _maybe_close(self) -> None:
         raise NotImplementedError
+
+    def _hold_reading(self, reason: int) -> None:
+        raise NotImplementedError  # inbound.py's
 
     def _init_bounds(self, limits: ConnectionLimits, pool: Connections) -> None:
         self._limits = limits

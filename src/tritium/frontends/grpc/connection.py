@@ -37,11 +37,9 @@ from mypy_extensions import mypyc_attr
 from ... import loop_spin
 from ...transport.http2 import ErrorCode, FloodLedger, H2Server, Limits
 from ...transport.http2.headers import Headers
-from .bounds import Bounds
 from .budgets import UNREAD
 from .call import ServerCall
 from .inbound import Inbound
-from .outbound import Outbound
 from .pings import ping_policy
 from .status import RpcError
 
@@ -57,8 +55,11 @@ CONNECTION_WINDOW = 16 << 20  # the connection's receive window
 _LINGER_SECS = 1.0  # after our GOAWAY, how long the peer's bytes are read and dropped
 
 
-@mypyc_attr(native_class=False)  # an asyncio.Protocol (a native class needs native bases)
-class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
+class GrpcConnection(Inbound):
+    """One connection's state and logic: a native class when compiled (its bases are one
+    line, ``Bounds`` ← ``Outbound`` ← ``Inbound``), behind ``GrpcProtocol``, the regular
+    class asyncio's transport calls. Unit tests drive it directly as a protocol."""
+
     def __init__(self, listener: GrpcListener) -> None:
         self._listener = listener
         self.max_receive = listener.max_receive
@@ -318,6 +319,33 @@ class GrpcConnection(Inbound, Outbound, Bounds, asyncio.Protocol):
         """Ends the connection now (grace over, keepalive lost)."""
         if self._transport is not None and not self._transport.is_closing():
             self._close(ErrorCode.NO_ERROR)
+
+
+# A regular Python class even when compiled, as asyncio's transports need (a native class
+# cannot have asyncio.Protocol's non-native base): it hands the transport's calls to the native
+# ``GrpcConnection`` it makes. Every method of a regular class, and every attribute it uses,
+# is looked up by name; so only this shell is one.
+@mypyc_attr(native_class=False)
+class GrpcProtocol(asyncio.Protocol):
+    __slots__ = ("conn",)
+
+    def __init__(self, listener: GrpcListener) -> None:
+        self.conn = GrpcConnection(listener)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.conn.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.conn.data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.conn.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.conn.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.conn.resume_writing()
 
 
 def _end_linger(transport: asyncio.Transport) -> None:

@@ -15,30 +15,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 
-from mypy_extensions import mypyc_attr
-
-from ...transport.http2 import ErrorCode, FloodLedger, H2ConnectionError, H2Server
+from ...transport.http2 import ErrorCode, H2ConnectionError
 from ...transport.http2.frames import Buffer
 from .budgets import BUSY, BYTES_PER_TURN, FRAMES_PER_TURN, MESSAGES_PER_TURN, UNREAD
 from .call import ServerCall
-from .status import RpcError, StatusCode
+from .outbound import Outbound
+from .status import RpcError
 
 log = logging.getLogger("tritium")
 
 
-@mypyc_attr(native_class=False)  # a mixin of GrpcConnection, an asyncio.Protocol
-class Inbound:
-    """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
-
-    _h2: H2Server
-    _transport: asyncio.Transport | None
-    calls: dict[int, ServerCall]
-    peer: str
-    _closed: bool
-    _corked: bool
-    _ledger: FloodLedger
+class Inbound(Outbound):
+    """The third of ``GrpcConnection``'s bases (its state is declared in ``Bounds``)."""
 
     def _init_inbound(self) -> None:
         self._backlog = bytearray()  # received bytes not yet given to the core
@@ -53,11 +42,8 @@ class Inbound:
         self._byte_budget = BYTES_PER_TURN
         self._refill_soon = False
 
-    # GrpcConnection's and Outbound's (declared, not defined: the MRO puts this class first)
-    _ended_input: Callable[[ServerCall], None]
-    _close: Callable[..., None]
-    finish_call: Callable[[ServerCall, StatusCode, str], None]
-    _write_now: Callable[[], None]
+    def _ended_input(self, call: ServerCall) -> None:
+        raise NotImplementedError  # GrpcConnection's
 
     # -- turns --------------------------------------------------------------------------------
     def _read(self, data: bytes) -> None:

@@ -15,7 +15,7 @@ from ...server import InferenceServer
 from ..accept import Acceptor, Connections
 from ..sockets import Endpoint, bind, bound_port
 from .bounds import ConnectionLimits
-from .connection import GrpcConnection
+from .connection import GrpcConnection, GrpcProtocol
 from .dispatch import Dispatcher
 from .guard import RpcGuard
 from .service import method_table
@@ -55,7 +55,7 @@ class GrpcListener:
         port. The TLS handshake counts in the preface time."""
         self._acceptor = Acceptor(
             socks,
-            lambda: GrpcConnection(self),
+            lambda: GrpcProtocol(self),
             self.pool,
             "gRPC",
             tls,

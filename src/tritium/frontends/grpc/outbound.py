@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from mypy_extensions import mypyc_attr
-
-from ... import loop_spin
-from ...transport.http2 import ErrorCode, H2Server, StreamGone
-from ...transport.http2.pings import PingPolicy
+from ...transport.http2 import ErrorCode, StreamGone
+from .bounds import Bounds
 from .budgets import MAX_UNREAD_BYTES, UNREAD
 from .call import ServerCall
 from .frames import OK_TRAILERS, RESPONSE_HEADERS, response_headers
@@ -24,27 +21,8 @@ STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset,
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 
 
-@mypyc_attr(native_class=False)  # a mixin of GrpcConnection, an asyncio.Protocol
-class Outbound:
-    """Mixed into ``GrpcConnection``, whose state it shares (declared here)."""
-
-    _h2: H2Server
-    _transport: asyncio.Transport | None
-    calls: dict[int, ServerCall]
-    _blocked: dict[int, ServerCall]  # calls with bytes waiting for a window
-    _paused: bool  # the socket's write buffer is full
-    _corked: bool  # inside data_received: writes wait for its end
-    _flush_soon: bool  # a write is scheduled for this loop iteration
-    _closed: bool
-    _pings: PingPolicy
-    _unread: int  # bytes written while the peer did not read (inbound.py)
-    _pace: loop_spin.ClientPace  # whether to spin for the client's next call
-
-    def _maybe_close(self) -> None:
-        raise NotImplementedError  # GrpcConnection's
-
-    def _hold_reading(self, reason: int) -> None:
-        raise NotImplementedError  # inbound.py's
+class Outbound(Bounds):
+    """The second of ``GrpcConnection``'s bases (its state is declared in ``Bounds``)."""
 
     def _headers(self, call: ServerCall) -> None:
         call.headers_sent = True
