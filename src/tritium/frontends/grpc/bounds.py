@@ -1,5 +1,5 @@
 """What one gRPC connection may hold, and for how long, whatever its client does (issue 22,
-findings 3 and 4). Mixed into ``GrpcConnection``; the limits come from tritium's flags.
+findings 3 and 4). A base of ``GrpcConnection``; the limits come from tritium's flags.
 
 - **Preface** (``--grpc-preface-timeout-secs``): from accept, the TLS handshake and the
   client's HTTP/2 preface (the magic and its first SETTINGS) must be done in time, else the
@@ -38,7 +38,7 @@ from ...logs.budget import LineBudget, left_out_text
 from ...options import ServerOptions
 from ...transport.http2 import ErrorCode, FloodLedger, H2Server
 from ...transport.http2.pings import PingPolicy
-from ..accept import Connections  # at run time: compiled, the class's annotations are evaluated
+from ..accept import Connections
 from .call import ServerCall
 from .status import StatusCode
 
