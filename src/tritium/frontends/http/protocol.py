@@ -72,7 +72,11 @@ class HttpConnection:
         # each request's read times are taken (HTTP_RECV_START/END).
         self._tracer = getattr(handler, "tracer", _NO_TRACING)
         self._recv_ns = 0
-        self._limits = limits
+        # The limits read per request, as fields (``HttpLimits`` is an interpreted object).
+        self._max_pipelined = limits.max_pipelined
+        self._header_timeout = limits.header_timeout
+        self._body_timeout = limits.body_timeout
+        self._keepalive_timeout = limits.keepalive_timeout
         self._reader = RequestReader(
             self, limits.max_body, limits.max_header_bytes, limits.max_url, limits.max_headers
         )
@@ -159,9 +163,9 @@ class HttpConnection:
     def _partial(self, state: int) -> None:
         """A request is partly read: move its clock."""
         if state == BODY:  # the body's clock restarts with every piece
-            self._arm(self._limits.body_timeout)
+            self._arm(self._body_timeout)
         elif self._timed != HEAD:  # the headers' clock runs from their first piece
-            self._arm(self._limits.header_timeout)
+            self._arm(self._header_timeout)
         self._timed = state
 
     # the reader's events ---------------------------------------------------------------------
@@ -193,11 +197,11 @@ class HttpConnection:
         if self._active is None and not queue and self.flow.writable:
             self._active = cycle
             cycle.start()
-            if self._limits.max_pipelined > 1:
+            if self._max_pipelined > 1:
                 return
         else:
             queue.append(cycle)
-        if self._held() >= self._limits.max_pipelined:
+        if self._held() >= self._max_pipelined:
             self.flow.pause_reading()
             self._deadline = 0.0  # nothing is read now: no read phase can time out
 
@@ -225,7 +229,7 @@ class HttpConnection:
             self._active = cycle = self._queue.popleft()
             cycle.start()
         if self.flow.read_paused and not self._failed:
-            if self._held() < self._limits.max_pipelined:
+            if self._held() < self._max_pipelined:
                 self.flow.resume_reading()
                 self._rearm()
         elif self._active is None and not self._queue and self._reader.state == IDLE:
@@ -311,16 +315,15 @@ class HttpConnection:
         quickly after the last answer is expected to again: while nothing else is in flight,
         the loop polls for it rather than sleep (loop_spin)."""
         self._idle_at = self.loop.time()
-        self._arm(self._limits.keepalive_timeout)
+        self._arm(self._keepalive_timeout)
         self._pace.went_idle(self.loop)
 
     def _rearm(self) -> None:
-        limits = self._limits
         state = self._timed = self._reader.state
         if state == HEAD:
-            self._arm(limits.header_timeout)
+            self._arm(self._header_timeout)
         elif state == BODY:
-            self._arm(limits.body_timeout)
+            self._arm(self._body_timeout)
         elif self._active is None and not self._queue:
             self._keep_alive()
 
