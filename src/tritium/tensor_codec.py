@@ -15,7 +15,8 @@ from .types import DataType
 
 _U32 = struct.Struct("<I")
 _BYTES: Final = DataType.BYTES
-# Tensors smaller than this are copied into bytes rather than viewed (raw_bytes).
+# Tensors smaller than this are copied into bytes rather than viewed (raw_bytes, and the
+# Python backend's frames: ipc.pack_array): one copy costs less than a memoryview.
 COPY_BELOW: Final = 1 << 16
 
 

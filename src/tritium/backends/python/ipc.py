@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from ...tensor_codec import deserialize_bytes, object_array, raw_bytes
+from ...tensor_codec import COPY_BELOW, deserialize_bytes, object_array, raw_bytes
 from ...types import DataType
 
 _HEAD: Final = struct.Struct("<II")
@@ -84,14 +84,13 @@ _WIRE_OF: Final[dict[np.dtype, str]] = {
     t.dtype: t.wire for t in DataType if t is not DataType.BYTES and t is not DataType.BF16
 }
 _DTYPE_OF: Final[dict[str, np.dtype]] = {wire: dtype for dtype, wire in _WIRE_OF.items()}
-_COPY_BELOW: Final = 1 << 16  # smaller tensors are copied into bytes (cheaper than a memoryview)
 
 
 def pack_array(array: Any, buffers: Buffers) -> PackedArray:
     """Describe ``array`` in the payload and queue its bytes as an out-of-band buffer."""
     if type(array) is np.ndarray:
         wire = _WIRE_OF.get(array.dtype)
-        if wire is not None and array.nbytes < _COPY_BELOW:  # the hot path: one copy, small
+        if wire is not None and array.nbytes < COPY_BELOW:  # the hot path: one copy, small
             buffers.append(array.tobytes())  # in C order, whatever the array's strides
             return (wire, array.shape, len(buffers) - 1)
     array = np.asarray(array)
