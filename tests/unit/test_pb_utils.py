@@ -193,6 +193,28 @@ def test_tensor_bf16():
         raw.as_numpy()
 
 
+@pytest.mark.parametrize("stored", ["bfloat16", "uint16"])
+def test_tensor_bf16_dlpack_to_and_from_torch(stored: str) -> None:
+    """BF16 crosses DLPack both ways (numpy cannot: the stub writes the capsule), as the
+    Python backend's users do with torch."""
+    torch = pytest.importorskip("torch")
+    bf16 = _bf16()
+    arr = np.array([[1.5, -2.0, 3.25], [0.5, 8.0, -1.0]], dtype=bf16)
+    t = (
+        pb.Tensor("BF", arr)
+        if stored == "bfloat16"
+        else pb.Tensor._create("RAW", arr.view(np.uint16), pb.TYPE_BF16)
+    )
+    as_torch = torch.utils.dlpack.from_dlpack(t.to_dlpack())
+    assert as_torch.dtype == torch.bfloat16 and list(as_torch.shape) == [2, 3]
+    assert as_torch.float().tolist() == arr.astype(np.float32).tolist()
+    back = pb.Tensor.from_dlpack("BACK", as_torch.t())  # strided: read right, copied
+    assert back.triton_dtype() == pb.TYPE_BF16 and back.shape() == [3, 2]
+    assert back.as_numpy().astype(np.float32).tolist() == arr.T.astype(np.float32).tolist()
+    unconsumed = t.to_dlpack()
+    del unconsumed  # freed without a consumer: what it kept alive goes with it
+
+
 # ------------------------------------------------------------------ errors
 
 

@@ -43,6 +43,7 @@ import numpy.typing as npt
 
 # Re-exported: Triton's names. MetricFamily and Metric live in pb_metrics (values in the
 # server's registry, see there), the error types in pb_errors (which pb_metrics raises too).
+from . import pb_dlpack
 from .pb_errors import TritonError as TritonError
 from .pb_errors import TritonModelException as TritonModelException
 from .pb_metrics import Metric as Metric
@@ -258,10 +259,8 @@ class Tensor:
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
         if self._dtype == TYPE_STRING:
             raise TritonModelException("DLPack does not have support for string tensors.")
-        if self._dtype == TYPE_BF16:
-            raise TritonModelException(
-                "DLPack export of BF16 tensors is not supported by tritium yet."
-            )
+        if self._dtype == TYPE_BF16:  # numpy cannot export it: the capsule is written here
+            return pb_dlpack.export_bf16(self._array.view(np.uint16))
         # numpy refuses to export read-only arrays (e.g. views of request buffers).
         array = self._array if self._array.flags.writeable else self._array.copy()
         return array.__dlpack__(stream=stream, **kwargs)
@@ -293,7 +292,10 @@ class Tensor:
         try:
             array = np.from_dlpack(tensor)
         except (BufferError, TypeError, ValueError, RuntimeError) as e:
-            raise TritonModelException(f"Failed to convert the DLPack tensor: {e}") from None
+            bf16 = _bf16_from_dlpack(tensor)  # a dtype numpy does not know: BF16?
+            if bf16 is None:
+                raise TritonModelException(f"Failed to convert the DLPack tensor: {e}") from None
+            return Tensor._create(name, bf16 if _BF16 is None else bf16.view(_BF16), TYPE_BF16)
         if not _inner_dims_c_contiguous(array):
             raise TritonModelException(
                 "DLPack tensor is not contiguous. Only contiguous DLPack "
@@ -303,6 +305,15 @@ class Tensor:
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, triton_dtype={self._dtype}, shape={self.shape()})"
+
+
+def _bf16_from_dlpack(tensor: Any) -> npt.NDArray[Any] | None:
+    """A BF16 DLPack tensor's elements (uint16, copied), or None for another dtype."""
+    try:
+        capsule = tensor.__dlpack__()
+    except (BufferError, TypeError, ValueError, RuntimeError):
+        return None
+    return pb_dlpack.import_bf16(capsule)
 
 
 def _inner_dims_c_contiguous(array: npt.NDArray[Any]) -> bool:

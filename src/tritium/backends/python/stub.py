@@ -13,6 +13,7 @@ a closed socket (the server went away) ends it too. The model's own children die
 from __future__ import annotations
 
 import ctypes
+import importlib.machinery
 import importlib.util
 import inspect
 import json
@@ -55,6 +56,7 @@ class Stub:
         pb_utils._set_bls(self._bls)
         self._model_cls: Any = None
         self._model: Any = None
+        self._initialized = False  # initialize() returned: only then does finalize() run
         self._loop = StubLoop()  # coroutines of the model (stub_loop)
         self._execute_is_async = False
         self._decoupled = False
@@ -120,6 +122,7 @@ class Stub:
             result = init(body["args"])
             if inspect.isawaitable(result):
                 self._run(result)
+        self._initialized = True
         self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
 
     def _run(self, awaitable: Any) -> Any:
@@ -309,7 +312,10 @@ class Stub:
 
     def finalize(self) -> None:
         self._bls.enabled = False  # Triton: no BLS while finalizing
-        hook = getattr(self._model, "finalize", None)
+        # Triton's stub finalizes an initialized model only: a model whose initialize()
+        # raised (or never ran) is not finalized, so one that cleans up in finalize() can
+        # retry its load.
+        hook = getattr(self._model, "finalize", None) if self._initialized else None
         try:
             if hook is not None:
                 result = hook()
@@ -369,19 +375,46 @@ class Stub:
 
 
 def import_model(path: str) -> Any:
-    """Import ``model.py`` as the module ``model`` and return its ``TritonPythonModel``.
+    """Import ``model.py`` and return its ``TritonPythonModel``, as Triton's stub does.
 
-    As Triton's stub does, the version directory and the model's directory are appended to
-    ``sys.path``: installed packages come first, a model's own files after them."""
+    The version directory and the model's directory are appended to ``sys.path`` (installed
+    packages come first, a model's own files after them), and the file is imported as the
+    module ``<version>.<file>`` (``1.model``): the version directory is a package, so a model
+    of several files can use relative imports (``from . import helper``). A version directory
+    whose name cannot be a package name (a dot in it) imports the file as ``model``."""
     model_path = Path(path)
-    sys.path.extend((str(model_path.parent), str(model_path.parent.parent)))
-    spec = importlib.util.spec_from_file_location("model", model_path)
+    version_dir = model_path.parent
+    sys.path.extend((str(version_dir), str(version_dir.parent)))
+    package = version_dir.name
+    if not model_path.name.endswith(".py") or "." in package or not package:
+        return _import_file("model", model_path).TritonPythonModel
+    _import_package(package, version_dir)
+    return _import_file(f"{package}.{model_path.name[:-3]}", model_path).TritonPythonModel
+
+
+def _import_package(name: str, directory: Path) -> None:
+    """The version directory as the package ``name``: its ``__init__.py`` run where it has
+    one (a regular package), else an empty package over the directory alone (not a namespace
+    package that other directories of the same name on ``sys.path`` would join)."""
+    init = directory / "__init__.py"
+    if init.is_file():
+        _import_file(name, init, [str(directory)])
+        return
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(directory)]
+    sys.modules[name] = importlib.util.module_from_spec(spec)
+
+
+def _import_file(name: str, model_path: Path, search: list[str] | None = None) -> Any:
+    spec = importlib.util.spec_from_file_location(
+        name, model_path, submodule_search_locations=search
+    )
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {model_path}")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["model"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module.TritonPythonModel
+    return module
 
 
 _TYPE_CODE = {
