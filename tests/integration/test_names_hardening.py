@@ -392,7 +392,6 @@ def _http_routes(name: str) -> list[tuple[str, str, Any]]:
     infer = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1], "data": [1.0]}]}
     return [
         ("POST", f"/v2/repository/models/{quoted}/load", None),
-        ("POST", f"/v2/repository/models/{quoted}/unload", None),
         ("POST", f"/v2/models/{quoted}/infer", infer),
         ("GET", f"/v2/models/{quoted}", None),
         ("GET", f"/v2/models/{quoted}/versions/1", None),
@@ -406,7 +405,6 @@ def _grpc_calls(c: Any, name: str) -> list[Any]:
     data = np.ones(1, dtype=np.float32)
     return [
         lambda: c.load_model(name),
-        lambda: c.unload_model(name),
         lambda: c.infer(name, [make_input("grpc", "INPUT0", data, "FP32")]),
         lambda: c.get_model_metadata(name),
         lambda: c.get_model_metadata(name, model_version="1"),
@@ -439,6 +437,21 @@ def test_bad_names_refused_on_every_route(
             c.close()
     assert tree(root) - before == set()
     served = infer_fp32(explicit_server, protocol, "identity_fp32")  # everyone else is served
+    np.testing.assert_array_equal(served, [1.0, 2.0])
+
+
+@pytest.mark.parametrize("which", list(BAD_NAMES))
+def test_unload_of_a_bad_name_answers_as_an_unknown_model(
+    explicit_server: ServerProcess, root: Path, protocol: str, which: str
+) -> None:
+    """An unload builds no path: a name that can never be loaded is an unknown model there,
+    answered as any other (Triton's L0_input_validation: no traversal refusal on unload)."""
+    name, _ = BAD_NAMES[which]
+    before = tree(root)
+    unload(explicit_server, protocol, name)
+    unload(explicit_server, protocol, "no_such_model_here")  # the same answer
+    assert tree(root) - before == set()
+    served = infer_fp32(explicit_server, protocol, "identity_fp32")
     np.testing.assert_array_equal(served, [1.0, 2.0])
 
 

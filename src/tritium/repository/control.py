@@ -16,7 +16,7 @@ from ..logs.settings import about_model
 from ..config.model_config import ModelConfig, config_from_json
 from .layout import ModelId, ModelLocation
 from .manager import ModelRepositoryManager
-from .names import check_model_name, check_override_key
+from .names import check_model_name, check_override_key, unloadable_name
 
 log = logging.getLogger("tritium")
 T = TypeVar("T")
@@ -119,8 +119,8 @@ class ModelControl:
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self.mode != "explicit":
             raise unavailable(NOT_EXPLICIT)
-        check_model_name(name)
-        await self._finish(self.manager.unload(name, unload_dependents))
+        if unloadable_name(name):  # no path is built from it: an unknown name is a no-op
+            await self._finish(self.manager.unload(name, unload_dependents))
 
     def _materialize(self, name: str, files: dict[str, bytes]) -> ModelLocation:
         """``file:<version>/<path>`` overrides as a model directory of their own, in a fresh

@@ -12,7 +12,9 @@ model loaded from a request), so each is checked here, before anything touches a
 Triton validates names only on load (``ValidateModelName`` in core
 model_repository_manager.cc: empty, '..' or a '/'); tritium refuses a bad name on every route
 that takes one, with the same messages, so a name that can never be loaded is answered
-INVALID_ARG rather than looked up (readiness and metadata included).
+INVALID_ARG rather than looked up (readiness and metadata included) — except an unload,
+which builds no path and answers such a name as any unknown model (``unloadable_name``), as
+Triton's QA (L0_input_validation) expects.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ def check_model_name(name: str) -> None:
     problem = component_problem(name)
     if problem:
         raise invalid_arg(f"invalid model name '{_shown(name)}', model name {problem}")
+
+
+def unloadable_name(name: str) -> bool:
+    """Whether an unload of ``name`` can find anything: empty or blank is refused as on load;
+    a name that can never be loaded (see ``component_problem``) is an unknown model, which an
+    unload answers as it does any other (Triton checks traversal on load only: its QA expects
+    the unload of ``../etc`` not to be refused as traversal)."""
+    if not name.strip():
+        raise invalid_arg("Model name cannot be empty. Please enter a valid name to deploy.")
+    return not component_problem(name)
 
 
 def check_override_key(key: str) -> str:
