@@ -24,6 +24,11 @@ one extra measurement before the rounds and prints the share of samples per modu
 frames included): where the CPU goes that compiling did not remove (per function:
 ``bench/mypyc_profile.py``).
 
+``--baseline-src DIR``: the same comparison between this install's compiled build and the
+compiled build of another source tree (an A/B of two commits: ``git worktree add DIR
+<commit>``, then ``python setup.py build_ext --inplace`` in DIR; its server runs with
+``PYTHONPATH=DIR/src``); the ratio is then this tree ÷ that one.
+
 Results: bench/results/mypyc.json, and the table printed (bench/results/mypyc.md is written
 by hand from it, with the analysis).
 """
@@ -132,21 +137,28 @@ def measure(server: Server, command: list, model: str) -> tuple[int, float, floa
     return success_count(server, model) - before, cpu, stub, wall
 
 
-def start(build: str, repo: Path, workdir: Path, models: list[str]) -> Server:
-    env_before = os.environ.get(PURE_ENV)
+def start(
+    build: str, repo: Path, workdir: Path, models: list[str], baseline: Path | None = None
+) -> Server:
+    """One server of ``build``: "pure" (TRITIUM_PURE_PYTHON=1), "compiled" (this install),
+    or "baseline" (the tritium of another source tree, ``baseline``: its src/ first on
+    PYTHONPATH, with the compiled modules built in place there)."""
+    saved = {k: os.environ.get(k) for k in (PURE_ENV, "PYTHONPATH")}
+    os.environ.pop(PURE_ENV, None)
     if build == "pure":
         os.environ[PURE_ENV] = "1"
-    else:
-        os.environ.pop(PURE_ENV, None)
+    if build == "baseline" and baseline is not None:
+        os.environ["PYTHONPATH"] = str(baseline / "src")
     try:
         workdir.mkdir(parents=True, exist_ok=True)
         server = Server(repo, workdir)
         server.wait_ready(models, timeout=120.0)
     finally:
-        if env_before is None:
-            os.environ.pop(PURE_ENV, None)
-        else:
-            os.environ[PURE_ENV] = env_before
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return server
 
 
@@ -159,9 +171,10 @@ def build_line(server: Server) -> str:
 
 
 def check_builds(lines: dict[str, str]) -> None:
-    if "compiled with mypyc" not in lines["compiled"]:
-        raise SystemExit(f"the install runs no compiled modules: {lines['compiled']}")
-    if "pure Python" not in lines["pure"]:
+    for build, line in lines.items():
+        if build != "pure" and "compiled with mypyc" not in line:
+            raise SystemExit(f"the {build} server runs no compiled modules: {line}")
+    if "pure" in lines and "pure Python" not in lines["pure"]:
         raise SystemExit(f"the pure server is not pure: {lines['pure']}")
 
 
@@ -256,9 +269,10 @@ def run(args: argparse.Namespace) -> list[Sample]:
                 plan.bodies[model, protocol] = tmpdir / f"{model}.{protocol}.body"
                 plan.bodies[model, protocol].write_bytes(make(model))
         servers: dict[str, Server] = {}
+        builds = builds_of(args)
         try:
-            for build in BUILDS:
-                servers[build] = start(build, repo, tmpdir / build, models)
+            for build in builds:
+                servers[build] = start(build, repo, tmpdir / build, models, args.baseline_src)
             lines = {build: build_line(server) for build, server in servers.items()}
             check_builds(lines)
             if args.profile:
@@ -269,7 +283,7 @@ def run(args: argparse.Namespace) -> list[Sample]:
                     # Both servers run throughout; each workload is measured on one build
                     # right after the other (the order alternating by round), so that the
                     # machine's load changes as little as possible between the two.
-                    for build in BUILDS if rnd % 2 == 0 else BUILDS[::-1]:
+                    for build in builds if rnd % 2 == 0 else builds[::-1]:
                         samples.append(_measure_one(servers[build], build, rnd, plan, model,
                                                     protocol))
         finally:
@@ -300,27 +314,33 @@ def _print_profiles(server: Server, build: str, plan: Plan) -> None:
         print(f"profile {build} {model} {protocol}: {top}", flush=True)
 
 
-def summary(samples: list[Sample]) -> list[dict]:
+def builds_of(args: argparse.Namespace) -> tuple[str, str]:
+    """The two builds compared: (the reference, "compiled")."""
+    return ("baseline", "compiled") if args.baseline_src else BUILDS
+
+
+def summary(samples: list[Sample], builds: tuple[str, str] = BUILDS) -> list[dict]:
+    """Per (model, protocol): each build's median server CPU per inference, and the ratio
+    compiled ÷ reference (pure, or the baseline tree) per round."""
+    ref, new = builds
     rows = []
     keys = sorted({(s.model, s.protocol) for s in samples})
     for model, protocol in keys:
         per = {
             b: [s for s in samples if (s.model, s.protocol, s.build) == (model, protocol, b)]
-            for b in BUILDS
+            for b in builds
         }
-        pure = statistics.median(s.server_cpu_us for s in per["pure"])
-        comp = statistics.median(s.server_cpu_us for s in per["compiled"])
-        pairs = zip(per["pure"], per["compiled"], strict=True)
+        pairs = zip(per[ref], per[new], strict=True)
         ratios = [c.server_cpu_us / p.server_cpu_us for p, c in pairs]
-        rows.append({
-            "model": model, "protocol": protocol,
-            "pure_server_cpu_us": round(pure, 1), "compiled_server_cpu_us": round(comp, 1),
-            "ratio_median": round(statistics.median(ratios), 3),
-            "ratios": [round(r, 3) for r in ratios],
-            "pure_stub_cpu_us": round(statistics.median(s.stub_cpu_us for s in per["pure"]), 1),
-            "compiled_stub_cpu_us": round(
-                statistics.median(s.stub_cpu_us for s in per["compiled"]), 1),
-        })
+        row: dict = {"model": model, "protocol": protocol}
+        for b in builds:
+            row[f"{b}_server_cpu_us"] = round(statistics.median(s.server_cpu_us for s in per[b]), 1)
+            row[f"{b}_inf_per_s"] = round(statistics.median(s.requests / s.wall_s for s in per[b]))
+        row["ratio_median"] = round(statistics.median(ratios), 3)
+        row["ratios"] = [round(r, 3) for r in ratios]
+        for b in builds:
+            row[f"{b}_stub_cpu_us"] = round(statistics.median(s.stub_cpu_us for s in per[b]), 1)
+        rows.append(row)
     return rows
 
 
@@ -335,16 +355,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="requests per second per connection (h2load --rps; 0: as fast as "
                         "the server answers)")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="compare this install's compiled build with the tritium of another "
+                        "source tree (e.g. a git worktree of an older commit, compiled in place "
+                        "with `python setup.py build_ext --inplace`) instead of the pure build")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "mypyc.json")
     args = parser.parse_args(argv)
     if shutil.which("h2load") is None:
         raise SystemExit("h2load not found: apt-get install nghttp2-client")
     samples = run(args)
-    rows = summary(samples)
-    print(f"{'model':15s} {'proto':5s} {'pure µs':>8s} {'compiled µs':>11s} {'ratio':>6s}  rounds")
+    ref, new = builds_of(args)
+    rows = summary(samples, (ref, new))
+    print(f"{'model':15s} {'proto':5s} {ref + ' µs':>12s} {new + ' µs':>12s} {'ratio':>6s}  "
+          f"{ref + ' inf/s':>14s} {new + ' inf/s':>14s}  rounds")
     for r in rows:
-        print(f"{r['model']:15s} {r['protocol']:5s} {r['pure_server_cpu_us']:8.1f} "
-              f"{r['compiled_server_cpu_us']:11.1f} {r['ratio_median']:6.3f}  {r['ratios']}")
+        print(f"{r['model']:15s} {r['protocol']:5s} {r[f'{ref}_server_cpu_us']:12.1f} "
+              f"{r[f'{new}_server_cpu_us']:12.1f} {r['ratio_median']:6.3f}  "
+              f"{r[f'{ref}_inf_per_s']:14d} {r[f'{new}_inf_per_s']:14d}  {r['ratios']}")
     args.out.write_text(json.dumps(
         {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
          "samples": [asdict(s) for s in samples]}, indent=1) + "\n")
