@@ -48,6 +48,13 @@ instance_group [
 ]
 """
 LINE_MODEL_LINE = 11
+# model -> (the test model it copies, a platform string Triton does not know, in place of
+# its backend or platform line)
+BAD_PLATFORMS = {
+    "bad_platform_py": (GOOD, "python"),
+    "bad_platform_onnx": ("identity_onnx_fp32", "onnxruntime"),
+    "typo_platform_onnx": ("identity_onnx_fp32", "onnxruntime_onx"),
+}
 GPU_ONLY = "cuda_py"
 GPU_ONLY_FIELD = "optimization.cuda"
 REFUSING_ENSEMBLE = "refusing_ensemble"
@@ -97,6 +104,12 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     line_model = model_files(GOOD)
     line_model["config.pbtxt"] = LINE_MODEL_CONFIG
     _write(root, LINE_MODEL, line_model)
+    for name, (source, platform) in BAD_PLATFORMS.items():
+        files = _variant(source, name, "")
+        config = re.sub(r'(backend|platform): "[^"]*"', f'platform: "{platform}"',
+                        str(files["config.pbtxt"]))
+        files["config.pbtxt"] = config
+        _write(root, name, files)
     return root
 
 
@@ -188,3 +201,15 @@ def test_the_reason_names_the_refused_fields_own_line(
     assert row["state"] == "UNAVAILABLE", row
     config = repo / LINE_MODEL / "config.pbtxt"
     assert row["reason"].startswith(f"{config}:{LINE_MODEL_LINE}: field 'instance_group.passive': ")
+
+
+@pytest.mark.parametrize("name", list(BAD_PLATFORMS))
+def test_unknown_platform_is_refused(server: ServerProcess, protocol: str, name: str) -> None:
+    """An unknown platform string is not replaced by what the version directory holds: the
+    model is UNAVAILABLE with Triton's reason (it loaded silently before)."""
+    rows = [row for (model, _), row in _index(server, protocol).items() if model == name]
+    assert len(rows) == 1, rows
+    row = rows[0]
+    assert row["state"] == "UNAVAILABLE", row
+    platform = BAD_PLATFORMS[name][1]
+    assert f"unexpected platform type '{platform}' for {name}" in row["reason"], row

@@ -311,6 +311,24 @@ def test_infer_backend_from_version_directory(tmp_path: Path) -> None:
     assert config.backend == "python"
 
 
+@pytest.mark.parametrize("platform", ["onnxruntime", "onnxruntime_onx", "python", "tensorflow"])
+def test_unknown_platform_is_refused_as_triton_does(tmp_path: Path, platform: str) -> None:
+    """An unknown platform is not replaced by what the version directory holds: Triton
+    infers from files only when no platform is given, then refuses the empty backend."""
+    version = tmp_path / "1"
+    version.mkdir()
+    (version / "model.onnx").write_bytes(b"")
+    (version / "model.py").write_text("")
+    config = ModelConfig(name="m", platform=platform)
+    infer_backend(config, [version])
+    assert config.backend == ""
+    with pytest.raises(ServerError, match=f"unexpected platform type '{platform}' for m"):
+        normalize(config, "m", ConfigProblem("m", None, ""))
+    named = ModelConfig(name="m", platform=platform, default_model_filename="model.py")
+    infer_backend(named, [version])  # a backend's own file name still names it (as Triton)
+    assert named.backend == "python"
+
+
 # ----------------------------------------------------------------------- build_spec errors
 
 

@@ -75,10 +75,16 @@ class ModelSpec:
 
 
 def infer_backend(config: ModelConfig, version_dirs: list[Path]) -> None:
-    """Fill backend/platform as Triton core does (AutoCompleteBackendFields)."""
+    """Fill backend/platform as Triton core does (AutoCompleteBackendFields): from a known
+    platform, from a ``default_model_filename`` naming a backend's file, and from the version
+    directory's files only when neither a platform nor a file name is given (an unknown
+    platform, say ``onnxruntime`` for ``onnxruntime_onnx``, leaves the backend empty:
+    ``normalize`` refuses it as Triton does)."""
     if not config.backend and config.platform:
         config.backend = PLATFORM_TO_BACKEND.get(config.platform, "")
-    if not config.backend and version_dirs:
+        if not config.backend:
+            config.backend = _FILE_TO_BACKEND.get(config.default_model_filename, "")
+    if not config.backend and version_dirs and not config.platform:
         first = version_dirs[0]
         filename = config.default_model_filename
         for name, backend in _FILE_TO_BACKEND.items():
@@ -108,6 +114,10 @@ def normalize(config: ModelConfig, model_name: str, problem: ConfigProblem) -> N
     if not config.backend and not config.platform:
         raise problem.error(
             "backend", "unable to determine the backend: set 'backend' or 'platform'"
+        )
+    if not config.backend:  # Triton's ValidateModelConfig
+        raise problem.error(
+            "platform", f"unexpected platform type '{config.platform}' for {model_name}"
         )
     defaults = BACKEND_DEFAULTS.get(config.backend)
     if defaults and not config.default_model_filename:

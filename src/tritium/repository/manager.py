@@ -294,8 +294,11 @@ class ModelRepositoryManager:
             )
         backend = await find_backend(self._backends, config.backend)
         if backend is None:
-            name = config.backend or config.platform
-            raise invalid_arg(unknown_backend(name, record.name, self._backends))
+            if not config.backend and config.platform:  # an unknown platform (Triton's text)
+                raise invalid_arg(
+                    f"unexpected platform type '{config.platform}' for {record.name}"
+                )
+            raise invalid_arg(unknown_backend(config.backend, record.name, self._backends))
         problem = ConfigProblem(record.name, path, text)
         if config.platform == "ensemble":
             record.depends = frozenset(
