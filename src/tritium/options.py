@@ -189,6 +189,7 @@ class RedisCacheOptions:
     cacert_dir: str = ""
     cooldown_ms: int = 2000  # after a failure, Redis is left alone this long (misses)
     max_entry_bytes: int = 64 << 20  # a stored or fetched entry larger than this is a miss
+    ttl: int = 0  # seconds an entry lives in Redis (SET ... EX); 0: until Redis evicts it
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +200,7 @@ class ServerOptions:
     exit_timeout_secs: float = 30.0  # drain time for in-flight requests at shutdown
     allow_client_shm: bool = False  # Triton's default since 2.69
     response_cache_size: int = 0  # bytes of the local response cache; 0: no local cache
+    response_cache_ttl: int = 0  # seconds a local cache entry lives; 0: until evicted
     response_cache_redis: RedisCacheOptions | None = None  # the shared Redis cache, if any
     ports_file: str = ""  # the bound ports are written there as JSON once serving
     workers: int = 1  # processes serving the same ports (--workers; 1: this process alone)

@@ -230,7 +230,8 @@ class InferenceServer:
             options.repository.load_models,
         )
         cache_size = options.response_cache_size
-        self._cache = ResponseCache(cache_size) if cache_size > 0 else None
+        ttl = options.response_cache_ttl
+        self._cache = ResponseCache(cache_size, ttl) if cache_size > 0 else None
         redis = options.response_cache_redis
         # The shared cache in Redis (its lookups are awaited in tasks, held in _lookups).
         self._remote = RedisResponseCache(redis) if redis is not None else None
@@ -703,7 +704,7 @@ class InferenceServer:
     ) -> None:
         started = time.perf_counter_ns()
         key = cache_key(request)
-        outputs = await cache.get(key)  # bounded; a failure is a miss
+        outputs = await cache.get(key, request)  # bounded; a failure is a miss
         model.stats.cache_lookup(outputs is not None, time.perf_counter_ns() - started)
         assert request.sender is not None
         if outputs is not None:
@@ -733,7 +734,7 @@ class InferenceServer:
         shared memory, and end the request's lifecycle (statistics)."""
         if request.cache_key is not None and error is None and response is not None:
             if self._remote is not None:
-                self._remote.put(request.cache_key, list(response.outputs))
+                self._remote.put(request.cache_key, request, list(response.outputs))
             else:
                 assert self._cache is not None
                 self._cache.put(request.cache_key, list(response.outputs))

@@ -42,7 +42,19 @@ class TritonPythonModel:
             "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * 2)])
             for r in requests]
 """
-_MODELS = ("shared_http", "shared_grpc", "outage")
+_SCALED = """\
+import json
+
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            * json.loads(r.parameters()).get("scale", 2))]) for r in requests]
+"""
+_MODELS = ("shared_http", "shared_grpc", "outage", "forged", "huge")
 # Short bounds, so an outage costs the tests little: 300 ms per call, 300 ms of cool-down.
 _FAST = ("connect_timeout=300", "socket_timeout=300", "wait_timeout=300", "circuit_cooldown=300")
 
@@ -61,6 +73,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (root / name / "1").mkdir(parents=True)
         (root / name / "config.pbtxt").write_text(_CONFIG)
         (root / name / "1" / "model.py").write_text(_MODEL)
+    (root / "scaled" / "1").mkdir(parents=True)
+    (root / "scaled" / "config.pbtxt").write_text(_CONFIG)
+    (root / "scaled" / "1" / "model.py").write_text(_SCALED)
     return root
 
 
@@ -85,15 +100,20 @@ def pair(repo: Path, shared_redis: RedisServer) -> Iterator[tuple[ServerProcess,
     second.stop()
 
 
-def _infer(server: ServerProcess, protocol: str, model: str, x: np.ndarray) -> None:
-    """One inference, checked: the answer is right whatever the cache did."""
+def _infer(
+    server: ServerProcess, protocol: str, model: str, x: np.ndarray, scale: int | None = None
+) -> None:
+    """One inference, checked: the answer is right whatever the cache did (x * 2, or x *
+    ``scale`` sent as the request's parameter ``scale`` to the ``scaled`` model)."""
     http = protocol == "http"  # a hung inference fails the test instead of hanging it
     client = clients.client(protocol, server.url(protocol), **(
         {"network_timeout": 60.0} if http else {}
     ))
     kwargs: dict[str, Any] = {} if http else {"client_timeout": 60.0}
+    if scale is not None:
+        kwargs["parameters"] = {"scale": scale}
     result = client.infer(model, [clients.make_input(protocol, "INPUT0", x, "FP32")], **kwargs)
-    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 2)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * (2 if scale is None else scale))
 
 
 def _stats(server: ServerProcess, model: str) -> dict[str, int]:
@@ -305,7 +325,7 @@ def test_tls_with_a_client_certificate(repo: Path, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("setting", "message"),
     [
-        ("ttl=5", "unknown setting 'ttl' for the redis cache"),
+        ("expire=5", "unknown setting 'expire' for the redis cache"),
         ("socket_timeout=0", "'socket_timeout' must be > 0 ms"),
     ],  # the other refusals: tests/unit/test_redis_settings.py
 )
@@ -314,3 +334,186 @@ def test_bad_settings_stop_the_server_at_start(repo: Path, setting: str, message
     done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode != 0
     assert message in done.stderr
+
+
+# ------------------------------------------------ what a key means, how long, and what is served
+
+
+def _stored_key(client: Any, earlier: set[bytes]) -> bytes:
+    """The one key stored since ``earlier`` (the keys then), once it is in Redis."""
+    _wait_for(lambda: set(client.keys("tritium:cache:v1:*")) - earlier, "the entry in Redis")
+    (key,) = set(client.keys("tritium:cache:v1:*")) - earlier
+    return bytes(key)
+
+
+def _entry(*tensors: tuple[bytes, bytes, tuple[int, ...], bytes]) -> bytes:
+    """A well-formed tritium entry (``redis_cache.py``'s layout) holding ``tensors``."""
+    value = b"TRC1" + struct.pack("<H", len(tensors))
+    for name, wire, shape, data in tensors:
+        value += struct.pack("<H", len(name)) + name + struct.pack("<B", len(wire)) + wire
+        value += struct.pack("<B", len(shape)) + struct.pack(f"<{len(shape)}q", *shape)
+        value += struct.pack("<Q", len(data)) + data
+    return value
+
+
+def test_request_parameters_are_part_of_the_key(
+    pair: tuple[ServerProcess, ServerProcess], shared_redis: RedisServer
+) -> None:
+    """A Python model reads the request's parameters: client A's answer with {"scale": 100}
+    is not served to client B asking {"scale": 1} with the same inputs (on another replica),
+    while the same parameters are a hit, whichever door they came through."""
+    first, second = pair
+    x = np.array([1.5, -2.0], dtype=np.float32)
+    client = redis.Redis(host="127.0.0.1", port=shared_redis.port, socket_timeout=5)
+    try:
+        earlier = set(client.keys("tritium:cache:v1:*"))
+        _infer(first, "http", "scaled", x, scale=100)
+        _stored_key(client, earlier)
+        _infer(second, "grpc", "scaled", x, scale=1)  # checked: x * 1, from the model
+        _infer(second, "grpc", "scaled", x, scale=100)  # the same parameters: a hit
+    finally:
+        client.close()
+    stats = _stats(second, "scaled")
+    assert (stats["hits"], stats["misses"], stats["executions"]) == (1, 1, 1)
+
+
+def test_an_entry_whose_outputs_do_not_match_the_request_is_not_served(
+    pair: tuple[ServerProcess, ServerProcess], shared_redis: RedisServer
+) -> None:
+    """A well-formed entry written straight into Redis under the request's key, whose outputs
+    are not what the request and the model's config make (a name the model does not have, a
+    datatype other than the config's), is a miss: the model answers."""
+    first, second = pair
+    x = np.array([3.0, 4.0], dtype=np.float32)
+    client = redis.Redis(host="127.0.0.1", port=shared_redis.port, socket_timeout=5)
+    try:
+        earlier = set(client.keys("tritium:cache:v1:*"))
+        _infer(first, "http", "forged", x)
+        key = _stored_key(client, earlier)
+        evil = np.array([1.5, 2.5], dtype=np.float32).tobytes()
+        ints = np.array([66, 66], dtype=np.int32).tobytes()
+        for forged in (
+            _entry((b"EVIL", b"FP32", (2,), evil)),
+            _entry((b"OUTPUT0", b"INT32", (2,), ints)),
+            _entry((b"OUTPUT0", b"FP32", (2,), evil), (b"EVIL", b"FP32", (2,), evil)),
+        ):
+            client.set(key, forged)
+            before = _stats(second, "forged")
+            _infer(second, "http", "forged", x)  # checked: x * 2, from the model
+            after = _stats(second, "forged")
+            assert after["misses"] == before["misses"] + 1 and after["hits"] == before["hits"]
+            assert after["executions"] == before["executions"] + 1
+            _wait_for(lambda v=forged: client.get(key) != v, "the entry stored again")
+    finally:
+        client.close()  # (the warning: at most one a minute, tests/unit/test_cache_generation.py)
+
+
+def _peak_rss(server: ServerProcess) -> int:
+    """The server process's peak resident set (VmHWM), in bytes."""
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_huge_entry_is_refused_without_being_read(
+    pair: tuple[ServerProcess, ServerProcess], shared_redis: RedisServer
+) -> None:
+    """A 256 MiB value under the request's key (a hostile writer) is refused before it is read
+    whole: the lookup is a miss and the server's peak memory grows by far less than the
+    value (generous bound: 8 MiB, where reading the value whole costs 64 MiB or more)."""
+    first, second = pair
+    x = np.array([5.0, 6.0], dtype=np.float32)
+    client = redis.Redis(host="127.0.0.1", port=shared_redis.port, socket_timeout=30)
+    try:
+        earlier = set(client.keys("tritium:cache:v1:*"))
+        _infer(first, "http", "huge", x)
+        key = _stored_key(client, earlier)
+        data = np.array([10.0, 12.0], dtype=np.float32).tobytes()
+        client.set(key, _entry((b"OUTPUT0", b"FP32", (2,), data)))
+        client.setrange(key, (256 << 20) - 1, b"\0")  # the same head, 256 MiB in all
+        before_stats, before_rss = _stats(second, "huge"), _peak_rss(second)
+        _infer(second, "http", "huge", x)  # checked: x * 2, from the model
+        grown = _peak_rss(second) - before_rss
+        print(f"peak RSS grew by {grown / (1 << 20):.1f} MiB for a 256 MiB entry")
+        after = _stats(second, "huge")
+        assert after["misses"] == before_stats["misses"] + 1
+        assert after["executions"] == before_stats["executions"] + 1
+        assert grown < 8 << 20
+    finally:
+        client.delete(key)
+        client.close()
+
+
+def test_entries_expire_after_ttl(repo: Path) -> None:
+    """``redis,ttl=<seconds>``: each entry is stored with that expiry (Redis's own TTL shows
+    it), and once it passed the entry is gone from Redis and the next request a miss."""
+    own = RedisServer()
+    try:
+        server = ServerProcess([repo], *_cache_flags(own.port, "ttl=1"))
+        client = redis.Redis(host="127.0.0.1", port=own.port, socket_timeout=5)
+        try:
+            x = np.array([2.0], dtype=np.float32)
+            _infer(server, "http", "outage", x)
+            key = _stored_key(client, set())
+            assert 0 < client.pttl(key) <= 1000
+            _wait_for(lambda: client.exists(key) == 0, "the entry expired", tries=50)
+            _infer(server, "grpc", "outage", x)
+            assert _stats(server, "outage")["misses"] == 2
+        finally:
+            client.close()
+            server.stop()
+    finally:
+        own.stop()
+
+
+_RELOADED = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        return [pb_utils.InferenceResponse([pb_utils.Tensor(
+            "OUTPUT0", pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy() * FACTOR)])
+            for r in requests]
+"""
+
+
+def test_a_reload_with_new_code_does_not_serve_old_answers(
+    tmp_path: Path, shared_redis: RedisServer
+) -> None:
+    """A model reloaded at the same version with new code is a new generation: the entries
+    its old code stored are not served (not by the server that reloaded it, nor by a second
+    server that loads the new code), while the new code's answers are shared again."""
+    repo = tmp_path / "repo"
+    (repo / "reloaded" / "1").mkdir(parents=True)
+    (repo / "reloaded" / "config.pbtxt").write_text(_CONFIG)
+    code = repo / "reloaded" / "1" / "model.py"
+    code.write_text(_RELOADED.replace("FACTOR", "2"))
+    flags = _cache_flags(shared_redis.port)
+    server = ServerProcess([repo], "--model-control-mode=explicit", "--load-model=reloaded", *flags)
+    client = redis.Redis(host="127.0.0.1", port=shared_redis.port, socket_timeout=5)
+    try:
+        x = np.array([7.0, 8.0], dtype=np.float32)
+        earlier = set(client.keys("tritium:cache:v1:*"))
+        _infer(server, "http", "reloaded", x)  # x * 2
+        _stored_key(client, earlier)
+        code.write_text(_RELOADED.replace("FACTOR", "3"))
+        clients.client("http", server.http_url).load_model("reloaded")  # same version 1
+        result = clients.client("http", server.http_url).infer(
+            "reloaded", [clients.make_input("http", "INPUT0", x, "FP32")]
+        )
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 3)
+        other = ServerProcess([repo], *flags)  # the new code from the start: shares the entry
+        try:
+            _wait_for(lambda: len(set(client.keys("tritium:cache:v1:*")) - earlier) == 2, "stored")
+            result = clients.client("grpc", other.grpc_url).infer(
+                "reloaded", [clients.make_input("grpc", "INPUT0", x, "FP32")]
+            )
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), x * 3)
+            assert _stats(other, "reloaded")["hits"] == 1
+        finally:
+            other.stop()
+    finally:
+        client.close()
+        server.stop()

@@ -44,6 +44,7 @@ def test_triton_keys_are_read() -> None:
             "redis,cacert_dir=/cas",
             "redis,circuit_cooldown=500",
             "redis,max_entry_bytes=4096",
+            "redis,ttl=3600",
         ]
     ).redis
     assert options is not None
@@ -55,6 +56,9 @@ def test_triton_keys_are_read() -> None:
     assert (options.wait_timeout_ms, options.cooldown_ms) == (50, 500)
     assert options.tls_enabled and (options.cert, options.key) == ("/c.pem", "/k.pem")
     assert (options.cacert, options.cacert_dir) == ("/ca.pem", "/cas")
+    assert options.ttl == 3600
+    defaults = _redis("host=h", "port=1")
+    assert defaults is not None and defaults.ttl == 0  # type: ignore[attr-defined]
 
 
 def test_credentials_from_the_environment_unless_given() -> None:
@@ -78,7 +82,9 @@ def test_credentials_from_the_environment_unless_given() -> None:
         (("host=h", "port=1", "tls_enabled=yes"), "true or false"),
         (("host=h", "port=1", "cert=/c.pem"), "needs tls_enabled=true"),
         (("host=h", "port=1", "sni=name"), "not supported"),
-        (("host=h", "port=1", "ttl=5"), "unknown setting 'ttl'"),
+        (("host=h", "port=1", "expire=5"), "unknown setting 'expire'"),
+        (("host=h", "port=1", "ttl=soon"), "'ttl' must be a whole number"),
+        (("host=h", "port=1", "ttl=-1"), "'ttl' must be a whole number"),
         (("host=h", "port=1", "max_entry_bytes=99999999999"), "at most"),
     ],
 )

@@ -9,9 +9,14 @@ sends every lookup straight to the model for ``circuit_cooldown`` ms, then one c
 Redis again. The client is redis-py's asyncio client, imported only when configured: nothing
 blocks the event loop.
 
-What Redis sends back is untrusted: a value is read with ``GETRANGE`` up to
-``max_entry_bytes`` (a longer one is a miss), and ``decode_entry`` checks every count, name,
-datatype and shape against the bytes before building a tensor; anything wrong is a miss.
+What Redis sends back is untrusted. A value is read with ``GETRANGE`` up to the request's
+bound (``cache_check.expected``: the largest entry the model's config lets its outputs make,
+at most ``max_entry_bytes``): the first ``FIRST_READ`` bytes in one call, which is the whole
+of most entries; a longer one is measured with ``STRLEN`` before the rest is read, so a value
+over the bound is refused without being read. ``decode_entry`` checks every count, name,
+datatype and shape against the bytes before building a tensor, and ``cache_check.mismatch``
+the outputs against what the request asks for; anything wrong is a miss, logged at most once
+a minute. Entries are stored with ``ttl`` seconds to live when it is set (``SET ... EX``).
 
 Entry layout (little-endian): ``TRC1``, u16 tensor count, then per tensor u16 name length,
 name (UTF-8), u8 datatype length, datatype (Triton's wire name), u8 rank, rank × i64 dims, u64
@@ -29,8 +34,10 @@ from typing import Any
 import numpy as np
 
 from ..options import RedisCacheOptions
+from ..request import InferenceRequest
 from ..tensor_codec import bytes_array, raw_bytes
 from ..types import DataType, Tensor
+from .cache_check import RateLimitedWarning, expected, mismatch
 
 log = logging.getLogger("tritium.cache")
 
@@ -39,6 +46,8 @@ KEY_PREFIX = b"tritium:cache:v1:"
 MAX_TENSORS = 1024
 MAX_RANK = 64
 MAX_PUTS_IN_FLIGHT = 64  # more stores than this waiting on Redis: the new ones are dropped
+FIRST_READ = 64 << 10  # a lookup's first GETRANGE: a longer entry is measured before it is read
+_WARN_EVERY_S = 60.0  # an ignored entry or an unstored response: one warning a minute at most
 _U8 = struct.Struct("<B")
 _U16 = struct.Struct("<H")
 _U64 = struct.Struct("<Q")
@@ -181,6 +190,8 @@ class RedisResponseCache:
         ) / 1000
         self._client = _client(options)
         self._puts: set[asyncio.Task[None]] = set()
+        self._ignored = RateLimitedWarning(log, _WARN_EVERY_S)
+        self._unstored = RateLimitedWarning(log, _WARN_EVERY_S)
 
     async def start(self) -> None:
         """One PING at start: a Redis that does not answer is logged (lookups will miss until
@@ -194,33 +205,68 @@ class RedisResponseCache:
         else:
             log.info("Redis cache at %s:%d connected", self.options.host, self.options.port)
 
-    async def get(self, key: bytes) -> list[Tensor] | None:
-        """The stored outputs for ``key``; None on a miss, a failure or a bad entry."""
-        limit = self.options.max_entry_bytes
-        value = await self._call(self._client.getrange(redis_key(key), 0, limit))
-        if not value or not isinstance(value, bytes):
-            return None
+    async def get(self, key: bytes, request: InferenceRequest) -> list[Tensor] | None:
+        """The stored outputs for ``key``; None on a miss, a failure, or an entry that is
+        malformed, too large or not what ``request`` asks for."""
+        expect = expected(request, self.options.max_entry_bytes)
         try:
-            if len(value) > limit:
-                raise BadEntry(f"larger than max_entry_bytes ({limit})")
-            return decode_entry(value)
+            value = await self._read(redis_key(key), expect.max_bytes)
+            if value is None:
+                return None
+            outputs = decode_entry(value)
+            reason = mismatch(outputs, expect)
+            if reason:
+                raise BadEntry(f"its outputs do not match the request: {reason}")
+            return outputs
         except (BadEntry, ValueError, struct.error) as exc:
-            log.warning("Redis cache: ignoring the entry for %s: %s", key.hex(), exc)
+            self._ignored.warn("Redis cache: ignoring the entry for %s: %s", key.hex(), exc)
             return None
 
-    def put(self, key: bytes, outputs: list[Tensor]) -> None:
-        """Store in the background (bounded, never awaited by the request)."""
+    async def _read(self, name: bytes, bound: int) -> bytes | None:
+        """The value under ``name`` if it is at most ``bound`` bytes; None when there is none
+        (or Redis failed); ``BadEntry`` when it is longer, read no further than the bound."""
+        first = min(bound, FIRST_READ)
+        head = await self._call(self._client.getrange(name, 0, first))  # first + 1 at most
+        if not head or not isinstance(head, bytes):
+            return None
+        if len(head) <= first:
+            return head
+        if bound > first:  # a long entry: measured before the rest is read
+            length = await self._call(self._client.strlen(name))
+            if not isinstance(length, int):
+                return None
+            if length <= bound:
+                rest = await self._call(self._client.getrange(name, len(head), bound))
+                if not isinstance(rest, bytes):
+                    return None
+                head += rest
+                if len(head) <= bound:
+                    return head
+        raise BadEntry(f"larger than the {bound} bytes this request's outputs can take")
+
+    def put(self, key: bytes, request: InferenceRequest, outputs: list[Tensor]) -> None:
+        """Store in the background (bounded, never awaited by the request); outputs that are
+        not what a lookup of this request would accept are not stored."""
         if len(self._puts) >= MAX_PUTS_IN_FLIGHT or self.circuit.open_until is not None:
             return
+        expect = expected(request, self.options.max_entry_bytes)
+        reason = mismatch(outputs, expect)
+        if reason:
+            self._unstored.warn(
+                "Redis cache: not storing a response of '%s': %s (the model's config says "
+                "otherwise)", request.model_name, reason,
+            )  # fmt: skip
+            return
         value = encode_entry(outputs)
-        if len(value) > self.options.max_entry_bytes:
+        if len(value) > expect.max_bytes:
             return
         task = asyncio.get_running_loop().create_task(self._put(key, value))
         self._puts.add(task)
         task.add_done_callback(self._puts.discard)
 
     async def _put(self, key: bytes, value: bytes) -> None:
-        await self._call(self._client.set(redis_key(key), value))
+        ttl = self.options.ttl
+        await self._call(self._client.set(redis_key(key), value, ex=ttl if ttl else None))
 
     async def _call(self, command: Any) -> Any:
         """Await one Redis command within the deadline when the circuit allows it; None for

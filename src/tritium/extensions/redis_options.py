@@ -3,7 +3,8 @@
 ``connect_timeout``, ``socket_timeout``, ``pool_size``, ``wait_timeout``, ``tls_enabled``,
 ``cert``, ``key``, ``cacert``, ``cacert_dir``), the credentials from
 ``TRITONCACHE_REDIS_USERNAME`` / ``TRITONCACHE_REDIS_PASSWORD`` when the flags do not give them,
-and tritium's own ``circuit_cooldown`` and ``max_entry_bytes``. Pure: the environment is passed
+and tritium's own ``circuit_cooldown``, ``max_entry_bytes`` and ``ttl`` (seconds an entry
+lives; Triton's redis cache has none). Pure: the environment is passed
 in. Every refusal is a ``ValueError`` with the reason."""
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _KEYS: dict[str, tuple[str, str]] = {
     "cacert_dir": ("cacert_dir", "str"),
     "circuit_cooldown": ("cooldown_ms", "ms"),
     "max_entry_bytes": ("max_entry_bytes", "count"),
+    "ttl": ("ttl", "int"),
 }
 _TLS_FILES = ("cert", "key", "cacert", "cacert_dir")
 _REFUSED = {
@@ -99,6 +101,4 @@ def _check(settings: Mapping[str, str], fields: dict[str, Any]) -> None:
     if fields.get("max_entry_bytes", 0) > _MAX_ENTRY:
         raise ValueError(f"redis cache setting 'max_entry_bytes' is at most {_MAX_ENTRY}")
     if importlib.util.find_spec("redis") is None:
-        raise ValueError(
-            "the redis cache needs the 'redis' package: pip install 'tritium[redis]'"
-        )
+        raise ValueError("the redis cache needs the 'redis' package: pip install 'tritium[redis]'")

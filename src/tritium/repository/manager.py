@@ -22,6 +22,7 @@ from ..metrics.settings import MetricsSettings
 from ..logs.settings import about_model
 from ..scheduling.ensemble import Dispatch
 from .warmup import warm_up
+from .generation import files_digest, model_generation
 from ..scheduling.rate_limiter import RateLimiter
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
@@ -436,6 +437,7 @@ class ModelRepositoryManager:
             )
 
         started = time.monotonic()
+        files = await self._files_digests(record, config, model_dir, version_dir)
         for attempt in range(self._layout.load_retries + 1):  # Triton: --model-load-retry-count
             try:
                 spec, instances = await backend.load(context())
@@ -458,6 +460,10 @@ class ModelRepositoryManager:
                 spec, version, instances, self._dispatch, self.limiter, self.sequence_backlog
             )
             entry.model.namespace = record.namespace
+            if files is not None:  # the response cache's generation of this version
+                entry.model.generation = model_generation(
+                    spec.config.SerializeToString(deterministic=True), files
+                )
         except ServerError as exc:  # the rate limiter's resource counts cannot serve it
             await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
             entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
@@ -480,6 +486,28 @@ class ModelRepositoryManager:
             (time.monotonic() - started) * 1000,
             extra=about_model(record.name),
         )
+
+    async def _files_digests(
+        self, record: ModelRecord, config: ModelConfig, model_dir: Path, version_dir: Path
+    ) -> list[bytes] | None:
+        """The digests of the files a version's generation covers (``generation.py``): its
+        own, and an ensemble's composing models' (all their versions, nested ensembles'
+        too); read in a thread. None when the version does not use a response cache."""
+        if not (self.metrics.response_cache and config.response_cache.enable):
+            return None
+        sources: list[tuple[Path, Path | None]] = [(model_dir, version_dir)]
+        seen = {record.key}
+        pending = list(record.depends)
+        while pending:
+            key = pending.pop()
+            composing = self._records.get(key)
+            if key in seen or composing is None or composing.location is None:
+                continue
+            seen.add(key)
+            if composing.location.path is not None:
+                sources.append((composing.location.path, None))
+            pending.extend(composing.depends)
+        return await asyncio.to_thread(lambda: [files_digest(d, v) for d, v in sources])
 
     async def unload_all(self, timeout: float | None = None) -> None:
         """Unload every model (shutdown); executions still running after ``timeout`` are

@@ -99,6 +99,9 @@ class Model:
         self._required = len(spec.required_inputs)
         # The config's response_cache.enable (a protobuf field: each read makes objects).
         self.response_cache: bool = spec.config.response_cache.enable
+        # What the response cache's keys begin with: a digest of the config and files this
+        # version was loaded from (repository/generation.py; set by the manager at load).
+        self.generation: bytes = b""
         self._batching_note = (
             ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
             "dimension to be prepended to each input shape. If you want to specify the full "

@@ -190,7 +190,11 @@ def _response_cache(args: argparse.Namespace) -> dict[str, Any]:
         values = [f"local,size={size}"]
     try:
         chosen = parse_cache_config(values)
-        return {"response_cache_size": chosen.size, "response_cache_redis": chosen.redis}
+        return {
+            "response_cache_size": chosen.size,
+            "response_cache_ttl": chosen.ttl,
+            "response_cache_redis": chosen.redis,
+        }
     except ValueError as exc:
         raise SystemExit(f"error: --cache-config: {exc}") from None
 

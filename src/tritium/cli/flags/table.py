@@ -370,11 +370,11 @@ FLAGS: tuple[Flag, ...] = (
        "Directory searched for repository agent shared libraries."),
     # -- Response Cache ----------------------------------------------------------------------
     _on("cache-config", "Response Cache", "<string>,<string>=<string>", "local,size=<bytes>",
-        "local,size=1048576: the in-process cache and its size in bytes; redis,host=<h> and "
-        "redis,port=<p> (+ Triton's user, password, db, connect_timeout, socket_timeout, "
-        "pool_size, wait_timeout, tls_enabled, cert, key, cacert, cacert_dir; tritium's "
-        "circuit_cooldown, max_entry_bytes): a Redis cache shared by servers (tritium[redis]); "
-        "sni is refused", RESPONSE_CACHE,
+        "local,size=1048576: the in-process cache and its size in bytes (+ tritium's ttl, in "
+        "seconds); redis,host=<h> and redis,port=<p> (+ Triton's user, password, db, "
+        "connect_timeout, socket_timeout, pool_size, wait_timeout, tls_enabled, cert, key, "
+        "cacert, cacert_dir; tritium's circuit_cooldown, max_entry_bytes, ttl): a Redis cache "
+        "shared by servers (tritium[redis]); sni is refused", RESPONSE_CACHE,
         style=REPEAT),
     _f("cache-directory", "Response Cache", _S, R,
        "tritium's local and redis caches are built in; it loads no cache shared libraries",
