@@ -6,6 +6,7 @@ stub protocol, so there is one implementation of the length-prefixed format."""
 from __future__ import annotations
 
 import struct
+import time
 from typing import Final
 
 import numpy as np
@@ -23,6 +24,15 @@ COPY_BELOW: Final = 1 << 16
 # Elements per step of a long decode: each numpy call or Python loop over one step is short, so
 # a decode on a worker thread lets the event loop take the GIL back within milliseconds.
 CHUNK = 1 << 16
+
+
+def let_threads_run() -> None:
+    """Give the other threads (the event loop) a turn: called between the steps of a long loop
+    that may run on a worker thread. Interpreted code lets the GIL go every switch interval
+    by itself, compiled code never does (the interpreter asks between bytecodes, and mypyc's
+    loops run none): ``time.sleep(0)`` lets it go and takes it back, and a thread that has
+    waited a switch interval takes it meanwhile (about a microsecond when none waits)."""
+    time.sleep(0)
 
 
 def deserialize_bytes(buf: bytes | bytearray | memoryview, name: str) -> list[bytes]:
@@ -83,6 +93,8 @@ def strided_items(
     object array built ``CHUNK`` elements at a time (short steps off the event loop)."""
     out = np.empty(count, dtype=object)
     for start in range(0, count, CHUNK):
+        if start:
+            let_threads_run()
         stop = min(start + CHUNK, count)
         first = start * stride + offset
         out[start:stop] = [bytes(view[p : p + length]) for p in range(first, stop * stride, stride)]
@@ -98,9 +110,12 @@ def empty_strings(count: int) -> np.ndarray:
 
 def _scan(view: memoryview, name: str, expected: int | None) -> np.ndarray:
     """Elements of mixed lengths, one chunk of elements at a time."""
-    parts, pos, end, count = [], 0, len(view), 0
+    parts: list[np.ndarray] = []
+    pos, end, count = 0, len(view), 0
     unpack = _U32.unpack_from
     while pos < end:
+        if parts:
+            let_threads_run()
         items = []
         for _ in range(CHUNK):
             if pos + 4 > end:

@@ -18,7 +18,7 @@ from tritium.frontends.grpc import codec as grpc_codec
 from tritium.frontends.grpc import wire
 from tritium.frontends.http import codec as http_codec
 from tritium.frontends.http import json_data
-from tritium.frontends.tensors import numeric_array
+from tritium.frontends.tensors import MAX_TENSORS, numeric_array
 from tritium.extensions.parameters import parse_parameters
 from tritium.types import DataType, RequestFlag
 
@@ -201,12 +201,12 @@ def test_grpc_raw_contents_are_views_of_the_request(
 
 def test_grpc_raw_contents_past_the_bound_are_refused() -> None:
     """Empty raw_input_contents cost 2 bytes each on the wire and a view each here: a request
-    with more than MAX_RAW_VIEWS of them is INVALID_ARG, not gigabytes of views."""
+    with more than MAX_TENSORS of them is INVALID_ARG, not gigabytes of views."""
     message = pb.ModelInferRequest(model_name="m")
-    message.raw_input_contents.extend([b""] * (wire.MAX_RAW_VIEWS + 1))
+    message.raw_input_contents.extend([b""] * (10 * MAX_TENSORS))
     raw = message.SerializeToString()
     assert len(raw) >= wire.RAW_VIEWS_FROM
-    _invalid(lambda: grpc_codec.decode_message(raw), f"more than {wire.MAX_RAW_VIEWS}")
+    _invalid(lambda: grpc_codec.decode_message(raw), f"more than {MAX_TENSORS}")
 
 
 def test_grpc_invalid_utf8_and_out_of_range() -> None:

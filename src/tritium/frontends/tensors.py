@@ -74,9 +74,31 @@ def tensor_bytes(tensor: Tensor) -> bytes | memoryview:
 
 # numpy refuses an array whose dimensions multiply past this, even with a zero among them.
 MAX_SHAPE_PRODUCT: Final = 1 << 62
+# How many entries one inference request may carry, whatever its size on the wire (an empty
+# gRPC entry is 2 bytes, and each would become objects): the front-ends refuse a request past
+# these before building its entries (gRPC: wire.py counts them on its first walk over the
+# bytes). Inputs past the model's own count are then refused by the model (Triton's "expected
+# N inputs but got M"). MAX_RANK is numpy's own bound before numpy 2 (NPY_MAXDIMS, 64 since):
+# an array cannot have more dimensions.
+MAX_TENSORS: Final = 1024  # inputs; requested outputs
+MAX_PARAMETERS: Final = 128  # entries of one parameters map
+MAX_RANK: Final = 32  # dimensions of one shape
+
+
+def too_many(what: str, limit: int) -> Exception:
+    """The INVALID_ARG of a request with more than ``limit`` of ``what``."""
+    return invalid_arg(f"more than {limit} {what} in one request")
+
+
+def rank_error(name: str) -> Exception:
+    return invalid_arg(
+        f"unable to parse 'shape' for input '{name}': more than {MAX_RANK} dimensions"
+    )
 
 
 def parse_shape(value: object, name: str) -> tuple[int, ...]:
+    if isinstance(value, list) and len(value) > MAX_RANK:
+        raise rank_error(name)
     if not isinstance(value, (list, tuple)) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value
     ):
@@ -88,7 +110,10 @@ def parse_shape(value: object, name: str) -> tuple[int, ...]:
 
 def check_shape(shape: tuple[int, ...], name: str) -> tuple[int, ...]:
     """A shape no array can have (negative, or dimensions whose product overflows, a zero
-    among them or not) is INVALID_ARG before anything is allocated."""
+    among them or not) is INVALID_ARG before anything is allocated, and so is one of more
+    than ``MAX_RANK`` dimensions."""
+    if len(shape) > MAX_RANK:
+        raise rank_error(name)
     product = 1
     for dim in shape:
         if dim < 0:

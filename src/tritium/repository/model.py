@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import replace
 import enum
 import logging
+from collections import Counter
 from collections.abc import Sequence
 
 from ..backends.base import ModelInstance
@@ -120,6 +121,8 @@ class Model:
         batch = -1
         seen = 0
         tensors = request.inputs  # the request's own list: the client's tensors stay as sent
+        if len(tensors) > len(inputs):  # Triton counts first (InferenceRequest::Normalize)
+            self._missing_inputs(request)
         for index in range(len(tensors)):
             tensor = tensors[index]
             check = inputs.get(tensor.name)
@@ -161,6 +164,9 @@ class Model:
                 raise invalid_arg(
                     f"unexpected inference output '{output.name}' for model '{self.name}'"
                 )
+        if len(requested) > len(outputs):  # then one is asked twice (Triton's text)
+            dup = _repeated([output.name for output in requested])
+            raise invalid_arg(f"output '{dup}' already requested")
 
     def _check_tensor(self, tensor: Tensor, check: _InputCheck) -> None:
         if tensor.datatype is not check.datatype:
@@ -185,9 +191,8 @@ class Model:
     def _missing_inputs(self, request: InferenceRequest) -> None:
         spec = self.spec
         got = [t.name for t in request.inputs]
-        names = [t.name for t in request.inputs]
-        if len(set(names)) != len(names):
-            dup = next(n for n in names if names.count(n) > 1)
+        dup = _repeated(got)
+        if dup is not None:
             raise invalid_arg(f"input '{dup}' is specified more than once for model '{self.name}'")
         missing = [n for n in spec.inputs if n in spec.required_inputs and n not in got]
         total, required = len(spec.inputs), len(spec.required_inputs)
@@ -248,6 +253,12 @@ class Model:
             abort = getattr(instance, "abort", None)
             if abort is not None:
                 abort(reason)
+
+
+def _repeated(names: list[str]) -> str | None:
+    """The first of ``names`` that occurs more than once (None: none does)."""
+    counts = Counter(names)
+    return next((name for name in names if counts[name] > 1), None)
 
 
 def _names(names: list[str]) -> str:

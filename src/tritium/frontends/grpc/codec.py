@@ -11,7 +11,16 @@ from ...errors import ServerError, invalid_arg
 from ...server import parse_version
 from ...tensor_codec import object_array
 from ...types import ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
-from ..tensors import check_shape, numeric_array, shm_tensor, tensor_bytes, tensor_from_buffer
+from ..tensors import (
+    MAX_PARAMETERS,
+    MAX_TENSORS,
+    check_shape,
+    numeric_array,
+    shm_tensor,
+    tensor_bytes,
+    tensor_from_buffer,
+    too_many,
+)
 from .wire import (
     RAW_VIEWS_FROM,
     Pieces,
@@ -72,13 +81,13 @@ def decode_infer(raw: bytes, forwarded: dict[str, str] | None = None) -> ClientR
     return decode_message(raw, forwarded)[1]
 
 
-def _simple_client(
-    fields: SimpleRequest, forwarded: dict[str, str] | None
-) -> ClientRequest | None:
+def _simple_client(fields: SimpleRequest, forwarded: dict[str, str] | None) -> ClientRequest | None:
     """``decode_request`` of a message without parameters and typed contents, every input in
     ``raw_input_contents``; None where that would raise (the full path says why)."""
     model, version_text, request_id, specs, names, raws = fields
-    if len(raws) != len(specs) or not raws:
+    if len(raws) != len(specs) or not raws or len(specs) > MAX_TENSORS:
+        return None
+    if len(names) > MAX_TENSORS:
         return None
     try:
         version = parse_version(version_text)
@@ -106,10 +115,13 @@ def decode_request(
     """``views``: the raw contents when ``wire.parse_request`` kept them out of ``msg``."""
     model = msg.model_name
     raw: Any = msg.raw_input_contents if views is None else views
+    _check_counts(msg, raw)
     used = 0  # raw_input_contents holds one entry per input that is not in shared memory
     inputs = []
     uses_shm = False
     for index, inp in enumerate(msg.inputs):
+        if len(inp.parameters) > MAX_PARAMETERS:
+            raise too_many(f"parameters for input '{inp.name}'", MAX_PARAMETERS)
         if "shared_memory_region" in inp.parameters:
             params = {k: parameter_value(v) for k, v in inp.parameters.items()}
             inputs.append(shm_tensor(inp.name, _datatype(inp), tuple(inp.shape), params))
@@ -124,6 +136,8 @@ def decode_request(
         raise invalid_arg(f"expected {used} raw_input_contents for model '{model}', got {len(raw)}")
     outputs = []
     for out in msg.outputs:
+        if len(out.parameters) > MAX_PARAMETERS:
+            raise too_many(f"parameters for output '{out.name}'", MAX_PARAMETERS)
         params = {k: parameter_value(v) for k, v in out.parameters.items()}
         uses_shm = uses_shm or "shared_memory_region" in params
         if "classification" in params:
@@ -137,13 +151,24 @@ def decode_request(
     )
 
 
+def _check_counts(msg: pb.ModelInferRequest, raw: Any) -> None:
+    """The bounds ``wire._Census`` applies to a large message, on any message (a small one
+    is parsed by protobuf at once: it cannot hold more than ``wire.MAX_FIELDS`` fields)."""
+    if len(msg.inputs) > MAX_TENSORS:
+        raise too_many("inputs", MAX_TENSORS)
+    if len(msg.outputs) > MAX_TENSORS:
+        raise too_many("outputs", MAX_TENSORS)
+    if len(raw) > MAX_TENSORS:
+        raise too_many("raw_input_contents", MAX_TENSORS)
+    if len(msg.parameters) > MAX_PARAMETERS:
+        raise too_many("parameters", MAX_PARAMETERS)
+
+
 def _check_classification(param: Any, params: dict[str, Any]) -> None:
     """The wire form Triton's gRPC front-end accepts (a positive int64_param, never with
     shared memory; grpc_utils.cc ParseClassificationParams). The core does the rest."""
     if param.WhichOneof("parameter_choice") != "int64_param":
-        raise invalid_arg(
-            "invalid value type for 'classification' parameter, expected int64_param"
-        )
+        raise invalid_arg("invalid value type for 'classification' parameter, expected int64_param")
     if param.int64_param <= 0:
         raise invalid_arg("invalid value for 'classification' parameter, expected >= 0")
     if "shared_memory_region" in params:
@@ -168,9 +193,7 @@ def _datatype(inp: Any) -> DataType:
     return datatype
 
 
-def _input(
-    inp: Any, raw: bytes | memoryview | None, model: str, kept: memoryview | None
-) -> Tensor:
+def _input(inp: Any, raw: bytes | memoryview | None, model: str, kept: memoryview | None) -> Tensor:
     name = inp.name
     datatype = _datatype(inp)
     shape = tuple(inp.shape)

@@ -10,6 +10,13 @@ time (protobuf's merge of concatenated pieces is the parse of the whole); the ty
 by chunk. From ``RAW_VIEWS_FROM`` bytes on, ``raw_input_contents`` are not given to protobuf
 (which copies each into its arena, then into a new bytes object on access) but kept as views
 of the request's bytes, so the tensors over them are the request's own bytes.
+
+That first walk also counts (``_Census``): a message of more fields, inputs, requested outputs,
+raw contents, parameters or dimensions than ``frontends.tensors`` bounds is refused before
+protobuf builds any of them (an empty entry is 2 bytes on the wire: 976 KiB held 500k inputs,
+half a second of the event loop). A message under ``RAW_VIEWS_FROM`` bytes cannot hold more
+than ``MAX_FIELDS`` fields: protobuf parses it at once, and ``codec.decode_request`` checks the
+same bounds on the message.
 """
 
 from __future__ import annotations
@@ -22,19 +29,25 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg
-from ...tensor_codec import CHUNK, empty_strings, object_array, strided_items
+from ...tensor_codec import CHUNK, empty_strings, let_threads_run, object_array, strided_items
+from ..tensors import MAX_PARAMETERS, MAX_RANK, MAX_TENSORS, rank_error, too_many
 
 PIECE = 1 << 20  # bytes merged by one protobuf call
 RAW_VIEWS_FROM = 1 << 14  # a message of this many bytes keeps its raw contents as views
-# A view costs ~190 bytes against the 2 bytes of an empty entry on the wire: past this many
-# entries (no model has that many inputs) the request is refused before it costs more.
-MAX_RAW_VIEWS = 1 << 16
+# Fields of one ModelInferRequest, those of its tensors included: as many as a message under
+# RAW_VIEWS_FROM bytes can hold (2 bytes each), 5x what MAX_TENSORS inputs of a name, a
+# datatype and a shape with their raw contents take.
+MAX_FIELDS: Final = RAW_VIEWS_FROM // 2
+_PARAMETERS: Final = 4  # ModelInferRequest.parameters, InferInputTensor.parameters
 _INPUTS: Final = 5  # ModelInferRequest.inputs
 _RAW_INPUT_CONTENTS: Final = 7  # ModelInferRequest.raw_input_contents
 _REQUESTED: Final = 6  # ModelInferRequest.outputs
 _INPUT_SHAPE: Final = 3  # InferInputTensor.shape
 _CONTENTS: Final = 5  # InferInputTensor.contents
+_OUTPUT_PARAMETERS: Final = 2  # InferRequestedOutputTensor.parameters
 _BYTES_CONTENTS: Final = 8  # InferTensorContents.bytes_contents
+# Fields walked between two turns of the other threads (``let_threads_run``).
+_FIELDS_PER_TURN: Final = 1 << 12
 
 
 def _malformed(kind: str, why: str, hint: bool = False) -> Exception:
@@ -58,9 +71,16 @@ def _varint(buf: memoryview, pos: int) -> tuple[int, int]:
 
 
 def _fields(buf: memoryview) -> Iterator[tuple[int, int, int, int, int]]:
-    """(field number, wire type, start of the field, start of its payload, end)."""
+    """(field number, wire type, start of the field, start of its payload, end). Other
+    threads get a turn every ``_FIELDS_PER_TURN`` fields: compiled, this loop never lets the
+    GIL go by itself, and it reads the typed contents of a large input on a worker thread."""
     pos, end = 0, len(buf)
+    turn = _FIELDS_PER_TURN
     while pos < end:
+        turn -= 1
+        if turn == 0:
+            let_threads_run()
+            turn = _FIELDS_PER_TURN
         start = pos
         key, pos = _varint(buf, pos)
         wire = key & 7
@@ -258,16 +278,100 @@ def simple_request(raw: bytes) -> SimpleRequest | None:
     return texts[0], texts[1], texts[2], inputs, outputs, raws
 
 
+class _Census:
+    """The counts of the first walk over a large ModelInferRequest (``_merge_pieces``): the
+    message is refused as soon as one passes its bound, before protobuf builds an entry."""
+
+    __slots__ = ("fields", "inputs", "outputs", "raws", "parameters")
+
+    def __init__(self) -> None:
+        self.fields = self.inputs = self.outputs = self.raws = self.parameters = 0
+
+    def field(self) -> None:
+        self.fields += 1
+        if self.fields > MAX_FIELDS:
+            raise _malformed("ModelInferRequest", f"more than {MAX_FIELDS} fields")
+
+    def top(self, number: int, wire: int, payload: memoryview) -> None:
+        """One field of the message (``payload``: its bytes past the length)."""
+        self.field()
+        if wire != 2:
+            return
+        if number == _INPUTS:
+            self.inputs += 1
+            if self.inputs > MAX_TENSORS:
+                raise too_many("inputs", MAX_TENSORS)
+            self._input(payload)
+        elif number == _REQUESTED:
+            self.outputs += 1
+            if self.outputs > MAX_TENSORS:
+                raise too_many("outputs", MAX_TENSORS)
+            self._output(payload)
+        elif number == _RAW_INPUT_CONTENTS:
+            self.raws += 1
+            if self.raws > MAX_TENSORS:
+                raise too_many("raw_input_contents", MAX_TENSORS)
+        elif number == _PARAMETERS:
+            self.parameters += 1
+            if self.parameters > MAX_PARAMETERS:
+                raise too_many("parameters", MAX_PARAMETERS)
+
+    def _input(self, tensor: memoryview) -> None:
+        rank = parameters = 0
+        name = tensor[0:0]
+        for number, wire, _start, body, end in _fields(tensor):
+            self.field()
+            if number == _INPUT_SHAPE and wire == 0:
+                rank += 1
+            elif number == _INPUT_SHAPE and wire == 2:
+                rank += _packed_count(tensor[body:end])
+            elif number == _PARAMETERS and wire == 2:
+                parameters += 1
+            elif number == 1 and wire == 2:
+                name = tensor[body:end]
+            if rank > MAX_RANK:
+                raise rank_error(_name(name))
+            if parameters > MAX_PARAMETERS:
+                raise too_many(f"parameters for input '{_name(name)}'", MAX_PARAMETERS)
+
+    def _output(self, tensor: memoryview) -> None:
+        parameters = 0
+        name = tensor[0:0]
+        for number, wire, _start, body, end in _fields(tensor):
+            self.field()
+            if number == _OUTPUT_PARAMETERS and wire == 2:
+                parameters += 1
+            elif number == 1 and wire == 2:
+                name = tensor[body:end]
+            if parameters > MAX_PARAMETERS:
+                raise too_many(f"parameters for output '{_name(name)}'", MAX_PARAMETERS)
+
+
+def _packed_count(payload: memoryview) -> int:
+    """How many varints a packed field holds (a lower bound past ``MAX_RANK`` of them)."""
+    if len(payload) > 10 * MAX_RANK:  # a varint is 10 bytes at most
+        return (len(payload) + 9) // 10
+    count = 0
+    for byte in payload:
+        if byte < _MORE:
+            count += 1
+    return count
+
+
+def _name(text: memoryview) -> str:
+    return bytes(text[:256]).decode(errors="replace")
+
+
 def _merge_pieces(
     message: pb.ModelInferRequest, view: memoryview, views: list[memoryview]
 ) -> dict[int, memoryview]:
     contents: dict[int, memoryview] = {}
     piece: list[bytes | memoryview] = []
     size = index = 0
+    census = _Census()
     for number, wire, start, body, end in _fields(view):
+        census.top(number, wire, view[body:end])
         if number == _RAW_INPUT_CONTENTS and wire == 2:
-            if len(views) == MAX_RAW_VIEWS:
-                raise invalid_arg(f"more than {MAX_RAW_VIEWS} raw_input_contents in one request")
             views.append(view[body:end])
             continue
         field: bytes | memoryview = view[start:end]
@@ -346,6 +450,7 @@ def _flush(pending: list[memoryview], field: str, chunks: list[np.ndarray]) -> i
 
 
 def _convert(piece: bytes, field: str, chunks: list[np.ndarray]) -> int:
+    let_threads_run()  # a piece is a step of a long decode on a worker thread
     try:
         values = getattr(pb.InferTensorContents.FromString(piece), field)
     except DecodeError as exc:

@@ -11,6 +11,7 @@ import orjson
 from ...errors import invalid_arg
 from ...types import BY_WIRE, ClientRequest, DataType, InferenceResponse, RequestedOutput, Tensor
 from ..tensors import (
+    MAX_TENSORS,
     OFFLOAD_BYTES,
     element_count,
     numeric_array,
@@ -18,6 +19,7 @@ from ..tensors import (
     shm_tensor,
     tensor_bytes,
     tensor_from_buffer,
+    too_many,
 )
 from .json_data import (
     SKELETON_MAX,
@@ -72,6 +74,8 @@ def decode_request(
     items = doc.get("inputs")
     if not isinstance(items, list):
         raise invalid_arg("failed to parse the request JSON buffer: 'inputs' must be an array")
+    if len(items) > MAX_TENSORS:
+        raise too_many("inputs", MAX_TENSORS)
     offset = 0
     inputs = []
     uses_shm = False
@@ -222,6 +226,8 @@ def _not_string(name: str, value: Any) -> bytes:
 def _requested_outputs(outputs: Any, plan: OutputPlan) -> tuple[RequestedOutput, ...]:
     if not isinstance(outputs, list):
         raise invalid_arg("failed to parse the request JSON buffer: 'outputs' must be an array")
+    if len(outputs) > MAX_TENSORS:
+        raise too_many("outputs", MAX_TENSORS)
     requested = []
     for item in outputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
