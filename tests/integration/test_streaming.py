@@ -917,6 +917,35 @@ def test_generate_missing_input_is_a_json_400(srv: ServerProcess) -> None:
         assert "expected 1 inputs but got 0" in json.loads(body)["error"]
 
 
+# (body, the text Triton's generate endpoint answers; L0_http generate_endpoint_test.py)
+_GENERATE_REFUSED = [
+    (b'{"text_input": "a", "stream": false, "text_input": "b"}',
+     "input 'text_input' already exists in request"),
+    (b'{"text_input": "a", "parameters": {"text_input": "b"}}',
+     "Converting keyword: 'parameters': input 'text_input' already exists in request"),
+    (b'{"text_\\u0069nput": "a", "text_input": "b"}',  # the same key, escaped
+     "input 'text_input' already exists in request"),
+    (b'{"text_input": 123}', "attempt to access JSON non-string as string"),
+    (b'{"text_input": {"USER": "hi"}}', "attempt to access JSON non-string as string"),
+    (b'{"text_input": "a", "parameters": 1}', "Expected JSON object for keyword: 'parameters'"),
+    (b'{"text_input": "a", "PARAMS": {"P": 0}}',
+     "parameter 'PARAMS' has invalid type. It should be either 'int', 'bool', or 'string'."),
+    (b'{"text_input": "a", "parameters": {"nested": {"twice": 1}}}',
+     "Converting keyword: 'parameters': parameter 'nested' has invalid type."),
+]
+
+
+@pytest.mark.parametrize(("body", "text"), _GENERATE_REFUSED)
+@pytest.mark.parametrize("route", ["generate", "generate_stream"])
+def test_generate_refuses_as_triton_does(
+    srv: ServerProcess, route: str, body: bytes, text: str
+) -> None:
+    status, ctype, payload = _post(srv, f"/v2/models/text_echo/{route}", body)
+    assert status == 400, payload
+    assert ctype.startswith("application/json")
+    assert text in json.loads(payload)["error"], payload
+
+
 def test_generate_stream_error_response_is_an_event(srv: ServerProcess) -> None:
     status, ctype, body = _post(
         srv, "/v2/models/decoupled_error_response/generate_stream", {"INPUT0": [1]}

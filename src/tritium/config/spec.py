@@ -115,7 +115,7 @@ def normalize(config: ModelConfig, model_name: str, problem: ConfigProblem) -> N
         raise problem.error(
             "backend", "unable to determine the backend: set 'backend' or 'platform'"
         )
-    if not config.backend:  # Triton's ValidateModelConfig
+    if not config.backend and config.platform != "ensemble":  # Triton's ValidateModelConfig
         raise problem.error(
             "platform", f"unexpected platform type '{config.platform}' for {model_name}"
         )

@@ -11,6 +11,7 @@ one-element outputs unwrapped.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from math import prod
 from typing import Any
@@ -28,6 +29,9 @@ from .errors import triton_status
 def build_request(
     server: InferenceServer, name: str, version: str, body: bytes | bytearray
 ) -> ClientRequest:
+    """Triton's ConvertGenerateRequest: each key, in order (``parameters`` opened in place),
+    is a model input or a request parameter; a key given twice is refused as Triton refuses
+    it (orjson keeps the last of duplicate keys, so they are looked for apart)."""
     try:
         doc = orjson.loads(body or b"{}")
     except orjson.JSONDecodeError as exc:
@@ -35,19 +39,72 @@ def build_request(
     if not isinstance(doc, dict):
         raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
     meta = server.model_metadata(name, version)
-    inputs = {t["name"]: t for t in meta["inputs"]}
-    params = doc.pop("parameters", None) or {}
-    if not isinstance(params, dict):
-        raise invalid_arg("'parameters' must be a JSON object")
-    rid = str(doc.pop("id")) if "id" in doc else ""
-    tensors = []
-    parameters: dict[str, Any] = {}  # parsed by the core, as every protocol's
-    for key, value in (*doc.items(), *params.items()):
-        if key in inputs:
-            tensors.append(_tensor(inputs[key], value))
+    request = _Converted({t["name"]: t for t in meta["inputs"]})
+    for key, value in _members(doc, body):
+        if key == "parameters" and key not in request.inputs:
+            if not isinstance(value, dict):
+                raise invalid_arg("Expected JSON object for keyword: 'parameters'")
+            try:
+                for inner, inner_value in _members(value, body, nested=True):
+                    request.add(inner, inner_value)
+            except ServerError as exc:
+                raise invalid_arg(f"Converting keyword: 'parameters': {exc.message}") from None
+        elif key == "id" and key not in request.inputs:
+            request.rid = str(value)
         else:
-            parameters[key] = value
-    return ClientRequest(name, parse_version(version), rid, tuple(tensors), (), parameters)
+            request.add(key, value)
+    tensors, parameters = tuple(request.tensors), request.parameters  # parameters: the core's
+    return ClientRequest(name, parse_version(version), request.rid, tensors, (), parameters)
+
+
+class _Converted:
+    """What a generate request's keys made so far."""
+
+    def __init__(self, inputs: dict[str, dict[str, Any]]) -> None:
+        self.inputs = inputs
+        self.tensors: list[Tensor] = []
+        self.parameters: dict[str, Any] = {}
+        self.rid = ""
+
+    def add(self, key: str, value: Any) -> None:
+        meta = self.inputs.get(key)
+        if meta is None:
+            if not isinstance(value, str | int | float):  # bool is an int
+                raise invalid_arg(
+                    f"parameter '{key}' has invalid type. It should be either 'int', 'bool', "
+                    "or 'string'."
+                )
+            self.parameters[key] = value
+            return
+        if any(t.name == key for t in self.tensors):
+            raise invalid_arg(f"input '{key}' already exists in request")
+        self.tensors.append(_tensor(meta, value))
+
+
+def _members(
+    doc: dict[str, Any], body: bytes | bytearray, nested: bool = False
+) -> list[tuple[str, Any]]:
+    """An object's (key, value) pairs in order, a duplicated key as often as it was given
+    (``nested``: the top-level object's 'parameters'). orjson's dict keeps one value per key:
+    when the body has no escape and each key's quoted form appears once in it, no key was
+    given twice; otherwise (a key repeated, or maybe written with escapes) the body is read
+    again with the standard library, which sees every pair."""
+    if b"\\" not in body and all(body.count(orjson.dumps(key)) == 1 for key in doc):
+        return list(doc.items())
+    top: _Pairs = json.loads(bytes(body), object_pairs_hook=_Pairs)  # an object (orjson's was)
+    if not nested:
+        return top.pairs
+    inner = top.get("parameters")  # the last one given, as orjson's
+    return inner.pairs if isinstance(inner, _Pairs) else list(doc.items())
+
+
+class _Pairs(dict[str, Any]):
+    """A JSON object read by ``json.loads``: a dict (the last value of a key wins, as
+    orjson's) that also keeps every (key, value) pair in order."""
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        super().__init__(pairs)
+        self.pairs = pairs
 
 
 def _tensor(meta: dict[str, Any], value: Any) -> Tensor:
@@ -67,7 +124,9 @@ def _tensor(meta: dict[str, Any], value: Any) -> Tensor:
         )
     if datatype is DataType.BYTES:
         array = np.empty(len(flat), dtype=object)
-        array[:] = [_bytes(name, v) for v in flat]
+        array[:] = [_bytes(v) for v in flat]
+    elif datatype is DataType.BOOL and not all(isinstance(v, bool) for v in flat):
+        raise invalid_arg("attempt to access JSON non-boolean as boolean")  # TritonJson's
     elif datatype is not DataType.BOOL and any(isinstance(v, bool) for v in flat):
         raise invalid_arg(f"unable to convert '{name}' to {datatype.wire}: expected numbers")
     else:
@@ -76,13 +135,10 @@ def _tensor(meta: dict[str, Any], value: Any) -> Tensor:
     return Tensor(name, datatype, shape, array.reshape(shape))
 
 
-def _bytes(name: str, value: Any) -> bytes:
+def _bytes(value: Any) -> bytes:
     if isinstance(value, str):
         return value.encode("utf-8")
-    raise invalid_arg(
-        f"unable to parse 'data' for input '{name}' as BYTES: expected strings, "
-        f"got {type(value).__name__}"
-    )
+    raise invalid_arg("attempt to access JSON non-string as string")  # TritonJson's text
 
 
 def response_json(response: InferenceResponse) -> dict[str, Any]:
