@@ -55,7 +55,8 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     "name": (_I, "must match the model's directory name"),
     "platform": (
         _I,
-        "selects the backend (onnxruntime_onnx, pytorch_libtorch, ensemble) and is reported",
+        "selects the backend (onnxruntime_onnx, pytorch_libtorch, ensemble) and is reported; an "
+        "unknown one without a backend is refused (Triton's 'unexpected platform type')",
     ),
     "backend": (
         _I,
