@@ -17,6 +17,8 @@ from tritium.backends.inline_policy import (
     ENV,
     LEGACY_ENV,
     PARAMETER,
+    SHARE_EVERY,
+    SUSPECT_RUNS,
     SWITCH_ENV,
     SWITCH_INTERVAL_US,
     InlinePolicy,
@@ -291,15 +293,25 @@ def test_a_run_past_the_bound_pins_the_model_and_is_logged_once(
 ) -> None:
     execution = ModelExecution("m", "auto")
     execution.bounded(wall=0.030, cpu=0.0001)  # preempted, not computing: no pin
-    assert not execution.threads_only
+    assert not execution.threads_only and not execution.suspect
+    execution.bounded(wall=0.004, cpu=None)  # slow, CPU not timed: the next runs are
+    assert not execution.threads_only and execution.suspect == SUSPECT_RUNS
     with caplog.at_level(logging.WARNING, logger="tritium"):
         execution.bounded(wall=0.004, cpu=0.003)
         execution.bounded(wall=9.0, cpu=9.0)
     assert execution.threads_only and "3.0 ms of CPU" in execution.reason
     assert [r.getMessage().count("threads only") for r in caplog.records] == [1]
     other = ModelExecution("m2", "auto")
-    other.bounded(wall=0.5, cpu=0.0)  # a framework computing on threads of its own
+    other.bounded(wall=0.5, cpu=None)  # past the wall bound: CPU or not
     assert other.threads_only
+
+
+def test_suspicion_wears_off_after_runs_under_the_bound() -> None:
+    execution = ModelExecution("m", "auto")
+    execution.bounded(wall=0.004, cpu=None)
+    for _ in range(SUSPECT_RUNS):
+        execution.bounded(wall=0.0001, cpu=0.0001)
+    assert execution.suspect == 0 and not execution.threads_only
 
 
 class _Computes(ThreadedInstance):
@@ -322,17 +334,20 @@ def switch() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("switch")
-def test_one_dear_run_on_the_loop_sends_every_instance_of_the_model_to_its_thread() -> None:
+def test_a_dear_run_on_the_loop_sends_every_instance_of_the_model_to_its_thread() -> None:
     execution = ModelExecution("m", "inline")
     first, second = (_Computes(f"m_{i}", 1, "test", execution) for i in range(2))
     try:
-        assert first.cheap([]) and second.cheap([])
         first.seconds = BOUND_CPU / 20
-        first._run_inline([])
-        assert first.cheap([])  # well under the bound
+        for _ in range(SHARE_EVERY + 2):  # timed in CPU once among them: well under the bound
+            first._run_inline([])
+        assert first.cheap([]) and second.cheap([])
         first.seconds = BOUND_CPU * 1.5
+        first._run_inline([])  # not timed in CPU: slow, maybe preempted; the next are timed
+        assert first.cheap([]) and execution.suspect
         first._run_inline([])
         assert not first.cheap([]) and not second.cheap([])
+        assert "of CPU" in execution.reason
     finally:
         for instance in (first, second):
             asyncio.run(instance.close())

@@ -41,10 +41,11 @@ instances (ONNX Runtime, PyTorch, OpenVINO alike):
   default; any other value fails the load;
 - a model whose cost can depend on input values (backends/data_dependence.py, decided at
   load) never runs on the loop, whatever the setting;
-- and any run on the loop that takes more than ``BOUND_CPU`` of the loop thread's CPU (the
-  model computed that long on the loop: a preemption does not count), or ``BOUND_WALL`` of
-  wall time (a framework that computes on threads of its own while the loop waits), pins the
-  model to its instance threads for good, logged once.
+- and any run on the loop that takes more than ``BOUND_WALL`` of wall time, or more than
+  ``BOUND_CPU`` of the loop thread's CPU (the model computed that long on the loop: a
+  preemption does not count), pins the model to its instance threads for good, logged once.
+  The CPU is timed on one run in ``SHARE_EVERY`` (it costs two system calls), and on every
+  run for a while after a run that took more than ``BOUND_CPU`` of wall time untimed.
 
 Both paths pay for the GIL: the runtime releases it while it computes, and a thread that wants
 it back waits for whichever Python thread took it to let go, up to ``sys.getswitchinterval()``
@@ -78,6 +79,11 @@ LEGACY_ENV: Final = "TRITIUM_ONNX_EXECUTION"  # its older name (ONNX only then)
 # streams) while the loop waits; it is far above a preemption of a loaded machine.
 BOUND_CPU: Final = 0.002
 BOUND_WALL: Final = 0.05
+# The loop thread's CPU is read (a system call each side, 1-2 µs on a loaded VM) on one run
+# in SHARE_EVERY, and on every run for SUSPECT_RUNS runs after a run past BOUND_CPU in wall
+# time that was not timed (threaded.py).
+SHARE_EVERY: Final = 8
+SUSPECT_RUNS: Final = 64
 SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
 # The GIL switch interval once an instance thread exists: a thread waiting for the GIL behind a
 # busy one gets it within this (bench/results/onnx_inline.md: 5 ms made every run wait).
@@ -127,6 +133,7 @@ class ModelExecution:
         self.mode = mode
         self.reason = reason or ("its setting is 'thread'" if mode == "thread" else "")
         self.threads_only = bool(self.reason)
+        self.suspect = 0  # runs left to time in CPU after a slow one that was not
         if reason:
             log.info(
                 "model '%s' runs on its instance threads only: %s",
@@ -135,15 +142,27 @@ class ModelExecution:
                 extra=about_model(model),
             )
 
-    def bounded(self, wall: float, cpu: float) -> None:
-        """One run on the loop took ``wall`` seconds, ``cpu`` of them the loop thread's CPU:
-        past the hard bound, the model stays on its threads from now on (logged once)."""
-        if (cpu <= BOUND_CPU and wall <= BOUND_WALL) or self.threads_only:
+    def bounded(self, wall: float, cpu: float | None) -> None:
+        """One run on the loop took ``wall`` seconds, ``cpu`` of them the loop thread's CPU
+        (None: not timed in CPU). Past the hard bound the model stays on its threads from now
+        on (logged once); a run past ``BOUND_CPU`` in wall time that was not timed in CPU
+        has the next ``SUSPECT_RUNS`` runs timed (``suspect``): a run past the bound in CPU
+        among them pins the model, a preempted one (wall time without CPU) does not."""
+        if self.threads_only:
             return
+        if wall > BOUND_WALL or (cpu is not None and cpu > BOUND_CPU):
+            self._pin(wall, cpu)
+        elif cpu is None and wall > BOUND_CPU:
+            self.suspect = SUSPECT_RUNS
+        elif cpu is not None and self.suspect:
+            self.suspect -= 1
+
+    def _pin(self, wall: float, cpu: float | None) -> None:
         self.threads_only = True
+        spent = f"{cpu * 1e3:.1f} ms of CPU" if cpu is not None else "CPU not timed"
         self.reason = (
-            f"a run on the event loop took {wall * 1e3:.1f} ms ({cpu * 1e3:.1f} ms of CPU), "
-            f"past the bound of {BOUND_CPU * 1e3:g} ms of CPU or {BOUND_WALL * 1e3:g} ms"
+            f"a run on the event loop took {wall * 1e3:.1f} ms ({spent}), past the bound of "
+            f"{BOUND_CPU * 1e3:g} ms of CPU or {BOUND_WALL * 1e3:g} ms"
         )
         log.warning(
             "model '%s' runs on its instance threads only from now on: %s",

@@ -26,7 +26,7 @@ from ..errors import ServerError, internal
 from ..request import InferenceRequest
 from ..types import InferenceResponse
 from .base import send_error
-from .inline_policy import InlinePolicy, ModelExecution, switch_interval
+from .inline_policy import SHARE_EVERY, InlinePolicy, ModelExecution, switch_interval
 
 log = logging.getLogger("tritium")
 
@@ -66,6 +66,7 @@ class ThreadedInstance:
         self._execution = execution  # the model's: whether it may run on the loop at all
         self._policy = InlinePolicy(execution.mode)  # inline or thread, from costs measured here
         self._settled = self._policy.settled()
+        self._inline_runs = 0
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
         # (Not ``_thread``: compiled, the field would be C's ``__thread``, a GCC keyword.)
         self._runner = threading.Thread(
@@ -110,16 +111,19 @@ class ThreadedInstance:
         self._answer([request], self._run_inline([request]))
 
     def _run_inline(self, requests: list[InferenceRequest]) -> Outcome:
-        """One execution on the loop, timed in wall time and in the loop thread's CPU (the
-        share of a core it gets, and the hard bound: inline_policy.py)."""
-        cpu = time.thread_time()
+        """One execution on the loop, timed; every ``SHARE_EVERY``-th (and each while the
+        model is suspect of a dear run) also in the loop thread's CPU time (the share of a
+        core it gets, and the hard bound: inline_policy.py)."""
+        self._inline_runs += 1
+        timed_cpu = self._inline_runs % SHARE_EVERY == 0 or self._execution.suspect > 0
+        cpu = time.thread_time() if timed_cpu else 0.0
         started = time.perf_counter()
         outcome = self._run_or_error(requests)
         wall = time.perf_counter() - started
-        cpu = time.thread_time() - cpu
-        self._execution.bounded(wall, cpu)
+        spent = time.thread_time() - cpu if timed_cpu else None
+        self._execution.bounded(wall, spent)
         if not isinstance(outcome, ServerError):
-            self._policy.record_inline(wall, cpu)
+            self._policy.record_inline(wall, spent)
             self._note_change()
         return outcome
 
