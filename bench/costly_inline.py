@@ -4,6 +4,7 @@ clients.
 
     .venv/bin/python bench/costly_inline.py [--steps 3000000] [--side 1500] [--cheap 200]
                                             [--simple 2000] [--execution auto,thread]
+                                            [--log DIR] [--workers N]
 
 For each execution setting (``TRITIUM_EXECUTION``, the server-wide default) one server over
 three models: ``pt_spin`` (a TorchScript loop of INPUT__0 steps, 8 input bytes), and
@@ -137,6 +138,7 @@ def main() -> None:
     parser.add_argument("--simple", type=int, default=2000)
     parser.add_argument("--execution", default="auto,thread")
     parser.add_argument("--log", help="keep the servers' logs here (with --log-verbose 1)")
+    parser.add_argument("--workers", type=int, default=0, help="serve with --workers N")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         repo = build(Path(tmp) / "repo")
