@@ -1,18 +1,36 @@
-"""The ONNX inline-or-thread decision (backends/inline_policy.py): pure logic, costs injected."""
+"""The inline-or-thread decision of the threaded backends (backends/inline_policy.py): pure
+logic, costs injected; the model-wide setting and the hard bound (``ModelExecution``), the
+bound on a real ThreadedInstance whose run computes on the calling thread."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Iterator
 
 import pytest
 
 from tritium.backends.inline_policy import (
+    BOUND_CPU,
     ENV,
+    LEGACY_ENV,
+    PARAMETER,
+    SHARE_EVERY,
+    SUSPECT_RUNS,
     SWITCH_ENV,
     SWITCH_INTERVAL_US,
     InlinePolicy,
+    ModelExecution,
+    execution_mode,
     mode_from_env,
     switch_interval,
 )
+from tritium.backends.threaded import ThreadedInstance
 from tritium.errors import ServerError
+from tritium.request import InferenceRequest
+from tritium.types import InferenceResponse
 
 US = 1e-6
 
@@ -105,18 +123,47 @@ def test_a_forced_mode_ignores_the_costs(mode: str, inline: bool) -> None:
 
 @pytest.mark.parametrize(
     ("environ", "mode"),
-    [({}, "auto"), ({ENV: ""}, "auto"), ({ENV: "Thread"}, "thread"), ({ENV: " inline "}, "inline")],
+    [
+        ({}, "auto"),
+        ({ENV: ""}, "auto"),
+        ({ENV: "Thread"}, "thread"),
+        ({ENV: " inline "}, "inline"),
+        ({LEGACY_ENV: "thread"}, "thread"),  # the older name still works
+        ({ENV: "auto", LEGACY_ENV: "thread"}, "auto"),  # the new name first
+    ],
 )
 def test_mode_from_env(environ: dict[str, str], mode: str) -> None:
     assert mode_from_env(environ) == mode
 
 
+@pytest.mark.parametrize(
+    ("parameters", "environ", "mode"),
+    [
+        ({}, {}, "auto"),
+        ({}, {ENV: "thread"}, "thread"),  # the server-wide default
+        ({PARAMETER: "thread"}, {}, "thread"),
+        ({PARAMETER: " Auto "}, {ENV: "thread"}, "auto"),  # the model's own setting wins
+        ({PARAMETER: "inline"}, {}, "inline"),
+    ],
+)
+def test_a_models_setting_over_the_server_default(
+    parameters: dict[str, str], environ: dict[str, str], mode: str
+) -> None:
+    assert execution_mode(parameters, environ) == mode
+
+
+def test_an_unknown_setting_of_a_model_is_refused_with_the_choices() -> None:
+    with pytest.raises(ServerError) as caught:
+        execution_mode({PARAMETER: "fast"}, {})
+    message = str(caught.value.message)
+    assert PARAMETER in message and "auto, inline, thread" in message and "'fast'" in message
+
+
 def test_an_unknown_mode_is_refused_with_the_choices() -> None:
     with pytest.raises(ServerError) as caught:
-        mode_from_env({ENV: "fast"})
-    assert "auto, inline, thread" in str(caught.value.message) and "'fast'" in str(
-        caught.value.message
-    )
+        mode_from_env({LEGACY_ENV: "fast"})
+    message = str(caught.value.message)
+    assert LEGACY_ENV in message and "auto, inline, thread" in message and "'fast'" in message
 
 
 def test_settled_names_the_preferred_path_probes_aside() -> None:
@@ -230,3 +277,77 @@ def test_one_preempted_run_does_not_flip_the_choice_but_a_lasting_change_does() 
     for _ in range(5):
         policy.record_inline(1000 * US)
     assert policy.settled() == "thread"
+
+
+# -- ModelExecution: where a model may run at all ---------------------------------------------
+
+
+def test_a_value_dependent_model_stays_on_its_threads_whatever_the_setting() -> None:
+    assert ModelExecution("m", "inline", "a Loop node").threads_only
+    assert ModelExecution("m", "thread").threads_only
+    assert not ModelExecution("m", "auto").threads_only
+
+
+def test_a_run_past_the_bound_pins_the_model_and_is_logged_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    execution = ModelExecution("m", "auto")
+    execution.bounded(wall=0.030, cpu=0.0001)  # preempted, not computing: no pin
+    assert not execution.threads_only and not execution.suspect
+    execution.bounded(wall=0.004, cpu=None)  # slow, CPU not timed: the next runs are
+    assert not execution.threads_only and execution.suspect == SUSPECT_RUNS
+    with caplog.at_level(logging.WARNING, logger="tritium"):
+        execution.bounded(wall=0.004, cpu=0.003)
+        execution.bounded(wall=9.0, cpu=9.0)
+    assert execution.threads_only and "3.0 ms of CPU" in execution.reason
+    assert [r.getMessage().count("threads only") for r in caplog.records] == [1]
+    other = ModelExecution("m2", "auto")
+    other.bounded(wall=0.5, cpu=None)  # past the wall bound: CPU or not
+    assert other.threads_only
+
+
+def test_suspicion_wears_off_after_runs_under_the_bound() -> None:
+    execution = ModelExecution("m", "auto")
+    execution.bounded(wall=0.004, cpu=None)
+    for _ in range(SUSPECT_RUNS):
+        execution.bounded(wall=0.0001, cpu=0.0001)
+    assert execution.suspect == 0 and not execution.threads_only
+
+
+class _Computes(ThreadedInstance):
+    """Computes on the calling thread for ``seconds`` of its CPU per run."""
+
+    seconds = 0.0
+
+    def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        end = time.thread_time() + self.seconds
+        while time.thread_time() < end:
+            pass
+        return []
+
+
+@pytest.fixture
+def switch() -> Iterator[None]:
+    saved = sys.getswitchinterval()  # a ThreadedInstance sets the process's
+    yield
+    sys.setswitchinterval(saved)
+
+
+@pytest.mark.usefixtures("switch")
+def test_a_dear_run_on_the_loop_sends_every_instance_of_the_model_to_its_thread() -> None:
+    execution = ModelExecution("m", "inline")
+    first, second = (_Computes(f"m_{i}", 1, "test", execution) for i in range(2))
+    try:
+        first.seconds = BOUND_CPU / 20
+        for _ in range(SHARE_EVERY + 2):  # timed in CPU once among them: well under the bound
+            first._run_inline([])
+        assert first.cheap([]) and second.cheap([])
+        first.seconds = BOUND_CPU * 1.5
+        first._run_inline([])  # not timed in CPU: slow, maybe preempted; the next are timed
+        assert first.cheap([]) and execution.suspect
+        first._run_inline([])
+        assert not first.cheap([]) and not second.cheap([])
+        assert "of CPU" in execution.reason
+    finally:
+        for instance in (first, second):
+            asyncio.run(instance.close())

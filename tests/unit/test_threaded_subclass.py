@@ -6,6 +6,7 @@ whose default the interpreted subclass could not change.)"""
 
 from __future__ import annotations
 
+from tritium.backends.inline_policy import ModelExecution
 from tritium.backends.threaded import ThreadedInstance
 from tritium.errors import ErrorKind, ServerError, invalid_arg
 from tritium.request import InferenceRequest
@@ -16,7 +17,7 @@ class _Raising(ThreadedInstance):
     failure = "framework execute failure"
 
     def __init__(self, error: Exception) -> None:
-        super().__init__("raising", 1, "test")
+        super().__init__("raising", 1, "test", ModelExecution("raising"))
         self.error = error
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:

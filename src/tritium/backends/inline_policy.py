@@ -30,8 +30,22 @@ the thread stalls the requests queued behind it for a whole round trip, which on
 (the thread waits for a core, then for the GIL) is milliseconds, and a fast model gives 64
 samples in a few of those (bench/results/onnx_inline.md).
 
-``TRITIUM_ONNX_EXECUTION`` (``auto``, the default; ``inline``; ``thread``) forces one path for
-benchmarks that compare them (bench/onnx_inline.py); any other value is refused at load.
+Where a model may run at all is ``ModelExecution``'s, one per model version, shared by its
+instances (ONNX Runtime, PyTorch, OpenVINO alike):
+
+- the model's ``TRITIUM_EXECUTION`` parameter (config.pbtxt ``parameters``, tritium's own
+  key: Triton ignores it, so the same file still loads there): ``auto`` (the default: the
+  measured costs choose), ``thread`` (never on the loop) or ``inline`` (the loop whenever
+  allowed, costs unmeasured: benchmarks, bench/onnx_inline.py); the environment variable
+  ``TRITIUM_EXECUTION`` (or its older name ``TRITIUM_ONNX_EXECUTION``) sets the server-wide
+  default; any other value fails the load;
+- a model whose cost can depend on input values (backends/data_dependence.py, decided at
+  load) never runs on the loop, whatever the setting;
+- and any run on the loop that takes more than ``BOUND_WALL`` of wall time, or more than
+  ``BOUND_CPU`` of the loop thread's CPU (the model computed that long on the loop: a
+  preemption does not count), pins the model to its instance threads for good, logged once.
+  The CPU is timed on one run in ``SHARE_EVERY`` (it costs two system calls), and on every
+  run for a while after a run that took more than ``BOUND_CPU`` of wall time untimed.
 
 Both paths pay for the GIL: the runtime releases it while it computes, and a thread that wants
 it back waits for whichever Python thread took it to let go, up to ``sys.getswitchinterval()``
@@ -42,15 +56,34 @@ with (``SWITCH_INTERVAL_US``; ``TRITIUM_SWITCH_INTERVAL_US`` sets another for be
 
 from __future__ import annotations
 
+import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Final
 
 from ..errors import ServerError, invalid_arg
+from ..logs.settings import about_model
+
+log = logging.getLogger("tritium")
 
 MODES = ("auto", "inline", "thread")
-ENV = "TRITIUM_ONNX_EXECUTION"
+PARAMETER: Final = "TRITIUM_EXECUTION"  # the model's setting (config.pbtxt parameters)
+ENV: Final = "TRITIUM_EXECUTION"  # the server-wide default
+LEGACY_ENV: Final = "TRITIUM_ONNX_EXECUTION"  # its older name (ONNX only then)
+# The hard bound of one run on the loop: more of the loop thread's CPU than this, or more
+# wall time than BOUND_WALL, pins the model to its threads. A cheap model runs in tens of
+# microseconds; a hand-off costs about a hundred, so a model this dear never gains by the
+# loop. BOUND_WALL is for frameworks that compute on threads of their own (OpenVINO's
+# streams) while the loop waits; it is far above a preemption of a loaded machine.
+BOUND_CPU: Final = 0.002
+BOUND_WALL: Final = 0.05
+# The loop thread's CPU is read (a system call each side, 1-2 µs on a loaded VM) on one run
+# in SHARE_EVERY, and on every run for SUSPECT_RUNS runs after a run past BOUND_CPU in wall
+# time that was not timed (threaded.py).
+SHARE_EVERY: Final = 8
+SUSPECT_RUNS: Final = 64
 SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
 # The GIL switch interval once an instance thread exists: a thread waiting for the GIL behind a
 # busy one gets it within this (bench/results/onnx_inline.md: 5 ms made every run wait).
@@ -63,18 +96,80 @@ PROBE_GAP = 0.5  # and seconds, at least, between two probes
 MIN_SHARE = 0.05  # the least share of a core the loop is taken to get (a bound, not a tuning)
 
 
-def mode_from_env(environ: dict[str, str] | None = None) -> str:
-    """The forced path from ``TRITIUM_ONNX_EXECUTION``, or ``auto``."""
-    value = (os.environ if environ is None else environ).get(ENV, "").strip().lower()
-    if not value:
-        return "auto"
+def mode_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """The server-wide default: ``TRITIUM_EXECUTION`` (or ``TRITIUM_ONNX_EXECUTION``), or
+    ``auto``."""
+    env = os.environ if environ is None else environ
+    for name in (ENV, LEGACY_ENV):
+        value = env.get(name, "").strip().lower()
+        if value:
+            if value not in MODES:
+                raise mode_error(name, value)
+            return value
+    return "auto"
+
+
+def mode_error(name: str, value: str) -> ServerError:
+    return invalid_arg(f"{name} must be one of {', '.join(MODES)}, got '{value}'")
+
+
+def execution_mode(parameters: Mapping[str, str], environ: Mapping[str, str] | None = None) -> str:
+    """A model's setting: its ``TRITIUM_EXECUTION`` parameter, else the server-wide default."""
+    if PARAMETER not in parameters:
+        return mode_from_env(environ)
+    value = parameters[PARAMETER].strip().lower()
     if value not in MODES:
-        raise mode_error(value)
+        raise mode_error(f"parameter '{PARAMETER}'", parameters[PARAMETER])
     return value
 
 
-def mode_error(value: str) -> ServerError:
-    return invalid_arg(f"{ENV} must be one of {', '.join(MODES)}, got '{value}'")
+class ModelExecution:
+    """Whether one model's executions may run on the event loop, shared by its instances:
+    ``threads_only`` once its setting says ``thread``, its cost depends on input values
+    (``reason``, decided at load), or a run on the loop passed the hard bound (``bounded``)."""
+
+    def __init__(self, model: str, mode: str = "auto", reason: str = "") -> None:
+        self.model = model
+        self.mode = mode
+        self.reason = reason or ("its setting is 'thread'" if mode == "thread" else "")
+        self.threads_only = bool(self.reason)
+        self.suspect = 0  # runs left to time in CPU after a slow one that was not
+        if reason:
+            log.info(
+                "model '%s' runs on its instance threads only: %s",
+                model,
+                reason,
+                extra=about_model(model),
+            )
+
+    def bounded(self, wall: float, cpu: float | None) -> None:
+        """One run on the loop took ``wall`` seconds, ``cpu`` of them the loop thread's CPU
+        (None: not timed in CPU). Past the hard bound the model stays on its threads from now
+        on (logged once); a run past ``BOUND_CPU`` in wall time that was not timed in CPU
+        has the next ``SUSPECT_RUNS`` runs timed (``suspect``): a run past the bound in CPU
+        among them pins the model, a preempted one (wall time without CPU) does not."""
+        if self.threads_only:
+            return
+        if wall > BOUND_WALL or (cpu is not None and cpu > BOUND_CPU):
+            self._pin(wall, cpu)
+        elif cpu is None and wall > BOUND_CPU:
+            self.suspect = SUSPECT_RUNS
+        elif cpu is not None and self.suspect:
+            self.suspect -= 1
+
+    def _pin(self, wall: float, cpu: float | None) -> None:
+        self.threads_only = True
+        spent = f"{cpu * 1e3:.1f} ms of CPU" if cpu is not None else "CPU not timed"
+        self.reason = (
+            f"a run on the event loop took {wall * 1e3:.1f} ms ({spent}), past the bound of "
+            f"{BOUND_CPU * 1e3:g} ms of CPU or {BOUND_WALL * 1e3:g} ms"
+        )
+        log.warning(
+            "model '%s' runs on its instance threads only from now on: %s",
+            self.model,
+            self.reason,
+            extra=about_model(self.model),
+        )
 
 
 def switch_interval(environ: dict[str, str] | None = None) -> float:

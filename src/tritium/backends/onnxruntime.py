@@ -1,5 +1,7 @@
 """ONNX Runtime backend (CPU execution provider): one session per instance, each run on the
-instance's own thread so the event loop never blocks."""
+instance's own thread so the event loop never blocks (a small, static model may run on the
+loop: backends/inline_policy.py; one whose cost depends on input values never does:
+backends/data_dependence.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from ..types import DataType, InferenceResponse, Tensor
 from .model_io_check import ModelTensor, check_model_io
 from .base import LoadContext, ModelInstance, output_tensor, requested_names
 from .ragged import batch_input_array, merge_ragged, scatter_output
-from .inline_policy import mode_from_env
+from .data_dependence import onnx_reason, variable_inputs
+from .inline_policy import ModelExecution, execution_mode
 from .threaded import ThreadedInstance, union
 
 log = logging.getLogger("tritium")
@@ -193,14 +196,14 @@ class OnnxInstance(ThreadedInstance):
     failure = "onnxruntime execute failure"
 
     def __init__(
-        self, name: str, spec: ModelSpec, version: int, session: Any, mode: str = "auto"
+        self, name: str, spec: ModelSpec, version: int, session: Any, execution: ModelExecution
     ) -> None:
         self._spec = spec
         self._session = session
         # Ragged batching: inputs fed as 1-D concatenations, batch inputs, batch outputs.
         self._ragged = frozenset(n for n, io in spec.inputs.items() if io.allow_ragged)
         self._plain = not (self._ragged or spec.batch_inputs or spec.batch_outputs)
-        super().__init__(name, version, "ort", mode)
+        super().__init__(name, version, "ort", execution)
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """One session run for a batch: inputs concatenated along the batch dimension,
@@ -356,7 +359,6 @@ class OnnxRuntimeBackend:
 
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.onnx")
-        mode = mode_from_env()  # where small executions run: measured (auto), or forced
         first = await asyncio.to_thread(_create_session, path, ctx.config)
         config = ctx.config
         if ctx.auto_complete:
@@ -369,7 +371,20 @@ class OnnxRuntimeBackend:
             *(asyncio.to_thread(_create_session, path, spec.config) for _ in names[1:])
         )
         sessions = [first, *rest]
+        execution = await _execution(spec, path)
         return spec, [
-            OnnxInstance(n, spec, ctx.version, s, mode)
+            OnnxInstance(n, spec, ctx.version, s, execution)
             for n, s in zip(names, sessions, strict=True)
         ]
+
+
+async def _execution(spec: ModelSpec, path: Path) -> ModelExecution:
+    """Where the model's executions may run: its setting, and whether its cost depends on
+    input values (its configured shapes, then its graph, read on a worker thread)."""
+    params = {k: v.string_value for k, v in spec.config.parameters.items()}
+    mode = execution_mode(params)
+    reason = variable_inputs(spec)
+    if not reason and mode != "thread":
+        graph = path / "model.onnx" if path.is_dir() else path
+        reason = await asyncio.to_thread(onnx_reason, graph)
+    return ModelExecution(spec.name, mode, reason)

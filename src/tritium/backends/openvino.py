@@ -29,6 +29,8 @@ from ..logs.settings import about_model
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse
 from .base import LoadContext, ModelInstance, output_tensor, requested_names
+from .data_dependence import openvino_reason, variable_inputs
+from .inline_policy import ModelExecution, execution_mode
 from .model_io_check import WILDCARD, ModelTensor, check_model_io
 from .threaded import ThreadedInstance, union
 
@@ -348,14 +350,20 @@ class OpenVinoInstance(ThreadedInstance):
     own_errors = True
 
     def __init__(  # noqa: PLR0913 - what one instance needs, all given by the backend
-        self, name: str, spec: ModelSpec, version: int, compiled: Any, options: OpenVinoOptions
+        self,
+        name: str,
+        spec: ModelSpec,
+        version: int,
+        compiled: Any,
+        options: OpenVinoOptions,
+        execution: ModelExecution,
     ) -> None:
         self._spec = spec
         self._request = compiled.create_infer_request()
         self._options = options
         # Output name -> index of the compiled model's output (each of a port's names).
         self._outputs = {n: i for i, p in enumerate(compiled.outputs) for n in p.get_names()}
-        super().__init__(name, version, "openvino")
+        super().__init__(name, version, "openvino", execution)
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         t0 = time.perf_counter_ns()
@@ -444,9 +452,12 @@ def _check_kinds(spec: ModelSpec) -> None:
             )
 
 
-def _prepare(core: Any, model: Any, spec: ModelSpec, options: OpenVinoOptions) -> Any:
-    """Check and compile (on a worker thread: compiling takes time)."""
-    compiled = _compile(core, _checked_model(spec, model, options), spec, options)
+def _prepare(core: Any, model: Any, spec: ModelSpec, options: OpenVinoOptions) -> tuple[Any, str]:
+    """Check and compile (on a worker thread: compiling takes time); also why the model's
+    cost may depend on input values ('' if not: backends/data_dependence.py)."""
+    checked = _checked_model(spec, model, options)
+    reason = variable_inputs(spec) or openvino_reason(checked, spec, ov.PartialShape)
+    compiled = _compile(core, checked, spec, options)
     log.info(
         "model '%s' compiled for %s: %s",
         spec.name,
@@ -454,7 +465,7 @@ def _prepare(core: Any, model: Any, spec: ModelSpec, options: OpenVinoOptions) -
         ", ".join(f"{k}={_text(compiled.get_property(k))}" for k in _REPORTED),
         extra=about_model(spec.name),
     )
-    return compiled
+    return compiled, reason
 
 
 _REPORTED = ("NUM_STREAMS", "INFERENCE_NUM_THREADS", "PERFORMANCE_HINT", "INFERENCE_PRECISION_HINT")
@@ -483,5 +494,9 @@ class OpenVinoBackend:
         _check_kinds(spec)
         names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
         options = OpenVinoOptions.from_config(spec.config, len(names))
-        compiled = await asyncio.to_thread(_prepare, core, model, spec, options)
-        return spec, [OpenVinoInstance(n, spec, ctx.version, compiled, options) for n in names]
+        mode = execution_mode({k: v.string_value for k, v in spec.config.parameters.items()})
+        compiled, reason = await asyncio.to_thread(_prepare, core, model, spec, options)
+        execution = ModelExecution(spec.name, mode, reason)
+        return spec, [
+            OpenVinoInstance(n, spec, ctx.version, compiled, options, execution) for n in names
+        ]

@@ -29,7 +29,9 @@ from ..logs.settings import about_model
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse, Tensor
 from .base import LoadContext, ModelInstance, output_tensor, requested_names
-from .pytorch_io import Binding, bind
+from .data_dependence import torch_graph_reason, variable_inputs
+from .inline_policy import ModelExecution, execution_mode
+from .pytorch_io import Binding, bind, check_output_shape
 from .ragged import batch_input_array, merge_ragged
 from .threaded import ThreadedInstance, union
 
@@ -224,6 +226,16 @@ def _load_module(path: Any, model: str, options: TorchOptions) -> Any:
         raise internal(f"failed to load model '{model}': {exc}") from None
 
 
+def _graph_reason(module: Any) -> str:
+    """Why the module's cost may depend on input values (backends/data_dependence.py), read
+    from forward()'s graph with the calls inlined; a graph that cannot be read counts."""
+    try:
+        graph = module.inlined_graph
+    except Exception as exc:  # a module without a scripted forward()
+        return f"its graph could not be read ({exc})"
+    return torch_graph_reason(graph)
+
+
 class TorchInstance(ThreadedInstance):
     """One TorchScript module (its own, or shared with ENABLE_WEIGHT_SHARING) on one thread."""
 
@@ -238,13 +250,14 @@ class TorchInstance(ThreadedInstance):
         module: Any,
         binding: Binding,
         options: TorchOptions,
+        execution: ModelExecution,
     ) -> None:
         self._spec = spec
         self._module = module
         self._binding = binding
         self._options = options
         self._ragged = frozenset(n for n, io in spec.inputs.items() if io.allow_ragged)
-        super().__init__(name, version, "torch")
+        super().__init__(name, version, "torch", execution)
 
     def _run(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         t0 = time.perf_counter_ns()
@@ -298,6 +311,9 @@ class TorchInstance(ThreadedInstance):
         names = union(requested_names(self._spec, r) for r in requests)
         arrays = {name: self._output(name, results) for name in names}
         batched = self._spec.max_batch_size > 0
+        rows = sum(request.batch_size for request in requests) if batched else 0
+        for name, array in arrays.items():
+            check_output_shape(self._spec, name, array.shape, rows)
         responses = []
         start = 0
         for request in requests:
@@ -397,6 +413,7 @@ class PyTorchBackend:
                 extra=about_model(ctx.model_name),
             )
         options = TorchOptions.from_config(config)
+        mode = execution_mode({k: v.string_value for k, v in config.parameters.items()})
         spec = ctx.finalize(config)
         _POOLS.configure(spec.name, options)
         path = ctx.model_file("model.pt")
@@ -404,8 +421,12 @@ class PyTorchBackend:
         binding = bind(spec, _arguments(first))
         names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
         modules = await self._modules(first, path, spec.name, options, len(names))
+        reason = variable_inputs(spec)
+        if not reason and mode != "thread":
+            reason = await asyncio.to_thread(_graph_reason, first)
+        execution = ModelExecution(spec.name, mode, reason)
         return spec, [
-            TorchInstance(n, spec, ctx.version, m, binding, options)
+            TorchInstance(n, spec, ctx.version, m, binding, options, execution)
             for n, m in zip(names, modules, strict=True)
         ]
 

@@ -14,6 +14,9 @@ A ``forward()`` with one ``Dict[str, Tensor]`` argument takes every input in tha
 keyed by its configured name. Outputs are bound by index (``OUTPUT__0``) when every name ends
 ``__<index>``, else in configuration order. Sequence controls and implicit states must follow
 ``<name>__<index>``; batch inputs come after the configured inputs.
+
+What forward() returns is checked against the configuration per execution
+(``check_output_shape``): a model is code, and its outputs' shapes are what it decides.
 """
 
 from __future__ import annotations
@@ -238,3 +241,27 @@ def _check_type(spec: ModelSpec, io: IOSpec, kind: str) -> None:
             f"Triton only supports 1 dimensional List of String as {kind} for '{io.name}' "
             f"for model '{spec.name}'"
         )
+
+
+def check_output_shape(spec: ModelSpec, name: str, shape: tuple[int, ...], batch: int) -> None:
+    """Output ``name`` as forward() returned it against its configured dims (its reshape where
+    given), after the batch dimension of ``batch`` rows when max_batch_size > 0; -1 matches
+    any size. A model that returns another shape fails the execution, in Triton's words for a
+    shape that does not fit (an output of 1,000 elements configured [4] is not sent)."""
+    io = spec.outputs.get(name)
+    if io is None:
+        return  # a state output: the sequence batcher checks it
+    dims = io.reshape if io.reshape is not None else io.dims
+    expected = ((batch,) if spec.max_batch_size > 0 else ()) + dims
+    if len(shape) == len(expected) and all(
+        e in (-1, s) for e, s in zip(expected, shape, strict=True)
+    ):
+        return
+    raise internal(
+        f"unexpected shape for output '{name}' for model '{spec.name}'. "
+        f"Expected {_dims(expected)}, got {_dims(shape)}"
+    )
+
+
+def _dims(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"

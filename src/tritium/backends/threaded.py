@@ -1,7 +1,9 @@
 """An instance that runs its framework on a thread of its own (ONNX Runtime, PyTorch): the
 event loop hands it a batch and is called back with the answers, so the loop never blocks on
 a model. A model measured cheap enough runs on the loop instead (``cheap`` / ``run_now``):
-``inline_policy.py`` weighs the costs of both paths measured on the running machine.
+``inline_policy.py`` weighs the costs of both paths measured on the running machine, and its
+``ModelExecution`` (one per model, shared by the instances) keeps a model whose cost depends
+on input values, or one whose run on the loop passed the hard bound, on the threads.
 
 Subclasses implement ``_run`` (one execution: a response per request) and name their
 framework in ``failure`` (the prefix of an execution error, Triton's wording per backend).
@@ -24,7 +26,7 @@ from ..errors import ServerError, internal
 from ..request import InferenceRequest
 from ..types import InferenceResponse
 from .base import send_error
-from .inline_policy import InlinePolicy, switch_interval
+from .inline_policy import SHARE_EVERY, InlinePolicy, ModelExecution, switch_interval
 
 log = logging.getLogger("tritium")
 
@@ -32,8 +34,6 @@ log = logging.getLogger("tritium")
 # on this machine say that is cheaper than a hand-off to the instance thread (inline_policy.py);
 # bigger ones always go to the thread.
 INLINE_MAX_BYTES = 64 * 1024
-# One inline run in this many is also timed in the loop thread's CPU (a system call each side).
-SHARE_EVERY = 8
 
 _NO_TIMING: Final = (0, 0, 0)
 # What one execution gives: a response per request, or the error that fails them all.
@@ -56,12 +56,15 @@ class ThreadedInstance:
     # with its own kind and text; otherwise every exception is INTERNAL with ``failure``.
     own_errors: ClassVar[bool] = False
 
-    def __init__(self, name: str, version: int, thread_prefix: str, mode: str = "auto") -> None:
+    def __init__(
+        self, name: str, version: int, thread_prefix: str, execution: ModelExecution
+    ) -> None:
         self.name = name
         self._version = str(version)
         # Hand-offs wait for the GIL at both ends: keep those waits short (inline_policy.py).
         sys.setswitchinterval(switch_interval())
-        self._policy = InlinePolicy(mode)  # inline or thread, from costs measured here
+        self._execution = execution  # the model's: whether it may run on the loop at all
+        self._policy = InlinePolicy(execution.mode)  # inline or thread, from costs measured here
         self._settled = self._policy.settled()
         self._inline_runs = 0
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
@@ -92,8 +95,9 @@ class ThreadedInstance:
 
     def cheap(self, requests: list[InferenceRequest], runs: int = 1) -> bool:
         """Whether to run on the loop: the inputs are small and the measured cost of ``runs``
-        executions here is below that of a hand-off to the thread (inline_policy.py)."""
-        if not self._policy.prefers_inline(runs):
+        executions here is below that of a hand-off to the thread (inline_policy.py), and
+        the model may run on the loop at all (``ModelExecution``)."""
+        if self._execution.threads_only or not self._policy.prefers_inline(runs):
             return False
         size = 0
         for request in requests:
@@ -107,16 +111,19 @@ class ThreadedInstance:
         self._answer([request], self._run_inline([request]))
 
     def _run_inline(self, requests: list[InferenceRequest]) -> Outcome:
-        """One execution on the loop, timed; every ``SHARE_EVERY``-th also in the loop
-        thread's CPU time (the share of a core it gets: inline_policy.py)."""
+        """One execution on the loop, timed; every ``SHARE_EVERY``-th (and each while the
+        model is suspect of a dear run) also in the loop thread's CPU time (the share of a
+        core it gets, and the hard bound: inline_policy.py)."""
         self._inline_runs += 1
-        timed_cpu = self._inline_runs % SHARE_EVERY == 0
+        timed_cpu = self._inline_runs % SHARE_EVERY == 0 or self._execution.suspect > 0
         cpu = time.thread_time() if timed_cpu else 0.0
         started = time.perf_counter()
         outcome = self._run_or_error(requests)
+        wall = time.perf_counter() - started
+        spent = time.thread_time() - cpu if timed_cpu else None
+        self._execution.bounded(wall, spent)
         if not isinstance(outcome, ServerError):
-            wall = time.perf_counter() - started
-            self._policy.record_inline(wall, time.thread_time() - cpu if timed_cpu else None)
+            self._policy.record_inline(wall, spent)
             self._note_change()
         return outcome
 

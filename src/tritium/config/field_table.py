@@ -455,4 +455,14 @@ PARAMETERS: dict[tuple[str, str], FieldRule] = {
     ),
     **_PYTORCH_PARAMETERS,
     **_OPENVINO_PARAMETERS,
+    # tritium's own (Triton's backends leave the key alone): backends/inline_policy.py
+    **{
+        (backend, "TRITIUM_EXECUTION"): FieldRule(
+            _I,
+            "tritium's addition: auto (default), thread or inline: whether a small request "
+            "may run on the event loop (thread: never); a model whose cost depends on input "
+            "values never does; TRITIUM_EXECUTION in the environment sets the default",
+        )
+        for backend in ("onnxruntime", "pytorch", "openvino")
+    },
 }
