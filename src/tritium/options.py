@@ -77,8 +77,8 @@ class GrpcOptions:
     preface_timeout_secs: float = 10.0  # from accept: TLS handshake and the HTTP/2 preface
     idle_timeout_secs: float = 300.0  # no open stream that long: GOAWAY and close
     stall_timeout_secs: float = 60.0  # a call waiting on its client that long is reset
-    connection_input_bytes: int = 256 << 20  # request bytes its calls may hold unread
-    connection_output_bytes: int = 256 << 20  # response bytes that may wait for the client
+    connection_input_bytes: int = 64 << 20  # request bytes its calls may hold unread
+    connection_output_bytes: int = 64 << 20  # response bytes that may wait for the client
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +207,9 @@ class ServerOptions:
     worker_heartbeat_secs: float = 10.0  # a worker silent this long is killed and restarted
     worker_sockets: str = "shared"  # shared: one accept queue; reuseport: one per worker
     worker_affinity: str = "auto"  # auto: a CPU each when workers == CPUs; cpu; none
+    # bytes every connection of this process may hold for its clients, all together
+    # (requests not yet taken, answers not yet sent; frontends/memory.py): 1 GiB
+    connection_memory_bytes: int = 1 << 30
     http: HttpOptions = HttpOptions()
     grpc: GrpcOptions = GrpcOptions()
     metrics: MetricsOptions = MetricsOptions()

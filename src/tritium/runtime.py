@@ -201,7 +201,7 @@ async def _serve(
     connections idle longest of all (frontends/accept.py). ``link``: this process is one
     worker of several, which accept on the same sockets (or, reuseport, on the same ports)."""
     http_tls, grpc_tls = tls
-    pool = Connections()
+    pool = Connections(options.connection_memory_bytes)
     if link is not None:
         pool.accept_batch = 1
     balance = link.accept_balance() if link is not None else None

@@ -173,6 +173,9 @@ class _Conn:
     def acknowledge(self, sid: int, size: int) -> None:
         self.given_back += size
 
+    def hold_input(self, size: int) -> None:
+        self.input_held += size
+
 
 def test_feed_cuts_only_the_turns_budget_and_keeps_order() -> None:
     conn = _Conn(3)

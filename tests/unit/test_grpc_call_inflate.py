@@ -27,6 +27,9 @@ class _Conn:
     def acknowledge(self, sid: int, size: int) -> None:
         self.given_back += size
 
+    def hold_input(self, size: int) -> None:
+        self.input_held += size
+
 
 def _call() -> tuple[ServerCall, _Conn]:
     conn = _Conn()

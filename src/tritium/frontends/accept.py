@@ -34,6 +34,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from .memory import DEFAULT_BUDGET, MemoryBudget
+
 log = logging.getLogger("tritium")
 
 RETRY_SECS = 0.1  # how long accepting pauses when the process is out of descriptors
@@ -78,10 +80,12 @@ class Balance(Protocol):
 
 
 class Connections:
-    """The live connections of every listener of the server."""
+    """The live connections of every listener of the server, and the bytes they may hold
+    for their clients, all together (``memory``: ``--connection-memory-bytes``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_bytes: int = DEFAULT_BUDGET) -> None:
         self._live: set[Idle] = set()
+        self.memory = MemoryBudget(memory_bytes)
         self.shed = 0  # idle connections closed to free descriptors
         # connections a listener accepts per wake-up; 1 when several processes share the
         # listening sockets (--workers): each takes one, so a burst spreads over them

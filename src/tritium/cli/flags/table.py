@@ -460,14 +460,22 @@ FLAGS: tuple[Flag, ...] = (
          "bytes of unfinished request messages a connection may hold",
          "grpc.connection_input_bytes",
          "tritium: bytes of unfinished request messages one gRPC connection may hold "
-         "(default 256 MiB); past it its newest calls holding some end RESOURCE_EXHAUSTED "
+         "(default 64 MiB); past it its newest calls holding some end RESOURCE_EXHAUSTED "
          "(the oldest always goes on)", parse=positive(int)),
     _own("grpc-connection-output-bytes", "GRPC", _I,
          "bytes of responses a connection may hold for a client that does not read",
          "grpc.connection_output_bytes",
          "tritium: bytes of responses one gRPC connection may hold waiting for the client to "
-         "read them (default 256 MiB); at it, new calls and responses that would wait end "
+         "read them (default 64 MiB); at it, new calls and responses that would wait end "
          "RESOURCE_EXHAUSTED", parse=positive(int)),
+    _own("connection-memory-bytes", "tritium", _I,
+         "bytes all connections together may hold for their clients",
+         "connection_memory_bytes",
+         "tritium: bytes every HTTP and gRPC connection of a server process may hold for "
+         "their clients, all together (requests not yet taken, answers not yet sent; "
+         "default 1 GiB, per worker with --workers); past it new gRPC calls end "
+         "RESOURCE_EXHAUSTED and the connections holding the most are reset first",
+         parse=positive(int)),
     _own("http-max-header-size", "HTTP", _I, "bytes of request headers (431)",
          "http.max_header_size", parse=positive(int)),
     _own("http-max-url-length", "HTTP", _I, "bytes of a request URL (414)",

@@ -18,6 +18,11 @@ findings 3 and 4). A base of ``GrpcConnection``; the limits come from tritium's 
   is refused (RESOURCE_EXHAUSTED, Trailers-Only); a response that would have to wait on top
   ends its call: RESOURCE_EXHAUSTED when none of its bytes is waiting yet, else RST_STREAM
   ENHANCE_YOUR_CALM (which gRPC clients read as RESOURCE_EXHAUSTED).
+- **Server-wide** (``--connection-memory-bytes``, ``frontends/memory.py``): the connection
+  charges the process's one ``MemoryBudget`` with its request bytes held, its response bytes
+  waiting and, while the peer reads nothing, its socket's buffer. Past the budget a new call
+  is refused (RESOURCE_EXHAUSTED, Trailers-Only); the budget then relieves the connections
+  holding the most, which reset their calls holding the most (``relieve``).
 - **Stall** (``--grpc-stall-timeout-secs``): a call whose client sends nothing of a message it
   started while it has window to send it (or of the one message and END_STREAM a unary
   call waits for), or reads nothing of a response waiting for its window, for that long is
@@ -39,6 +44,7 @@ from ...options import ServerOptions
 from ...transport.http2 import ErrorCode, FloodLedger, H2Server
 from ...transport.http2.pings import PingPolicy
 from ..accept import Connections
+from ..memory import MemoryBudget
 from .call import ServerCall
 from .status import StatusCode
 
@@ -96,6 +102,10 @@ class Bounds:
     _idle_timer: asyncio.TimerHandle | None
     _stall_timer: asyncio.TimerHandle | None
     input_held: int  # bytes of request messages not yet taken, all calls (call.py keeps it)
+    _budget: MemoryBudget  # the process's, shared by every connection (frontends/memory.py)
+    budget_charged: int  # what this connection has charged it
+    _buffer_charge: int  # of that, the socket's buffer when writing paused
+    _settled: bool  # the connection is gone: its charge is given back, no more is taken
     # the writing side's (outbound.py)
     _corked: bool  # inside data_received: writes wait for its end
     _flush_soon: bool  # a write is scheduled for this loop iteration
@@ -135,6 +145,9 @@ class Bounds:
         self._prefaced = False
         self._preface_timer = self._idle_timer = self._stall_timer = None
         self.input_held = 0
+        self._budget = pool.memory
+        self.budget_charged = self._buffer_charge = 0
+        self._settled = False
 
     def _start_bounds(self) -> None:
         """The connection is open (after any TLS handshake): its preface clock runs from
@@ -142,6 +155,7 @@ class Bounds:
         delay = max(0.0, self._born + self._limits.preface_timeout - time.monotonic())
         self._preface_timer = asyncio.get_running_loop().call_later(delay, self._no_preface)
         self._pool.add(self)
+        self._budget.join(self)
 
     def _stop_bounds(self) -> None:
         for timer in (self._preface_timer, self._idle_timer, self._stall_timer):
@@ -149,6 +163,7 @@ class Bounds:
                 timer.cancel()
         self._preface_timer = self._idle_timer = self._stall_timer = None
         self._pool.discard(self)
+        self._settle()
 
     # -- preface, idle, shedding -------------------------------------------------------------
     def _preface_done(self) -> None:
@@ -208,6 +223,71 @@ class Bounds:
             return
         log.debug("gRPC connection %s: idle, closing", self.peer)
         self._close(ErrorCode.NO_ERROR, b"max_idle")  # no call: one GOAWAY, then close
+
+    # -- the server's memory budget ---------------------------------------------------------
+    def charge(self, size: int) -> None:
+        """``size`` bytes more (or fewer) held for this client, on the server's budget."""
+        if not self._settled:
+            self.budget_charged += size
+            self._budget.charge(size)
+
+    def hold_input(self, size: int) -> None:
+        """A call holds ``size`` request bytes more (or fewer): call.py's count."""
+        self.input_held += size
+        self.charge(size)
+
+    def budget_held(self) -> int:
+        return self.budget_charged
+
+    def _settle(self) -> None:
+        """The connection is gone: give back all it charged; it charges nothing more."""
+        if not self._settled:
+            self._settled = True
+            self._budget.leave(self)
+            self._budget.charge(-self.budget_charged)
+            self.budget_charged = self._buffer_charge = 0
+
+    def drop_pending(self, call: ServerCall) -> None:
+        """Forget the response bytes ``call`` keeps for the peer."""
+        if call.pending_bytes:
+            self.charge(-call.pending_bytes)
+        call.pending.clear()
+        call.pending_bytes = 0
+
+    def relieve(self, need: int) -> int:
+        """The server is past its budget and this connection holds the most: its calls
+        holding the most end until ``need`` bytes are freed (RST_STREAM ENHANCE_YOUR_CALM
+        for one with response bytes waiting, else RESOURCE_EXHAUSTED); if that is not enough
+        (the socket's buffer, a peer reading nothing), the connection is closed. The bytes
+        freed."""
+        start = self.budget_charged
+        holding = [c for c in self.calls.values() if c.pending_bytes or c.held]
+        holding.sort(key=_holding, reverse=True)
+        message = _BUDGET_MESSAGE % self._budget.limit
+        for call in holding:
+            if start - self.budget_charged >= need:
+                break
+            _bound_line(self.peer, message, call.stream_id)
+            if call.pending:
+                self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
+            else:
+                self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
+                call.cancelled()
+        if start - self.budget_charged < need and self.budget_charged > 0:
+            self._settle()
+            if self._transport is not None:
+                self._closed = True
+                self._transport.abort()
+        return start - self.budget_charged
+
+    def refuse_over_budget(self, sid: int) -> None:
+        """A new call while the server is past its budget: Trailers-Only, and the budget
+        relieves its largest holders."""
+        call = self.open_call(sid, "", {}, None)
+        message = _BUDGET_MESSAGE % self._budget.limit
+        _bound_line(self.peer, message, sid)
+        self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
+        self._budget.relieve_soon()
 
     # -- request bytes held ------------------------------------------------------------------
     def check_input(self, call: ServerCall) -> bool:
@@ -278,8 +358,7 @@ class Bounds:
         sid = call.stream_id
         self.calls.pop(sid, None)
         self._blocked.pop(sid, None)
-        call.pending.clear()
-        call.pending_bytes = 0
+        self.drop_pending(call)
         call.trailers = None
         self._h2.reset_stream(sid, code)
         call.cancelled()
@@ -338,6 +417,16 @@ class Bounds:
 
 def _stream_id(call: ServerCall) -> int:
     return call.stream_id
+
+
+def _holding(call: ServerCall) -> int:
+    return call.pending_bytes + call.held
+
+
+_BUDGET_MESSAGE = (
+    "the server holds more than its --connection-memory-bytes=%d bytes of requests and "
+    "responses for its clients; try again later"
+)
 
 
 def _bound_line(peer: str, message: str, stream_id: int) -> None:

@@ -39,9 +39,12 @@ class CallOwner(Protocol):
     max_send: int
     peer: str
     message_budget: int  # request messages this loop turn may still cut (inbound.py)
-    input_held: int  # request bytes the calls hold (bounds.py)
 
     def acknowledge(self, sid: int, size: int) -> None: ...
+
+    def hold_input(self, size: int) -> None:
+        """The call holds ``size`` request bytes more (or fewer): the connection's count,
+        and the server's memory budget (bounds.py)."""
 
     def admit_output(self, call: ServerCall, size: int) -> bool: ...
 
@@ -232,8 +235,9 @@ class ServerCall:
     def _count(self) -> None:
         """The bytes this call holds, into the connection's count (bounds.py)."""
         held = len(self._buffer) + self._inbox_bytes
-        self._conn.input_held += held - self.held
-        self.held = held
+        if held != self.held:
+            self._conn.hold_input(held - self.held)
+            self.held = held
 
     def release(self) -> None:
         """The call is over: drop the request bytes it holds, and give their window back

@@ -16,7 +16,8 @@ dispatched to the service's handlers.
 - Draining: GOAWAY (``--grpc-max-connection-age``, server shutdown) lets in-flight calls end,
   refuses new streams, and closes once they are done or the grace is over.
 - Bounds (``bounds.py``): the preface and idle timeouts, the bytes of requests held and of
-  responses waiting for the peer, stalled streams.
+  responses waiting for the peer (per connection, and on the server's memory budget),
+  stalled streams.
 - Reading in turns (``inbound.py``): a bounded number of frames and messages per turn of the
   event loop, reading paused while the rest waits or while the peer leaves our answers unread;
   a control-frame flood (``budgets.py:FloodLedger``) ends the connection with GOAWAY
@@ -134,10 +135,18 @@ class GrpcConnection(Inbound):
         self._listener.connection_closed()
 
     def pause_writing(self) -> None:
+        """The peer reads nothing: what its socket's buffer holds is on the memory budget
+        until it drains."""
         self._paused = True
+        if self._transport is not None:
+            size = self._transport.get_write_buffer_size()
+            self._buffer_charge += size
+            self.charge(size)
 
     def resume_writing(self) -> None:
         self._paused = False
+        self.charge(-self._buffer_charge)
+        self._buffer_charge = 0
         self._unread = 0
         self._release_reading(UNREAD)
         self._schedule()  # the turns left waiting while the peer did not read
@@ -155,6 +164,9 @@ class GrpcConnection(Inbound):
         self._last_stream = max(self._last_stream, sid)
         if self._blocked and self.output_full():
             self.refuse_busy(sid)
+            return
+        if self._budget.over():
+            self.refuse_over_budget(sid)
             return
         self._listener.dispatch.start(self, sid, headers)
         if end_stream:
@@ -296,6 +308,9 @@ class GrpcConnection(Inbound):
         for call in list(self.calls.values()):
             call.cancelled()
         self.calls.clear()
+        for call in list(self._blocked.values()):
+            self.drop_pending(call)  # never written now
+        self._blocked.clear()
         self._h2.close(code, debug)
         self._write_now()
         self._closed = True

@@ -38,7 +38,7 @@ class GrpcListener:
         self.max_send = options.grpc.max_send_message_size
         self.max_streams = options.grpc.max_concurrent_streams or DEFAULT_MAX_STREAMS
         self.limits = ConnectionLimits.from_options(options)
-        self.pool = pool if pool is not None else Connections()
+        self.pool = pool if pool is not None else Connections(options.connection_memory_bytes)
         guard = RpcGuard(access) if access is not None and access.guards_grpc else None
         self.dispatch = Dispatcher(method_table(server), options, guard)
         self.connections: set[GrpcConnection] = set()

@@ -44,6 +44,7 @@ class Outbound(Bounds):
         """The stream closed under the call: it ends as if the peer had reset it."""
         self.calls.pop(call.stream_id, None)
         self._blocked.pop(call.stream_id, None)
+        self.drop_pending(call)
         call.cancelled()
         self._maybe_close()
 
@@ -98,13 +99,16 @@ class Outbound(Bounds):
     def _send_data(self, call: ServerCall, data: bytes | memoryview) -> None:
         """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""
         if call.pending or self._paused:
-            call.keep(memoryview(data))
+            view = memoryview(data)
+            call.keep(view)
             self._blocked[call.stream_id] = call
+            self.charge(len(view))
             return
         rest = self._push(call.stream_id, memoryview(data))
         if rest is not None:
             call.keep(rest)
             self._blocked[call.stream_id] = call
+            self.charge(len(rest))
 
     def _push(self, sid: int, view: memoryview) -> memoryview | None:
         """DATA frames from ``view`` while the windows allow; the unsent rest, if any."""
@@ -125,6 +129,7 @@ class Outbound(Bounds):
                 self._write_pending(call)
             except STREAM_GONE:
                 self._blocked.pop(call.stream_id, None)
+                self.drop_pending(call)
         self._flush()
 
     def _write_pending(self, call: ServerCall) -> None:
@@ -132,7 +137,9 @@ class Outbound(Bounds):
         while pending and not self._paused:
             head = pending[0]
             rest = self._push(call.stream_id, head)
-            call.pending_bytes -= len(head) - (0 if rest is None else len(rest))
+            sent = len(head) - (0 if rest is None else len(rest))
+            call.pending_bytes -= sent
+            self.charge(-sent)
             if rest is not None:
                 pending[0] = rest
                 break

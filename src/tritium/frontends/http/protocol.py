@@ -6,7 +6,11 @@ A connection reads requests and hands each, once complete, to a ``RequestCycle``
 it; answers leave in request order. It holds at most ``max_pipelined`` requests and stops
 reading until one is answered. Everything a client could make grow is bounded: the request
 line and headers (414 / 431), the body before and after decompression (400), the time to send
-headers and the pauses within a body (408), idle keep-alive time (closed)."""
+headers and the pauses within a body (408), idle keep-alive time (closed). While the client
+reads nothing (the socket's buffer past its high-water mark) no other answer starts, and what
+the buffer holds, with the bodies of the requests queued behind it, is charged to the
+server's memory budget (``frontends/memory.py``), which closes the connections holding the
+most when the process holds too much for its clients."""
 
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ from mypy_extensions import mypyc_attr
 from ... import loop_spin
 from ...access.policy import format_peer
 from ..accept import Connections
+from ..memory import MemoryBudget
 from .cors import CorsPolicy
 from .cycle import RequestCycle
 from ...transport.http1.flow import FlowControl
@@ -93,6 +98,10 @@ class HttpConnection:
         # The server's live connections, so a listener can shed idle ones when out of
         # descriptors (frontends/accept.py).
         self.registry = registry
+        # The server's memory budget, and what this connection has charged it (its socket's
+        # buffer while the client reads nothing, the bodies queued behind that answer).
+        self._budget: MemoryBudget | None = registry.memory if registry is not None else None
+        self._charged = 0
         self._idle_at = self.loop.time()  # when the current keep-alive wait began
         self._out: list[Any] | None = None  # answers written at the end of this loop turn
         self._pace = loop_spin.ClientPace()  # whether to spin for the next request
@@ -129,6 +138,7 @@ class HttpConnection:
         if self.registry is not None:
             self.registry.discard(self)
             self.registry = None
+        self._settle()
         self._transport = None
         self._out = None
         self._reader.close()
@@ -146,11 +156,43 @@ class HttpConnection:
 
     def pause_writing(self) -> None:
         self.flow.pause_writing()
+        if self._budget is not None and self._transport is not None:
+            self._charge(self._transport.get_write_buffer_size())
 
     def resume_writing(self) -> None:
         self.flow.resume_writing()
+        self._settle()  # the client reads: the bodies still queued start now
         if self._active is None:
             self._next()
+
+    # the server's memory budget --------------------------------------------------------------
+    def _charge(self, size: int) -> None:
+        budget = self._budget
+        if budget is not None and size:
+            if not self._charged:
+                budget.join(self)
+            self._charged += size
+            budget.charge(size)
+
+    def _settle(self) -> None:
+        budget = self._budget
+        if budget is not None and self._charged:
+            budget.charge(-self._charged)
+            budget.leave(self)
+            self._charged = 0
+
+    def budget_held(self) -> int:
+        return self._charged
+
+    def relieve(self, need: int) -> int:
+        """The process holds too much for its clients and this connection among the most:
+        closed now (its answer cannot be cut short as a valid one)."""
+        freed = self._charged
+        self._settle()
+        self._failed = True
+        if self._transport is not None:
+            self._transport.abort()
+        return freed
 
     def data_received(self, data: bytes) -> None:
         if self._failed:
@@ -201,6 +243,8 @@ class HttpConnection:
                 return
         else:
             queue.append(cycle)
+            if not self.flow.writable and cycle.request is not None:
+                self._charge(len(cycle.request.body))  # waits for a client that does not read
         if self._held() >= self._max_pipelined:
             self.flow.pause_reading()
             self._deadline = 0.0  # nothing is read now: no read phase can time out
