@@ -37,7 +37,6 @@ from ..server import InferenceRequest, InferenceServer, ResponseSender
 from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
 from .balance import ROWS as BALANCE_ROWS
 from .balance import AcceptBalance
-from .client_limit import ROWS as CLIENT_ROWS
 from .client_limit import SharedClientLimiter
 from .forward import Forwarder, SequenceOwner, owner_of, socket_path
 from .resources import ROWS as RESOURCE_ROWS
@@ -76,7 +75,9 @@ def from_environment() -> Member | None:
     if plan.get("resources") is not None:
         member.resources = SharedCounters(int(plan["resources"]), RESOURCE_ROWS, count, index)
     if plan.get("clients") is not None:
-        member.clients = SharedCounters(int(plan["clients"]), CLIENT_ROWS, count, index)
+        rows = int(plan["client_rows"])
+        member.clients = SharedCounters(int(plan["clients"]), rows, count, index)
+        member.client_key = bytes.fromhex(str(plan["client_key"]))
     if plan.get("accepting") is not None:
         table = SharedCounters(int(plan["accepting"]), BALANCE_ROWS, count, index)
         member.balance = AcceptBalance(table)
@@ -125,6 +126,7 @@ class Member:
         self._owner: SequenceOwner | None = None
         self.reuseport = False  # --worker-sockets reuseport: listen on sockets of our own
         self.clients: SharedCounters | None = None  # --max-inflight-per-client's table
+        self.client_key = b""  # its hash's key, the supervisor's secret
         self.locks = -1  # the supervisor's lock descriptor (the access log's)
         self.resources: SharedCounters | None = None  # the rate limiter's resources
         # --worker-sockets shared: the connections every worker holds (workers/balance.py)
@@ -150,7 +152,7 @@ class Member:
         """The whole server's in-flight counts per client (the supervisor's table)."""
         if self.clients is None:
             return None
-        return SharedClientLimiter(limit, self.clients)
+        return SharedClientLimiter(limit, self.clients, self.client_key)
 
     async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None:
         # Ctrl-C in a terminal reaches the whole process group: the supervisor stops the

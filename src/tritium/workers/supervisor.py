@@ -38,7 +38,7 @@ from ..tracing.settings import TraceMode
 from ..runtime import bind_all, install_signal_handlers, write_ports
 from . import shared
 from .channel import Channel, ChannelClosed, Peer
-from .client_limit import ROWS as CLIENT_ROWS
+from .client_limit import rows as client_rows
 from .affinity import worker_cpus
 from .balance import ROWS as BALANCE_ROWS
 from .resources import ROWS as RESOURCE_ROWS
@@ -99,9 +99,11 @@ class Supervisor:
             self._resources = SharedCounters(fd, RESOURCE_ROWS, options.workers, -1)
         # what the workers lock together (the access log's appends and rotations)
         self._locks = shared.create_lock()
+        self._client_rows = client_rows(options.workers)
+        self._client_key = secrets.token_bytes(16)  # its hash's key: windows nobody can aim at
         if options.access.max_inflight_per_client > 0:
-            fd = shared.create("clients", CLIENT_ROWS, options.workers)
-            self._clients = SharedCounters(fd, CLIENT_ROWS, options.workers, -1)
+            fd = shared.create("clients", self._client_rows, options.workers)
+            self._clients = SharedCounters(fd, self._client_rows, options.workers, -1)
         # --worker-affinity: the CPUs the workers run on, one each in turn (none: anywhere)
         self._cpus = worker_cpus(options.worker_affinity, options.workers)
         # --worker-sockets shared: the connections each worker holds (workers/balance.py)
@@ -125,6 +127,7 @@ class Supervisor:
              "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
              "reuseport": self.options.worker_sockets == "reuseport",
              "clients": self._clients.fd if self._clients else None, "locks": self._locks,
+             "client_rows": self._client_rows, "client_key": self._client_key.hex(),
              "resources": self._resources.fd if self._resources else None,
              "accepting": self._accepting.fd if self._accepting else None,
              "cpu": self._cpus[worker.index % len(self._cpus)] if self._cpus else None}
