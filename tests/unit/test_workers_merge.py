@@ -188,7 +188,7 @@ def test_sequence_owner_is_the_same_in_every_worker() -> None:
 
 
 def test_replayed_settings_are_compacted() -> None:
-    from tritium.workers.supervisor import _remember
+    from tritium.workers.history import _remember
 
     history: dict[str, dict[str, object]] = {}
 
