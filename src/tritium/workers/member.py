@@ -17,6 +17,7 @@ import asyncio
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 
 from ..access.policy import ClientLimiter
-from ..errors import invalid_arg, unavailable
+from ..errors import internal, invalid_arg, unavailable
 from ..frontends.sockets import listen_again
 from ..metrics.render import CpuSampler, render
 from ..metrics.render_latency import SUMMARIES
@@ -377,9 +378,16 @@ def _spool(uploads: Path, files: dict[str, bytes]) -> dict[str, object]:
     for key, content in files.items():
         if not isinstance(content, bytes):
             raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
-    holder = Path(tempfile.mkdtemp(prefix="load-", dir=uploads))
-    for place, content in enumerate(files.values()):
-        (holder / str(place)).write_bytes(content)
+    try:
+        holder = Path(tempfile.mkdtemp(prefix="load-", dir=uploads))
+    except OSError as exc:
+        raise internal(f"cannot keep the load's files: {exc.strerror}") from None
+    try:
+        for place, content in enumerate(files.values()):
+            (holder / str(place)).write_bytes(content)
+    except OSError as exc:  # e.g. the disk is full: nothing half-written stays
+        shutil.rmtree(holder, ignore_errors=True)
+        raise internal(f"cannot keep the load's files: {exc.strerror}") from None
     return {"dir": str(holder), "keys": list(files)}
 
 
