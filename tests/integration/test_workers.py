@@ -762,7 +762,8 @@ def test_killing_the_supervisor_leaves_nothing(three: ServerProcess, three_tmp: 
     # nor any file: the workers' sockets are abstract (ONNX Runtime keeps its telemetry
     # session id in $TMPDIR/.ses by design, in every process that loads it; the models
     # loaded with file overrides earlier in this module keep their files in each worker's
-    # overrides directory, which a kill -9 leaves, as it does for one process)
-    left = [p for p in three_tmp.iterdir()
-            if p.name != ".ses" and not p.name.startswith("tritium-overrides-")]
+    # overrides directory and the supervisor's uploads, which a kill -9 leaves, as it does
+    # for one process: the next start sweeps them)
+    kept = ("tritium-overrides-", "tritium-uploads-")
+    left = [p for p in three_tmp.iterdir() if p.name != ".ses" and not p.name.startswith(kept)]
     assert not left

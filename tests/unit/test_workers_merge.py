@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -87,9 +89,7 @@ def _samples(text: str) -> dict[str, float]:
 
 
 def test_counters_and_histograms_are_summed_machine_gauges_taken_once() -> None:
-    merged = merge_metrics(
-        [{"text": _text(3, 2, 250)}, {"text": _text(5, 1, 900, ready=0)}]
-    )
+    merged = merge_metrics([{"text": _text(3, 2, 250)}, {"text": _text(5, 1, 900, ready=0)}])
     samples = _samples(merged)
     assert samples['nv_inference_count{model="m",version="1"}'] == 8
     hist = 'nv_inference_request_duration_us_hist_{}{{model="m",version="1"{}}}'
@@ -113,6 +113,7 @@ def test_summary_quantiles_are_those_of_all_observations() -> None:
         (a if value <= 50 else b).observe(value, 1)
         together.observe(value, 1)
     series = 'nv_inference_request_summary_us{model="m",version="1"'
+
     def text(s: SlidingSummary) -> str:
         lines = [f'{series},quantile="{q}"}} {v}' for q, v in s.quantiles(2)]
         return "\n".join([*lines, f"{series}}}_sum {s.total}"])
@@ -160,6 +161,37 @@ def test_channel_carries_calls_replies_errors_and_notes() -> None:
     asyncio.run(scenario())
 
 
+def test_a_reply_over_the_message_bound_comes_back_as_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Never dropped: the caller (a worker asking for its sync) would wait forever."""
+    from tritium.workers import channel
+
+    monkeypatch.setattr(channel, "MAX_MESSAGE", 1000)
+
+    async def scenario() -> None:
+        left, right = socket.socketpair()
+
+        async def on_call(action: str, args: dict[str, object]) -> object:
+            return "x" * 5000
+
+        a = Peer(await Channel.open(left), on_call, lambda note: None)
+        b = Peer(await Channel.open(right), on_call, lambda note: None)
+        serving = [asyncio.ensure_future(p.serve()) for p in (a, b)]
+        with pytest.raises(ServerError) as raised:
+            await asyncio.wait_for(a.call("big", {}), 10)
+        assert raised.value.kind is ErrorKind.INTERNAL
+        assert "over 1000" in raised.value.message
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
+        a.channel.close()
+        b.channel.close()
+        await asyncio.sleep(0)
+
+    asyncio.run(scenario())
+
+
 def _options(*args: str) -> ServerOptions:
     argv = ["serve", "--model-repository", "/r", *args]
     return options_from_args(build_parser().parse_args(argv))
@@ -188,7 +220,7 @@ def test_sequence_owner_is_the_same_in_every_worker() -> None:
 
 
 def test_replayed_settings_are_compacted() -> None:
-    from tritium.workers.supervisor import _remember
+    from tritium.workers.history import _remember
 
     history: dict[str, dict[str, object]] = {}
 
@@ -204,7 +236,8 @@ def test_replayed_settings_are_compacted() -> None:
     _remember(history, change("shm_unregister", name="a"))
     assert list(history) == ["log", "shm:b", "trace:m"]
     assert history["log"]["args"] == {
-        "action": "log", "args": {"update": {"log_verbose_level": 1, "log_info": False}}
+        "action": "log",
+        "args": {"update": {"log_verbose_level": 1, "log_info": False}},
     }
     assert history["trace:m"]["args"] == {
         "action": "trace",
@@ -212,3 +245,36 @@ def test_replayed_settings_are_compacted() -> None:
     }
     _remember(history, change("shm_unregister", name=""))  # every region
     assert list(history) == ["log", "trace:m"]
+
+
+def test_a_loads_files_go_through_the_uploads_directory(tmp_path: Path) -> None:
+    """What ``Member.load`` writes and every worker reads back: one file per override,
+    named by its place (a key never becomes a path), the message only names them."""
+    from tritium.workers.member import _spool, _unspool
+
+    files = {"file:1/model.py": b"x = 1\n", "file:../../escape": b"\0" * 1000}
+    upload = _spool(tmp_path, files)
+    assert len(json.dumps(upload)) < 200
+    (holder,) = tmp_path.iterdir()
+    assert sorted(p.name for p in holder.iterdir()) == ["0", "1"]
+    assert _unspool(upload) == files
+
+
+def test_the_history_keeps_one_load_per_model_and_names_the_uploads_to_remove(
+    tmp_path: Path,
+) -> None:
+    from tritium.workers.history import History
+
+    history = History(tmp_path)
+    first, second = tmp_path / "load-a", tmp_path / "load-b"
+    load = {"name": "m", "config": None, "upload": {"dir": str(first), "keys": ["k"]}}
+    assert history.upload(load) == first
+    assert history.model_action("load", load, 1.5) is None
+    again = {**load, "upload": {"dir": str(second), "keys": ["k"]}}
+    assert history.model_action("load", again, 0.5) == first  # replaced: its files go
+    assert history.model_action("unload", {"name": "m", "dependents": False}, 0.1) == second
+    assert [(e["action"], took) for e, took in history.snapshot()] == [("unload", 0.1)]
+    for outside in ("/etc", str(tmp_path / "x" / "load-c"), str(tmp_path / "other")):
+        with pytest.raises(ServerError):
+            history.upload({"name": "m", "upload": {"dir": outside, "keys": []}})
+    assert History(None).upload({"name": "m", "upload": None}) is None

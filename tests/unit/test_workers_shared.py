@@ -111,3 +111,68 @@ def test_rate_limiter_resources_are_counted_over_the_workers(
     assert zero.retry() == ["a"]
     views[2].clear(0)  # worker 0 died holding R
     assert one.stage("b") == ["b"]
+
+
+def _sharing_a_home(count: int, secret: bytes = b"") -> list[str]:
+    """``count`` hosts whose keys (hashed with ``secret``) have one home row."""
+    by_home: dict[int, list[str]] = {}
+    for n in range(1, 1 << 20):
+        host = f"10.{n >> 16 & 255}.{n >> 8 & 255}.{n & 255}"
+        hosts = by_home.setdefault(key_of(host, secret) % ROWS, [])
+        hosts.append(host)
+        if len(hosts) == count:
+            return hosts
+    raise AssertionError("not found")
+
+
+def test_a_keyed_hash_spreads_hosts_found_for_another_key() -> None:
+    """Hosts found to share a window without the server's secret (or with another) land
+    in different rows with it."""
+    crafted = _sharing_a_home(WINDOW + 2)
+    assert len({key_of(h) % ROWS for h in crafted}) == 1
+    for secret in (b"\x01" * 16, b"\x02" * 16):
+        homes = {key_of(h, secret) % ROWS for h in crafted}
+        assert len(homes) > WINDOW // 2, homes
+    assert key_of("10.0.0.1", b"\x01" * 16) != key_of("10.0.0.1", b"\x02" * 16)
+    assert key_of("10.0.0.1", b"\x01" * 16) == key_of("10.0.0.1", b"\x01" * 16)
+
+
+def test_a_full_window_fails_open_to_the_workers_own_count(
+    views: tuple[SharedCounters, SharedCounters, SharedCounters],
+) -> None:
+    zero, one, _ = views
+    secret = b"\x07" * 16
+    victim = "10.9.9.9"
+    home = key_of(victim, secret) % ROWS
+    for n in range(WINDOW):  # other clients, through worker 1, hold every row of its window
+        row = one.find(home + (n + 1) * ROWS)
+        one.add(row, 1)
+    assert zero.find(key_of(victim, secret), claim=False) == -1
+    limiter = SharedClientLimiter(2, zero, secret)
+    assert limiter.acquire(victim) and limiter.acquire(victim)  # not refused for the others
+    assert not limiter.acquire(victim)  # still bounded, by this worker's own count
+    assert limiter.in_flight(victim) == 2
+    limiter.release(victim)
+    assert limiter.in_flight(victim) == 1
+    limiter.release(victim)
+    assert limiter.in_flight(victim) == 0
+    one.add(home, -1)  # a row of the window is free again: the client is counted there
+    assert limiter.acquire(victim)
+    row = zero.find(key_of(victim, secret), claim=False)
+    assert row == home and zero.total(row) == 1
+    limiter.release(victim)
+    assert limiter.in_flight(victim) == zero.total(row) == 0
+
+
+def test_the_client_table_is_sized_from_the_descriptor_limit() -> None:
+    import resource
+
+    from tritium.workers.client_limit import MAX_ROWS
+    from tritium.workers.client_limit import ROWS as FEWEST
+    from tritium.workers.client_limit import rows
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for workers in (2, 4):
+        expected = MAX_ROWS if soft < 0 else max(FEWEST, min(MAX_ROWS, soft * workers))
+        assert rows(workers) == expected
+        assert rows(workers) >= min(MAX_ROWS, soft if soft > 0 else MAX_ROWS)

@@ -17,6 +17,7 @@ from ..config.model_config import ModelConfig, config_from_json
 from .layout import ModelId, ModelLocation
 from .manager import ModelRepositoryManager
 from .names import check_model_name, check_override_key, unloadable_name
+from .scratch import Scratch, sweep
 
 log = logging.getLogger("tritium")
 T = TypeVar("T")
@@ -41,13 +42,14 @@ class ModelControl:
         self._poller: asyncio.Task[None] | None = None
         self._signatures: dict[ModelId, tuple[object, ...]] = {}
         # made on the first load with file overrides: a server killed (-9) without any
-        # leaves no empty directory behind
-        self._scratch: Path | None = None
+        # leaves no empty directory behind (one killed with some: the next start sweeps it)
+        self._scratch: Scratch | None = None
         self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
         # poll mode's own timer; --workers turns it off: the supervisor polls for all
         self.own_poller = True
 
     async def start(self) -> None:
+        await asyncio.to_thread(sweep, "overrides")  # those of servers killed (-9)
         if self.mode == "explicit":
             names = set(self._startup)
             await self.manager.load_all(None if "*" in names else names)
@@ -66,7 +68,8 @@ class ModelControl:
             task.cancel()
         await asyncio.gather(*self._requests, return_exceptions=True)
         if self._scratch is not None:
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch.remove()
+            self._scratch = None
 
     async def _finish(self, work: Coroutine[Any, Any, T]) -> T:
         """Run a load or unload to its end even if the client goes away meanwhile (a load
@@ -127,8 +130,8 @@ class ModelControl:
         directory under the scratch area (removed when the model is unloaded or replaced).
         ``name`` and every key were checked to be safe relative paths."""
         if self._scratch is None:
-            self._scratch = Path(tempfile.mkdtemp(prefix="tritium-overrides-"))
-        holder = Path(tempfile.mkdtemp(prefix="load-", dir=self._scratch))
+            self._scratch = Scratch("overrides")
+        holder = Path(tempfile.mkdtemp(prefix="load-", dir=self._scratch.path))
         root = holder / name
         try:
             root.mkdir()

@@ -3,13 +3,14 @@ carrying length-prefixed JSON messages (a 4-byte big-endian length, then the doc
 
 Both ends trust each other (the supervisor made the pair before starting the worker), but a
 message is still bounded (``MAX_MESSAGE``): a worker that goes wrong cannot make the other
-end buffer without limit. Bytes (a load request's files) travel base64-encoded.
+end buffer without limit. No message carries a request's bulk: a load's files go through the
+supervisor's uploads directory (history.py), the replays one action per message; a reply
+that would still be over the bound goes back as an error, never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import socket
 import struct
 from collections.abc import Awaitable, Callable
@@ -19,7 +20,7 @@ import orjson
 
 from ..errors import ErrorKind, ServerError
 
-MAX_MESSAGE = 256 << 20  # a load request's files are bounded by --http-max-input-size first
+MAX_MESSAGE = 256 << 20  # a load's config is bounded by --http-max-input-size first
 _HEADER = struct.Struct(">I")
 
 
@@ -65,18 +66,6 @@ class Channel:
 
     def close(self) -> None:
         self._writer.close()
-
-
-def encode_files(files: dict[str, bytes] | None) -> dict[str, str] | None:
-    if files is None:
-        return None
-    return {name: base64.b64encode(data).decode("ascii") for name, data in files.items()}
-
-
-def decode_files(files: dict[str, str] | None) -> dict[str, bytes] | None:
-    if files is None:
-        return None
-    return {name: base64.b64decode(data) for name, data in files.items()}
 
 
 def error_doc(exc: BaseException) -> dict[str, str]:
@@ -159,7 +148,10 @@ class Peer:
         except Exception as exc:  # noqa: BLE001 - every failure goes back as an error
             reply["error"] = error_doc(exc)
         try:
-            self.channel.send(reply)
+            try:
+                self.channel.send(reply)
+            except ValueError as exc:  # over MAX_MESSAGE: the caller must still hear
+                self.channel.send({"op": "reply", "id": reply["id"], "error": error_doc(exc)})
         except ChannelClosed:
             pass
 

@@ -17,27 +17,29 @@ import asyncio
 import ctypes
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ..access.policy import ClientLimiter
-from ..errors import unavailable
+from ..errors import internal, invalid_arg, unavailable
 from ..frontends.sockets import listen_again
 from ..metrics.render import CpuSampler, render
 from ..metrics.render_latency import SUMMARIES
 from ..options import ServerOptions
 from ..tracing.settings import TraceMode
 from ..server import InferenceRequest, InferenceServer, ResponseSender
-from .channel import Channel, ChannelClosed, Peer, decode_files, encode_files
+from .channel import Channel, ChannelClosed, Peer
 from .balance import ROWS as BALANCE_ROWS
 from .balance import AcceptBalance
-from .client_limit import ROWS as CLIENT_ROWS
 from .client_limit import SharedClientLimiter
 from .forward import Forwarder, SequenceOwner, owner_of, socket_path
 from .resources import ROWS as RESOURCE_ROWS
@@ -73,10 +75,13 @@ def from_environment() -> Member | None:
     member = Member(index, count, str(plan["forward"]), sockets, channel)
     member.reuseport = bool(plan.get("reuseport"))
     member.locks = int(plan["locks"])
+    member.uploads = Path(plan["uploads"]) if plan.get("uploads") else None
     if plan.get("resources") is not None:
         member.resources = SharedCounters(int(plan["resources"]), RESOURCE_ROWS, count, index)
     if plan.get("clients") is not None:
-        member.clients = SharedCounters(int(plan["clients"]), CLIENT_ROWS, count, index)
+        rows = int(plan["client_rows"])
+        member.clients = SharedCounters(int(plan["clients"]), rows, count, index)
+        member.client_key = bytes.fromhex(str(plan["client_key"]))
     if plan.get("accepting") is not None:
         table = SharedCounters(int(plan["accepting"]), BALANCE_ROWS, count, index)
         member.balance = AcceptBalance(table)
@@ -125,7 +130,9 @@ class Member:
         self._owner: SequenceOwner | None = None
         self.reuseport = False  # --worker-sockets reuseport: listen on sockets of our own
         self.clients: SharedCounters | None = None  # --max-inflight-per-client's table
+        self.client_key = b""  # its hash's key, the supervisor's secret
         self.locks = -1  # the supervisor's lock descriptor (the access log's)
+        self.uploads: Path | None = None  # where a load's files go for every worker
         self.resources: SharedCounters | None = None  # the rate limiter's resources
         # --worker-sockets shared: the connections every worker holds (workers/balance.py)
         self.balance: AcceptBalance | None = None
@@ -150,7 +157,7 @@ class Member:
         """The whole server's in-flight counts per client (the supervisor's table)."""
         if self.clients is None:
             return None
-        return SharedClientLimiter(limit, self.clients)
+        return SharedClientLimiter(limit, self.clients, self.client_key)
 
     async def attach(self, server: InferenceServer, stop: asyncio.Event) -> None:
         # Ctrl-C in a terminal reaches the whole process group: the supervisor stops the
@@ -179,7 +186,8 @@ class Member:
         async with self._control:
             answer = await self._call("sync", {})
             self._cluster_ready = bool(answer["ready"])
-            for action in answer["actions"]:
+            for index in range(int(answer["count"])):  # one message each, however many
+                action = await self._call("replay", {"index": index})
                 await self._apply(str(action["action"]), dict(action["args"]))
         if self.reuseport:  # join the ports' SO_REUSEPORT groups only now, ready to accept
             self._listen_own()
@@ -212,8 +220,10 @@ class Member:
     async def load(
         self, name: str, config_json: str | None, files: dict[str, bytes] | None
     ) -> None:
-        args = {"name": name, "config": config_json, "files": encode_files(files)}
-        await self._call("load", args)
+        upload = None
+        if files and self.uploads is not None:  # explicit mode (else every worker refuses)
+            upload = await asyncio.to_thread(_spool, self.uploads, files)
+        await self._call("load", {"name": name, "config": config_json, "upload": upload})
 
     async def unload(self, name: str, unload_dependents: bool) -> None:
         await self._call("unload", {"name": name, "dependents": unload_dependents})
@@ -334,7 +344,9 @@ class Member:
         if action == "setting":
             self._here().apply_setting(str(args["action"]), dict(args["args"]))
         elif action == "load":
-            await control.load(str(args["name"]), args.get("config"), decode_files(args["files"]))
+            upload = args.get("upload")
+            files = await asyncio.to_thread(_unspool, upload) if upload else None
+            await control.load(str(args["name"]), args.get("config"), files)
         else:
             await control.unload(str(args["name"]), bool(args.get("dependents")))
 
@@ -357,3 +369,31 @@ class Member:
                     "quantiles": list(summary.quantile_points), "cells": cells,
                 }
         return {"text": text.decode(), "sketches": sketches}
+
+
+def _spool(uploads: Path, files: dict[str, bytes]) -> dict[str, object]:
+    """A load's files written for every worker (and for the replays): a fresh directory in
+    the supervisor's uploads, one file per override, named by its place (no path is made
+    of a key: the keys are checked by each worker's load, as without workers)."""
+    for key, content in files.items():
+        if not isinstance(content, bytes):
+            raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
+    try:
+        holder = Path(tempfile.mkdtemp(prefix="load-", dir=uploads))
+    except OSError as exc:
+        raise internal(f"cannot keep the load's files: {exc.strerror}") from None
+    try:
+        for place, content in enumerate(files.values()):
+            (holder / str(place)).write_bytes(content)
+    except OSError as exc:  # e.g. the disk is full: nothing half-written stays
+        shutil.rmtree(holder, ignore_errors=True)
+        raise internal(f"cannot keep the load's files: {exc.strerror}") from None
+    return {"dir": str(holder), "keys": list(files)}
+
+
+def _unspool(upload: dict[str, object]) -> dict[str, bytes]:
+    """The files ``_spool`` wrote, by key."""
+    holder = Path(str(upload["dir"]))
+    keys = upload["keys"]
+    assert isinstance(keys, list)
+    return {str(key): (holder / str(place)).read_bytes() for place, key in enumerate(keys)}

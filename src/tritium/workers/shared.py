@@ -12,7 +12,8 @@ Python; a worker waiting for it blocks its event loop that long.
 
 A key's row is found by open addressing in a window of ``WINDOW`` rows from ``key % rows``:
 the row holding the key, else the first row whose counts are all zero (claimed for the
-key); none (every row of the window held by other keys at that moment): the caller refuses.
+key); none (every row of the window held by other keys at that moment): the caller decides
+(the client bound fails open to the worker's own count, client_limit.py).
 """
 
 from __future__ import annotations
@@ -28,9 +29,12 @@ WINDOW = 32
 _CELL = 8  # bytes of one int64
 
 
-def key_of(text: str) -> int:
-    """A nonzero signed 64-bit key for a string (the same in every worker)."""
-    digest = hashlib.blake2b(text.encode("utf-8", "surrogateescape"), digest_size=8).digest()
+def key_of(text: str, secret: bytes = b"") -> int:
+    """A nonzero signed 64-bit key for a string (the same in every worker). ``secret``: the
+    hash's key (the supervisor's, random per server) where the strings are a client's to
+    choose: without it, anyone can find offline strings that share a window."""
+    data = text.encode("utf-8", "surrogateescape")
+    digest = hashlib.blake2b(data, digest_size=8, key=secret).digest()
     return int.from_bytes(digest, "big", signed=True) or 1
 
 

@@ -13,7 +13,10 @@ one server through the control plane (channel.py).
   supervisor leaves nothing behind (a worker's Python stubs die with their worker).
 - Model control goes through here: a load or unload sent to any worker is applied on every
   worker, one control action at a time, and answered when all have done it; the actions
-  applied since the start are replayed on a worker that starts again.
+  applied since the start are replayed on a worker that starts again (history.py), one
+  control message each. A worker that stops making progress in its replay (the next one
+  not asked for within ``_SYNC_STEP_S`` and ``_SYNC_FACTOR`` times what the last one took
+  the first time) is killed and started again, as one whose heartbeat stops.
 """
 
 from __future__ import annotations
@@ -35,13 +38,15 @@ import orjson
 from ..errors import ServerError, unavailable
 from ..options import ServerOptions
 from ..tracing.settings import TraceMode
+from ..repository.scratch import Scratch, sweep
 from ..runtime import bind_all, install_signal_handlers, write_ports
 from . import shared
 from .channel import Channel, ChannelClosed, Peer
-from .client_limit import ROWS as CLIENT_ROWS
+from .client_limit import rows as client_rows
 from .affinity import worker_cpus
 from .balance import ROWS as BALANCE_ROWS
 from .resources import ROWS as RESOURCE_ROWS
+from .history import Entry, History, remove_upload
 from .merge import merge_metrics, merge_statistics
 from .shared import SharedCounters
 from .trace_parts import join_parts
@@ -53,6 +58,8 @@ _RESTART_DELAY_S = (0.1, 0.5, 1.0, 2.0, 5.0)  # after 1, 2, ... quick crashes in
 _STOP_GRACE_S = 5.0  # past --exit-timeout-secs before a worker still running is killed
 _BEAT_CHECK_S = 0.5
 _START_GRACE_S = 30.0  # a starting worker imports before its first heartbeat
+_SYNC_STEP_S = 20.0  # a replaying worker asks for its next action within this ...
+_SYNC_FACTOR = 3.0  # ... and this many times what the last one took when first applied
 
 
 @dataclass(eq=False)
@@ -66,6 +73,8 @@ class _Worker:
     last_beat: float = 0.0
     started_at: float = 0.0
     crashes: int = 0  # quick exits in a row (the restart delay grows)
+    replay: list[tuple[Entry, float]] = field(default_factory=list)  # what it replays
+    deadline: float = 0.0  # replaying: its next step by then (0: not replaying)
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -82,9 +91,11 @@ class Supervisor:
         self._failed = asyncio.Event()  # a worker failed before the server ever served
         self._all_serving = asyncio.Event()
         self._control = asyncio.Lock()  # one model-control action at a time, server-wide
-        # what a worker started again replays, in order: each model's last control action,
-        # the log settings changed, each model's trace settings changed, the shm regions
-        self._history: dict[str, dict[str, Any]] = {}
+        # explicit mode: the loads' file overrides, kept for the replays (history.py)
+        explicit = options.repository.control_mode == "explicit"
+        self._uploads = Scratch("uploads") if explicit else None
+        # what a worker started again replays, in order
+        self._history = History(self._uploads.path if self._uploads else None)
         self._cluster_ready = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._restarts = 0
@@ -99,9 +110,11 @@ class Supervisor:
             self._resources = SharedCounters(fd, RESOURCE_ROWS, options.workers, -1)
         # what the workers lock together (the access log's appends and rotations)
         self._locks = shared.create_lock()
+        self._client_rows = client_rows(options.workers)
+        self._client_key = secrets.token_bytes(16)  # its hash's key: windows nobody can aim at
         if options.access.max_inflight_per_client > 0:
-            fd = shared.create("clients", CLIENT_ROWS, options.workers)
-            self._clients = SharedCounters(fd, CLIENT_ROWS, options.workers, -1)
+            fd = shared.create("clients", self._client_rows, options.workers)
+            self._clients = SharedCounters(fd, self._client_rows, options.workers, -1)
         # --worker-affinity: the CPUs the workers run on, one each in turn (none: anywhere)
         self._cpus = worker_cpus(options.worker_affinity, options.workers)
         # --worker-sockets shared: the connections each worker holds (workers/balance.py)
@@ -125,6 +138,8 @@ class Supervisor:
              "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
              "reuseport": self.options.worker_sockets == "reuseport",
              "clients": self._clients.fd if self._clients else None, "locks": self._locks,
+             "client_rows": self._client_rows, "client_key": self._client_key.hex(),
+             "uploads": str(self._uploads.path) if self._uploads else None,
              "resources": self._resources.fd if self._resources else None,
              "accepting": self._accepting.fd if self._accepting else None,
              "cpu": self._cpus[worker.index % len(self._cpus)] if self._cpus else None}
@@ -163,6 +178,7 @@ class Supervisor:
             channel.close()
             worker.peer = None
             worker.synced = worker.serving = worker.ready = False
+            worker.replay, worker.deadline = [], 0.0
         code = await self._reap(worker)
         # its requests, executions and connections are gone with it
         for table in (self._clients, self._resources, self._accepting):
@@ -214,6 +230,12 @@ class Supervisor:
                               worker.index, proc.pid, now - worker.last_beat)
                     worker.serving = False
                     proc.kill()
+                elif worker.deadline and now > worker.deadline and not worker.serving:
+                    log.error("worker %d (pid %d) made no progress replaying the model control "
+                              "actions (%d of them) for too long: killing it",
+                              worker.index, proc.pid, len(worker.replay))
+                    worker.deadline = 0.0
+                    proc.kill()
 
     # -- the control plane -----------------------------------------------------------------------
     def _on_note(self, worker: _Worker, note: dict[str, Any]) -> None:
@@ -221,6 +243,7 @@ class Supervisor:
         worker.last_beat = time.monotonic()
         if op == "serving":
             worker.serving = True
+            worker.replay, worker.deadline = [], 0.0
             if all(w.serving for w in self._workers):
                 self._all_serving.set()
         elif op in ("ready", "beat"):
@@ -246,6 +269,8 @@ class Supervisor:
     async def _on_call(self, worker: _Worker, action: str, args: dict[str, Any]) -> Any:
         if action == "sync":
             return await self._sync(worker)
+        if action == "replay":
+            return self._replay(worker, int(args["index"]))
         if action in ("load", "unload"):
             return await self._model_control(action, args)
         if action == "setting":
@@ -272,14 +297,25 @@ class Supervisor:
         )
 
     async def _sync(self, worker: _Worker) -> dict[str, Any]:
-        """A worker whose models are loaded asks for the control actions applied since the
-        start; from the answer on it gets every new one (the lock keeps none in between)."""
+        """A worker whose models are loaded asks how many control actions were applied
+        since the start (then each in turn, ``_replay``); from the answer on it gets every
+        new one (the lock keeps none in between; it applies them after the replay)."""
         async with self._control:
             worker.synced = True
-            return {"actions": list(self._history.values()), "ready": self._cluster_ready}
+            worker.replay = self._history.snapshot()
+            worker.deadline = time.monotonic() + _SYNC_STEP_S
+            return {"count": len(worker.replay), "ready": self._cluster_ready}
+
+    def _replay(self, worker: _Worker, index: int) -> Entry:
+        """The ``index``-th action of the worker's replay: one small message each."""
+        entry, took = worker.replay[index]
+        worker.deadline = time.monotonic() + _SYNC_STEP_S + _SYNC_FACTOR * took
+        return entry
 
     async def _model_control(self, action: str, args: dict[str, Any]) -> Any:
+        upload = self._history.upload(args)
         async with self._control:
+            started = time.monotonic()
             targets = [w for w in self._workers if w.synced and w.peer is not None]
             results = await asyncio.gather(
                 *(self._apply(w, action, args) for w in targets), return_exceptions=True
@@ -287,9 +323,8 @@ class Supervisor:
             errors = [r for r in results if isinstance(r, ServerError)]
             others = [r for r in results if isinstance(r, BaseException) and r not in errors]
             if len(errors) + len(others) < len(results):  # some worker applied it
-                key = f"model:{args['name']}"
-                self._history.pop(key, None)
-                self._history[key] = {"action": action, "args": args}
+                upload = self._history.model_action(action, args, time.monotonic() - started)
+            await asyncio.to_thread(remove_upload, upload)  # replaced, or applied nowhere
             if errors:
                 raise errors[0]
             if others:
@@ -314,7 +349,7 @@ class Supervisor:
                     return_exceptions=True,
                 )
                 change = undo
-            _remember(self._history, change)
+            self._history.setting(change)
             if isinstance(failure, ServerError):
                 raise failure
             if failure is not None:
@@ -345,6 +380,7 @@ class Supervisor:
     async def start(self, stop: asyncio.Event) -> bool:
         """Start every worker; True once all serve, False if one fails first (or ``stop``
         is set meanwhile)."""
+        await asyncio.to_thread(sweep, "uploads")  # those of supervisors killed (-9)
         for worker in self._workers:
             self._spawn(worker)
         waiting = {asyncio.ensure_future(self._all_serving.wait()),
@@ -409,6 +445,8 @@ class Supervisor:
         for socks in self._bound.values():
             for sock in socks:
                 sock.close()
+        if self._uploads is not None:
+            self._uploads.remove()
         values = self.options.tracing.values
         if values.file and values.mode is TraceMode.TRITON:  # every worker has closed its part
             join_parts(values.file, len(self._workers))
@@ -438,34 +476,3 @@ async def supervise(options: ServerOptions, argv: list[str]) -> int:
     log.info("server stopped")
     return 0
 
-
-def _remember(history: dict[str, dict[str, Any]], change: dict[str, Any]) -> None:
-    """Keep a setting change for the replay, compacted: one entry per log settings, per
-    model's trace settings (later values over earlier ones) and per shm region."""
-    action, args = str(change["action"]), dict(change["args"])
-    if action == "shm_unregister":
-        name = str(args["name"])
-        gone = [k for k in history if k.startswith("shm:") and (not name or k == f"shm:{name}")]
-        for key in gone:
-            del history[key]
-        return
-    if action == "shm_register":
-        key = f"shm:{args['name']}"
-    elif action == "log":
-        key = "log"
-        args = {"update": {**_earlier_update(history, key), **args["update"]}}
-    else:  # trace
-        key = f"trace:{args['model']}"
-        earlier = _earlier_update(history, key)
-        args = {"model": args["model"], "update": {**earlier, **args["update"]}}
-    history.pop(key, None)
-    history[key] = {"action": "setting", "args": {"action": action, "args": args}}
-
-
-def _earlier_update(history: dict[str, dict[str, Any]], key: str) -> dict[str, Any]:
-    """The update kept under ``key`` (``{"action": "setting", "args": {"action": ...,
-    "args": {..., "update": ...}}}``), or none."""
-    kept = history.get(key)
-    if kept is None:
-        return {}
-    return dict(kept["args"]["args"]["update"])
