@@ -36,9 +36,9 @@ def build_request(
         raise invalid_arg("failed to parse the request JSON buffer: expected a JSON object")
     meta = server.model_metadata(name, version)
     inputs = {t["name"]: t for t in meta["inputs"]}
-    params = doc.pop("parameters", None) or {}
-    if not isinstance(params, dict):
-        raise invalid_arg("'parameters' must be a JSON object")
+    params = doc.pop("parameters", {})
+    if not isinstance(params, dict):  # null and [] too, as Triton's reader refuses them
+        raise invalid_arg("failed to get request params.: attempt to get members for non-object")
     rid = str(doc.pop("id")) if "id" in doc else ""
     tensors = []
     parameters: dict[str, Any] = {}  # parsed by the core, as every protocol's
