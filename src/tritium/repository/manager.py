@@ -23,6 +23,7 @@ from ..logs.settings import about_model
 from ..scheduling.ensemble import Dispatch
 from .warmup import warm_up
 from ..scheduling.rate_limiter import RateLimiter
+from ..config.confine import without_model_dir
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelId, ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
@@ -296,7 +297,7 @@ class ModelRepositoryManager:
         if backend is None:
             name = config.backend or config.platform
             raise invalid_arg(unknown_backend(name, record.name, self._backends))
-        problem = ConfigProblem(record.name, path, text)
+        problem = ConfigProblem(record.name, path, text, client=override is not None)
         if config.platform == "ensemble":
             record.depends = frozenset(
                 self._composing_id(record.namespace, s.model_name)
@@ -430,6 +431,7 @@ class ModelRepositoryManager:
                 on_failure,
                 composing=functools.partial(self.composing_spec, record.key),
                 on_recovered=on_recovered,
+                confined=problem.client,
             )
 
         started = time.monotonic()
@@ -448,6 +450,8 @@ class ModelRepositoryManager:
                     extra=about_model(record.name),
                 )
                 if attempt == self._layout.load_retries:
+                    if problem.client:  # the log has the paths; the client gets none
+                        reason = without_model_dir(reason, model_dir)
                     entry.state, entry.reason = ModelState.UNAVAILABLE, reason
                     return
         try:
