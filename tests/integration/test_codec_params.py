@@ -127,6 +127,75 @@ def test_good_parameters_still_accepted(server: ServerProcess) -> None:
     assert isinstance(answer, pb.ModelInferResponse), answer
 
 
+# --------------------------------------------------------- parameters that are no object
+
+# Anything but a JSON object where the protocol has ``parameters`` (issue 44 item 1). Triton's
+# reader refuses a request-level one ("attempt to get members for non-object"); an input's or
+# output's it skips, which tritium refuses instead of ignoring.
+NOT_OBJECTS = [5, "shared_memory_region", ["binary_data_size"], [], None, True, 0, ""]
+
+
+@pytest.mark.parametrize("value", NOT_OBJECTS)
+def test_request_parameters_not_an_object(server: ServerProcess, value: Any) -> None:
+    doc = _identity_doc("INT8", [1])
+    doc["parameters"] = value
+    status, text = _post(server, "/v2/models/identity_int8/infer", doc)
+    assert status == 400, text
+    assert json.loads(text) == {
+        "error": "failed to get request params.: attempt to get members for non-object"
+    }
+    _simple_ok(server, "http")
+
+
+@pytest.mark.parametrize("value", NOT_OBJECTS)
+def test_input_parameters_not_an_object(server: ServerProcess, value: Any) -> None:
+    doc = _identity_doc("INT8", [1])
+    doc["inputs"][0]["parameters"] = value
+    status, text = _post(server, "/v2/models/identity_int8/infer", doc)
+    assert status == 400, text
+    assert json.loads(text) == {
+        "error": "Unable to parse 'parameters' of input 'INPUT0': attempt to access JSON "
+        "non-object as object"
+    }
+    _simple_ok(server, "http")
+
+
+@pytest.mark.parametrize("value", [*NOT_OBJECTS, "classification", ["classification"]])
+def test_output_parameters_not_an_object(server: ServerProcess, value: Any) -> None:
+    doc = _identity_doc("INT8", [1])
+    doc["outputs"] = [{"name": "OUTPUT0", "parameters": value}]
+    status, text = _post(server, "/v2/models/identity_int8/infer", doc)
+    assert status == 400, text
+    assert json.loads(text) == {
+        "error": "Unable to parse 'parameters' of output 'OUTPUT0': attempt to access JSON "
+        "non-object as object"
+    }
+    _simple_ok(server, "http")
+
+
+@pytest.mark.parametrize("value", [None, [], 5])
+def test_generate_parameters_not_an_object(server: ServerProcess, value: Any) -> None:
+    status, text = _post(
+        server, "/v2/models/identity_int8/generate", {"INPUT0": [1], "parameters": value}
+    )
+    assert status == 400, text
+    # Triton's generate endpoint (L0_http generate_endpoint_test.py test_parameters)
+    assert "Expected JSON object for keyword: 'parameters'" in json.loads(text)["error"]
+
+
+def test_parameters_not_an_object_leave_no_traceback(server: ServerProcess) -> None:
+    """Forty such requests: forty 400s and not one traceback in the server's log (each was a
+    500 with a kilobyte of traceback before)."""
+    before = server.log_text().count("Traceback")
+    for _ in range(20):
+        for where in ("inputs", "outputs"):
+            doc = _identity_doc("INT8", [1])
+            doc.setdefault(where, [{"name": "OUTPUT0"}])[0]["parameters"] = 7
+            status, text = _post(server, "/v2/models/identity_int8/infer", doc)
+            assert status == 400, text
+    assert server.log_text().count("Traceback") == before
+
+
 # ------------------------------------------------------------------------- tensor values
 
 OUT_OF_RANGE = [

@@ -288,7 +288,8 @@ def test_oversized_file_name_fails_the_load_as_tritons_example_expects(
 
 def test_file_content_must_be_bytes(explicit_server: ServerProcess, tmp_path: Path) -> None:
     """gRPC only (HTTP sends every file as base64): a ``file:`` parameter given as a string is
-    refused with Triton's INVALID_ARG message (LocalizeRepoAgent) instead of failing inside."""
+    refused with Triton's INVALID_ARG message instead of failing inside: its gRPC front-end's
+    (grpc_server.cc, since 2022), which answers before the core's LocalizeRepoAgent would."""
     marker = tmp_path / "model_ran"
     param = service_pb2.ModelRepositoryParameter
     request = service_pb2.RepositoryModelLoadRequest(
@@ -304,7 +305,7 @@ def test_file_content_must_be_bytes(explicit_server: ServerProcess, tmp_path: Pa
             stub.RepositoryModelLoad(request, timeout=TIMEOUT_S)
     assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details() == (
-        "File parameter 'file:1/model.py' must have bytes type for its value"
+        "invalid value type for load parameter 'file:1/model.py', expected bytes_param."
     )
     assert not marker.exists()
 

@@ -356,9 +356,33 @@ class AccessControl:
             self.audit.close()
 
 
-def build_access(
-    options: ServerOptions, shared: ClientLimiter | None = None
-) -> AccessControl:
+def open_repository_warning(options: ServerOptions) -> str:
+    """The start-up WARNING when explicit model control lets anyone who reaches a port load
+    and unload models: the ``model-repository`` group unrestricted on an enabled front-end
+    and no bearer tokens required ('' when loads are refused or guarded)."""
+    given = options.access
+    if options.repository.control_mode != "explicit" or given.auth_token_file:
+        return ""
+    doors = [
+        name
+        for name, enabled, rules in (
+            ("HTTP", options.http.enabled, given.http_restrictions),
+            ("gRPC", options.grpc.enabled, given.grpc_restrictions),
+        )
+        if enabled and all(r.group is not ApiGroup.MODEL_REPOSITORY for r in rules)
+    ]
+    if not doors:
+        return ""
+    return (
+        f"--model-control-mode=explicit leaves the model repository API open on "
+        f"{' and '.join(doors)}: anyone who can reach the port can load models (a Python model "
+        "is code) and unload them. Restrict it (--http-restricted-api / "
+        "--grpc-restricted-protocol model-repository:<key>=<value>) or require tokens "
+        "(--auth-token-file)"
+    )
+
+
+def build_access(options: ServerOptions, shared: ClientLimiter | None = None) -> AccessControl:
     """From the options; reads the token file and opens the audit log (OSError/ValueError).
     ``shared``: the whole server's client limiter (``--workers``) instead of this process's."""
     given = options.access

@@ -13,6 +13,7 @@ from typing import Final, Protocol
 
 import numpy as np
 
+from ..config.confine import client_path
 from ..errors import internal
 from ..config.model_config import ModelConfig
 from ..config.spec import ModelSpec
@@ -36,9 +37,16 @@ class LoadContext:
     composing: Callable[[str, int], ModelSpec] | None = None
     # The instances that had died are serving again (a restarted stub): READY again.
     on_recovered: Callable[[], None] | None = None
+    # The config came with a load request (a client's): every path it names must lead to
+    # something inside the model's directory (config/confine.py).
+    confined: bool = False
 
     def model_file(self, default: str) -> Path:
-        name = self.config.default_model_filename or default
+        name: str = self.config.default_model_filename
+        if not name:
+            return self.version_dir / default
+        if self.confined:
+            return client_path(self.model_dir, self.version_dir, "default_model_filename", name)
         return self.version_dir / name
 
 

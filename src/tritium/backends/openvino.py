@@ -15,13 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
 
+from ..config.confine import client_path
 from ..config.model_config import ModelConfig, mc
 from ..config.spec import ModelSpec
 from ..errors import ServerError, internal, invalid_arg, unavailable
@@ -195,6 +196,24 @@ def _read_model(core: Any, path: Path, model: str) -> Any:
         return core.read_model(str(path))
     except Exception as exc:  # OpenVINO raises its own exception types
         raise internal(f"openvino error in reading model: {exc}") from None
+
+
+def _confined(model_dir: Path, options: OpenVinoOptions) -> OpenVinoOptions:
+    """A client's CPU_EXTENSION_PATH and CACHE_DIR (a load request's config), taken inside
+    the model's directory (config/confine.py): the library must be a file there, the cache an
+    existing folder there (OpenVINO would create a missing one wherever the client said)."""
+    extension, cache = options.cpu_extension, options.cache_dir
+    if extension:
+        path = client_path(model_dir, model_dir, "parameters.CPU_EXTENSION_PATH", extension)
+        if not path.is_file():
+            raise invalid_arg("CPU_EXTENSION_PATH names no file in the model directory")
+        extension = str(path)
+    if cache:
+        path = client_path(model_dir, model_dir, "parameters.CACHE_DIR", cache)
+        if not path.is_dir():
+            raise invalid_arg("CACHE_DIR names no folder in the model directory")
+        cache = str(path)
+    return replace(options, cpu_extension=extension, cache_dir=cache)
 
 
 def _core(options: OpenVinoOptions) -> Any:
@@ -439,7 +458,7 @@ def _padded(array: np.ndarray, pad: int) -> np.ndarray:
 
 def _read(ctx: LoadContext, options: OpenVinoOptions) -> tuple[Any, Any]:
     """OpenVINO's core (extensions, cache) and the model read from the version folder."""
-    core = _core(options)
+    core = _core(_confined(ctx.model_dir, options) if ctx.confined else options)
     return core, _read_model(core, ctx.model_file("model.xml"), ctx.model_name)
 
 

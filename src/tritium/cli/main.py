@@ -64,11 +64,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     from ..workers.member import from_environment  # imported late: argument errors stay fast
+    from ..access.policy import open_repository_warning
 
     member = from_environment()  # this process is one worker of a supervisor's
     if member is None:
         for notice in check_table_flags(args) + notices(args):
             log.log(notice.level, "%s", notice.message)
+        warning = open_repository_warning(options)
+        if warning:
+            log.warning("%s", warning)
     runner = _runner()
     if member is not None:
         from ..runtime import run

@@ -107,10 +107,13 @@ class ConfigProblem:
     field (``locate.field_line``: the field's path, and an ``anchor`` naming the entry). One is
     made per model load, so a warning is logged once per load, not once per version."""
 
-    def __init__(self, model: str, path: Path | None, text: str) -> None:
+    def __init__(self, model: str, path: Path | None, text: str, client: bool = False) -> None:
         self._model = model
         self._path = path
         self._text = text
+        # The config came with a load request (a client's): the paths it names are confined
+        # to the model's directory (config/confine.py), its errors name no server path.
+        self.client = client
         self._warned: set[str] = set()
 
     def error(self, field: str, message: str, anchor: str = "") -> ServerError:
@@ -127,8 +130,11 @@ class ConfigProblem:
                 extra=about_model(self._model),
             )
 
+    def _origin(self) -> str:
+        return "the load request's config" if self.client else "auto-completed config"
+
     def _where(self, field: str, message: str, anchor: str) -> str:
-        where = str(self._path) if self._path else f"model '{self._model}' (auto-completed config)"
+        where = str(self._path) if self._path else f"model '{self._model}' ({self._origin()})"
         line = field_line(self._text, field, anchor) if self._text else 0
         if line:
             where += f":{line}"

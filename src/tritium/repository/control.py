@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 from ..errors import ServerError, internal, invalid_arg, unavailable
 from ..logs.settings import about_model
+from ..config.confine import check_client_paths
 from ..config.model_config import ModelConfig, config_from_json
 from .layout import ModelId, ModelLocation
 from .manager import ModelRepositoryManager
@@ -90,34 +91,28 @@ class ModelControl:
             if not isinstance(content, bytes):
                 raise invalid_arg(f"File parameter '{key}' must have bytes type for its value")
         try:
-            locations, override = self._resolve(name, config_json, files)
-        except ServerError as exc:  # Triton logs the detail; the client gets its summary
-            log.error("failed to load '%s': %s", name, exc.message, extra=about_model(name))
-            raise internal(
-                f"failed to load '{name}', failed to poll from model repository: {exc.message}"
-            ) from None
+            override = _override(config_json, files)
+        except ServerError as exc:
+            raise _poll_failure(name, exc) from None
+        if override is not None:  # a client's paths stay in the model's directory: refused
+            check_client_paths(override)  # before anything is written or looked up
+        try:
+            locations = self._locations(name, files)
+        except ServerError as exc:
+            raise _poll_failure(name, exc) from None
         # Under --model-namespacing a name may be in several repositories: all are loaded.
         reasons = [await self._finish(self.manager.load(loc, override)) for loc in locations]
         reason = "; ".join(r for r in reasons if r)
         if reason:
             raise internal(f"failed to load '{name}', {reason}")
 
-    def _resolve(
-        self, name: str, config_json: str | None, files: dict[str, bytes] | None
-    ) -> tuple[list[ModelLocation], ModelConfig | None]:
-        for key in files or ():  # before a key comes near a path; Triton's repository agent
-            check_override_key(key)  # refuses a bad one in its poll: INTERNAL, as below
-        if files and config_json is None:
-            raise invalid_arg("the 'config' parameter is required with 'file:' overrides")
-        override = None
-        if config_json is not None:
-            override = config_from_json(config_json)
+    def _locations(self, name: str, files: dict[str, bytes] | None) -> list[ModelLocation]:
         if files:
-            return [self._materialize(name, files)], override
+            return [self._materialize(name, files)]
         locations = [loc for k, loc in self.manager.scan().items() if k.name == name]
         if not locations:
             raise invalid_arg(f"no model '{name}' in the model repositories")
-        return locations, override
+        return locations
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         if self.mode != "explicit":
@@ -207,6 +202,21 @@ class ModelControl:
                 )
                 await self.manager.load(locations[key])
         self._signatures = current
+
+
+def _override(config_json: str | None, files: dict[str, bytes] | None) -> ModelConfig | None:
+    """The load request's config, its ``file:`` keys checked first."""
+    for key in files or ():  # before a key comes near a path; Triton's repository agent
+        check_override_key(key)  # refuses a bad one in its poll: INTERNAL (_poll_failure)
+    if files and config_json is None:
+        raise invalid_arg("the 'config' parameter is required with 'file:' overrides")
+    return None if config_json is None else config_from_json(config_json)
+
+
+def _poll_failure(name: str, exc: ServerError) -> ServerError:
+    """Triton logs the detail; the client gets its summary."""
+    log.error("failed to load '%s': %s", name, exc.message, extra=about_model(name))
+    return internal(f"failed to load '{name}', failed to poll from model repository: {exc.message}")
 
 
 def _write_override(root: Path, key: str, content: bytes) -> None:

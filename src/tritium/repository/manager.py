@@ -24,6 +24,7 @@ from ..scheduling.ensemble import Dispatch
 from .warmup import warm_up
 from .generation import files_digest, model_generation
 from ..scheduling.rate_limiter import RateLimiter
+from ..config.confine import without_model_dir
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelId, ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
@@ -300,7 +301,7 @@ class ModelRepositoryManager:
                     f"unexpected platform type '{config.platform}' for {record.name}"
                 )
             raise invalid_arg(unknown_backend(config.backend, record.name, self._backends))
-        problem = ConfigProblem(record.name, path, text)
+        problem = ConfigProblem(record.name, path, text, client=override is not None)
         if config.platform == "ensemble":
             record.depends = frozenset(
                 self._composing_id(record.namespace, s.model_name)
@@ -434,6 +435,7 @@ class ModelRepositoryManager:
                 on_failure,
                 composing=functools.partial(self.composing_spec, record.key),
                 on_recovered=on_recovered,
+                confined=problem.client,
             )
 
         started = time.monotonic()
@@ -453,6 +455,8 @@ class ModelRepositoryManager:
                     extra=about_model(record.name),
                 )
                 if attempt == self._layout.load_retries:
+                    if problem.client:  # the log has the paths; the client gets none
+                        reason = without_model_dir(reason, model_dir)
                     entry.state, entry.reason = ModelState.UNAVAILABLE, reason
                     return
         try:

@@ -20,6 +20,7 @@ Triton's QA (L0_input_validation) expects.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 from ..errors import invalid_arg
 
@@ -84,6 +85,14 @@ def check_override_key(key: str) -> str:
     if problem:
         raise invalid_arg(f"Invalid file parameter '{_shown(key)}': the path {problem}")
     return relative
+
+
+def check_load_keys(keys: Iterable[str]) -> None:
+    """A load request's parameters are ``config`` and ``file:<path>`` ones (Triton's
+    grpc_server.cc refuses any other, "unrecognized load parameter"), never silently ignored."""
+    for key in keys:
+        if key != "config" and not key.startswith("file:"):
+            raise invalid_arg(f"unrecognized load parameter '{_shown(key)}'.")
 
 
 def version_from_string(text: str) -> int:

@@ -101,7 +101,7 @@ class PythonBackend:
     async def _environment(self, ctx: LoadContext) -> PythonEnv | None:
         """The model's EXECUTION_ENV_PATH environment (unpacked, probed), or None: the stubs
         then run on the server's own interpreter."""
-        path = env_path_parameter(ctx.config.parameters, ctx.model_dir)
+        path = env_path_parameter(ctx.config.parameters, ctx.model_dir, ctx.confined)
         return None if path is None else await self._envs.prepare(ctx.model_name, path)
 
     async def _spawn(

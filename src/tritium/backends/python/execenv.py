@@ -14,11 +14,12 @@ The interpreter is probed once per load: it must start, be Python 3.11 or newer 
 server's ``marshal`` format (the stub's frames), and import numpy (the stub needs it, as
 Triton's does); otherwise the load fails with a reason saying which.
 
-A model's configuration may come from a client (a load request's ``config``), so the load's
-reason must not tell whether a server path exists: a path that is missing, unreadable, not
-a file or directory, an archive that cannot be unpacked (or is refused) and a directory
-without an interpreter all fail with the same reason (``NOT_AN_ENVIRONMENT``); the server's
-log says which it was, for the operator.
+A model's configuration may come from a client (a load request's ``config``): its value must
+then be ``$$TRITON_MODEL_DIRECTORY/<path>`` leading, links followed, inside the model's
+directory (``config/confine.py``), and the load's reason must not tell whether a path exists
+there: a path that is missing, unreadable, not a file or directory, an archive that cannot be
+unpacked (or is refused) and a directory without an interpreter all fail with the same reason
+(``NOT_AN_ENVIRONMENT``); the server's log says which it was, for the operator.
 """
 
 from __future__ import annotations
@@ -33,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...config.confine import MODEL_DIRECTORY_KEYWORD, client_path
 from ...errors import ServerError, invalid_arg, unavailable
 from .envarchive import ArchiveCache, ArchiveError, CacheError
 
 log = logging.getLogger("tritium")
 EXECUTION_ENV_PARAMETER = "EXECUTION_ENV_PATH"
-MODEL_DIRECTORY_KEYWORD = "$$TRITON_MODEL_DIRECTORY"
 MIN_PYTHON = (3, 11)  # pyproject's requires-python: the stub's own code needs it
 # The one reason for every path that cannot be an environment, whatever is (or is not) there.
 NOT_AN_ENVIRONMENT = (
@@ -88,13 +89,18 @@ def _prepend(directory: Path, current: str | None) -> str:
     return f"{directory}:{current}" if current else str(directory)
 
 
-def env_path_parameter(parameters: Any, model_dir: Path) -> Path | None:
-    """The environment a model's config asks for (substituted, absolute), or None."""
+def env_path_parameter(parameters: Any, model_dir: Path, confined: bool = False) -> Path | None:
+    """The environment a model's config asks for (substituted, absolute), or None.
+    ``confined``: the config is a client's (a load request's), whose value must be
+    ``$$TRITON_MODEL_DIRECTORY/<path>`` leading, links followed, to something inside the
+    model's directory (config/confine.py; INVALID_ARG otherwise, before any path is probed)."""
     if EXECUTION_ENV_PARAMETER not in parameters:
         return None
     value = parameters[EXECUTION_ENV_PARAMETER].string_value.strip()
     if not value:
         return None
+    if confined:
+        return client_path(model_dir, model_dir, f"parameters.{EXECUTION_ENV_PARAMETER}", value)
     return Path(os.path.abspath(value.replace(MODEL_DIRECTORY_KEYWORD, str(model_dir))))
 
 

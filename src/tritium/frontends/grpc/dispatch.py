@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import DecodeError
 
 from ...errors import ServerError
+from ...logs.budget import UNEXPECTED_ERRORS
 from ...options import ServerOptions
 from .call import Deferred, ServerCall
 from .errors import CODE, status_message
@@ -71,14 +72,15 @@ def code_of(exc: BaseException) -> StatusCode:
 
 def status_of(exc: BaseException) -> tuple[StatusCode, str]:
     """An exception as the status its call ends with; anything unexpected is a bug: logged,
-    answered INTERNAL, and the server goes on."""
+    answered INTERNAL (``UNEXPECTED_ERRORS``: one traceback per kind a minute), and the server
+    goes on."""
     if isinstance(exc, RpcError):
         return exc.code, status_message(exc.message)
     if isinstance(exc, ServerError):
         return CODE[exc.kind], status_message(exc.message)
     if isinstance(exc, DecodeError):
         return StatusCode.INVALID_ARGUMENT, f"unable to parse the request message: {exc}"
-    log.error("unhandled error in a gRPC handler", exc_info=exc)
+    UNEXPECTED_ERRORS.report("unhandled error in a gRPC handler", exc)
     return StatusCode.INTERNAL, status_message(f"{type(exc).__name__}: {exc}")
 
 

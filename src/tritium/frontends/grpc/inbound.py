@@ -16,6 +16,7 @@ import asyncio
 import logging
 import time
 
+from ...logs.budget import UNEXPECTED_ERRORS
 from ...transport.http2 import ErrorCode, H2ConnectionError
 from ...transport.http2.frames import Buffer
 from .budgets import BUSY, BYTES_PER_TURN, FRAMES_PER_TURN, MESSAGES_PER_TURN, UNREAD
@@ -91,8 +92,8 @@ class Inbound(Outbound):
             else:
                 self._close(exc.code)
             return len(data)
-        except Exception:  # a bug: this connection ends, the server goes on
-            log.exception("gRPC connection %s: unexpected error", self.peer)
+        except Exception as exc:  # a bug: this connection ends, the server goes on
+            UNEXPECTED_ERRORS.report(f"gRPC connection {self.peer}: unexpected error", exc)
             self._corked = False
             self._close(ErrorCode.INTERNAL_ERROR)
             return len(data)
@@ -134,8 +135,8 @@ class Inbound(Outbound):
             self._corked = True
             try:
                 self._resume_calls()
-            except Exception:  # a bug: this connection ends, the server goes on
-                log.exception("gRPC connection %s: unexpected error", self.peer)
+            except Exception as exc:  # a bug: this connection ends, the server goes on
+                UNEXPECTED_ERRORS.report(f"gRPC connection {self.peer}: unexpected error", exc)
                 self._corked = False
                 self._close(ErrorCode.INTERNAL_ERROR)
                 return

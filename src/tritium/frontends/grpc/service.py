@@ -18,7 +18,8 @@ from google.protobuf import json_format
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
-from ...errors import unsupported
+from ...errors import invalid_arg, unsupported
+from ...repository.names import check_load_keys
 from ...server import (
     AccessEntry,
     AccessLog,
@@ -66,6 +67,14 @@ def _no_repository(request: Any) -> None:
 def _repository_value(param: Any) -> Any:
     which = param.WhichOneof("parameter_choice")
     return None if which is None else getattr(param, which)
+
+
+def _load_value(key: str, param: Any, expected: str) -> Any:
+    """A load parameter of the one kind Triton takes for ``key`` (grpc_server.cc: ``config``
+    a string_param, a ``file:`` a bytes_param); any other is refused in Triton's words."""
+    if param.WhichOneof("parameter_choice") != expected:
+        raise invalid_arg(f"invalid value type for load parameter '{key}', expected {expected}.")
+    return getattr(param, expected)
 
 
 def _setting_value(param: Any) -> tuple[str | None, Any]:
@@ -164,12 +173,15 @@ class InferenceService:
 
     async def RepositoryModelLoad(self, request: Any, call: ServerCall) -> Any:
         _no_repository(request)
-        params = {k: _repository_value(v) for k, v in request.parameters.items()}
-        files = {k: v for k, v in params.items() if k.startswith("file:")}
-        config = params.get("config")
-        await self._server.load_model(
-            request.model_name, None if config is None else str(config), files
+        given = request.parameters
+        check_load_keys(given)
+        files = {
+            k: _load_value(k, v, "bytes_param") for k, v in given.items() if k.startswith("file:")
+        }
+        config = (
+            _load_value("config", given["config"], "string_param") if "config" in given else None
         )
+        await self._server.load_model(request.model_name, config, files)
         return pb.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(self, request: Any, call: ServerCall) -> Any:
@@ -377,4 +389,3 @@ def method_table(server: InferenceServer) -> dict[str, Method]:
         **_table(SERVICE, inference, pb, InferenceService(server)),
         **_table(HEALTH_SERVICE, health, health_pb2, HealthService(server)),
     }
-

@@ -16,6 +16,7 @@ import orjson
 
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
+from ...repository.names import check_load_keys
 from ...server import (
     AccessEntry,
     FinalAnswer,
@@ -178,9 +179,7 @@ class HttpApp:
 
     async def _model_stats(self, request: HttpRequest) -> HttpResponse:
         params = request.params
-        return _json(
-            await self.server.statistics_total(params["model"], params.get("version", ""))
-        )
+        return _json(await self.server.statistics_total(params["model"], params.get("version", "")))
 
     async def _logging(self, request: HttpRequest) -> HttpResponse:
         """The logging extension: GET reads, POST changes what it names (an empty body
@@ -268,11 +267,12 @@ class HttpApp:
     async def _load(self, request: HttpRequest) -> HttpResponse:
         """The repository extension's load; ``file:`` contents arrive base64-encoded."""
         params = _control_parameters(request.body)
-        files = {k: _base64(k, v) for k, v in params.items() if k.startswith("file:")}
-        config = params.get("config")
-        await self.server.load_model(
-            request.params["model"], None if config is None else str(config), files
-        )
+        check_load_keys(params)
+        files = {
+            k: _base64(k, _load_string(k, v)) for k, v in params.items() if k.startswith("file:")
+        }
+        config = _load_string("config", params["config"]) if "config" in params else None
+        await self.server.load_model(request.params["model"], config, files)
         return _EMPTY_OK
 
     async def _unload(self, request: HttpRequest) -> HttpResponse:
@@ -544,14 +544,24 @@ def _control_parameters(body: bytes | bytearray) -> dict[str, Any]:
     params: Any = {}
     if body.strip():
         doc = _parse_json(body)
-        params = (doc.get("parameters") or {}) if isinstance(doc, dict) else {}
-    if not isinstance(params, dict):
-        raise invalid_arg("'parameters' must be a JSON object")
+        params = doc.get("parameters", {}) if isinstance(doc, dict) else {}
+    if not isinstance(params, dict):  # null and [] too, as Triton's reader refuses them
+        raise invalid_arg("attempt to get members for non-object")
     return params
 
 
-def _base64(key: str, value: Any) -> bytes:
+def _load_string(key: str, value: Any) -> str:
+    """A load parameter's value, which must be a JSON string (Triton's load handler reads every
+    one with MemberAsString: a number, true or null is no file content and no config)."""
+    if not isinstance(value, str):
+        raise invalid_arg(
+            f"Unable to parse load parameter '{key}': attempt to access JSON non-string as string"
+        )
+    return value
+
+
+def _base64(key: str, value: str) -> bytes:
     try:
-        return base64.b64decode(str(value), validate=True)
+        return base64.b64decode(value, validate=True)
     except ValueError:
         raise invalid_arg(f"file override '{key}' is not valid base64") from None

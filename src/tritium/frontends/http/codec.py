@@ -30,6 +30,9 @@ from .json_data import (
     split_document,
 )
 
+# Triton's JSON reader (common/triton_json.h), whose words Triton's front-end passes on.
+_NO_MEMBERS: Final = "attempt to get members for non-object"
+_NOT_OBJECT: Final = "attempt to access JSON non-object as object"
 _NUMPY_JSON: Final = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
 # The members the hot paths compare with, as constants of this module (``DataType.X`` is a
 # lookup of the class and of its attribute on each use in the compiled build).
@@ -70,7 +73,7 @@ def decode_request(
     plan = OutputPlan()
     rid = doc.get("id")
     params = doc.get("parameters")
-    parameters = _request_parameters(params, plan) if params else {}
+    parameters = _request_parameters(params, plan) if "parameters" in doc else {}
     items = doc.get("inputs")
     if not isinstance(items, list):
         raise invalid_arg("failed to parse the request JSON buffer: 'inputs' must be an array")
@@ -128,13 +131,26 @@ def _parse_json(json_part: bytes | bytearray) -> tuple[dict[str, Any], dict[str,
 
 def _request_parameters(params: object, plan: OutputPlan) -> dict[str, Any]:
     """The request's parameters for the core, less ``binary_data_output`` (how this
-    front-end encodes the answer)."""
+    front-end encodes the answer). Anything but an object (null and [] included) is refused
+    with Triton's words (http_server.cc ParseJsonTritonParams)."""
     if not isinstance(params, dict):
-        raise invalid_arg("failed to parse the request JSON buffer: 'parameters' must be an object")
+        raise invalid_arg(f"failed to get request params.: {_NO_MEMBERS}")
     if "binary_data_output" in params:
         params = dict(params)
         plan.binary_default = bool(params.pop("binary_data_output"))
     return params
+
+
+def _tensor_parameters(item: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    """An input's or output's ``parameters``: an object, or none. Triton's front-end skips
+    one that is no object; tritium refuses it (nothing a client sends is silently ignored),
+    in the words of Triton's JSON reader."""
+    params = item.get("parameters")
+    if isinstance(params, dict):
+        return params
+    if params is None and "parameters" not in item:
+        return {}
+    raise invalid_arg(f"Unable to parse 'parameters' of {kind} '{name}': {_NOT_OBJECT}")
 
 
 def _input(
@@ -148,8 +164,8 @@ def _input(
     if datatype is None:
         raise invalid_arg(f"invalid datatype '{item.get('datatype')}' for input '{name}'")
     shape = parse_shape(item.get("shape"), name)
-    params = item.get("parameters") or {}
-    size = params.get("binary_data_size") if isinstance(params, dict) else None
+    params = _tensor_parameters(item, "input", name)
+    size = params.get("binary_data_size")
     if "shared_memory_region" in params:
         return shm_tensor(name, datatype, shape, params), 0
     if size is not None:
@@ -232,7 +248,7 @@ def _requested_outputs(outputs: Any, plan: OutputPlan) -> tuple[RequestedOutput,
     for item in outputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise invalid_arg("failed to parse the request JSON buffer: each output needs a 'name'")
-        params = item.get("parameters") or {}
+        params = _tensor_parameters(item, "output", item["name"])
         if "classification" in params:
             _check_classification(params)
         if "binary_data" in params:

@@ -8,10 +8,10 @@ connection outlives it."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from ...logs.budget import UNEXPECTED_ERRORS
 from .messages import (
     COMPRESS_MIN_BYTES,
     HttpRequest,
@@ -27,8 +27,6 @@ from .messages import (
 
 if TYPE_CHECKING:
     from .protocol import HttpConnection
-
-log = logging.getLogger("tritium")
 
 
 class RequestCycle:
@@ -87,8 +85,8 @@ class RequestCycle:
             return
         try:
             self._finish(result if isinstance(result, HttpResponse) else conn.render_error(result))
-        except Exception:
-            log.exception("error while writing an HTTP response")
+        except Exception as exc:
+            UNEXPECTED_ERRORS.report("error while writing an HTTP response", exc)
 
     def _on_result(self, task: asyncio.Future[Any]) -> None:
         self._task = None
@@ -110,8 +108,9 @@ class RequestCycle:
 
     def _on_streamed(self, task: asyncio.Future[Any]) -> None:
         self._task = None
-        if not task.cancelled() and task.exception() is not None:
-            log.error("error while streaming an HTTP response", exc_info=task.exception())
+        failed = None if task.cancelled() else task.exception()
+        if failed is not None:
+            UNEXPECTED_ERRORS.report("error while streaming an HTTP response", failed)
             self.keep_alive = False  # the chunked body is cut short: the client must see it
         self._done()
 

@@ -3,12 +3,9 @@ by ``render_error``, the one place a handler's exception becomes a response."""
 
 from __future__ import annotations
 
-import logging
-
 from ...errors import ErrorKind, ServerError
+from ...logs.budget import UNEXPECTED_ERRORS
 from .messages import HttpResponse, error_response
-
-log = logging.getLogger("tritium")
 
 STATUS = {
     ErrorKind.INTERNAL: 500,
@@ -29,8 +26,9 @@ def triton_status(exc: BaseException) -> str:
 
 def render_error(exc: BaseException) -> HttpResponse:
     """A ``ServerError`` answers its kind's status with Triton's ``{"error": ...}``; anything
-    else is a bug in a handler: logged, answered 500, and the server goes on."""
+    else is a bug in a handler: logged (``UNEXPECTED_ERRORS``: one traceback per kind a
+    minute), answered 500, and the server goes on."""
     if isinstance(exc, ServerError):
         return error_response(STATUS[exc.kind], exc.message)
-    log.error("unhandled error in HTTP handler", exc_info=exc)
+    UNEXPECTED_ERRORS.report("unhandled error in HTTP handler", exc)
     return error_response(500, f"{type(exc).__name__}: {exc}")

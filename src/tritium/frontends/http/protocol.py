@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below refers to it
-import logging
 import time
 from collections import deque
 from typing import Any, Final
@@ -25,6 +24,7 @@ from mypy_extensions import mypyc_attr
 
 from ... import loop_spin
 from ...access.policy import format_peer
+from ...logs.budget import UNEXPECTED_ERRORS
 from ..accept import Connections
 from ..memory import MemoryBudget
 from .cors import CorsPolicy
@@ -35,7 +35,6 @@ from ...transport.http1.reader import BODY, HEAD, IDLE, RequestReader
 from .limits import HttpLimits
 from .messages import ErrorRenderer, Handler, HttpRequest, HttpResponse, error_response
 
-log = logging.getLogger("tritium")
 
 # A whole answer up to this size waits for the end of the loop's turn (write_soon); a bigger
 # one is written at once, so that the transport's back-pressure sees it before the next.
@@ -44,7 +43,7 @@ WRITE_SOON_MAX_BYTES: Final = 64 * 1024
 
 def render_internal(exc: BaseException) -> HttpResponse:
     """The renderer of last resort: a bug in a handler answers 500 and the server goes on."""
-    log.error("unhandled error in HTTP handler", exc_info=exc)
+    UNEXPECTED_ERRORS.report("unhandled error in HTTP handler", exc)
     return error_response(500, f"{type(exc).__name__}: {exc}")
 
 
