@@ -1,0 +1,497 @@
+"""Issue 44's attacks as hostile kinds of bench/soak.py (``resource_attack_kinds``, after
+bench/soak_attacks.py's): requests that cost the server what a client did not pay for, on the
+models of bench/soak_models.py.
+
+Each is ``run(port, count) -> outcome`` as the other kinds ({what: how many}; a key starting
+with ``max `` is a figure the soak keeps the largest of; a key with ``!`` or ``WRONG`` is a
+finding, which fails the soak), bounded in time and closing what it opened. The kinds that need
+more than their port (the server's pid, its other ports, the calibration of the costly
+models) read them from a ``Target`` filled once the server is up.
+
+- ``c1_empty_inputs`` (gRPC): a ModelInferRequest for ``simple`` carrying ``EMPTY_INPUTS``
+  empty ``inputs`` entries (2 bytes each on the wire: 976 KiB), unary and as a
+  ModelStreamInfer message: INVALID_ARGUMENT, fast (``max answer ms``);
+- ``costly_inline_torch``, ``costly_inline_onnx`` (gRPC): ``CHEAP_CALLS`` cheap requests on a
+  model that looks fast (the inline path learns it), then one costing ~2.5 s (calibrated) on
+  the same connection, with ServerReady probes on it meanwhile: ``loop blocked`` when a probe
+  waited ``BLOCKED_S`` or more (the worker's event loop ran the model);
+- ``zero_window_held`` (gRPC): ``ZW_CONNECTIONS`` connections advertising a zero window,
+  ``ZW_CALLS`` calls each answered ``ZW_BYTES``, held ``ZW_HOLD_S`` (or until every stream
+  ended), then closed: the server's RSS growth meanwhile (``max server RSS growth MiB``);
+- ``crafted_hosts`` (HTTP): ``CRAFTED`` sockets bound to 127/8 addresses whose
+  --max-inflight-per-client row falls where the victim's does (tritium/workers/shared.py's
+  public hash), each with one ``soak_slow`` request in flight; meanwhile the victim address,
+  with nothing in flight, sends ``VICTIM_CALLS`` requests: ``victim 429!`` counts refusals;
+- ``cache_poisoning`` (HTTP): ``PAIRS`` pairs on ``soak_cached`` (response cache on): A sends
+  {"scale": 100}, then B the same input with {"scale": 1}; B must get B's answer;
+- ``upload_kill_worker`` (HTTP, at most once per ``UPLOAD_GAP_S``): ``soak_upload`` loaded
+  with ``file:`` overrides of ``UPLOAD_MIB`` MiB in turn, then one worker SIGKILLed (with
+  --workers N): the supervisor's ``tritium_workers{state="serving"}`` must be N again within
+  ``RESTART_WAIT_S``; the model is unloaded at the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from h2.settings import SettingCodes
+from tritonclient.grpc import service_pb2 as pb
+
+from bench.hostile_clients import HostileKind
+from bench.hostile_grpc_clients import INFER, stream_outcomes
+from bench.probes import process_tree, server_rss_kib
+from bench.raw_http import HOST, MIB, ResponseReader, http_call, request_head
+from bench.soak_models import CACHED, SLOW, SPIN_ONNX, SPIN_TORCH, UPLOAD, UPLOAD_CONFIG, UPLOAD_PY
+from tests.support.grpc_raw import STREAM, big_output_request
+from tests.support.h2client import H2Client, grpc_message, parse_messages
+
+Outcome = dict[str, float]
+
+EMPTY_INPUTS = 500_000
+EMPTY_INPUT = b"\x2a\x00"  # field 5 (inputs), length-delimited, 0 bytes
+FAST_S = 1.0
+CHEAP_CALLS, PROBE_EVERY_S, BLOCKED_S, COSTLY_WAIT_S = 64, 0.1, 0.5, 60.0
+READY = "/inference.GRPCInferenceService/ServerReady"
+ZW_CONNECTIONS, ZW_CALLS, ZW_BYTES, ZW_HOLD_S = 4, 300, MIB, 30.0
+CRAFTED, VICTIM, VICTIM_CALLS = 34, "127.0.99.1", 8
+CLIENT_ROWS = 8192  # tritium/workers/client_limit.py ROWS: the table an attacker can read
+PAIRS = 4
+UPLOAD_MIB, UPLOAD_GAP_S, RESTART_WAIT_S = (10, 24, 40), 300.0, 60.0
+ANSWER_S = 30.0
+# the longest a kind takes: the uploads (3 × up to 60 s), the restart wait and the unload
+RESOURCE_ATTACK_MAX_S = 3 * 60.0 + RESTART_WAIT_S + 30.0
+STATUS = {
+    0: "OK",
+    3: "INVALID_ARGUMENT",
+    8: "RESOURCE_EXHAUSTED",
+    13: "INTERNAL",
+    14: "UNAVAILABLE",
+}
+
+
+@dataclass
+class Target:
+    """What the kinds need beyond their port, set once the server is up."""
+
+    pid: int = 0
+    ports: dict[str, int] = field(default_factory=dict)
+    calibration: dict[str, int] = field(default_factory=dict)
+
+
+def _url(port: int) -> str:
+    return f"{HOST}:{port}"
+
+
+def _speed(seconds: float) -> str:
+    return f"≤{FAST_S:g} s" if seconds <= FAST_S else f"slow (>{FAST_S:g} s)"
+
+
+def _status(result: object) -> str:
+    status = getattr(result, "status", None)
+    if status is not None:
+        return STATUS.get(status, f"status {status}")
+    reset = getattr(result, "reset", None)
+    return f"reset {reset}" if reset is not None else "no answer"
+
+
+# ---------------------------------------------------------------------------------------------
+# C1: 500k empty inputs
+# ---------------------------------------------------------------------------------------------
+def empty_inputs_message() -> bytes:
+    head = pb.ModelInferRequest(model_name="simple", id="c1").SerializeToString()
+    return head + EMPTY_INPUT * EMPTY_INPUTS
+
+
+def _stream_answer(client: H2Client, payload: bytes) -> str:
+    """One ModelStreamInfer message: the error message or answer it gets (then the end)."""
+    sid = client.start_call(STREAM)
+    client.send_data(sid, grpc_message(payload))
+    result = client.streams[sid]
+    client.wait_for(lambda: result.done or bool(result.data), ANSWER_S)
+    answer = _status(result)
+    if result.data:
+        reply = pb.ModelStreamInferResponse.FromString(parse_messages(bytes(result.data))[0][1])
+        answer = "error message" if reply.error_message else "answered!"
+    if not result.done:
+        client.end(sid)
+        client.wait_for(lambda: result.done, 5.0)
+    return answer
+
+
+def empty_inputs(port: int, _: int) -> Outcome:
+    payload = empty_inputs_message()
+    seen: Outcome = {}
+    with H2Client(_url(port)) as client:
+        client.sock.settimeout(ANSWER_S)
+        start = time.monotonic()
+        sid = client.call_async(INFER, payload)
+        client.wait_for(lambda: client.streams[sid].done, ANSWER_S)
+        unary_s = time.monotonic() - start
+        unary = _status(client.streams[sid])
+        seen[f"unary {unary}{'!' if unary == 'OK' else ''} {_speed(unary_s)}"] = 1
+        start = time.monotonic()
+        stream = _stream_answer(client, payload)
+        stream_s = time.monotonic() - start
+        seen[f"stream {stream} {_speed(stream_s)}"] = 1
+    seen["max answer ms"] = round(max(unary_s, stream_s) * 1000)
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# C2: a costly request on a model that looks fast
+# ---------------------------------------------------------------------------------------------
+def _spin_request(model: str, value: int) -> bytes:
+    message = pb.ModelInferRequest(model_name=model)
+    if model == SPIN_TORCH:
+        message.inputs.add(name="INPUT__0", datatype="INT64", shape=[1])
+        message.raw_input_contents.append(np.array([value], np.int64).tobytes())
+    else:
+        message.inputs.add(name="SHAPE", datatype="INT64", shape=[2])
+        message.raw_input_contents.append(np.array([value, value], np.int64).tobytes())
+    return message.SerializeToString()
+
+
+def _spin_right(model: str, value: int, result: object) -> bool:
+    try:
+        payload = parse_messages(bytes(result.data))[0][1]  # type: ignore[attr-defined]
+        raw = pb.ModelInferResponse.FromString(payload).raw_output_contents[0]
+    except (AssertionError, IndexError, ValueError):
+        return False
+    if model == SPIN_TORCH:
+        return int(np.frombuffer(raw, np.int64)[0]) == value
+    return float(np.frombuffer(raw, np.float32)[0]) == float(value)  # exact below 2**24
+
+
+def _probe_while(client: H2Client, sid: int) -> float:
+    """ServerReady on the costly call's connection every ``PROBE_EVERY_S`` until that call
+    ended: the longest wait for an answer."""
+    longest, costly = 0.0, client.streams[sid]
+    deadline = time.monotonic() + COSTLY_WAIT_S
+    while not costly.done and not client.closed and time.monotonic() < deadline:
+        probe = client.call_async(READY, b"")
+        start = time.monotonic()
+        client.wait_for(functools.partial(_ended, client, probe), COSTLY_WAIT_S)
+        longest = max(longest, time.monotonic() - start)
+        client.wait_for(lambda: costly.done, PROBE_EVERY_S)
+    return longest
+
+
+def _cheap_calls(client: H2Client, model: str) -> int:
+    """``CHEAP_CALLS`` cheap calls, one after the other: how many were answered right (it
+    stops at the first unanswered)."""
+    right = 0
+    for _ in range(CHEAP_CALLS):
+        sid = client.call_async(INFER, _spin_request(model, 1))
+        if not client.wait_for(functools.partial(_ended, client, sid), ANSWER_S):
+            break
+        right += _spin_right(model, 1, client.streams[sid])
+    return right
+
+
+def costly_inline(model: str, target: Target, port: int, _: int) -> Outcome:
+    key = "spin_n" if model == SPIN_TORCH else "onnx_n"
+    value = target.calibration[key]
+    with H2Client(_url(port)) as client:
+        client.sock.settimeout(ANSWER_S)
+        cheap_right = _cheap_calls(client, model)
+        if cheap_right < CHEAP_CALLS // 2:
+            return {f"cheap answered right {cheap_right}/{CHEAP_CALLS}: no costly call": 1}
+        start = time.monotonic()
+        sid = client.call_async(INFER, _spin_request(model, value))
+        longest = _probe_while(client, sid)
+        costly_s = time.monotonic() - start
+        result = client.streams[sid]
+        answer = "right" if _spin_right(model, value, result) else f"{_status(result)} WRONG"
+    seen: Outcome = {
+        f"cheap answered right {cheap_right}/{CHEAP_CALLS}": 1,
+        f"costly {answer}": 1,
+        f"loop blocked ≥{BLOCKED_S:g} s!" if longest >= BLOCKED_S else "loop free": 1,
+        "max costly ms": round(costly_s * 1000),
+        "max ServerReady wait ms": round(longest * 1000),
+    }
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# S3: zero-window connections held
+# ---------------------------------------------------------------------------------------------
+def _ended(client: H2Client, sid: int) -> bool:
+    return client.streams[sid].done
+
+
+def _all_ended(client: H2Client, sids: list[int]) -> bool:
+    return all(client.streams[s].done for s in sids)
+
+
+def _hold(held: list[tuple[H2Client, list[int]]], pid: int, before: int) -> int:
+    """Read (granting nothing) until every stream ended or ``ZW_HOLD_S`` passed; the peak
+    server RSS (KiB) meanwhile."""
+    peak, deadline = before, time.monotonic() + ZW_HOLD_S
+    while time.monotonic() < deadline and not all(_all_ended(c, s) for c, s in held):
+        for client, sids in held:
+            client.wait_for(functools.partial(_all_ended, client, sids), 0.1)
+        peak = max(peak, server_rss_kib(pid))
+    return peak
+
+
+def zero_window_held(target: Target, port: int, _: int) -> Outcome:
+    settings = {int(SettingCodes.INITIAL_WINDOW_SIZE): 0}
+    request = big_output_request(ZW_BYTES)
+    before = server_rss_kib(target.pid)
+    held: list[tuple[H2Client, list[int]]] = []
+    seen: Outcome = {}
+    try:
+        for _ in range(ZW_CONNECTIONS):
+            client = H2Client(_url(port), settings=settings, auto_ack=False)
+            held.append((client, []))
+            held[-1][1].extend(client.call_async(INFER, request) for _ in range(ZW_CALLS))
+        peak = _hold(held, target.pid, before)
+        for client, sids in held:
+            for what, n in stream_outcomes([client.streams[s] for s in sids]).items():
+                seen[what] = seen.get(what, 0) + n
+    finally:
+        for client, _sids in held:
+            client.sock.close()
+    seen["max server RSS growth MiB"] = round((peak - before) / 1024)
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# S4: crafted hosts
+# ---------------------------------------------------------------------------------------------
+def _home(host: str) -> int:
+    """The first row of ``host``'s window in the per-client table (shared.py ``key_of``)."""
+    digest = hashlib.blake2b(host.encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big", signed=True) or 1) % CLIENT_ROWS
+
+
+@functools.cache
+def crafted_hosts() -> tuple[str, ...]:
+    """``CRAFTED`` addresses of 127/8 whose window starts where ``VICTIM``'s does."""
+    home, found = _home(VICTIM), []
+    for i in range(1 << 16, 1 << 24):
+        host = f"127.{i >> 16}.{(i >> 8) & 255}.{i & 255}"
+        if host != VICTIM and _home(host) == home:
+            found.append(host)
+            if len(found) == CRAFTED:
+                break
+    return tuple(found)
+
+
+def _bound(source: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.bind((source, 0))
+        sock.connect((HOST, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _infer_payload(model: str, body: dict[str, Any]) -> bytes:
+    data = json.dumps(body).encode()
+    head = {"Content-Type": "application/json", "Content-Length": len(data)}
+    return request_head("POST", f"/v2/models/{model}/infer", head) + data
+
+
+SLOW_BODY = {"inputs": [{"name": "INPUT0", "shape": [1, 4], "datatype": "FP32",
+                         "data": [1, 2, 3, 4]}]}  # fmt: skip
+SIMPLE_BODY = {
+    "inputs": [
+        {"name": name, "shape": [1, 16], "datatype": "INT32", "data": list(range(16))}
+        for name in ("INPUT0", "INPUT1")
+    ]
+}
+
+
+def _victim_call(port: int) -> str:
+    try:
+        with _bound(VICTIM, port) as sock:
+            sock.sendall(_infer_payload("simple", SIMPLE_BODY))
+            answer = ResponseReader(sock).read(time.monotonic() + ANSWER_S)
+    except OSError as exc:
+        return f"victim {type(exc).__name__}"
+    if answer is None:
+        return "victim no answer"
+    return f"victim {answer[0]}{'!' if answer[0] == 429 else ''}"
+
+
+def crafted(port: int, _: int) -> Outcome:
+    seen: Outcome = {}
+
+    def note(what: str) -> None:
+        seen[what] = seen.get(what, 0) + 1
+
+    socks = []
+    try:
+        for host in crafted_hosts():
+            try:
+                sock = _bound(host, port)
+            except OSError as exc:
+                note(f"attacker {type(exc).__name__}")
+                continue
+            sock.sendall(_infer_payload(SLOW, SLOW_BODY))
+            socks.append(sock)
+        time.sleep(0.5)  # admitted, queued for the slow model
+        for _ in range(VICTIM_CALLS):
+            note(_victim_call(port))
+        deadline = time.monotonic() + ANSWER_S
+        for sock in socks:
+            answer = ResponseReader(sock).read(deadline)
+            note(f"attacker {answer[0]}" if answer else "attacker no answer")
+    finally:
+        for sock in socks:
+            sock.close()
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# S5: cache poisoning
+# ---------------------------------------------------------------------------------------------
+def _cached_call(client: object, data: np.ndarray, scale: int) -> np.ndarray | str:
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+
+    tensor = httpclient.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data)
+    try:
+        result = client.infer(CACHED, [tensor], parameters={"scale": scale})  # type: ignore[attr-defined]
+    except InferenceServerException as exc:
+        return str(exc.status())
+    except Exception as exc:  # noqa: BLE001 - no answer is an outcome
+        return f"client {type(exc).__name__}"
+    out: np.ndarray = result.as_numpy("OUTPUT0")
+    return out
+
+
+def _judge(who: str, got: np.ndarray | str, want: np.ndarray, other: np.ndarray) -> str:
+    if isinstance(got, str):
+        return f"{who} {got}"
+    if np.array_equal(got, want):
+        return f"{who} right"
+    return f"{who} got the other's answer WRONG" if np.array_equal(got, other) else f"{who} WRONG"
+
+
+def cache_poisoning(port: int, count: int) -> Outcome:
+    import tritonclient.http as httpclient
+
+    rng = np.random.default_rng([count, os.getpid(), time.monotonic_ns()])
+    seen: Outcome = {}
+    for _ in range(PAIRS):
+        data = rng.integers(1, 1000, 8).astype(np.float32)  # a fresh key
+        a_client = httpclient.InferenceServerClient(_url(port), network_timeout=ANSWER_S)
+        b_client = httpclient.InferenceServerClient(_url(port), network_timeout=ANSWER_S)
+        try:
+            got_a = _cached_call(a_client, data, 100)
+            got_b = _cached_call(b_client, data, 1)
+        finally:
+            a_client.close()
+            b_client.close()
+        for what in (_judge("A", got_a, data * 100, data), _judge("B", got_b, data, data * 100)):
+            seen[what] = seen.get(what, 0) + 1
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# S6: large uploads, then kill -9 of a worker
+# ---------------------------------------------------------------------------------------------
+def metric(metrics_port: int, line_start: str) -> int | None:
+    """The value of the /metrics line that starts with ``line_start`` (None: no such line,
+    or no answer)."""
+    answer = http_call(metrics_port, request_head("GET", "/metrics"), 10)
+    if answer is None or answer[0] != 200:
+        return None
+    for line in answer[1].decode(errors="replace").splitlines():
+        if line.startswith(line_start):
+            return int(float(line.split()[-1]))
+    return None
+
+
+def serving_workers(metrics_port: int) -> int | None:
+    return metric(metrics_port, 'tritium_workers{state="serving"} ')
+
+
+def _repository_call(port: int, action: str, body: bytes) -> str:
+    head = {"Content-Type": "application/json", "Content-Length": len(body)}
+    path = f"/v2/repository/models/{UPLOAD}/{action}"
+    answer = http_call(port, request_head("POST", path, head) + body, 60)
+    return "no answer" if answer is None else str(answer[0])
+
+
+def upload(port: int, mib: int, count: int) -> str:
+    blob = np.random.default_rng(count).bytes(mib * MIB)  # incompressible
+    parameters = {
+        "config": json.dumps(UPLOAD_CONFIG),
+        "file:1/model.py": base64.b64encode(UPLOAD_PY.encode()).decode(),
+        "file:1/weights.bin": base64.b64encode(blob).decode(),
+    }
+    return _repository_call(port, "load", json.dumps({"parameters": parameters}).encode())
+
+
+def _wait_serving(target: Target, workers: int, killed: int) -> float | None:
+    """Seconds until the killed worker is gone and ``workers`` serve again; None: not within
+    ``RESTART_WAIT_S``."""
+    start = time.monotonic()
+    while time.monotonic() - start < RESTART_WAIT_S:
+        pids = {p for p, role, _ in process_tree(target.pid) if role == "worker"}
+        if killed not in pids and serving_workers(target.ports["metrics"]) == workers:
+            return time.monotonic() - start
+        time.sleep(0.5)
+    return None
+
+
+def upload_kill_worker(target: Target, port: int, count: int) -> Outcome:
+    seen: Outcome = {}
+    for mib in UPLOAD_MIB:
+        status = upload(port, mib, count)
+        seen[f"upload {status}"] = seen.get(f"upload {status}", 0) + 1
+    workers = sorted(p for p, role, _ in process_tree(target.pid) if role == "worker")
+    if not workers:
+        seen["no workers (--workers 1): none killed"] = 1
+    elif serving_workers(target.ports["metrics"]) != len(workers):
+        seen["not every worker serving before the kill: none killed"] = 1
+    else:
+        os.kill(workers[count % len(workers)], signal.SIGKILL)
+        back = _wait_serving(target, len(workers), workers[count % len(workers)])
+        if back is None:
+            seen[f"worker not back serving in {RESTART_WAIT_S:.0f} s!"] = 1
+        else:
+            seen["worker killed, back serving"] = 1
+            seen["max s to serving again"] = round(back, 1)
+    status = _repository_call(port, "unload", b"{}")
+    seen[f"unload {status}"] = 1
+    return seen
+
+
+# ---------------------------------------------------------------------------------------------
+# The kinds
+# ---------------------------------------------------------------------------------------------
+def resource_attack_kinds(target: Target) -> list[HostileKind]:
+    """Issue 44's attacks, in the order the soak's rotation takes them."""
+    kind, grpc = HostileKind, "grpc"
+
+    def with_target(run: Callable[..., Outcome], *args: object) -> Callable[[int, int], Outcome]:
+        return functools.partial(run, *args, target)
+
+    return [
+        kind("c1_empty_inputs", empty_inputs, grpc),
+        kind("costly_inline_torch", with_target(costly_inline, SPIN_TORCH), grpc, 20.0),
+        kind("zero_window_held", with_target(zero_window_held), grpc, 90.0),
+        kind("crafted_hosts", crafted),
+        kind("cache_poisoning", cache_poisoning),
+        kind("costly_inline_onnx", with_target(costly_inline, SPIN_ONNX), grpc, 20.0),
+        kind("upload_kill_worker", with_target(upload_kill_worker), "http", UPLOAD_GAP_S),
+    ]
