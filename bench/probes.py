@@ -1,6 +1,7 @@
 """Watching a server under hostile load (bench/hostile.py, bench/soak.py): its memory, open
-files and threads and those of its stubs from /proc (no psutil), a memory watch that kills it
-above a cap (the machine is shared), and a health poller on fresh raw-socket connections."""
+files and threads and those of each of its processes (supervisor, workers, stubs) from /proc
+(no psutil), a memory watch that kills it above a cap (the machine is shared), and a health
+poller on fresh raw-socket connections."""
 
 from __future__ import annotations
 
@@ -45,18 +46,32 @@ def open_fds(pid: int) -> int | None:
 STUB_MODULE = "tritium.backends.python.stub"
 
 
-def _is_stub(pid: int) -> bool:
+def _cmdline_has(pid: int, text: bytes) -> bool:
     try:
-        return STUB_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return text in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
+
+
+def _is_stub(pid: int) -> bool:
+    return _cmdline_has(pid, STUB_MODULE.encode())
+
+
+def _below(role: str, pid: int) -> str:
+    """The role of a child of a ``role`` process."""
+    if role == "worker" and _is_stub(pid):
+        return "stub"
+    if role == "stub" and _cmdline_has(pid, b"os.killpg(0"):
+        return "keeper"  # backends/python/stub_group.py: kills the stub's group with it
+    return "other"
 
 
 def process_tree(pid: int) -> list[tuple[int, str, int]]:
     """The server's processes, parents first, each with its role and its owner (the server or
     worker process whose descendant it is; 0 for the root): ``server`` (one process) or
     ``supervisor`` with its ``worker`` children (--workers N); the ``stub`` children of the
-    server or of a worker (Python models); ``other`` below those (what a stub started)."""
+    server or of a worker (Python models); below a stub, its process group's ``keeper`` and
+    ``other`` processes (what a model started)."""
     kids: dict[int, list[int]] = {}
     for child, parent in parent_pids().items():
         kids.setdefault(parent, []).append(child)
@@ -69,8 +84,7 @@ def process_tree(pid: int) -> list[tuple[int, str, int]]:
         parent, role, owner = out[at]
         at += 1
         for kid in sorted(kids.get(parent, [])):
-            kid_role = "stub" if role == "worker" and _is_stub(kid) else "other"
-            out.append((kid, kid_role, parent if role == "worker" else owner))
+            out.append((kid, _below(role, kid), parent if role == "worker" else owner))
     return out
 
 

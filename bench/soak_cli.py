@@ -5,8 +5,10 @@ hostile requests"). A fresh server (bench/server.py ``start_ready``: the tests'
 ``ServerProcess``, 127.0.0.1, port 0, ``SERVER_ARGS``) over a repository holding the examples
 ``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub) for the normal load, and
 the models the hostile requests use (``soak_repository``: ``simple_sequence``, the hostile
-models of tests/support/hostile_models.py with the children they call, ``big_output``). This
-process is the client:
+models of tests/support/hostile_models.py with the children they call, ``big_output``, and
+bench/soak_models.py's), in explicit model control mode with every model loaded by name.
+Server flags go through ``--server-arg`` (e.g. ``--server-arg=--workers=2``; this script's own
+``--workers`` is its client coroutines). This process is the client:
 
 * ``--workers`` coroutines on tritonclient's asyncio clients, spread over HTTP (binary) and
   gRPC × the two models (one client each), paced together at ``--rate`` requests/s (open
@@ -21,22 +23,31 @@ process is the client:
   (registration only; one that is accepted is unregistered at once and reported); then issue
   22's attacks (bench/soak_attacks.py: control-frame floods, a DATA frame packed with empty
   messages, silent sockets and partial prefaces, stalled streams, a burst of streams beyond
-  the bound, Health.Watch streams, unended sequences, hostile models). ``--hostile`` keeps
-  only the kinds it names. At most ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them
-  all busy is counted as skipped (the rotation waits for it).
+  the bound, Health.Watch streams, unended sequences, hostile models); then issue 44's
+  (bench/soak_resource_attacks.py: 500,000 empty inputs, a costly request on a model that
+  looks fast, zero-window connections held, crafted client addresses, cache poisoning, large
+  uploads then kill -9 of a worker). ``--hostile`` keeps only the kinds it names. At most
+  ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them all busy is counted as skipped (the
+  rotation waits for it); a kind with a ``gap_s`` is passed over until that long after its
+  last run.
 
-Reported: requests answered per protocol/model, errors by kind (HTTP status / gRPC code /
-client exception, with one message each), wrong answers, per hostile kind its runs, longest
-run and outcomes (and the streams or sockets of each outcome, summed), and the server's RSS,
-open fds and threads and its stub processes (count, RSS) before the load, after a 10 s
-warm-up, every ``--sample-every`` seconds, at the end, and after ``--settle`` idle seconds;
-the maximum of each and the growth from the warm-up to the end and to the settled sample. A
+Reported: requests answered per protocol/model, wrong answers, lost requests (no answer: a
+client timeout, a broken or refused connection) and error answers by kind (HTTP status / gRPC
+code / client exception, with one message each), per hostile kind its runs, longest run and
+outcomes (and the streams or sockets of each outcome, summed; the largest of its ``max``
+figures), its findings, the workers restarted, and the server's RSS, open fds and threads,
+its workers' and its stub processes' (count, RSS), and each process's (supervisor, each
+worker, the stubs under each) before the load, after a 10 s warm-up, every
+``--sample-every`` seconds, at the end, and after ``--settle`` idle seconds; the maximum of
+each and the growth from the warm-up to the end and to the settled sample. A
 watchdog polls ``/v2/health/ready`` every second (400, not ready, is an answer: a hostile
 model's stub restarting makes a strict server not ready).
 
 The exit status is 1 when the server died, stopped answering (health unanswered 10 s twice
 in a row, not ready for 60 s, or no inference answered for 30 s), passed ``--rss-cap-mib``
-(it is killed then), gave a wrong answer, or does not serve at the end; 0 otherwise.
+(the supervisor and its workers together; killed then), gave a wrong answer, a hostile
+kind saw a finding (an outcome with ``!`` or ``WRONG``), or does not serve at the end; 0
+otherwise.
 Results: a summary on stdout and ``bench/results/soak.json`` (one entry per ``--label``).
 """
 
