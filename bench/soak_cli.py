@@ -208,9 +208,11 @@ async def stop_load(workers: list[asyncio.Task], others: list[asyncio.Task], loa
     await load.mixer.drain()
 
 
-def soak_kinds(args: argparse.Namespace, target: Target) -> list[HostileKind]:
-    """The hostile rotation: issue 10's requests, then issue 22's and issue 44's attacks;
+def soak_kinds(args: argparse.Namespace, target: Target | None = None) -> list[HostileKind]:
+    """The hostile rotation: issue 10's requests, then issue 22's and issue 44's attacks
+    (those needing the server's pid or calibration read ``target``, filled once it is up);
     ``--hostile`` keeps only the kinds it names."""
+    target = target or Target()
     kinds = [*hostile_kinds(args.bomb_mib), *attack_kinds(), *resource_attack_kinds(target)]
     if not args.hostile:
         return kinds
@@ -265,7 +267,8 @@ def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
     return {
         label: {
             f"from_{base}": {
-                k: round((by_label[label][k] or 0) - (by_label[base][k] or 0), 1) for k in GROWN
+                k: round((by_label[label].get(k) or 0) - (by_label[base].get(k) or 0), 1)
+                for k in GROWN
             }
             for base in ("start", "warm")
             if base in by_label
