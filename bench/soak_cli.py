@@ -24,9 +24,10 @@ Server flags go through ``--server-arg`` (e.g. ``--server-arg=--workers=2``; thi
   22's attacks (bench/soak_attacks.py: control-frame floods, a DATA frame packed with empty
   messages, silent sockets and partial prefaces, stalled streams, a burst of streams beyond
   the bound, Health.Watch streams, unended sequences, hostile models); then issue 44's
-  (bench/soak_resource_attacks.py: 500,000 empty inputs, a costly request on a model that
-  looks fast, zero-window connections held, crafted client addresses, cache poisoning, large
-  uploads then kill -9 of a worker). ``--hostile`` keeps only the kinds it names. At most
+  (bench/soak_resource_attacks.py and bench/soak_shared_state_attacks.py: 500,000 empty
+  inputs, a costly request on a model that looks fast, zero-window connections held,
+  crafted client addresses, cache poisoning, large uploads then kill -9 of a worker).
+  ``--hostile`` keeps only the kinds it names. At most
   ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them all busy is counted as skipped (the
   rotation waits for it); a kind with a ``gap_s`` is passed over until that long after its
   last run.
@@ -73,7 +74,8 @@ from bench.soak_load import REQUEST_TIMEOUT_S, HostileMixer, Load, Tally, sample
 from bench.soak_models import MODELS as RESOURCE_MODELS
 from bench.soak_models import write_models
 from bench.soak_report import markdown, save
-from bench.soak_resource_attacks import Target, crafted_hosts, metric, resource_attack_kinds
+from bench.soak_resource_attacks import resource_attack_kinds
+from bench.soak_shared_state_attacks import Target, crafted_hosts, metric
 from tests.support.grpc_raw import BIG_OUTPUT, write_big_output
 from tests.support.models import build_test_repository
 
