@@ -175,6 +175,17 @@ def children_of(pid: int) -> list[int]:
     return kids
 
 
+def parent_pids() -> dict[int, int]:
+    """pid -> parent pid of every process (one pass over /proc)."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None:
+                out[int(entry)] = int(fields[1])  # ppid (field 4)
+    return out
+
+
 @dataclass
 class CpuSnapshot:
     wall: float

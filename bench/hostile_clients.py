@@ -241,8 +241,9 @@ def shm_grpc(grpc_port: int, count: int) -> str:
 class HostileKind:
     name: str
     # (port, count) -> outcome: a text, or {what: how many} (bench/soak_attacks.py)
-    run: Callable[[int, int], str | dict[str, int]]
+    run: Callable[[int, int], str | dict[str, int] | dict[str, float]]
     protocol: str = "http"
+    gap_s: float = 0.0  # the least time between two runs (the soak's rotation skips it meanwhile)
 
 
 def hostile_kinds(bomb_mib: int) -> list[HostileKind]:

@@ -1,6 +1,7 @@
 """Watching a server under hostile load (bench/hostile.py, bench/soak.py): its memory, open
-files and threads and those of its stubs from /proc (no psutil), a memory watch that kills it
-above a cap (the machine is shared), and a health poller on fresh raw-socket connections."""
+files and threads and those of each of its processes (supervisor, workers, stubs) from /proc
+(no psutil), a memory watch that kills it above a cap (the machine is shared), and a health
+poller on fresh raw-socket connections."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.common import children_of
+from bench.common import parent_pids
 from bench.raw_http import HOST, ResponseReader, request_head
 
 POLL_INTERVAL_S = 0.01
@@ -42,17 +43,94 @@ def open_fds(pid: int) -> int | None:
         return None
 
 
-def process_sample(pid: int) -> dict[str, Any]:
-    """The server's RSS, open fds and threads, and its stub processes' count and total RSS."""
+STUB_MODULE = "tritium.backends.python.stub"
+
+
+def _cmdline_has(pid: int, text: bytes) -> bool:
+    try:
+        return text in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _is_stub(pid: int) -> bool:
+    return _cmdline_has(pid, STUB_MODULE.encode())
+
+
+def _below(role: str, pid: int) -> str:
+    """The role of a child of a ``role`` process."""
+    if role == "worker" and _is_stub(pid):
+        return "stub"
+    if role == "stub" and _cmdline_has(pid, b"os.killpg(0"):
+        return "keeper"  # backends/python/stub_group.py: kills the stub's group with it
+    return "other"
+
+
+def process_tree(pid: int) -> list[tuple[int, str, int]]:
+    """The server's processes, parents first, each with its role and its owner (the server or
+    worker process whose descendant it is; 0 for the root): ``server`` (one process) or
+    ``supervisor`` with its ``worker`` children (--workers N); the ``stub`` children of the
+    server or of a worker (Python models); below a stub, its process group's ``keeper`` and
+    ``other`` processes (what a model started)."""
+    kids: dict[int, list[int]] = {}
+    for child, parent in parent_pids().items():
+        kids.setdefault(parent, []).append(child)
+    top = sorted(kids.get(pid, []))
+    workers = {k for k in top if not _is_stub(k)}
+    out = [(pid, "supervisor" if workers else "server", 0)]
+    out += [(k, "worker" if k in workers else "stub", pid) for k in top]
+    at = 1
+    while at < len(out):
+        parent, role, owner = out[at]
+        at += 1
+        for kid in sorted(kids.get(parent, [])):
+            out.append((kid, _below(role, kid), parent if role == "worker" else owner))
+    return out
+
+
+def process_usage(pid: int, role: str, owner: int) -> dict[str, Any]:
     status = proc_status(pid)
-    stubs = [proc_status(kid) for kid in children_of(pid)]
     return {
+        "pid": pid,
+        "role": role,
+        "owner": owner,
         "rss_mib": round(status.get("VmRSS", 0) / 1024, 1),
         "fds": open_fds(pid),
         "threads": status.get("Threads"),
-        "stubs": len(stubs),
-        "stub_rss_mib": round(sum(s.get("VmRSS", 0) for s in stubs) / 1024, 1),
     }
+
+
+def _sum(processes: list[dict[str, Any]], role: str, key: str) -> float:
+    return round(sum(p[key] or 0 for p in processes if p["role"] == role), 1)
+
+
+def process_sample(pid: int) -> dict[str, Any]:
+    """The server's RSS, open fds and threads; its stub processes' count and total RSS; with
+    --workers N the workers' count, RSS and fds too; the RSS of the whole tree; and each
+    process (``processes``: pid, role, RSS, fds, threads)."""
+    processes = [process_usage(*entry) for entry in process_tree(pid)]
+    root = processes[0]
+    return {
+        "rss_mib": root["rss_mib"],
+        "fds": root["fds"],
+        "threads": root["threads"],
+        "workers": sum(p["role"] == "worker" for p in processes),
+        "worker_rss_mib": _sum(processes, "worker", "rss_mib"),
+        "worker_fds": int(_sum(processes, "worker", "fds")),
+        "stubs": sum(p["role"] == "stub" for p in processes),
+        "stub_rss_mib": _sum(processes, "stub", "rss_mib"),
+        "total_rss_mib": round(sum(p["rss_mib"] for p in processes), 1),
+        "processes": processes,
+    }
+
+
+def server_rss_kib(pid: int) -> int:
+    """The RSS (KiB) of the server: the process, or the supervisor and its workers."""
+    return sum(
+        proc_status(p).get("VmRSS", 0)
+        for p, role, _ in process_tree(pid)
+        if role in ("server", "supervisor", "worker")
+    )
 
 
 def raise_own_nofile() -> int:

@@ -36,13 +36,14 @@ class Server(ServerProcess):
         workdir: Path,
         extra_args: tuple[str, ...] = (),
         cpus: frozenset[int] | None = None,
+        start_timeout: float = START_TIMEOUT,
     ) -> None:
         super().__init__(
             [repository],
             *extra_args,
             wait_ready=False,
             workdir=workdir,
-            start_timeout=START_TIMEOUT,
+            start_timeout=start_timeout,
             cpus=cpus,
         )
 
@@ -158,16 +159,17 @@ def start_ready(
     args: Iterable[str] = (),
     models: Iterable[str] = ("simple",),
     nofile: int | None = None,
+    timeout: float = 90.0,
 ) -> Server:
     """A server over ``repository`` (ports file and log in ``workdir``), ready with ``models``;
     ``nofile`` sets its RLIMIT_NOFILE right after the start, as ``ulimit -n`` would (accept()
-    is what runs out)."""
+    is what runs out). ``timeout``: for the ports, then for the models' readiness."""
     workdir.mkdir(parents=True, exist_ok=True)
-    server = Server(repository, workdir, tuple(args))
+    server = Server(repository, workdir, tuple(args), start_timeout=max(timeout, START_TIMEOUT))
     try:
         if nofile is not None:
             resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (nofile, nofile))
-        server.wait_ready(list(models), timeout=90.0)
+        server.wait_ready(list(models), timeout=timeout)
     except BaseException:
         server.stop()
         raise

@@ -5,8 +5,10 @@ hostile requests"). A fresh server (bench/server.py ``start_ready``: the tests'
 ``ServerProcess``, 127.0.0.1, port 0, ``SERVER_ARGS``) over a repository holding the examples
 ``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub) for the normal load, and
 the models the hostile requests use (``soak_repository``: ``simple_sequence``, the hostile
-models of tests/support/hostile_models.py with the children they call, ``big_output``). This
-process is the client:
+models of tests/support/hostile_models.py with the children they call, ``big_output``, and
+bench/soak_models.py's), in explicit model control mode with every model loaded by name.
+Server flags go through ``--server-arg`` (e.g. ``--server-arg=--workers=2``; this script's own
+``--workers`` is its client coroutines). This process is the client:
 
 * ``--workers`` coroutines on tritonclient's asyncio clients, spread over HTTP (binary) and
   gRPC × the two models (one client each), paced together at ``--rate`` requests/s (open
@@ -21,22 +23,32 @@ process is the client:
   (registration only; one that is accepted is unregistered at once and reported); then issue
   22's attacks (bench/soak_attacks.py: control-frame floods, a DATA frame packed with empty
   messages, silent sockets and partial prefaces, stalled streams, a burst of streams beyond
-  the bound, Health.Watch streams, unended sequences, hostile models). ``--hostile`` keeps
-  only the kinds it names. At most ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them
-  all busy is counted as skipped (the rotation waits for it).
+  the bound, Health.Watch streams, unended sequences, hostile models); then issue 44's
+  (bench/soak_resource_attacks.py and bench/soak_shared_state_attacks.py: 500,000 empty
+  inputs, a costly request on a model that looks fast, zero-window connections held,
+  crafted client addresses, cache poisoning, large uploads then kill -9 of a worker).
+  ``--hostile`` keeps only the kinds it names. At most
+  ``HOSTILE_IN_FLIGHT`` run at once; a slot finding them all busy is counted as skipped (the
+  rotation waits for it); a kind with a ``gap_s`` is passed over until that long after its
+  last run.
 
-Reported: requests answered per protocol/model, errors by kind (HTTP status / gRPC code /
-client exception, with one message each), wrong answers, per hostile kind its runs, longest
-run and outcomes (and the streams or sockets of each outcome, summed), and the server's RSS,
-open fds and threads and its stub processes (count, RSS) before the load, after a 10 s
-warm-up, every ``--sample-every`` seconds, at the end, and after ``--settle`` idle seconds;
-the maximum of each and the growth from the warm-up to the end and to the settled sample. A
+Reported: requests answered per protocol/model, wrong answers, lost requests (no answer: a
+client timeout, a broken or refused connection) and error answers by kind (HTTP status / gRPC
+code / client exception, with one message each), per hostile kind its runs, longest run and
+outcomes (and the streams or sockets of each outcome, summed; the largest of its ``max``
+figures), its findings, the workers restarted, and the server's RSS, open fds and threads,
+its workers' and its stub processes' (count, RSS), and each process's (supervisor, each
+worker, the stubs under each) before the load, after a 10 s warm-up, every
+``--sample-every`` seconds, at the end, and after ``--settle`` idle seconds; the maximum of
+each and the growth from the warm-up to the end and to the settled sample. A
 watchdog polls ``/v2/health/ready`` every second (400, not ready, is an answer: a hostile
 model's stub restarting makes a strict server not ready).
 
 The exit status is 1 when the server died, stopped answering (health unanswered 10 s twice
 in a row, not ready for 60 s, or no inference answered for 30 s), passed ``--rss-cap-mib``
-(it is killed then), gave a wrong answer, or does not serve at the end; 0 otherwise.
+(the supervisor and its workers together; killed then), gave a wrong answer, a hostile
+kind saw a finding (an outcome with ``!`` or ``WRONG``), or does not serve at the end; 0
+otherwise.
 Results: a summary on stdout and ``bench/results/soak.json`` (one entry per ``--label``).
 """
 
@@ -44,9 +56,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import itertools
-import json
 import os
 import signal
 import tempfile
@@ -56,12 +66,16 @@ from typing import Any
 
 from bench.common import RESULTS_DIR
 from bench.hostile_clients import HostileKind, hostile_kinds
-from bench.probes import proc_status, raise_own_nofile
+from bench.probes import process_tree, raise_own_nofile, server_rss_kib
 from bench.raw_http import HOST, bomb_body, http_status, serves_after
-from bench.report import git_describe
 from bench.server import Server, model_subset, start_ready
 from bench.soak_attacks import SEQUENCE_MODEL, attack_kinds
 from bench.soak_load import REQUEST_TIMEOUT_S, HostileMixer, Load, Tally, sample, worker
+from bench.soak_models import MODELS as RESOURCE_MODELS
+from bench.soak_models import write_models
+from bench.soak_report import markdown, save
+from bench.soak_resource_attacks import resource_attack_kinds
+from bench.soak_shared_state_attacks import Target, crafted_hosts, metric
 from tests.support.grpc_raw import BIG_OUTPUT, write_big_output
 from tests.support.models import build_test_repository
 
@@ -77,17 +91,33 @@ TEST_HOSTILE_MODELS = (
     "identity_onnx_queued",
     "identity_fp32",
 )
-ALL_MODELS = (*MODELS, *EXAMPLE_HOSTILE_MODELS, *TEST_HOSTILE_MODELS, BIG_OUTPUT)
+# and issue 44's attacks (bench/soak_resource_attacks.py): bench/soak_models.py
+ALL_MODELS = (
+    *MODELS,
+    *EXAMPLE_HOSTILE_MODELS,
+    *TEST_HOSTILE_MODELS,
+    BIG_OUTPUT,
+    *RESOURCE_MODELS,
+)
 # The soak server's own flags, so that the bounds under test exist and act within a run:
 # the sequence backlog is unbounded by default (as Triton's); stalled streams are reset at
 # 60 s by default (longer than a hostile run holds them); hostile models crash their stubs
 # more often than the default 5 restarts a minute.
+# Explicit model control, every model loaded by name at the start: the upload kind loads and
+# unloads a model of its own. The response cache and the per-client bound exist for the
+# cache-poisoning and crafted-hosts kinds (the bound well above what 127.0.0.1 holds: the
+# zero-window kind keeps 1,200 calls in flight).
 SERVER_ARGS = (
     "--allow-client-shm=true",
     "--sequence-backlog-limit=16",
     "--grpc-stall-timeout-secs=5",
     "--model-instance-max-restarts=1000000",
+    "--model-control-mode=explicit",
+    *(f"--load-model={model}" for model in ALL_MODELS),
+    "--cache-config=local,size=16777216",
+    "--max-inflight-per-client=2048",
 )
+START_S = 240.0  # every model ready, in every worker, on a busy machine
 PROTOCOLS = ("http", "grpc")
 RESULTS = RESULTS_DIR / "soak.json"
 HEALTH_TIMEOUT_S = 10.0
@@ -100,12 +130,14 @@ WARMUP_S = 10.0
 # Watching the server
 # ---------------------------------------------------------------------------------------------
 def guard_check(server: Server, cap_mib: int, tally: Tally) -> str | None:
-    """Why the soak must stop now (died, over the RSS cap, no inference answered), or None."""
+    """Why the soak must stop now (died, over the RSS cap, no inference answered), or None.
+    The cap is on the server's RSS: the process, or the supervisor and its workers."""
     if server.proc.poll() is not None:
         return f"server died (exit {server.proc.returncode})"
-    rss = proc_status(server.pid).get("VmRSS", 0)
+    rss = server_rss_kib(server.pid)
     if rss > cap_mib * 1024:
-        os.kill(server.pid, signal.SIGKILL)
+        for pid, _, _ in reversed(process_tree(server.pid)):
+            os.kill(pid, signal.SIGKILL)
         return f"server RSS {rss / 1024:.0f} MiB passed --rss-cap-mib {cap_mib}: killed"
     if time.monotonic() - tally.last_answer > STALL_S:
         return f"no inference answered for {STALL_S:.0f} s"
@@ -178,10 +210,12 @@ async def stop_load(workers: list[asyncio.Task], others: list[asyncio.Task], loa
     await load.mixer.drain()
 
 
-def soak_kinds(args: argparse.Namespace) -> list[HostileKind]:
-    """The hostile rotation: issue 10's requests, then issue 22's attacks; ``--hostile``
-    keeps only the kinds it names."""
-    kinds = [*hostile_kinds(args.bomb_mib), *attack_kinds()]
+def soak_kinds(args: argparse.Namespace, target: Target | None = None) -> list[HostileKind]:
+    """The hostile rotation: issue 10's requests, then issue 22's and issue 44's attacks
+    (those needing the server's pid or calibration read ``target``, filled once it is up);
+    ``--hostile`` keeps only the kinds it names."""
+    target = target or Target()
+    kinds = [*hostile_kinds(args.bomb_mib), *attack_kinds(), *resource_attack_kinds(target)]
     if not args.hostile:
         return kinds
     wanted = args.hostile.split(",")
@@ -192,10 +226,10 @@ def soak_kinds(args: argparse.Namespace) -> list[HostileKind]:
     return [k for k in kinds if k.name in wanted]
 
 
-async def soak(server: Server, args: argparse.Namespace) -> dict[str, Any]:
+async def soak(server: Server, args: argparse.Namespace, target: Target) -> dict[str, Any]:
     pid, ports = server.pid, {p: server.ports[p] for p in PROTOCOLS}
     tally, stop = Tally(), asyncio.Event()
-    mixer = HostileMixer(args.hostile_every, soak_kinds(args), ports, tally)
+    mixer = HostileMixer(args.hostile_every, soak_kinds(args, target), ports, tally)
     urls = {p: f"{HOST}:{port}" for p, port in ports.items()}
     load = Load(urls, tally, stop, mixer, args.workers / args.rate)
     started = time.monotonic()
@@ -215,14 +249,16 @@ async def soak(server: Server, args: argparse.Namespace) -> dict[str, Any]:
     elapsed = time.monotonic() - started
     await stop_load(workers, others, load)
     samples.append(sample("end", pid, started, tally))
+    restarts = metric(server.ports["metrics"], "tritium_worker_restarts_total ")
     if server.proc.poll() is None:
         await asyncio.sleep(args.settle)
         samples.append(sample("settled", pid, started, tally))
     samples[0].pop("started")
-    return summarise(server, tally, mixer, samples, elapsed)
+    return {**summarise(server, tally, mixer, samples, elapsed), "worker_restarts": restarts}
 
 
-GROWN = ("rss_mib", "fds", "threads", "stubs", "stub_rss_mib")
+GROWN = ("rss_mib", "fds", "threads", "workers", "worker_rss_mib", "worker_fds", "stubs",
+         "stub_rss_mib", "total_rss_mib")  # fmt: skip
 
 
 def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float]]]:
@@ -233,7 +269,8 @@ def growth(samples: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, float
     return {
         label: {
             f"from_{base}": {
-                k: round((by_label[label][k] or 0) - (by_label[base][k] or 0), 1) for k in GROWN
+                k: round((by_label[label].get(k) or 0) - (by_label[base].get(k) or 0), 1)
+                for k in GROWN
             }
             for base in ("start", "warm")
             if base in by_label
@@ -252,6 +289,8 @@ def summarise(
         serves = "no: gRPC ServerReady failed"
     if tally.wrong:
         tally.fail(f"wrong answers: {dict(tally.wrong)}")
+    if tally.findings:
+        tally.fail(f"hostile findings: {dict(tally.findings)}")
     if serves != "yes":
         tally.fail(f"does not serve at the end ({serves})")
     answered = sum(tally.answered.values())
@@ -263,6 +302,8 @@ def summarise(
         "errors": dict(tally.errors),
         "error_examples": tally.examples,
         "wrong": dict(tally.wrong),
+        "lost": dict(tally.lost),
+        "server_workers": samples[0]["workers"] or 1,
         "request_slots": mixer.slots,
         "hostile_launched": mixer.launched,
         "hostile_skipped": tally.hostile_skipped,
@@ -272,84 +313,14 @@ def summarise(
         "hostile_runs": dict(sorted(tally.hostile_runs.items())),
         "hostile_items": dict(sorted(tally.hostile_items.items())),
         "hostile_max_s": dict(sorted(tally.hostile_max_s.items())),
+        "hostile_peaks": dict(sorted(tally.hostile_peaks.items())),
+        "findings": dict(sorted(tally.findings.items())),
         "samples": samples,
-        "max": {k: max(s[k] or 0 for s in samples) for k in ("rss_mib", "fds", "threads", "stubs")},
+        "max": {k: max(s[k] or 0 for s in samples) for k in GROWN},
         "growth": growth(samples),
         "serves_at_end": serves,
         "failure": tally.failure,
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Report
-# ---------------------------------------------------------------------------------------------
-def markdown(report: dict[str, Any], args: argparse.Namespace) -> str:
-    verdict = f"FAILED: {report['failure']}" if report["failure"] else "OK"
-    lines = [
-        f"soak {report['seconds']} s, target {args.rate:g} req/s on {args.workers} workers, "
-        f"{report['answers_per_s']} answers/s; hostile {report['hostile_launched']} of "
-        f"{report['request_slots']} slots (skipped {report['hostile_skipped']}, unfinished "
-        f"{report['hostile_unfinished']}); health polls {report['health_polls']}; {verdict}",
-        "",
-        "| protocol/model | answered |",
-        "|---|---|",
-        *(f"| {k} | {n} |" for k, n in sorted(report["answered"].items())),
-        "",
-        "| error (normal requests) | count | example |",
-        "|---|---|---|",
-        *(
-            f"| {k} | {n} | {report['error_examples'][k][:100]} |"
-            for k, n in sorted(report["errors"].items())
-        ),
-        "",
-        "| hostile kind | runs | longest s | outcomes (runs) | streams/sockets (summed) |",
-        "|---|---|---|---|---|",
-        *kind_rows(report),
-        "",
-        "| sample | t s | answered | server RSS MiB | fds | threads | stubs | stub RSS MiB |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    shown = [s for s in report["samples"] if s["label"] != "run"]
-    for s in shown:
-        lines.append(
-            f"| {s['label']} | {s['t_s']} | {s['answered']} | {s['rss_mib']} | {s['fds']} "
-            f"| {s['threads']} | {s['stubs']} | {s['stub_rss_mib']} |"
-        )
-    top = report["max"]
-    lines.append(
-        f"| max | | | {top['rss_mib']} | {top['fds']} | {top['threads']} | {top['stubs']} | |"
-    )
-    return "\n".join(lines)
-
-
-def kind_rows(report: dict[str, Any]) -> list[str]:
-    rows = []
-    for kind, runs in report["hostile_runs"].items():
-        outcomes = "; ".join(
-            f"{k.split(': ', 1)[1]} ×{n}" for k, n in report["hostile"].items()
-            if k.split(": ", 1)[0] == kind
-        )  # fmt: skip
-        items = "; ".join(
-            f"{k.split(': ', 1)[1]} {n}" for k, n in report["hostile_items"].items()
-            if k.split(": ", 1)[0] == kind
-        )  # fmt: skip
-        rows.append(f"| {kind} | {runs} | {report['hostile_max_s'][kind]} | {outcomes} "
-                    f"| {items} |")  # fmt: skip
-    return rows
-
-
-def save(label: str, report: dict[str, Any], args: argparse.Namespace) -> None:
-    data = json.loads(args.output.read_text()) if args.output.exists() else {}
-    settings = {k: v for k, v in vars(args).items() if k not in ("output", "label")}
-    data[label] = {
-        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "commit": git_describe(),
-        "nproc": os.cpu_count(),
-        "settings": settings,
-        **report,
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -375,15 +346,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def soak_repository(tmp: Path) -> Path:
+def soak_repository(tmp: Path) -> tuple[Path, dict[str, int]]:
     """The example models the soak uses (bench/server.py ``model_subset``) with the test
-    models of the hostile requests linked in next to them."""
+    models of the hostile requests linked in next to them, and bench/soak_models.py's; the
+    calibration of its costly models."""
     repo = model_subset(tmp, (*MODELS, *EXAMPLE_HOSTILE_MODELS))
     test_repo = build_test_repository(tmp / "test", TEST_HOSTILE_MODELS)
     write_big_output(test_repo)
     for model in (*TEST_HOSTILE_MODELS, BIG_OUTPUT):
         (repo / model).symlink_to(test_repo / model, target_is_directory=True)
-    return repo
+    return repo, write_models(repo)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -391,13 +363,16 @@ def main(argv: list[str] | None = None) -> int:
     raise_own_nofile()
     for encoding in ("gzip", "deflate"):  # seconds of CPU each: not during the load
         bomb_body(encoding, args.bomb_mib)
-    soak_kinds(args)  # an unknown --hostile kind: refused before the server starts
+    target = Target()
+    soak_kinds(args, target)  # an unknown --hostile kind: refused before the server starts
+    crafted_hosts()  # ~0.5 s of hashing: not during the load
     with tempfile.TemporaryDirectory(prefix="tritium-soak-") as tmp:
-        repo = soak_repository(Path(tmp))
+        repo, target.calibration = soak_repository(Path(tmp))
         server_args = [*SERVER_ARGS, *args.server_arg]
-        server = start_ready(repo, Path(tmp) / "server", server_args, ALL_MODELS)
+        server = start_ready(repo, Path(tmp) / "server", server_args, ALL_MODELS, timeout=START_S)
+        target.pid, target.ports = server.pid, dict(server.ports)
         try:
-            report = asyncio.run(soak(server, args))
+            report = asyncio.run(soak(server, args, target))
             report["server_log_tail"] = server.log_tail(20).splitlines()
         finally:
             server.stop(10.0)

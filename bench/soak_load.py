@@ -17,10 +17,22 @@ import numpy as np
 from bench.hostile_clients import SOAK_TIMEOUT_S, HostileKind
 from bench.probes import process_sample
 from bench.soak_attacks import ATTACK_MAX_S
+from bench.soak_resource_attacks import RESOURCE_ATTACK_MAX_S
 
 REQUEST_TIMEOUT_S = 30.0
-HOSTILE_TIMEOUT_S = max(SOAK_TIMEOUT_S, ATTACK_MAX_S)
+HOSTILE_TIMEOUT_S = max(SOAK_TIMEOUT_S, ATTACK_MAX_S, RESOURCE_ATTACK_MAX_S)
 HOSTILE_IN_FLIGHT = 8
+# gRPC UNAVAILABLE texts of grpcio itself (no answer came), not of the server
+LOST_MARKERS = (
+    "Socket closed",
+    "Connection reset",
+    "failed to connect",
+    "Broken pipe",
+    "Stream removed",
+    "GOAWAY",
+    "Connection refused",
+    "Transport closed",
+)
 
 
 @dataclass
@@ -29,10 +41,13 @@ class Tally:
     errors: Counter[str] = field(default_factory=Counter)  # "http/simple 400" -> count
     examples: dict[str, str] = field(default_factory=dict)  # one message per error kind
     wrong: Counter[str] = field(default_factory=Counter)
+    lost: Counter[str] = field(default_factory=Counter)  # "http/simple ServerDisconnected"
     hostile: Counter[str] = field(default_factory=Counter)  # "gzip_bomb: 400" -> count
     hostile_runs: Counter[str] = field(default_factory=Counter)  # kind -> finished runs
     hostile_items: Counter[str] = field(default_factory=Counter)  # "kind: what" -> summed
     hostile_max_s: dict[str, float] = field(default_factory=dict)  # kind -> longest run
+    hostile_peaks: dict[str, float] = field(default_factory=dict)  # "kind: max what" -> max
+    findings: Counter[str] = field(default_factory=Counter)  # "kind: what!" -> count
     hostile_skipped: int = 0
     health: Counter[str] = field(default_factory=Counter)  # /v2/health/ready status -> polls
     last_answer: float = field(default_factory=time.monotonic)
@@ -42,19 +57,41 @@ class Tally:
         self.errors[f"{key} {kind}"] += 1
         self.examples.setdefault(f"{key} {kind}", message[:200])
 
+    def lose(self, key: str, kind: str, message: str) -> None:
+        """A request that got no answer (timeout, connection broken or refused)."""
+        self.lost[f"{key} {kind}"] += 1
+        self.examples.setdefault(f"{key} {kind} (lost)", message[:200])
+
     def fail(self, why: str) -> None:
         self.failure = self.failure or why
 
-    def record_hostile(self, kind: str, outcome: str | dict[str, int], seconds: float) -> None:
-        """One finished hostile run: its outcome (of a {what: how many}, the whats seen;
-        the numbers summed per kind) and how long it took."""
+    def record_hostile(self, kind: str, outcome: Outcome, seconds: float) -> None:
+        """One finished hostile run: its outcome (of a {what: how many}, the whats seen, the
+        numbers summed per kind; a ``max ...`` what is a figure: its largest is kept) and how
+        long it took. An outcome or what with ``!`` or ``WRONG`` is a finding."""
         if isinstance(outcome, dict):
             for what, n in outcome.items():
-                self.hostile_items[f"{kind}: {what}"] += n
-            outcome = " + ".join(sorted(outcome)) or "nothing"
+                if what.startswith("max "):
+                    peak = f"{kind}: {what}"
+                    self.hostile_peaks[peak] = max(n, self.hostile_peaks.get(peak, n))
+                    continue
+                self.hostile_items[f"{kind}: {what}"] += int(n)
+                if is_finding(what):
+                    self.findings[f"{kind}: {what}"] += int(n)
+            outcome = " + ".join(sorted(k for k in outcome if not k.startswith("max ")))
+            outcome = outcome or "nothing"
+        elif is_finding(outcome):
+            self.findings[f"{kind}: {outcome}"] += 1
         self.hostile[f"{kind}: {outcome}"] += 1
         self.hostile_runs[kind] += 1
         self.hostile_max_s[kind] = round(max(seconds, self.hostile_max_s.get(kind, 0.0)), 1)
+
+
+Outcome = str | dict[str, int] | dict[str, float]
+
+
+def is_finding(what: str) -> bool:
+    return "!" in what or "WRONG" in what
 
 
 def sample(label: str, pid: int, started: float, tally: Tally) -> dict[str, Any]:
@@ -132,15 +169,23 @@ async def worker(index: int, protocol: str, model: str, load: Load) -> None:
                     client.infer(model, inputs, outputs=outputs), REQUEST_TIMEOUT_S
                 )
             except TimeoutError:
-                load.tally.error(key, "client timeout", f"no answer in {REQUEST_TIMEOUT_S} s")
+                load.tally.lose(key, "client timeout", f"no answer in {REQUEST_TIMEOUT_S} s")
             except InferenceServerException as exc:
-                load.tally.error(key, str(exc.status()), str(exc.message()))
+                record_error(load.tally, key, str(exc.status()), str(exc.message()))
             except Exception as exc:  # noqa: BLE001 - a broken connection is a finding
-                load.tally.error(key, type(exc).__name__, str(exc))
+                load.tally.lose(key, type(exc).__name__, str(exc))
             else:
                 record_answer(load.tally, key, result, in0, in1)
     finally:
         await client.close()
+
+
+def record_error(tally: Tally, key: str, status: str, message: str) -> None:
+    """An error answer, or a lost request where grpcio says no answer came."""
+    if status == "StatusCode.UNAVAILABLE" and any(m in message for m in LOST_MARKERS):
+        tally.lose(key, status, message)
+    else:
+        tally.error(key, status, message)
 
 
 def record_answer(tally: Tally, key: str, result: Any, in0: np.ndarray, in1: np.ndarray) -> None:
@@ -160,7 +205,8 @@ class HostileMixer:
 
     def __init__(self, every: int, kinds: list[HostileKind], ports: dict[str, int], tally: Tally):
         self.every, self.ports, self.tally = every, ports, tally
-        self.kinds = itertools.cycle(kinds)
+        self.kinds, self.count = itertools.cycle(kinds), len(kinds)
+        self.last_run: dict[str, float] = {}  # kind -> monotonic time of its last launch
         self.slots = self.launched = 0
         self.pool = ThreadPoolExecutor(HOSTILE_IN_FLIGHT, thread_name_prefix="hostile")
         self.tasks: set[asyncio.Future] = set()
@@ -173,7 +219,9 @@ class HostileMixer:
         if len(self.tasks) >= HOSTILE_IN_FLIGHT:
             self.tally.hostile_skipped += 1
             return True
-        kind, count = next(self.kinds), self.launched
+        kind, count = self.next_kind(), self.launched
+        if kind is None:  # every kind waits for its gap: a normal request
+            return False
         self.launched += 1
         loop = asyncio.get_running_loop()
         task = loop.run_in_executor(self.pool, self._run, kind, count)
@@ -181,12 +229,23 @@ class HostileMixer:
         task.add_done_callback(self.tasks.discard)
         return True
 
+    def next_kind(self) -> HostileKind | None:
+        """The next kind of the rotation whose ``gap_s`` since its last run has passed."""
+        now = time.monotonic()
+        for _ in range(self.count):
+            kind = next(self.kinds)
+            if now - self.last_run.get(kind.name, float("-inf")) >= kind.gap_s:
+                self.last_run[kind.name] = now
+                return kind
+        return None
+
     def _run(self, kind: HostileKind, count: int) -> None:
         started = time.monotonic()
         try:
             outcome = kind.run(self.ports[kind.protocol], count)
         except Exception as exc:  # noqa: BLE001 - the client's own failure is an outcome
             outcome = f"client {type(exc).__name__}"
+            self.tally.examples.setdefault(f"{kind.name}: {outcome}", str(exc)[:200])
         self.tally.record_hostile(kind.name, outcome, time.monotonic() - started)
 
     async def drain(self) -> None:
