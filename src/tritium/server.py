@@ -50,7 +50,7 @@ from .config.model_config import ModelConfig
 from .repository.control import ModelControl
 from .repository.layout import repository_problem
 from .repository.manager import ModelRepositoryManager, RepositoryLayout
-from .repository.names import check_model_name
+from .repository.names import check_load_keys, check_model_name
 from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
 from .extensions.parameters import parse_parameters
@@ -80,6 +80,7 @@ __all__ = [
     "ResponseSender",
     "Trace",
     "TraceManager",
+    "check_load_keys",
     "grpc_update",
     "http_update",
     "parse_version",

@@ -7,6 +7,8 @@ thread give the other threads a turn (``tensor_codec.let_threads_run``)."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -183,21 +185,30 @@ def test_http_counts() -> None:
 
 def test_walk_gives_other_threads_a_turn(monkeypatch: pytest.MonkeyPatch) -> None:
     """Compiled loops never let the GIL go by themselves: the field walk (which reads the
-    typed contents of a large input on a worker thread) calls ``let_threads_run`` every
-    ``_FIELDS_PER_TURN`` fields, the BYTES scan every chunk of elements."""
+    typed contents of a large input on a worker thread) gives the other threads a turn
+    (``let_threads_run``: ``time.sleep(0)``) every ``_FIELDS_PER_TURN`` fields, the BYTES scan
+    every chunk of elements. Counted through ``time.sleep``, which both builds look up on the
+    ``time`` module when they call it (a compiled caller of ``let_threads_run`` calls it
+    directly, so patching that name would count nothing there)."""
+    me, real_sleep = threading.get_ident(), time.sleep
     turns: list[int] = []
-    monkeypatch.setattr(wire, "let_threads_run", lambda: turns.append(1))
+
+    def counting_sleep(seconds: float) -> None:
+        if seconds == 0 and threading.get_ident() == me:
+            turns.append(1)
+        real_sleep(seconds)
+
+    monkeypatch.setattr(time, "sleep", counting_sleep)
     fields = 10 * wire._FIELDS_PER_TURN
     assert sum(1 for _ in wire._fields(memoryview(b"\x42\x00" * fields))) == fields
     assert len(turns) == 10
 
-    codec_turns: list[int] = []
-    monkeypatch.setattr(tensor_codec, "let_threads_run", lambda: codec_turns.append(1))
+    turns.clear()
     values = [b"", b"a"] * (2 * tensor_codec.CHUNK)
     wire_bytes = b"".join(len(v).to_bytes(4, "little") + v for v in values)
     assert tensor_codec.bytes_array(wire_bytes, "x").tolist() == values
-    assert len(codec_turns) == 3  # between the 4 chunks
+    assert len(turns) == 3  # between the 4 chunks
     data = np.zeros((4 * tensor_codec.CHUNK, 3), np.uint8).tobytes()
     items = tensor_codec.strided_items(memoryview(data), 4 * tensor_codec.CHUNK, 0, 3, 3)
     assert len(items) == 4 * tensor_codec.CHUNK
-    assert len(codec_turns) == 6
+    assert len(turns) == 6

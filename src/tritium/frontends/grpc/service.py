@@ -19,7 +19,6 @@ from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg, unsupported
-from ...repository.names import check_load_keys
 from ...server import (
     AccessEntry,
     AccessLog,
@@ -28,6 +27,7 @@ from ...server import (
     InferenceServer,
     ResponseSender,
     Trace,
+    check_load_keys,
     grpc_update,
 )
 from ...types import ClientRequest, InferenceResponse

@@ -16,7 +16,6 @@ import orjson
 
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
-from ...repository.names import check_load_keys
 from ...server import (
     AccessEntry,
     FinalAnswer,
@@ -25,6 +24,7 @@ from ...server import (
     ResponseSender,
     Trace,
     TraceManager,
+    check_load_keys,
     http_update,
 )
 from ...types import ClientRequest, InferenceResponse
