@@ -63,8 +63,13 @@ class FrameMux:
     """Leader/follower reads of one ``BlockingChannel`` by several threads."""
 
     def __init__(self, channel: ipc.BlockingChannel, on_cancel: Callable[[Any], None]) -> None:
-        self._channel = channel
         self._on_cancel = on_cancel
+        self.reattach(channel)
+
+    def reattach(self, channel: ipc.BlockingChannel) -> None:
+        """Read ``channel`` from now on, as a new mux: in a forked child (``stub_fork``),
+        whose copy of the condition may have been held by a thread that does not exist."""
+        self._channel = channel
         self._cond = threading.Condition()
         self._reading = False
         self._waiters = 0
@@ -193,7 +198,7 @@ class BlsClient:
         self,
         mux: FrameMux,
         send: Callable[[int, Any, ipc.Buffers | None], None],
-        segments: shm_tensors.SegmentPool,
+        segments: shm_tensors.SegmentPool | None,
         instance_name: str,
     ) -> None:
         self._mux = mux
@@ -204,6 +209,13 @@ class BlsClient:
         self._watching: dict[asyncio.AbstractEventLoop, int] = {}  # loop → its async calls
         self._watch_lock = threading.Lock()
         self.enabled = False  # exec is refused until initialize returned, and in finalize
+
+    def reattach(self) -> None:
+        """In a forked child (``stub_fork``): a new lock, no loop watching, and tensors
+        inline (the child's link carries them; its parent moves them to shared memory)."""
+        self._watching = {}
+        self._watch_lock = threading.Lock()
+        self.segments = None
 
     # -- inference ---------------------------------------------------------------------------
     def start(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[int, _Call]:
@@ -374,6 +386,30 @@ class BlsClient:
 
     def cancel(self, call_id: int) -> None:
         self._send(ipc.BLS_CANCEL, call_id, None)
+
+    # -- relayed calls (stub_fork: a forked child's, sent on by its parent) -----------------
+    def relay(
+        self, kind: int, body: tuple[Any, ...], buffers: ipc.Buffers | None
+    ) -> tuple[int, _Call]:
+        """Send ``kind`` with a call id of ours ahead of ``body``; its answers are awaited
+        with ``relayed_answer``. ``FrameTooLarge``: nothing was sent."""
+        call_id = next(self._ids)
+        call = self._mux.register(call_id)
+        try:
+            self._send(kind, (call_id, *body), buffers)
+        except BaseException:
+            self._mux.forget(call_id)
+            raise
+        return call_id, call
+
+    def relayed_answer(self, call_id: int, call: _Call) -> Frame:
+        return self._mux.next_answer(call_id, call)
+
+    def forget(self, call_id: int) -> None:
+        self._mux.forget(call_id)
+
+    def send_frame(self, kind: int, body: Any) -> None:
+        self._send(kind, body, None)
 
     # -- model control ---------------------------------------------------------------------
     def control(self, action: str, args: list[Any]) -> Any:

@@ -32,6 +32,7 @@ from ...types import DataType
 from . import bls_client, ipc, shm_tensors
 from . import pb_c_utils, pb_metrics, pb_utils, stub_group
 from .stub_failure import describe
+from .stub_fork import install as relay_forks
 from .stub_loop import StubLoop
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
@@ -71,6 +72,19 @@ class Stub:
         pb_utils._set_log_sink(self._outbox.log)
         pb_metrics._set_backend(RemoteMetrics(self._outbox, ServerCalls(self.send, self._mux)))
         self._outbox.start_flusher(self.flush)
+        relay_forks(self._bls, self.forked)
+
+    def forked(self, link: ipc.BlockingChannel) -> None:
+        """In a child the model forked (``stub_fork``): frames go over ``link`` to the
+        parent, which relays them; the server's socket is its and its siblings' no more."""
+        server, self._channel = self._channel, link
+        self._send_lock = threading.Lock()
+        self._mux.reattach(link)
+        self._bls.reattach()
+        self._loop.after_fork()
+        self._outbox.after_fork()
+        self._outbox.start_flusher(self.flush)
+        server.close()
 
     def flush(self) -> None:
         with self._send_lock:
