@@ -136,7 +136,10 @@ class PythonBackend:
         }
         levels = self._observability.log_levels.current  # later changes: LOG_LEVELS frames
         body = {"path": str(path), "args": args, "log_levels": levels}
-        await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
+        reply = await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
+        # A model without an is_ready() of its own is ready while its stub lives (Triton
+        # asks the stub only when the model has one).
+        stub.asks_ready = not isinstance(reply, dict) or bool(reply.get("is_ready", True))
 
 
 def instance_kind(spec: ModelSpec, name: str) -> str:

@@ -76,11 +76,25 @@ class FrameMux:
         self._closed = False
         self._commands: deque[Frame] = deque()
         self._calls: dict[int, _Call] = {}
+        self._diverted_kind = -1  # commands of this kind go to ``next_diverted`` (divert)
+        self._diverted: deque[Frame] = deque()
 
     def next_command(self) -> Frame:
         """The server's next command for the main loop; EOFError once the server is gone."""
         commands = self._commands
         return self._wait(lambda: bool(commands), commands.popleft)
+
+    def divert(self, kind: int) -> None:
+        """Commands of ``kind`` go to ``next_diverted`` (a helper thread's: the main loop
+        may be busy in ``execute``) from now on, not to ``next_command``."""
+        with self._cond:
+            self._diverted_kind = kind
+
+    def next_diverted(self) -> Frame:
+        """The next command of the diverted kind; EOFError once the server is gone. While
+        its thread waits here it takes its turn reading the socket like any waiter."""
+        diverted = self._diverted
+        return self._wait(lambda: bool(diverted), diverted.popleft)
 
     def register(self, call_id: int) -> _Call:
         call = _Call()
@@ -180,6 +194,8 @@ class FrameMux:
                 self._wake(call)
         elif kind == ipc.CANCEL:
             self._on_cancel(body)
+        elif kind == self._diverted_kind:
+            self._diverted.append(frame)
         else:
             self._commands.append(frame)
 

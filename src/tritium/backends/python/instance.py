@@ -467,6 +467,8 @@ class PythonInstance:
     async def is_ready(self) -> bool:
         if not self._stub.alive:
             return False
+        if not self._stub.asks_ready:
+            return True
         try:
             return bool(await self._stub.call(ipc.IS_READY, None, timeout=5.0))
         except (TimeoutError, ServerError):

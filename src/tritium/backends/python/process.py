@@ -69,6 +69,9 @@ class StubProcess(asyncio.Protocol):
         self.bls: BlsHost | None = None  # the model's BLS requests (from its start)
         self.segments: shm_tensors.SegmentPool | None = None  # the pair's, from the start
         self.alive = False
+        # Whether readiness is the model's to say (its is_ready(), INIT's reply): else the
+        # stub is ready while it is alive and is not asked.
+        self.asks_ready = True
 
     @property
     def pid(self) -> int | None:

@@ -118,7 +118,9 @@ class Stub:
         result = hook(config)
         return (result or config).as_dict()
 
-    def init(self, body: dict[str, Any]) -> None:
+    def init(self, body: dict[str, Any]) -> dict[str, bool]:
+        """Load the model; the reply says whether it has an ``is_ready`` of its own (else
+        the server asks no stub: it is ready while it is alive, as Triton's)."""
         if self._model_cls is None:
             self._import_model(body["path"])
         config = json.loads(body["args"]["model_config"])
@@ -138,6 +140,32 @@ class Stub:
                 self._run(result)
         self._initialized = True
         self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
+        has_ready = getattr(self._model, "is_ready", None) is not None
+        if has_ready:
+            self._answer_readiness()
+        return {"is_ready": has_ready}
+
+    def _answer_readiness(self) -> None:
+        """IS_READY is answered by a thread of its own, as Triton's stub does, so a model
+        busy in ``execute`` still tells the server whether it is ready."""
+        self._mux.divert(ipc.IS_READY)
+
+        def run() -> None:
+            while True:
+                try:
+                    self._mux.next_diverted()
+                except EOFError:
+                    return
+                try:
+                    reply: tuple[bool, Any] = (True, self.is_ready())
+                except Exception as exc:
+                    reply = (False, self._failure(ipc.IS_READY, None, exc))
+                try:
+                    self.send(ipc.REPLY, reply)
+                except OSError:
+                    return
+
+        threading.Thread(target=run, name="tritium-stub-ready", daemon=True).start()
 
     def _run(self, awaitable: Any) -> Any:
         return self._loop.run(awaitable)
