@@ -57,6 +57,10 @@ class PythonBackend:
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.py")
         if not path.is_file():
+            # Triton's stub says it at INFO before the load fails (log-watching tools look for it)
+            log.info(
+                "Failed to preinitialize Python stub: Python model file not found in '%s'", path
+            )
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
         env = await self._environment(ctx)
         stubs: list[StubProcess] = [self._stub(ctx.model_name, f"{ctx.model_name}_0_0", env)]

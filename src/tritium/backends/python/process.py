@@ -105,7 +105,7 @@ class StubProcess(asyncio.Protocol):
         self._watch_exit(loop)
         await loop.create_unix_connection(lambda: self, sock=parent)
         if self._proc.returncode is not None:
-            raise unavailable(f"stub process '{self.name}' exited: {self.exit_status()}")
+            raise unavailable(self._unhealthy())
         self.alive = True
 
     # the process --------------------------------------------------------------------------
@@ -165,12 +165,14 @@ class StubProcess(asyncio.Protocol):
         if self.observer is not None:
             self.observer.close()  # the model's metrics leave /metrics with the process
         if self._reply is not None and not self._reply.done():
-            self._reply.set_result(
-                (False, f"stub process '{self.name}' exited: {self.exit_status()}")
-            )
+            self._reply.set_result((False, self._unhealthy()))
         self._close_segments()
         if was_alive and self.on_death is not None:
             self.on_death(self.exit_status())
+
+    def _unhealthy(self) -> str:
+        """Why a call failed because the stub is gone: Triton's words, then how it ended."""
+        return f"Stub process '{self.name}' is not healthy. It exited: {self.exit_status()}."
 
     def exit_status(self) -> str:
         """How the stub ended (never waits: the loop reaps it when it exits)."""
