@@ -42,6 +42,7 @@ import triton_python_backend_utils as pb_utils
 
 def add_sub(args):
     value, size = args
+    pb_utils.Logger.log_info("fork worker %d of size %d" % (value, size))
     a = np.full(size, value, dtype=np.float32)
     b = np.ones(size, dtype=np.float32)
     request = pb_utils.InferenceRequest(
@@ -118,3 +119,5 @@ def test_pool_workers_make_sync_bls_calls(server: ServerProcess, protocol: str, 
     result = c.infer("fork_pool_bls", inputs, **extra)
     answers = [a.decode() for a in result.as_numpy("ANSWERS")]
     assert answers == [f"ok {i + 1} {i - 1}" for i in range(10)]
+    log = server.log_text()  # what the workers logged came through their parent
+    assert all(f"fork worker {i} of size {size}" in log for i in range(10)), log[-3000:]

@@ -84,6 +84,7 @@ class Stub:
         self._loop.after_fork()
         self._outbox.after_fork()
         self._outbox.start_flusher(self.flush)
+        pb_metrics._handles_after_fork(os.getpid())
         server.close()
 
     def flush(self) -> None:
