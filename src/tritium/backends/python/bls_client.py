@@ -268,6 +268,10 @@ class BlsClient:
             self._mux.forget(call_id)
             out.rollback()
             raise _InputsFailed(f"unable to pass the request: {exc}") from None
+        except OSError:  # the other end is gone (a forked child's parent: stub_fork)
+            self._mux.forget(call_id)
+            out.rollback()
+            raise _InputsFailed("BLS request failed: the server closed the connection") from None
         return call_id, call
 
     def next_response(self, call_id: int, call: _Call) -> tuple[Any, bool]:
