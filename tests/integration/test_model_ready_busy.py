@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import queue
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ _IS_READY = """
 MODELS = {"busy_ready_hook": _MODEL + _IS_READY, "busy_no_hook": _MODEL}
 REQUESTS = 8  # queued on the one instance: ~8 s of work
 RESPONSES = 10  # per request, 0.1 s apart
+CHECKERS = 16  # readiness checks at once
 
 
 def _config(name: str) -> str:
@@ -74,6 +76,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     proc.stop()
 
 
+def _check(server: ServerProcess, protocol: str, model: str) -> bool:
+    checker = client(protocol, server.url(protocol))
+    try:
+        return bool(checker.is_model_ready(model))
+    finally:
+        checker.close()
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", sorted(MODELS))
 def test_a_busy_model_reads_ready(server: ServerProcess, model: str, protocol: str) -> None:
@@ -87,9 +97,10 @@ def test_a_busy_model_reads_ready(server: ServerProcess, model: str, protocol: s
             stream.async_stream_infer(model, [inp])
         first = answers.get(timeout=60)  # the stub is in execute now, the rest queued
         assert not isinstance(first, Exception), first
-        checker = client(protocol, server.url(protocol))
-        ready = [checker.is_model_ready(model) for _ in range(3)]
-        assert ready == [True, True, True]
+        ready = [_check(server, protocol, model) for _ in range(3)]
+        with ThreadPoolExecutor(CHECKERS) as pool:  # at once, as Triton's suite does
+            ready += pool.map(lambda _: _check(server, protocol, model), range(CHECKERS))
+        assert ready == [True] * (3 + CHECKERS)
         for _ in range(REQUESTS * RESPONSES - 1):  # every response still comes, none failed
             got = answers.get(timeout=60)
             assert not isinstance(got, Exception), got

@@ -472,7 +472,7 @@ class PythonInstance:
         if not self._stub.asks_ready:
             return True
         try:
-            ready = bool(await self._stub.call(ipc.IS_READY, None, timeout=5.0))
+            ready = await self._stub.ready(timeout=5.0)
         except TimeoutError:
             return self._not_ready("Timed out waiting for user-defined is_ready() response")
         except ServerError as exc:

@@ -58,6 +58,7 @@ CALL_REPLY = 40  # observability (stub_observe): the answer to a CALL
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
 BLS_REQUEST, BLS_CANCEL, BLS_CONTROL = 13, 14, 15  # BLS: a child request; cancel it; load etc.
+READY_REPLY = 16  # the answer to IS_READY, (ok, ready or error): apart from REPLY (its own thread)
 OBSERVE, CALL = 41, 42  # observability: logs and metric updates (one-way); a call to the server
 # server → stub, one-way (logging extension): the pb_utils.Logger levels now on, as INIT's
 # "log_levels" (INFO, WARNING, ERROR, VERBOSE); sent to running stubs when they change.

@@ -54,6 +54,7 @@ class StubProcess(asyncio.Protocol):
         self._proc: subprocess.Popen[bytes] | None = None
         self._call_lock = asyncio.Lock()
         self._reply: asyncio.Future[tuple[bool, Any]] | None = None
+        self._ready: asyncio.Future[tuple[bool, Any]] | None = None  # IS_READY in flight
         self._exited: asyncio.Future[None] | None = None  # resolved once the stub is reaped
         self._pidfd: int | None = None
         self._connected = False
@@ -164,8 +165,9 @@ class StubProcess(asyncio.Protocol):
         was_alive, self.alive = self.alive, False
         if self.observer is not None:
             self.observer.close()  # the model's metrics leave /metrics with the process
-        if self._reply is not None and not self._reply.done():
-            self._reply.set_result((False, self._unhealthy()))
+        for pending in (self._reply, self._ready):
+            if pending is not None and not pending.done():
+                pending.set_result((False, self._unhealthy()))
         self._close_segments()
         if was_alive and self.on_death is not None:
             self.on_death(self.exit_status())
@@ -232,6 +234,9 @@ class StubProcess(asyncio.Protocol):
         elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
             ok, value = body
             self._reply.set_result((bool(ok), value))
+        elif kind == ipc.READY_REPLY and self._ready is not None and not self._ready.done():
+            ok, value = body
+            self._ready.set_result((bool(ok), value))
         elif kind in (ipc.OBSERVE, ipc.CALL):
             self._observed(kind, body)
         elif ipc.BLS_REQUEST <= kind <= ipc.BLS_CONTROL and self.bls is not None:
@@ -283,6 +288,22 @@ class StubProcess(asyncio.Protocol):
             if not ok:
                 raise internal(str(value))
             return value
+
+    async def ready(self, timeout: float) -> bool:
+        """The model's ``is_ready()`` (IS_READY → READY_REPLY), as Triton asks it: one at a
+        time, a check while one is in flight waits for that one's answer; ``TimeoutError``
+        past ``timeout`` (an answer that comes later serves the next check), ``ServerError``
+        if it raised or the stub is gone."""
+        if not self.alive:
+            raise unavailable(f"Stub process '{self.name}' is not healthy.")
+        pending = self._ready
+        if pending is None or pending.done():
+            pending = self._ready = asyncio.get_running_loop().create_future()
+            self.send(ipc.IS_READY, None)
+        ok, value = await asyncio.wait_for(asyncio.shield(pending), timeout)
+        if not ok:
+            raise internal(str(value))
+        return bool(value)
 
     def kill(self) -> None:
         """SIGKILL the stub (and its group) now; the server is done with it (no death is

@@ -155,15 +155,8 @@ class Stub:
             while True:
                 try:
                     self._mux.next_diverted()
-                except EOFError:
-                    return
-                try:
-                    reply: tuple[bool, Any] = (True, self.is_ready())
-                except Exception as exc:
-                    reply = (False, self._failure(ipc.IS_READY, None, exc))
-                try:
-                    self.send(ipc.REPLY, reply)
-                except OSError:
+                    self._answer_ready()
+                except (EOFError, OSError):
                     return
 
         threading.Thread(target=run, name="tritium-stub-ready", daemon=True).start()
@@ -344,6 +337,15 @@ class Stub:
             message = f"the responses could not be sent: {exc}"
             self.send(ipc.EXEC_DONE, [(entry[0], message, None, ()) for entry in done])
 
+    def _answer_ready(self) -> None:
+        """IS_READY's answer, a READY_REPLY: the server may ask again before an answer
+        that came late (a slow ``is_ready``), so it is not a REPLY of its other calls."""
+        try:
+            reply: tuple[bool, Any] = (True, self.is_ready())
+        except Exception as exc:
+            reply = (False, self._failure(ipc.IS_READY, None, exc))
+        self.send(ipc.READY_REPLY, reply)
+
     def is_ready(self) -> bool:
         hook = getattr(self._model, "is_ready", None)
         if hook is None:
@@ -376,7 +378,6 @@ class Stub:
         handlers: dict[int, Callable[[Any], Any]] = {
             ipc.AUTOCOMPLETE: self.autocomplete,
             ipc.INIT: self.init,
-            ipc.IS_READY: lambda _body: self.is_ready(),
             ipc.FINALIZE: lambda _body: self.finalize(),
         }
         while True:
@@ -392,6 +393,9 @@ class Stub:
                 continue
             if kind == ipc.RELEASED:  # segments of our outputs the server has copied
                 self._segments.adopt(body)
+                continue
+            if kind == ipc.IS_READY:  # not diverted: the model has no is_ready() (True)
+                self._answer_ready()
                 continue
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))
