@@ -316,11 +316,15 @@ class InferenceServer:
     async def model_ready(self, name: str, version: str = "") -> bool:
         """Triton's ModelIsReady: false (not an error) for a model or version that is not
         loaded, unknown or not."""
+        number = parse_version(version)
         try:
-            model = self._model(name, parse_version(version))
+            model = self._model(name, number)
         except ServerError as exc:
             if exc.kind is ErrorKind.INVALID_ARG:  # a malformed version string or name
                 raise
+            if log.isEnabledFor(logging.DEBUG):  # a loaded version that is down: say why
+                for down, reason in self.repository.down(name, number):
+                    log.debug("Model '%s' version %d is not ready: %s", name, down, reason)
             return False
         return await model.is_ready()
 

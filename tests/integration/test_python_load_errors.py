@@ -6,7 +6,9 @@ the traceback, recorded at the model's ``model.py:<line>``, then the load failur
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 from tests.support.clients import client
 from tests.support.server_process import ServerProcess
+from tests.support.stub_procs import stub_pids, wait_until
 
 PROTOCOLS = ("http", "grpc")
 
@@ -130,3 +133,99 @@ def test_log_has_the_traceback_at_the_models_line_then_the_failure(
     )
     assert failed, log[-4000:]
     assert record.start() < failed.start()  # the traceback comes first
+
+
+# -- Triton's log lines for a stub that is not healthy, and a model file that is not there ----
+# (qa/L0_backend_python/test.sh "init_exit" and "non_existent_model", model_readiness/test.sh)
+
+_KILLED_IN_INIT = """\
+import os
+import signal
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def execute(self, requests):
+        return None
+"""
+
+_IDENTITY = """\
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = []
+        for r in requests:
+            x = pb_utils.get_input_tensor_by_name(r, "INPUT0").as_numpy()
+            out.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", x)]))
+        return out
+"""
+
+
+@pytest.fixture(scope="module")
+def unhealthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, Path]]:
+    root = tmp_path_factory.mktemp("unhealthy")
+    sources = {"init_killed": _KILLED_IN_INIT, "file_missing": None, "killed_later": _IDENTITY}
+    for name, source in sources.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "config.pbtxt").write_text(
+            _config(name) + "instance_group [ { count: 1 kind: KIND_CPU } ]\n"
+        )
+        if source is not None:
+            (root / name / "1" / "model.py").write_text(source)
+    proc = ServerProcess([root], "--exit-on-error=false", "--log-verbose=1")
+    yield proc, root
+    proc.stop()
+
+
+def test_a_stub_killed_while_loading_is_logged_not_healthy(
+    unhealthy: tuple[ServerProcess, Path],
+) -> None:
+    proc, _ = unhealthy
+    failed = re.search(
+        r"^E.* failed to load 'init_killed' version 1: Stub process 'init_killed_0_0' is not "
+        r"healthy\. It exited: killed by signal SIGKILL",
+        proc.log_text(),
+        re.MULTILINE,
+    )
+    assert failed, proc.log_text()[-4000:]
+
+
+def test_a_missing_model_file_is_logged_as_tritons_stub_does(
+    unhealthy: tuple[ServerProcess, Path],
+) -> None:
+    proc, root = unhealthy
+    log = proc.log_text()
+    path = root / "file_missing" / "1" / "model.py"
+    said = re.search(
+        rf"^I.*\] Failed to preinitialize Python stub: Python model file not found in "
+        rf"'{re.escape(str(path))}'$",
+        log,
+        re.MULTILINE,
+    )
+    failed = re.search(r"^E.* failed to load 'file_missing' version 1: ", log, re.MULTILINE)
+    assert said and failed, log[-4000:]
+    assert said.start() < failed.start()
+
+
+def test_readiness_of_a_dead_stub_is_logged_not_healthy(
+    unhealthy: tuple[ServerProcess, Path],
+) -> None:
+    proc, _ = unhealthy
+    pids = stub_pids(proc.proc.pid, "killed_later_0_0")
+    assert len(pids) == 1, pids
+    os.kill(next(iter(pids)), signal.SIGKILL)
+    assert wait_until(lambda: not stub_pids(proc.proc.pid, "killed_later_0_0"))
+    line = (
+        "Model 'killed_later' version 1 is not ready: Stub process 'killed_later_0_0' is not "
+        "healthy."
+    )
+    before = proc.log_text().count(line)
+    for protocol in PROTOCOLS:
+        c = client(protocol, proc.url(protocol))
+        assert not c.is_model_ready("killed_later")
+        c.close()
+    assert wait_until(lambda: proc.log_text().count(line) == before + 2), proc.log_text()[-4000:]

@@ -69,6 +69,22 @@ def test_poll_routes_without_waiting(pair) -> None:  # type: ignore[no-untyped-d
     assert mux.next_command()[0] == ipc.IS_READY
 
 
+def test_a_diverted_command_reaches_its_thread_while_the_main_loop_is_busy(pair) -> None:  # type: ignore[no-untyped-def]
+    """IS_READY diverted to a helper thread: the helper reads the socket itself (nobody
+    else is reading: the main loop is busy) and leaves the other commands queued."""
+    server, stub = pair
+    mux = FrameMux(stub, lambda key: None)
+    mux.divert(ipc.IS_READY)
+    got: list[object] = []
+    helper = threading.Thread(target=lambda: got.append(mux.next_diverted()[1]))
+    helper.start()
+    server.send(ipc.EXECUTE, "queued")
+    server.send(ipc.IS_READY, "ready?")
+    helper.join(10)
+    assert got == ["ready?"]
+    assert mux.next_command()[1] == "queued"
+
+
 def test_a_closed_server_ends_every_wait(pair) -> None:  # type: ignore[no-untyped-def]
     server, stub = pair
     mux = FrameMux(stub, lambda key: None)

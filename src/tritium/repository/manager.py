@@ -547,6 +547,20 @@ class ModelRepositoryManager:
             )
         raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
 
+    def down(self, name: str, version: int) -> list[tuple[int, str]]:
+        """Versions of ``name`` (``version``; -1 or 0: any) that loaded but are UNAVAILABLE
+        now (an instance is down: ``on_failure``), with why."""
+        record = self._names.find(name)
+        if record is None:
+            return []
+        return [
+            (number, entry.reason)
+            for number, entry in sorted(record.versions.items())
+            if entry.model is not None
+            and entry.state is ModelState.UNAVAILABLE
+            and (version <= 0 or number == version)
+        ]
+
     def loaded(self, name: str, version: int) -> list[Model]:
         """Ready model versions: all of them (no name), one model's, or one version."""
         if not name:

@@ -57,6 +57,10 @@ class PythonBackend:
     async def load(self, ctx: LoadContext) -> tuple[ModelSpec, list[ModelInstance]]:
         path = ctx.model_file("model.py")
         if not path.is_file():
+            # Triton's stub says it at INFO before the load fails (log-watching tools look for it)
+            log.info(
+                "Failed to preinitialize Python stub: Python model file not found in '%s'", path
+            )
             raise internal(f"unable to find '{path.name}' in '{ctx.version_dir}'")
         env = await self._environment(ctx)
         stubs: list[StubProcess] = [self._stub(ctx.model_name, f"{ctx.model_name}_0_0", env)]
@@ -136,7 +140,10 @@ class PythonBackend:
         }
         levels = self._observability.log_levels.current  # later changes: LOG_LEVELS frames
         body = {"path": str(path), "args": args, "log_levels": levels}
-        await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
+        reply = await stub.call(ipc.INIT, body, timeout=_START_TIMEOUT_S)
+        # A model without an is_ready() of its own is ready while its stub lives (Triton
+        # asks the stub only when the model has one).
+        stub.asks_ready = not isinstance(reply, dict) or bool(reply.get("is_ready", True))
 
 
 def instance_kind(spec: ModelSpec, name: str) -> str:

@@ -63,19 +63,38 @@ class FrameMux:
     """Leader/follower reads of one ``BlockingChannel`` by several threads."""
 
     def __init__(self, channel: ipc.BlockingChannel, on_cancel: Callable[[Any], None]) -> None:
-        self._channel = channel
         self._on_cancel = on_cancel
+        self.reattach(channel)
+
+    def reattach(self, channel: ipc.BlockingChannel) -> None:
+        """Read ``channel`` from now on, as a new mux: in a forked child (``stub_fork``),
+        whose copy of the condition may have been held by a thread that does not exist."""
+        self._channel = channel
         self._cond = threading.Condition()
         self._reading = False
         self._waiters = 0
         self._closed = False
         self._commands: deque[Frame] = deque()
         self._calls: dict[int, _Call] = {}
+        self._diverted_kind = -1  # commands of this kind go to ``next_diverted`` (divert)
+        self._diverted: deque[Frame] = deque()
 
     def next_command(self) -> Frame:
         """The server's next command for the main loop; EOFError once the server is gone."""
         commands = self._commands
         return self._wait(lambda: bool(commands), commands.popleft)
+
+    def divert(self, kind: int) -> None:
+        """Commands of ``kind`` go to ``next_diverted`` (a helper thread's: the main loop
+        may be busy in ``execute``) from now on, not to ``next_command``."""
+        with self._cond:
+            self._diverted_kind = kind
+
+    def next_diverted(self) -> Frame:
+        """The next command of the diverted kind; EOFError once the server is gone. While
+        its thread waits here it takes its turn reading the socket like any waiter."""
+        diverted = self._diverted
+        return self._wait(lambda: bool(diverted), diverted.popleft)
 
     def register(self, call_id: int) -> _Call:
         call = _Call()
@@ -175,6 +194,8 @@ class FrameMux:
                 self._wake(call)
         elif kind == ipc.CANCEL:
             self._on_cancel(body)
+        elif kind == self._diverted_kind:
+            self._diverted.append(frame)
         else:
             self._commands.append(frame)
 
@@ -193,7 +214,7 @@ class BlsClient:
         self,
         mux: FrameMux,
         send: Callable[[int, Any, ipc.Buffers | None], None],
-        segments: shm_tensors.SegmentPool,
+        segments: shm_tensors.SegmentPool | None,
         instance_name: str,
     ) -> None:
         self._mux = mux
@@ -204,6 +225,13 @@ class BlsClient:
         self._watching: dict[asyncio.AbstractEventLoop, int] = {}  # loop → its async calls
         self._watch_lock = threading.Lock()
         self.enabled = False  # exec is refused until initialize returned, and in finalize
+
+    def reattach(self) -> None:
+        """In a forked child (``stub_fork``): a new lock, no loop watching, and tensors
+        inline (the child's link carries them; its parent moves them to shared memory)."""
+        self._watching = {}
+        self._watch_lock = threading.Lock()
+        self.segments = None
 
     # -- inference ---------------------------------------------------------------------------
     def start(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[int, _Call]:
@@ -240,6 +268,10 @@ class BlsClient:
             self._mux.forget(call_id)
             out.rollback()
             raise _InputsFailed(f"unable to pass the request: {exc}") from None
+        except OSError:  # the other end is gone (a forked child's parent: stub_fork)
+            self._mux.forget(call_id)
+            out.rollback()
+            raise _InputsFailed("BLS request failed: the server closed the connection") from None
         return call_id, call
 
     def next_response(self, call_id: int, call: _Call) -> tuple[Any, bool]:
@@ -374,6 +406,30 @@ class BlsClient:
 
     def cancel(self, call_id: int) -> None:
         self._send(ipc.BLS_CANCEL, call_id, None)
+
+    # -- relayed calls (stub_fork: a forked child's, sent on by its parent) -----------------
+    def relay(
+        self, kind: int, body: tuple[Any, ...], buffers: ipc.Buffers | None
+    ) -> tuple[int, _Call]:
+        """Send ``kind`` with a call id of ours ahead of ``body``; its answers are awaited
+        with ``relayed_answer``. ``FrameTooLarge``: nothing was sent."""
+        call_id = next(self._ids)
+        call = self._mux.register(call_id)
+        try:
+            self._send(kind, (call_id, *body), buffers)
+        except BaseException:
+            self._mux.forget(call_id)
+            raise
+        return call_id, call
+
+    def relayed_answer(self, call_id: int, call: _Call) -> Frame:
+        return self._mux.next_answer(call_id, call)
+
+    def forget(self, call_id: int) -> None:
+        self._mux.forget(call_id)
+
+    def send_frame(self, kind: int, body: Any) -> None:
+        self._send(kind, body, None)
 
     # -- model control ---------------------------------------------------------------------
     def control(self, action: str, args: list[Any]) -> Any:

@@ -465,12 +465,28 @@ class PythonInstance:
                 future.set_result(None)
 
     async def is_ready(self) -> bool:
+        """Triton's TRITONBACKEND_ModelInstanceReady; why not is logged at verbose level in
+        its core's words (``Model '<model>' version <v> is not ready: <reason>``)."""
         if not self._stub.alive:
-            return False
+            return self._not_ready(f"Stub process '{self.name}' is not healthy.")
+        if not self._stub.asks_ready:
+            return True
         try:
-            return bool(await self._stub.call(ipc.IS_READY, None, timeout=5.0))
-        except (TimeoutError, ServerError):
-            return False
+            ready = await self._stub.ready(timeout=5.0)
+        except TimeoutError:
+            return self._not_ready("Timed out waiting for user-defined is_ready() response")
+        except ServerError as exc:
+            return self._not_ready(exc.message)
+        return ready or self._not_ready(
+            f"Model '{self.name}' is not ready (user-defined check failed)."
+        )
+
+    def _not_ready(self, reason: str) -> bool:
+        name, version = self._spec.name, self._version
+        log.debug(
+            "Model '%s' version %s is not ready: %s", name, version, reason, extra=self._about
+        )
+        return False
 
     # -- supervision -------------------------------------------------------------------------
     def _died(self, status: str) -> None:
@@ -483,7 +499,8 @@ class PythonInstance:
             self._bls.close()
         if self._closing:
             return
-        what = f"stub process of instance '{self.name}' died ({status})"
+        # Triton's words first (log-watching tools look for them), then what happened
+        what = f"Stub process '{self.name}' is not healthy. It died ({status})"
         delay = self._crashes.crashed(time.monotonic())
         if delay is None:
             self._give_up(what)

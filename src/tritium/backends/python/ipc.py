@@ -49,6 +49,7 @@ class MalformedFrame(ValueError):
 class FrameTooLarge(ValueError):
     """A frame the stub was about to send is over the bounds the server accepts."""
 
+
 # server → stub
 AUTOCOMPLETE, INIT, EXECUTE, IS_READY, FINALIZE, CANCEL = range(1, 7)
 BLS_RESPONSE, BLS_REPLY = 7, 8  # BLS (bls_client / bls_host): a child's response; a control reply
@@ -57,6 +58,7 @@ CALL_REPLY = 40  # observability (stub_observe): the answer to a CALL
 # stub → server
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
 BLS_REQUEST, BLS_CANCEL, BLS_CONTROL = 13, 14, 15  # BLS: a child request; cancel it; load etc.
+READY_REPLY = 16  # the answer to IS_READY, (ok, ready or error): apart from REPLY (its own thread)
 OBSERVE, CALL = 41, 42  # observability: logs and metric updates (one-way); a call to the server
 # server → stub, one-way (logging extension): the pb_utils.Logger levels now on, as INIT's
 # "log_levels" (INFO, WARNING, ERROR, VERBOSE); sent to running stubs when they change.
@@ -202,8 +204,7 @@ class FrameReader:
                 inline = sum(lens)
                 if inline > MAX_INLINE_BYTES:
                     raise MalformedFrame(
-                        f"a frame declares {inline} bytes of buffers, more than "
-                        f"{MAX_INLINE_BYTES}"
+                        f"a frame declares {inline} bytes of buffers, more than {MAX_INLINE_BYTES}"
                     )
                 end = lens_end + plen + inline
                 if size < end:
@@ -351,8 +352,9 @@ class BlockingChannel:
 
     _CHUNK = 1 << 16
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, checked: bool = True) -> None:
         self._sock = sock
+        self._checked = checked  # False: a forked child's link to its stub (stub_fork)
         self._buf = bytearray()
         self._pos = 0
         self._poll: Any = None
@@ -391,6 +393,9 @@ class BlockingChannel:
     def fileno(self) -> int:
         return self._sock.fileno()
 
+    def close(self) -> None:
+        self._sock.close()
+
     def buffered(self) -> bool:
         """Whether bytes already read are waiting in the buffer (a frame, or its start)."""
         return len(self._buf) > self._pos
@@ -404,7 +409,8 @@ class BlockingChannel:
     def send(self, kind: int, body: Any, buffers: Buffers | None = None) -> None:
         """Send one frame; ``FrameTooLarge`` (nothing sent) when the server would refuse it."""
         parts = frame(kind, body, buffers)
-        check_size(_HEAD.unpack_from(parts[0])[0], buffers or ())
+        if self._checked:
+            check_size(_HEAD.unpack_from(parts[0])[0], buffers or ())
         if len(parts) == 1:
             self._sock.sendall(parts[0])
         else:

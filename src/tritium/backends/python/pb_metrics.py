@@ -97,6 +97,13 @@ _backend: MetricsBackend = LocalMetrics()
 _handles = itertools.count(1)
 
 
+def _handles_after_fork(pid: int) -> None:
+    """A forked child's new families and metrics get handles of their own (``pid`` high),
+    never those of its parent or siblings, whose calls reach the server as the stub's."""
+    global _handles
+    _handles = itertools.count((pid << 32) + 1)
+
+
 def _set_backend(backend: MetricsBackend | None) -> None:
     """Stub hook: where metric values go; None restores a fresh in-process registry."""
     global _backend

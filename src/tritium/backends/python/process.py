@@ -54,6 +54,7 @@ class StubProcess(asyncio.Protocol):
         self._proc: subprocess.Popen[bytes] | None = None
         self._call_lock = asyncio.Lock()
         self._reply: asyncio.Future[tuple[bool, Any]] | None = None
+        self._ready: asyncio.Future[tuple[bool, Any]] | None = None  # IS_READY in flight
         self._exited: asyncio.Future[None] | None = None  # resolved once the stub is reaped
         self._pidfd: int | None = None
         self._connected = False
@@ -69,6 +70,9 @@ class StubProcess(asyncio.Protocol):
         self.bls: BlsHost | None = None  # the model's BLS requests (from its start)
         self.segments: shm_tensors.SegmentPool | None = None  # the pair's, from the start
         self.alive = False
+        # Whether readiness is the model's to say (its is_ready(), INIT's reply): else the
+        # stub is ready while it is alive and is not asked.
+        self.asks_ready = True
 
     @property
     def pid(self) -> int | None:
@@ -102,7 +106,7 @@ class StubProcess(asyncio.Protocol):
         self._watch_exit(loop)
         await loop.create_unix_connection(lambda: self, sock=parent)
         if self._proc.returncode is not None:
-            raise unavailable(f"stub process '{self.name}' exited: {self.exit_status()}")
+            raise unavailable(self._unhealthy())
         self.alive = True
 
     # the process --------------------------------------------------------------------------
@@ -161,13 +165,16 @@ class StubProcess(asyncio.Protocol):
         was_alive, self.alive = self.alive, False
         if self.observer is not None:
             self.observer.close()  # the model's metrics leave /metrics with the process
-        if self._reply is not None and not self._reply.done():
-            self._reply.set_result(
-                (False, f"stub process '{self.name}' exited: {self.exit_status()}")
-            )
+        for pending in (self._reply, self._ready):
+            if pending is not None and not pending.done():
+                pending.set_result((False, self._unhealthy()))
         self._close_segments()
         if was_alive and self.on_death is not None:
             self.on_death(self.exit_status())
+
+    def _unhealthy(self) -> str:
+        """Why a call failed because the stub is gone: Triton's words, then how it ended."""
+        return f"Stub process '{self.name}' is not healthy. It exited: {self.exit_status()}."
 
     def exit_status(self) -> str:
         """How the stub ended (never waits: the loop reaps it when it exits)."""
@@ -227,6 +234,9 @@ class StubProcess(asyncio.Protocol):
         elif kind == ipc.REPLY and self._reply is not None and not self._reply.done():
             ok, value = body
             self._reply.set_result((bool(ok), value))
+        elif kind == ipc.READY_REPLY and self._ready is not None and not self._ready.done():
+            ok, value = body
+            self._ready.set_result((bool(ok), value))
         elif kind in (ipc.OBSERVE, ipc.CALL):
             self._observed(kind, body)
         elif ipc.BLS_REQUEST <= kind <= ipc.BLS_CONTROL and self.bls is not None:
@@ -278,6 +288,22 @@ class StubProcess(asyncio.Protocol):
             if not ok:
                 raise internal(str(value))
             return value
+
+    async def ready(self, timeout: float) -> bool:
+        """The model's ``is_ready()`` (IS_READY → READY_REPLY), as Triton asks it: one at a
+        time, a check while one is in flight waits for that one's answer; ``TimeoutError``
+        past ``timeout`` (an answer that comes later serves the next check), ``ServerError``
+        if it raised or the stub is gone."""
+        if not self.alive:
+            raise unavailable(f"Stub process '{self.name}' is not healthy.")
+        pending = self._ready
+        if pending is None or pending.done():
+            pending = self._ready = asyncio.get_running_loop().create_future()
+            self.send(ipc.IS_READY, None)
+        ok, value = await asyncio.wait_for(asyncio.shield(pending), timeout)
+        if not ok:
+            raise internal(str(value))
+        return bool(value)
 
     def kill(self) -> None:
         """SIGKILL the stub (and its group) now; the server is done with it (no death is

@@ -32,6 +32,7 @@ from ...types import DataType
 from . import bls_client, ipc, shm_tensors
 from . import pb_c_utils, pb_metrics, pb_utils, stub_group
 from .stub_failure import describe
+from .stub_fork import install as relay_forks
 from .stub_loop import StubLoop
 from .stub_observe import Outbox, RemoteMetrics, ServerCalls
 
@@ -71,6 +72,20 @@ class Stub:
         pb_utils._set_log_sink(self._outbox.log)
         pb_metrics._set_backend(RemoteMetrics(self._outbox, ServerCalls(self.send, self._mux)))
         self._outbox.start_flusher(self.flush)
+        relay_forks(self._bls, self.forked)
+
+    def forked(self, link: ipc.BlockingChannel) -> None:
+        """In a child the model forked (``stub_fork``): frames go over ``link`` to the
+        parent, which relays them; the server's socket is its and its siblings' no more."""
+        server, self._channel = self._channel, link
+        self._send_lock = threading.Lock()
+        self._mux.reattach(link)
+        self._bls.reattach()
+        self._loop.after_fork()
+        self._outbox.after_fork()
+        self._outbox.start_flusher(self.flush)
+        pb_metrics._handles_after_fork(os.getpid())
+        server.close()
 
     def flush(self) -> None:
         with self._send_lock:
@@ -104,7 +119,9 @@ class Stub:
         result = hook(config)
         return (result or config).as_dict()
 
-    def init(self, body: dict[str, Any]) -> None:
+    def init(self, body: dict[str, Any]) -> dict[str, bool]:
+        """Load the model; the reply says whether it has an ``is_ready`` of its own (else
+        the server asks no stub: it is ready while it is alive, as Triton's)."""
         if self._model_cls is None:
             self._import_model(body["path"])
         config = json.loads(body["args"]["model_config"])
@@ -124,6 +141,25 @@ class Stub:
                 self._run(result)
         self._initialized = True
         self._bls.enabled = True  # BLS from now on (Triton: only once initialized)
+        has_ready = getattr(self._model, "is_ready", None) is not None
+        if has_ready:
+            self._answer_readiness()
+        return {"is_ready": has_ready}
+
+    def _answer_readiness(self) -> None:
+        """IS_READY is answered by a thread of its own, as Triton's stub does, so a model
+        busy in ``execute`` still tells the server whether it is ready."""
+        self._mux.divert(ipc.IS_READY)
+
+        def run() -> None:
+            while True:
+                try:
+                    self._mux.next_diverted()
+                    self._answer_ready()
+                except (EOFError, OSError):
+                    return
+
+        threading.Thread(target=run, name="tritium-stub-ready", daemon=True).start()
 
     def _run(self, awaitable: Any) -> Any:
         return self._loop.run(awaitable)
@@ -301,6 +337,15 @@ class Stub:
             message = f"the responses could not be sent: {exc}"
             self.send(ipc.EXEC_DONE, [(entry[0], message, None, ()) for entry in done])
 
+    def _answer_ready(self) -> None:
+        """IS_READY's answer, a READY_REPLY: the server may ask again before an answer
+        that came late (a slow ``is_ready``), so it is not a REPLY of its other calls."""
+        try:
+            reply: tuple[bool, Any] = (True, self.is_ready())
+        except Exception as exc:
+            reply = (False, self._failure(ipc.IS_READY, None, exc))
+        self.send(ipc.READY_REPLY, reply)
+
     def is_ready(self) -> bool:
         hook = getattr(self._model, "is_ready", None)
         if hook is None:
@@ -333,7 +378,6 @@ class Stub:
         handlers: dict[int, Callable[[Any], Any]] = {
             ipc.AUTOCOMPLETE: self.autocomplete,
             ipc.INIT: self.init,
-            ipc.IS_READY: lambda _body: self.is_ready(),
             ipc.FINALIZE: lambda _body: self.finalize(),
         }
         while True:
@@ -349,6 +393,9 @@ class Stub:
                 continue
             if kind == ipc.RELEASED:  # segments of our outputs the server has copied
                 self._segments.adopt(body)
+                continue
+            if kind == ipc.IS_READY:  # not diverted: the model has no is_ready() (True)
+                self._answer_ready()
                 continue
             try:
                 reply: tuple[bool, Any] = (True, handlers[kind](body))

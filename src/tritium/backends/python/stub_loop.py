@@ -33,10 +33,16 @@ class StubLoop:
     """The stub's one event loop and the background coroutines running on it."""
 
     def __init__(self, limit: int = MAX_BACKGROUND) -> None:
+        self._limit = limit
+        self.after_fork()
+
+    def after_fork(self) -> None:
+        """No loop yet (and, in a forked child, none of the parent's: its thread is not
+        there, and its locks may have been held)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._slots = threading.Semaphore(limit)
+        self._slots = threading.Semaphore(self._limit)
         self._running: set[concurrent.futures.Future[Any]] = set()  # keeps their tasks alive
 
     def _get(self) -> asyncio.AbstractEventLoop:

@@ -49,6 +49,14 @@ class Outbox:
         self.wake = threading.Event()
         self.enabled = [True, True, True, True]  # per LogLevel; the server's flags at INIT
 
+    def after_fork(self) -> None:
+        """In a forked child: new locks (a thread of the parent may have held them), and
+        nothing of what the parent had waiting (the parent sends it)."""
+        self._lock = threading.Lock()
+        self._logs, self._log_bytes, self._dropped, self._updates = [], 0, 0, {}
+        self._drops = deque()
+        self.wake = threading.Event()
+
     def log(self, level_name: str, message: str, where: str) -> None:
         level = _LEVELS[level_name]
         if not self.enabled[level]:
