@@ -220,3 +220,26 @@ def test_another_change_still_recreates_every_instance(setup: Setup) -> None:
         time.sleep(0.1)  # the old version drains and closes in the background
     assert len(setup.events("finalize")) == 2
     infer(client, setup.batching)
+
+
+def test_poll_mode_updates_the_instances_in_place(tmp_path: Path) -> None:
+    made = Setup(tmp_path, "off", batching=False)
+    made.write(1)
+    server = ServerProcess(
+        [made.repo],
+        "--model-control-mode=poll",
+        "--repository-poll-secs=1",
+        env={LOG_VARIABLE: str(made.log)},
+    )
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        made.write(2)
+        deadline = time.monotonic() + 60
+        while client.get_model_config(MODEL)["instance_group"][0]["count"] != 2:
+            assert time.monotonic() < deadline, "the poller never applied the new config"
+            time.sleep(0.2)
+        assert len(made.events("initialize")) == 2  # a whole reload made it 3
+        assert made.events("finalize") == []
+        infer(client, batching=False)
+    finally:
+        server.stop()
