@@ -57,6 +57,16 @@ class TritonPythonModel:
 '''
 
 
+SEQUENCE = """sequence_batching {
+  max_sequence_idle_microseconds: 60000000
+  control_input [
+    { name: "START" control [{ kind: CONTROL_SEQUENCE_START fp32_false_true: [0, 1] }] },
+    { name: "END" control [{ kind: CONTROL_SEQUENCE_END fp32_false_true: [0, 1] }] }
+  ]
+}
+"""
+
+
 def config_text(count: int, batching: bool = False, parameter: str = "") -> str:
     text = f'name: "{MODEL}"\nbackend: "python"\n'
     if batching:
@@ -75,6 +85,10 @@ def config_text(count: int, batching: bool = False, parameter: str = "") -> str:
     return text
 
 
+def sequence_config(count: int) -> str:
+    return config_text(count) + SEQUENCE
+
+
 class Setup:
     def __init__(self, tmp_path: Path, rate_limit: str, batching: bool) -> None:
         self.repo = tmp_path / "repo"
@@ -84,6 +98,7 @@ class Setup:
         self.log = tmp_path / "instances.log"
         self.log.write_text("")
         self.rate_limit = rate_limit
+        self.sequence = False
         self.server: ServerProcess | None = None
 
     def start(self, count: int) -> httpclient.InferenceServerClient:
@@ -99,6 +114,8 @@ class Setup:
 
     def write(self, count: int, parameter: str = "") -> None:
         text = config_text(count, self.batching, parameter)
+        if self.sequence:
+            text = sequence_config(count)
         (self.repo / MODEL / "config.pbtxt").write_text(text)
 
     def events(self, kind: str) -> list[str]:
@@ -243,3 +260,59 @@ def test_poll_mode_updates_the_instances_in_place(tmp_path: Path) -> None:
         infer(client, batching=False)
     finally:
         server.stop()
+
+
+@pytest.fixture(params=["off", "execution_count"])
+def sequenced(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Setup]:
+    made = Setup(tmp_path, request.param, batching=False)
+    made.sequence = True
+    yield made
+    if made.server is not None:
+        made.server.stop()
+
+
+def step(client: httpclient.InferenceServerClient, cid: int, **flags: bool) -> None:
+    data = np.full([4], cid, dtype=np.float32)
+    given = httpclient.InferInput("INPUT0", [4], "FP32")
+    given.set_data_from_numpy(data)
+    result = client.infer(MODEL, [given], sequence_id=cid, **flags)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
+def test_sequence_batcher_keeps_its_sequences_through_an_update(sequenced: Setup) -> None:
+    """1 -> 2 adds one instance; 2 -> 1 waits for the sequence the removed instance holds
+    to end (Triton: "wait until in-flight sequences are completed"), then finalizes it
+    before the load returns; both sequences are answered throughout."""
+    client = sequenced.start(1)
+    reload(sequenced, client, 2)
+    assert len(sequenced.events("initialize")) == 2  # a whole reload made it 3
+    assert sequenced.events("finalize") == []
+    step(client, 1, sequence_start=True)  # slot 0 of instance 0
+    step(client, 2, sequence_start=True)  # slot 0 of instance 1: sequences spread out
+    sequenced.write(1)
+    url = sequenced.server.http_url  # type: ignore[union-attr]
+    failures: list[str] = []
+
+    def load() -> None:  # a client of its own: one client is not shared between threads
+        try:
+            httpclient.InferenceServerClient(url, network_timeout=120.0).load_model(MODEL)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            failures.append(repr(exc))
+
+    loading = threading.Thread(target=load)
+    loading.start()
+    try:
+        for _ in range(3):
+            step(client, 1)
+            step(client, 2)
+        assert sequenced.events("finalize") == []  # a sequence still holds the instance
+    finally:
+        step(client, 1, sequence_end=True)
+        step(client, 2, sequence_end=True)
+        loading.join(timeout=120)
+    assert not loading.is_alive()
+    assert failures == []
+    assert len(sequenced.events("finalize")) == 1
+    assert len(sequenced.events("initialize")) == 2
+    step(client, 3, sequence_start=True)
+    step(client, 3, sequence_end=True)

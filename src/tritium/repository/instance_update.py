@@ -8,9 +8,10 @@ differs from the one it was loaded from in ``instance_group`` (and ``version_pol
 match a requested one: same group settings but for ``name`` and ``count`` (Triton's instance
 signature), creates only the missing ones (``initialize`` runs once per new instance, then its
 warmup), and removes the rest: they take no more requests, finish what they run, and are
-closed (``finalize``) before the load returns. The version serves throughout. Anything else
-reloads the whole model, as before. Ensembles (no instances) and sequence models (slots belong
-to their instances) always reload whole.
+closed (``finalize``) before the load returns; under the sequence batcher a removed instance
+first serves the sequences it holds to their end (or their idle timeout), as Triton's. The
+version serves throughout. Anything else reloads the whole model, as before; so does an
+ensemble (it has no instances).
 """
 
 from __future__ import annotations

@@ -209,9 +209,8 @@ class Model:
 
     def updatable(self) -> bool:
         """Whether a reload that changes only the instance groups can update this version
-        in place: its scheduler learns a new instance set (the sequence batcher's slots
-        belong to their instances: it reloads whole)."""
-        return isinstance(self.scheduler, (DirectScheduler, DynamicBatcher))
+        in place: its scheduler learns a new instance set (an ensemble's has none)."""
+        return isinstance(self.scheduler, (DirectScheduler, DynamicBatcher, SequenceScheduler))
 
     async def update_instances(
         self, spec: ModelSpec, instances: list[ModelInstance], added: list[ModelInstance]
@@ -239,7 +238,7 @@ class Model:
             if count is not None:
                 count(self.stats.restarts)
         scheduler = self.scheduler
-        assert isinstance(scheduler, (DirectScheduler, DynamicBatcher))  # ``updatable``
+        assert isinstance(scheduler, (DirectScheduler, DynamicBatcher, SequenceScheduler))
         await scheduler.update(added, new_gates, removed)
         await asyncio.gather(*(i.close() for i in removed), return_exceptions=True)
         if self._limiter is not None:
