@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 from tests.support.server_process import ServerProcess
 
 MODEL = "instance_counter"
@@ -101,13 +102,14 @@ class Setup:
         self.sequence = False
         self.server: ServerProcess | None = None
 
-    def start(self, count: int) -> httpclient.InferenceServerClient:
+    def start(self, count: int, *extra: str) -> httpclient.InferenceServerClient:
         self.write(count)
         self.server = ServerProcess(
             [self.repo],
             "--model-control-mode=explicit",
             f"--load-model={MODEL}",
             f"--rate-limit={self.rate_limit}",
+            *extra,
             env={LOG_VARIABLE: str(self.log)},
         )
         return httpclient.InferenceServerClient(self.server.http_url, network_timeout=120.0)
@@ -316,3 +318,25 @@ def test_sequence_batcher_keeps_its_sequences_through_an_update(sequenced: Setup
     assert len(sequenced.events("initialize")) == 2
     step(client, 3, sequence_start=True)
     step(client, 3, sequence_end=True)
+
+
+def test_an_update_the_rate_limiter_refuses_leaves_the_model_as_it_was(tmp_path: Path) -> None:
+    """Added instances that need more of a resource than ``--rate-limit-resource`` gives fail
+    the load with the limiter's text; the created ones are finalized and the version serves
+    on with its instances (Triton: UpdateInstanceGroup's error leaves the model as it was)."""
+    made = Setup(tmp_path, "execution_count", batching=False)
+    try:
+        client = made.start(1, "--rate-limit-resource=R:1")
+        greedy = config_text(2).replace(
+            "count: 2 }", 'count: 2 rate_limiter { resources [{ name: "R" count: 2 }] } }'
+        )
+        (made.repo / MODEL / "config.pbtxt").write_text(greedy)
+        with pytest.raises(InferenceServerException, match='Resource count for "R" is limited'):
+            client.load_model(MODEL)
+        assert len(made.events("initialize")) == 1 + 2  # the new group's two were made...
+        assert len(made.events("finalize")) == 2  # ...and closed before the load answered
+        assert client.get_model_config(MODEL)["instance_group"][0]["count"] == 1
+        infer(client, batching=False)
+    finally:
+        if made.server is not None:
+            made.server.stop()
