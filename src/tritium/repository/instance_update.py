@@ -37,9 +37,16 @@ Files = tuple[tuple[str, int, int], ...]
 
 def model_files(model_dir: Path) -> Files:
     """The model directory's files but its configs (relative path, size, mtime), sorted;
-    ``__pycache__`` left out. (The config read is compared by its contents.)"""
+    ``__pycache__`` left out, symbolic links followed. (The config read is compared by its
+    contents.)"""
     entries: list[tuple[str, int, int]] = []
-    for top, dirs, files in os.walk(model_dir):
+    seen: set[str] = set()
+    for top, dirs, files in os.walk(model_dir, followlinks=True):  # a linked version too
+        real = os.path.realpath(top)
+        if real in seen:  # a loop of links is walked once
+            dirs.clear()
+            continue
+        seen.add(real)
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for name in files:
             path = os.path.join(top, name)
