@@ -154,3 +154,16 @@ def test_an_iterative_sequence_ends_when_its_request_is_released():
     assert backlog is not None and backlog.cid == 8 and slots.holds(8)
     with pytest.raises(ServerError, match="must specify the START flag"):
         route(slots, 7)
+
+
+def test_a_retired_instance_gives_no_new_slot_and_counts_what_it_still_holds():
+    """An instance-group update (issue 45 item 1): a removed instance's free slots go at
+    once; the ones its sequences hold are counted, to be waited for."""
+    slots = SequenceSlots(instances=2, slots_per_instance=2, max_idle_ns=MS)
+    assert route(slots, 1, start=True)[0] == Slot(0, 0)
+    assert route(slots, 2, start=True)[0] == Slot(0, 1)
+    assert slots.retire(1) == 1  # slot 0 of instance 1 holds sequence 2
+    got = [route(slots, cid, start=True)[0] for cid in (3, 4)]
+    assert got == [Slot(1, 0), None]  # instance 1 takes no new sequence: 4 waits
+    assert route(slots, 2)[0] == Slot(0, 1)  # sequence 2 keeps its slot meanwhile
+    assert slots.added(2) == [Slot(0, 2), Slot(1, 2)]

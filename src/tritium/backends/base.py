@@ -40,6 +40,9 @@ class LoadContext:
     # The config came with a load request (a client's): every path it names must lead to
     # something inside the model's directory (config/confine.py).
     confined: bool = False
+    # An instance-group update (repository/instance_update.py): create only these of the
+    # config's instances (None: all of them).
+    only: frozenset[str] | None = None
 
     def model_file(self, default: str) -> Path:
         name: str = self.config.default_model_filename
@@ -48,6 +51,13 @@ class LoadContext:
         if self.confined:
             return client_path(self.model_dir, self.version_dir, "default_model_filename", name)
         return self.version_dir / name
+
+
+def instance_names(spec: ModelSpec, ctx: LoadContext) -> list[str]:
+    """The instances a load creates, in the config's order: each group's ``<name>_<i>``
+    (Triton's names), or only those of them an instance-group update adds."""
+    names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
+    return names if ctx.only is None else [n for n in names if n in ctx.only]
 
 
 class ModelInstance(Protocol):

@@ -21,7 +21,7 @@ from ..config.spec import ModelSpec
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse, Tensor
 from .model_io_check import ModelTensor, check_model_io
-from .base import LoadContext, ModelInstance, output_tensor, requested_names
+from .base import LoadContext, ModelInstance, instance_names, output_tensor, requested_names
 from .ragged import batch_input_array, merge_ragged, scatter_output
 from .data_dependence import onnx_reason, variable_inputs
 from .inline_policy import ModelExecution, execution_mode
@@ -366,7 +366,7 @@ class OnnxRuntimeBackend:
             auto_complete(config, first, self._default_max_batch_size)
         spec = ctx.finalize(config)
         check_against_session(spec, first)
-        names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
+        names = instance_names(spec, ctx)
         rest = await asyncio.gather(
             *(asyncio.to_thread(_create_session, path, spec.config) for _ in names[1:])
         )

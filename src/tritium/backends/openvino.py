@@ -29,7 +29,7 @@ from ..errors import ServerError, internal, invalid_arg, unavailable
 from ..logs.settings import about_model
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse
-from .base import LoadContext, ModelInstance, output_tensor, requested_names
+from .base import LoadContext, ModelInstance, instance_names, output_tensor, requested_names
 from .data_dependence import openvino_reason, variable_inputs
 from .inline_policy import ModelExecution, execution_mode
 from .model_io_check import WILDCARD, ModelTensor, check_model_io
@@ -511,7 +511,7 @@ class OpenVinoBackend:
             auto_complete(config, model, self._default_max_batch_size)
         spec = ctx.finalize(config)
         _check_kinds(spec)
-        names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
+        names = instance_names(spec, ctx)
         options = OpenVinoOptions.from_config(spec.config, len(names))
         mode = execution_mode({k: v.string_value for k, v in spec.config.parameters.items()})
         compiled, reason = await asyncio.to_thread(_prepare, core, model, spec, options)

@@ -28,7 +28,7 @@ from ..errors import internal, invalid_arg, unavailable
 from ..logs.settings import about_model
 from ..request import InferenceRequest
 from ..types import DataType, InferenceResponse, Tensor
-from .base import LoadContext, ModelInstance, output_tensor, requested_names
+from .base import LoadContext, ModelInstance, instance_names, output_tensor, requested_names
 from .data_dependence import torch_graph_reason, variable_inputs
 from .inline_policy import ModelExecution, execution_mode
 from .pytorch_io import Binding, bind, check_output_shape
@@ -419,7 +419,7 @@ class PyTorchBackend:
         path = ctx.model_file("model.pt")
         first = await asyncio.to_thread(_load_module, path, spec.name, options)
         binding = bind(spec, _arguments(first))
-        names = [f"{g.name}_{i}" for g in spec.config.instance_group for i in range(g.count)]
+        names = instance_names(spec, ctx)
         modules = await self._modules(first, path, spec.name, options, len(names))
         reason = variable_inputs(spec)
         if not reason and mode != "thread":

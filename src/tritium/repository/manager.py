@@ -23,6 +23,7 @@ from ..logs.settings import about_model
 from ..scheduling.ensemble import Dispatch
 from .warmup import warm_up
 from .generation import files_digest, model_generation
+from .instance_update import model_files, update_version, updatable
 from ..scheduling.rate_limiter import RateLimiter
 from ..config.confine import without_model_dir
 from ..config.fields import check_fields
@@ -119,10 +120,78 @@ class ModelRepositoryManager:
         race to replace the record, and the loser's instances would never be closed)."""
         key = location.key
         async with self._exclusive(key):
+            updated = await self._update_instances(location, override)
+            if updated is not None:  # only the instance groups changed: updated in place
+                return updated
             reason = await self._load_record(location, override)
         if not reason:
             await self._reload_dependents(key)
         return reason
+
+    async def _update_instances(
+        self, location: ModelLocation, override: ModelConfig | None
+    ) -> str | None:
+        """A reload of a serving model whose config changed in its instance groups only
+        (``instance_update.py``): its versions keep serving and only the instances that
+        changed come and go. Returns the failure reason ('' on success), or None when the
+        model must load whole."""
+        record = self._records.get(location.key)
+        if record is None or location.path is None or record.location != location:
+            return None
+        model_dir = location.path
+        files = await asyncio.to_thread(model_files, model_dir)
+        if override is not None:
+            config, path, text = override, None, ""
+        else:
+            try:
+                config, path, text = await asyncio.to_thread(
+                    read_config, model_dir, self._layout.config_name
+                )
+            except ServerError:
+                return None  # the full load reports it
+        models = updatable(record, config, files, model_dir)
+        if models is None:
+            return None
+        problem = ConfigProblem(record.name, path, text, client=override is not None)
+        try:
+            check_fields(config, problem)  # the new instance groups' fields
+            for model in models:
+                await self._update_version(record, model, config, problem, model_dir)
+        except ServerError as exc:
+            log.error("failed to load '%s': %s", record.name, exc.message)
+            return exc.message
+        record.config = config
+        self._changed()
+        return ""
+
+    async def _update_version(
+        self,
+        record: ModelRecord,
+        model: Model,
+        config: ModelConfig,
+        problem: ConfigProblem,
+        model_dir: Path,
+    ) -> None:
+        backend = await find_backend(self._backends, model.spec.config.backend)
+        if backend is None:
+            raise invalid_arg(
+                unknown_backend(model.spec.config.backend, record.name, self._backends)
+            )
+        entry = record.versions[model.version]
+
+        def make_context(merged: ModelConfig) -> LoadContext:
+            return self._context(record, entry, merged, problem, model_dir, True)()
+
+        added, removed = await update_version(model, config, backend, make_context, model_dir)
+        log.info(
+            "updated the instance groups of '%s' version %d in place: %d instances added, "
+            "%d removed",
+            record.name,
+            model.version,
+            added,
+            removed,
+            extra=about_model(record.name),
+        )
 
     async def _load(self, location: ModelLocation, override: ModelConfig | None = None) -> str:
         """A load the manager starts itself (startup, an ensemble's composing model, an
@@ -275,12 +344,15 @@ class ModelRepositoryManager:
     ) -> None:
         if location.path is None:
             raise invalid_arg(location.problem)
+        record.files = await asyncio.to_thread(model_files, location.path)
         if override is not None:
             config, path, text = override, None, ""
         else:
             config, path, text = await asyncio.to_thread(
                 read_config, location.path, self._layout.config_name
             )
+        record.config = ModelConfig()
+        record.config.CopyFrom(config)
         if path is None and override is None and not self._auto_complete:
             raise invalid_arg(
                 f"unable to find the model configuration file "
@@ -297,9 +369,7 @@ class ModelRepositoryManager:
         backend = await find_backend(self._backends, config.backend)
         if backend is None:
             if not config.backend and config.platform:  # an unknown platform (Triton's text)
-                raise invalid_arg(
-                    f"unexpected platform type '{config.platform}' for {record.name}"
-                )
+                raise invalid_arg(f"unexpected platform type '{config.platform}' for {record.name}")
             raise invalid_arg(unknown_backend(config.backend, record.name, self._backends))
         problem = ConfigProblem(record.name, path, text, client=override is not None)
         if config.platform == "ensemble":
@@ -377,22 +447,26 @@ class ModelRepositoryManager:
             )
         return model.spec
 
-    async def _load_version(
+    def _context(
         self,
         record: ModelRecord,
-        backend: Backend,
+        entry: VersionRecord,
         config: ModelConfig,
         problem: ConfigProblem,
         model_dir: Path,
-        version_dir: Path,
-    ) -> None:
-        version = int(version_dir.name)
-        entry = record.versions[version]
+        checked: bool = False,
+    ) -> Callable[[], LoadContext]:
+        """What a backend gets to load one version (a fresh copy of ``config`` each call),
+        its callbacks bound to the version's record. ``checked``: ``config`` is a completed
+        config whose fields were checked already (an instance-group update)."""
+        version = entry.version
+        version_dir = model_dir / str(version)  # version folders are canonical numbers
 
         def finalize(completed: ModelConfig) -> ModelSpec:
             # Every backend comes through here once auto-complete is done: refuse the fields
             # tritium does not honour before normalize fills in Triton's defaults.
-            check_fields(completed, problem)
+            if not checked:
+                check_fields(completed, problem)
             normalize(completed, record.name, problem)
             return build_spec(completed, problem, model_dir)
 
@@ -437,6 +511,21 @@ class ModelRepositoryManager:
                 on_recovered=on_recovered,
                 confined=problem.client,
             )
+
+        return context
+
+    async def _load_version(
+        self,
+        record: ModelRecord,
+        backend: Backend,
+        config: ModelConfig,
+        problem: ConfigProblem,
+        model_dir: Path,
+        version_dir: Path,
+    ) -> None:
+        version = int(version_dir.name)
+        entry = record.versions[version]
+        context = self._context(record, entry, config, problem, model_dir)
 
         started = time.monotonic()
         files = await self._files_digests(record, config, model_dir, version_dir)

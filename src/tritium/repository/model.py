@@ -207,6 +207,43 @@ class Model:
             "all required input(s)."
         )
 
+    def updatable(self) -> bool:
+        """Whether a reload that changes only the instance groups can update this version
+        in place: its scheduler learns a new instance set (an ensemble's has none)."""
+        return isinstance(self.scheduler, (DirectScheduler, DynamicBatcher, SequenceScheduler))
+
+    async def update_instances(
+        self, spec: ModelSpec, instances: list[ModelInstance], added: list[ModelInstance]
+    ) -> None:
+        """Serve ``instances`` (the new instance groups' order): the ``added`` ones join
+        the rate limiter (which may refuse them: ServerError, nothing changed) and the
+        scheduler; those no longer listed take no more requests, finish what they run and
+        are closed before this returns (Triton's TritonModel::UpdateInstanceGroup)."""
+        kept = {id(i) for i in instances}
+        removed = [i for i in self.instances if id(i) not in kept]
+        gate_of = dict(zip((id(i) for i in self.instances), self._gates or (), strict=False))
+        new_gates: list[Gate] | None = None
+        if self._limiter is not None:
+            limits = _instance_limits(spec, len(instances))
+            fresh = {id(i) for i in added}
+            owner = f"model '{self.name}' version {self.version}"
+            chosen = [lim for i, lim in zip(instances, limits, strict=True) if id(i) in fresh]
+            new_gates = self._limiter.gates(owner, chosen)
+            gate_of.update(zip((id(i) for i in added), new_gates, strict=True))
+            self._gates = [gate_of[id(i)] for i in instances]
+        self.spec = spec
+        self.instances = instances
+        for instance in added:
+            count = getattr(instance, "count_restarts_in", None)
+            if count is not None:
+                count(self.stats.restarts)
+        scheduler = self.scheduler
+        assert isinstance(scheduler, (DirectScheduler, DynamicBatcher, SequenceScheduler))
+        await scheduler.update(added, new_gates, removed)
+        await asyncio.gather(*(i.close() for i in removed), return_exceptions=True)
+        if self._limiter is not None:
+            self._limiter.close([gate_of[id(i)] for i in removed if id(i) in gate_of])
+
     async def is_ready(self) -> bool:
         for instance in self.instances:
             if not await instance.is_ready():

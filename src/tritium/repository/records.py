@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ..config.model_config import ModelConfig
 from .model import Model, ModelState
 from .layout import ModelId, ModelLocation
 
@@ -33,6 +34,11 @@ class ModelRecord:
     location: ModelLocation | None = None
     depends: frozenset[ModelId] = frozenset()  # an ensemble's composing models
     namespace: str = ""  # its repository's path under --model-namespacing
+    # What the versions were loaded from, for a reload that changes only the instance
+    # groups (instance_update.py): the config as read (or a load request's), and the model
+    # directory's other files (path, size, mtime).
+    config: ModelConfig | None = None
+    files: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def key(self) -> ModelId:

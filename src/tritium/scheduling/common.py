@@ -1,11 +1,11 @@
-"""What both schedulers do around an execution."""
+"""What both schedulers do around an execution, and as their instance set changes."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 
-from ..backends.base import send_error
+from ..backends.base import ModelInstance, send_error
 from ..errors import cancelled, internal
 from ..request import InferenceRequest
 from .rate_limiter import Gate
@@ -55,3 +55,29 @@ async def limited(gate: Gate, start: Callable[[], Awaitable[None]]) -> None:
         await start()
     finally:
         gate.release()
+
+
+def leaving(
+    idle: list[ModelInstance], pending: dict[int, asyncio.Future[None]], instance: ModelInstance
+) -> asyncio.Future[None] | None:
+    """An instance-group update removes ``instance``: out of ``idle`` at once if it is
+    there (None), else a future that ``rest`` resolves when its execution is done."""
+    for index in range(len(idle)):
+        if idle[index] is instance:
+            del idle[index]
+            return None
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    pending[id(instance)] = done
+    return done
+
+
+def rest(
+    idle: list[ModelInstance], leaving: dict[int, asyncio.Future[None]], instance: ModelInstance
+) -> None:
+    """``instance`` has nothing more to run: idle again, or, if an instance-group update
+    removes it, gone (the update waiting on it goes on)."""
+    done = leaving.pop(id(instance), None) if leaving else None
+    if done is None:
+        idle.append(instance)
+    elif not done.done():
+        done.set_result(None)

@@ -25,7 +25,7 @@ from ..backends.base import (
 )
 from ..errors import internal
 from ..request import InferenceRequest
-from .common import guarded, limited, runnable
+from .common import guarded, leaving, limited, rest, runnable
 from .rate_limiter import Gate
 
 
@@ -56,6 +56,28 @@ class DirectScheduler:
         )
         self._in_flight = 0
         self._drained: asyncio.Future[None] | None = None
+        # Instances an instance-group update removes, by id: each takes no more work, and
+        # its future resolves once its execution is done (``update``).
+        self._leaving: dict[int, asyncio.Future[None]] = {}
+
+    async def update(
+        self,
+        added: Sequence[ModelInstance],
+        gates: Sequence[Gate] | None,
+        removed: Sequence[ModelInstance],
+    ) -> None:
+        """A reload changed only the instance groups (Triton's UpdateInstanceGroup): the
+        ``added`` instances (with their ``gates``) start taking requests now; the ``removed``
+        ones take no more, and this returns once they finished what they run."""
+        for instance, gate in zip(added, gates or (), strict=False):
+            self._gates[id(instance)] = gate
+        self._instances = max(self._instances + len(added) - len(removed), 1)
+        waits = [leaving(self._idle, self._leaving, i) for i in removed]
+        for instance in added:
+            self._next(instance)  # takes what waits, or goes idle
+        await asyncio.gather(*(w for w in waits if w is not None))
+        for instance in removed:
+            self._gates.pop(id(instance), None)
 
     def submit(self, request: InferenceRequest) -> None:
         if self._idle:
@@ -100,12 +122,16 @@ class DirectScheduler:
 
     def _next(self, instance: ModelInstance) -> None:
         group: list[InferenceRequest] = []
-        while self._waiting and not group:  # all cancelled: take the next ones
-            group = self._take()
+        while self._waiting and not group and not self._removing(instance):
+            group = self._take()  # (all cancelled: take the next ones)
         if group:
             self._dispatch(instance, group)
         else:
-            self._idle.append(instance)
+            rest(self._idle, self._leaving, instance)
+
+    def _removing(self, instance: ModelInstance) -> bool:
+        """An instance-group update removes ``instance``: it takes no more work."""
+        return bool(self._leaving) and id(instance) in self._leaving
 
     def _run_inline(self, instance: ModelInstance, request: InferenceRequest) -> bool:
         """Run ``request`` on the loop when the instance says that is cheaper than a task
@@ -156,10 +182,10 @@ class DirectScheduler:
             if await guarded(execution, group, self._version):
                 self._executed(group)
             group = []
-            while self._waiting and not group:  # all cancelled: take the next ones
-                group = self._take()
+            while self._waiting and not group and not self._removing(instance):
+                group = self._take()  # (all cancelled: take the next ones)
             if not group:
-                self._idle.append(instance)
+                rest(self._idle, self._leaving, instance)
                 return
 
     def _take(self) -> list[InferenceRequest]:

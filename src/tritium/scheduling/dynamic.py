@@ -24,7 +24,7 @@ from ..backends.base import BatchStartedInstance, ModelInstance, send_error, sta
 from ..errors import ServerError, internal, unavailable
 from ..request import InferenceRequest
 from .batch_policy import TIMER_SLACK_NS, BatchConfig, DynamicBatchPolicy, timer_delay
-from .common import guarded, limited, runnable
+from .common import guarded, leaving, limited, rest, runnable
 from .rate_limiter import Gate
 
 _NO_TIMING: Final = (0, 0, 0)
@@ -62,6 +62,9 @@ class DynamicBatcher:
         )
         self._launched = 0
         self._drained: asyncio.Future[None] | None = None
+        # Instances an instance-group update removes, by id: each takes no more batches,
+        # and its future resolves once its batch is done (``update``).
+        self._leaving: dict[int, asyncio.Future[None]] = {}
         # preserve_ordering: one batch at a time, so responses leave in request order even
         # with several instances (simple and exact; it gives up parallel instances).
         self._one_at_a_time = config.preserve_ordering
@@ -70,6 +73,25 @@ class DynamicBatcher:
             log.debug(
                 "Delaying batcher for version %s until %d queued requests", version, self._hold
             )
+
+    async def update(
+        self,
+        added: Sequence[ModelInstance],
+        gates: Sequence[Gate] | None,
+        removed: Sequence[ModelInstance],
+    ) -> None:
+        """A reload changed only the instance groups (Triton's UpdateInstanceGroup): the
+        ``added`` instances (with their ``gates``) start taking batches now; the ``removed``
+        ones take no more, and this returns once they finished what they run."""
+        for instance, gate in zip(added, gates or (), strict=False):
+            self._gates[id(instance)] = gate
+        waits = [leaving(self._idle, self._leaving, i) for i in removed]
+        self._idle.extend(added)
+        if added:
+            self._pump()
+        await asyncio.gather(*(w for w in waits if w is not None))
+        for instance in removed:
+            self._gates.pop(id(instance), None)
 
     def submit(self, request: InferenceRequest) -> None:
         try:
@@ -144,7 +166,8 @@ class DynamicBatcher:
             for request in batch:
                 send_error(request, self._version, internal(f"{type(exc).__name__}: {exc}"))
             self._batches_in_flight -= 1
-            self._idle.append(instance)  # ``_pump``, which called this, goes on with it
+            # ``_pump``, which called this, goes on with it
+            rest(self._idle, self._leaving, instance)
             return True
         self._launched += 1
         return True
@@ -164,7 +187,7 @@ class DynamicBatcher:
         assert batch[0].stats is not None  # set when it was queued
         batch[0].stats.executed(size, batch[0].timing or _NO_TIMING)
         self._batches_in_flight -= 1
-        self._idle.append(instance)
+        rest(self._idle, self._leaving, instance)
         self._pump()
 
     @staticmethod
@@ -186,7 +209,7 @@ class DynamicBatcher:
             self._done(instance, batch)
             return
         self._batches_in_flight -= 1
-        self._idle.append(instance)
+        rest(self._idle, self._leaving, instance)
         self._pump()
 
     async def close(self) -> None:

@@ -68,10 +68,13 @@ class SequenceScheduler:
         self._slots: SequenceSlots[InferenceRequest] = SequenceSlots(
             max(len(instances), 1), config.slots, config.max_idle_ns, backlog_limit
         )
-        kind = OldestWorker if config.oldest else DirectWorker
+        self._kind: type[Worker] = OldestWorker if config.oldest else DirectWorker
         self._workers: list[Worker] = [
-            kind(self, i, instance) for i, instance in enumerate(instances)
+            self._kind(self, i, instance) for i, instance in enumerate(instances)
         ]
+        # Instances an instance-group update removes, by worker index: the slots each still
+        # holds (released as their sequences end or idle out), and what ``update`` awaits.
+        self._leaving: dict[int, tuple[list[int], asyncio.Future[None]]] = {}
         for worker, gate in zip(self._workers, gates or (), strict=False):
             worker.gate = gate
         self._reaper: asyncio.TimerHandle | None = None
@@ -161,9 +164,50 @@ class SequenceScheduler:
             self._workers[slot.instance].enqueue(slot.index, request)
         self._arm()
 
+    # -- the instance set ----------------------------------------------------------------------
+    async def update(
+        self,
+        added: Sequence[ModelInstance],
+        gates: Sequence[Gate] | None,
+        removed: Sequence[ModelInstance],
+    ) -> None:
+        """A reload changed only the instance groups (Triton's SequenceBatchScheduler::
+        Update): each ``added`` instance gets a worker and its slots (backlogged sequences
+        first); each ``removed`` one takes no new sequence, and this returns once the
+        sequences it holds are over (ended or idled out) and its executions are done."""
+        for position, instance in enumerate(added):
+            worker = self._kind(self, len(self._workers), instance)
+            worker.gate = gates[position] if gates else None
+            self._workers.append(worker)
+            for slot in self._slots.added(worker.index):
+                self.release(slot)
+        loop = asyncio.get_running_loop()
+        leaving: list[tuple[Worker, asyncio.Future[None]]] = []
+        for worker in self._workers:
+            if any(worker.instance is i for i in removed):
+                done: asyncio.Future[None] = loop.create_future()
+                held = self._slots.retire(worker.index)
+                if held:
+                    self._leaving[worker.index] = ([held], done)
+                else:
+                    done.set_result(None)
+                leaving.append((worker, done))
+        for worker, done in leaving:
+            await done
+            running = worker.close(internal("the model instance was removed"))
+            await asyncio.gather(*running, return_exceptions=True)
+
     # -- slots ---------------------------------------------------------------------------------
     def release(self, slot: Slot) -> None:
-        """A worker's slot is free: hand it to the oldest backlogged sequence, if any."""
+        """A worker's slot is free: hand it to the oldest backlogged sequence, if any (a
+        removed instance's slot is not handed out again)."""
+        if self._leaving and slot.instance in self._leaving:
+            held, done = self._leaving[slot.instance]
+            held[0] -= 1
+            if not held[0]:
+                del self._leaving[slot.instance]
+                done.set_result(None)
+            return
         backlog = self._slots.release(slot)
         if backlog is not None:
             worker = self._workers[slot.instance]

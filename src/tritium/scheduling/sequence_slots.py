@@ -69,6 +69,7 @@ class SequenceSlots(Generic[R]):
         self, instances: int, slots_per_instance: int, max_idle_ns: int, max_backlog: int = 0
     ) -> None:
         self._max_backlog = max_backlog  # backlogged sequences at most; 0: no bound
+        self._per_instance = slots_per_instance
         self._free = [Slot(i, n) for n in range(instances) for i in range(slots_per_instance)]
         heapq.heapify(self._free)
         self._active: dict[CorrelationId, Slot] = {}
@@ -154,6 +155,21 @@ class SequenceSlots(Generic[R]):
             return backlog
         heapq.heappush(self._free, slot)
         return None
+
+    def added(self, instance: int) -> list[Slot]:
+        """An instance-group update added instance ``instance``: its slots, to be released
+        (each then goes to a backlogged sequence or to the free slots)."""
+        return [Slot(i, instance) for i in range(self._per_instance)]
+
+    def retire(self, instance: int) -> int:
+        """An instance-group update removes instance ``instance``: its free slots go (no new
+        sequence gets one); returns how many it still holds, each to be released once its
+        sequence is over (then not handed out again)."""
+        kept = [slot for slot in self._free if slot.instance != instance]
+        held = self._per_instance - (len(self._free) - len(kept))
+        self._free = kept
+        heapq.heapify(self._free)
+        return held
 
     def holds(self, cid: CorrelationId) -> bool:
         """``cid`` is in progress: holding a slot or waiting in the backlog."""

@@ -69,8 +69,8 @@ class Worker:
     def __init__(self, owner: Owner, index: int, instance: ModelInstance) -> None:
         slots = owner.config.slots
         self._owner = owner
-        self._index = index
-        self._instance = instance
+        self.index = index  # its instance's position among the scheduler's workers
+        self.instance = instance
         self._lanes: list[deque[Entry]] = [deque() for _ in range(slots)]
         self._states: list[SequenceState | None] = [None] * slots
         self._busy = False
@@ -99,7 +99,7 @@ class Worker:
         """The slot's sequence is over (END taken, idled out, cancelled)."""
         self._states[slot] = None
         if not self._closed:
-            self._owner.release(Slot(slot, self._index))
+            self._owner.release(Slot(slot, self.index))
 
     def _settle_heads(self, slot: int) -> None:
         """Handle what cannot run at the head of a slot: a reaper release, or a cancelled
@@ -122,7 +122,7 @@ class Worker:
         the reaper queued one) and free its slot."""
         lane = self._lanes[slot]
         error = cancelled("the request was cancelled")
-        self._owner.forget(cid, Slot(slot, self._index))
+        self._owner.forget(cid, Slot(slot, self.index))
         while lane:
             entry = lane.popleft()
             if isinstance(entry, Release):
@@ -142,7 +142,7 @@ class Worker:
         now = time.perf_counter_ns()
         for request in real:
             request.executing(now)
-        return self._instance.execute(batch)
+        return self.instance.execute(batch)
 
     async def _run(self, batch: list[InferenceRequest], real: list[InferenceRequest]) -> None:
         if self.gate is None:

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from ...errors import internal, invalid_arg
 from ...config.model_config import ModelConfig, config_to_json, mc
 from ...config.spec import ModelSpec
-from ..base import LoadContext, ModelInstance
+from ..base import LoadContext, ModelInstance, instance_names
 from ..ragged import warn_batch_io
 from . import ipc, shm_tensors
 from .envarchive import default_cache_dir
@@ -78,11 +78,7 @@ class PythonBackend:
             spec = ctx.finalize(config)
             warn_batch_io(spec)
             timeout = execution_timeout(spec)
-            names = [
-                f"{group.name}_{i}"
-                for group in spec.config.instance_group
-                for i in range(group.count)
-            ]
+            names = instance_names(spec, ctx)
             observer = stubs[0].observer
             assert observer is not None  # every stub of _stub has one
             stubs[0].name = observer.name = names[0]
