@@ -23,6 +23,7 @@ from .frontends.http.limits import HttpLimits
 from .frontends.http.listener import HttpListener, https_context, serve_http
 from .frontends.sockets import BindError, Endpoint, bind, bound_port, port_collision
 from .options import ServerOptions
+from .countdown import ExitCountdown
 from .server import InferenceServer
 
 log = logging.getLogger("tritium")
@@ -106,14 +107,36 @@ async def _shutdown(
     grpc_server: GrpcListener | None,
     access: AccessControl,
 ) -> None:
-    log.info("shutting down: waiting for in-flight requests")
+    """Triton's order, within one ``--exit-timeout-secs``: the HTTP endpoint stops accepting
+    connections and serves those open (their new requests too) until they close; then gRPC
+    sends GOAWAY and lets its calls finish; then the in-flight inferences finish and the
+    models unload (a load in progress first finishes). The metrics endpoint serves to the
+    end, as Triton's stops after the core."""
+    countdown = ExitCountdown(server.options.exit_timeout_secs)
+    server.begin_shutdown()
+    http = [listener for listener in listeners if listener.service == "HTTP"]
+    for listener in http:
+        listener.close()
+    await countdown.wait(
+        lambda: sum(listener.open_connections() for listener in http),
+        lambda left, n: f"Timeout {left}: Found {n} HTTP service connections",
+    )
+    for listener in http:  # a request still running is answered when the core stops
+        listener.close_connections(idle_only=True)
     if grpc_server is not None:
-        grpc_server.drain()  # GOAWAY: clients stop sending, calls in flight complete
-    await server.stop()
+        grpc_server.drain()  # GOAWAY: no new calls, calls in flight complete
+        await countdown.wait(
+            lambda: len(grpc_server.connections),
+            lambda left, n: (
+                f"Timeout {left}: Found {n} GRPC service connections and inference handlers"
+            ),
+        )
+    await server.stop(countdown)
     for listener in listeners:
         listener.close()
+        listener.close_connections()
     if grpc_server is not None:
-        await grpc_server.close(grace=1.0)
+        await grpc_server.close(grace=0.0)
     access.close()
 
 
@@ -219,7 +242,8 @@ async def _serve(
         log.info("Started %sService at %s:%d", scheme, where["http"].address, ports["http"])
     if "metrics" in bound:
         limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
-        listeners.append(serve_http(bound["metrics"], MetricsApp(server), limits, None, pool))
+        metrics = MetricsApp(server)
+        listeners.append(serve_http(bound["metrics"], metrics, limits, None, pool, "Metrics"))
         log.info("Started Metrics Service at %s:%d", where["metrics"].address, ports["metrics"])
     grpc_server: GrpcListener | None = None
     if "grpc" in bound:
