@@ -242,3 +242,26 @@ def test_sigint_during_a_load_finishes_it_then_unloads(
     assert code == 0, log
     assert marker.read_text() == "finalized", log
     _assert_core_lines(log)
+
+
+def test_an_idle_keep_alive_connection_does_not_hold_the_shutdown(drain_repo: Path) -> None:
+    """tritium's bound on Triton's HTTP phase: a keep-alive connection left idle is closed
+    after DRAIN_IDLE_S, so the server exits before the exit timeout runs out (Triton waits for
+    it to the end), with the timeout's budget left for the core."""
+    proc = ServerProcess([drain_repo], f"--exit-timeout-secs={EXIT_TIMEOUT}")
+    try:
+        keep = _connect(proc)
+        assert _infer(keep, "drain_echo", [1.0])[0] == 200
+        proc.proc.send_signal(signal.SIGINT)
+        assert keep.sock is not None
+        assert keep.sock.recv(1) == b""  # the server closed it
+        code, took = _exited(proc)
+        print(f"exited {took:.2f} s after the idle connection was closed")
+        log = proc.log_text()
+        keep.close()
+    finally:
+        proc.stop()
+    assert code == 0, log
+    assert "Found 1 HTTP service connections" in log, log
+    _assert_core_lines(log)
+    assert "Timeout 0:" not in log, log  # the budget did not run out

@@ -70,6 +70,13 @@ class HttpListener:
         live connections when it closes)."""
         return sum(1 for p in self._made if p.conn is not None and p.conn.registry is not None)
 
+    def close_idle(self, before: float) -> None:
+        """Close the connections waiting for a request since before ``before`` (loop time)."""
+        for protocol in list(self._made):
+            conn = protocol.conn
+            if conn is not None and (since := conn.idle_since()) is not None and since < before:
+                conn.shed()
+
     def close_connections(self, idle_only: bool = False) -> None:
         """Close this listener's connections (``idle_only``: those waiting for a request;
         a busy one is closed once its answer is written)."""
