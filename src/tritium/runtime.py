@@ -84,14 +84,20 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
     if link is not None:
         await link.attach(server, stop)
     try:
-        await server.start()
-        if link is not None:
-            await link.synced()  # the model control actions the other workers applied
+        early = await _start(server, link, stop)
     except RuntimeError as exc:
         log.error("error: creating server: Internal - %s", exc)
         _close(bound)
         access.close()
         return 1
+    if early is not None:  # a signal during the startup loads: they finished; unload them
+        _close(bound)
+        await server.stop(early)
+        access.close()
+        if link is not None:
+            link.detach()
+        log.info("server stopped")
+        return 0
     listeners, grpc_server, ports = await _serve(server, options, contexts, access, bound, link)
     if link is not None:
         link.serving()
@@ -103,6 +109,33 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
         link.detach()
     log.info("server stopped")
     return 0
+
+
+async def _start(
+    server: InferenceServer, link: WorkerLink | None, stop: asyncio.Event
+) -> ExitCountdown | None:
+    """Load the models. A signal meanwhile lets the loads finish within the exit timeout
+    (then they are cancelled): the countdown started at the signal, or None without one."""
+    start = asyncio.ensure_future(_load(server, link))
+    signalled = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({start, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    signalled.cancel()
+    if not stop.is_set():
+        await start  # its errors raise
+        return None
+    countdown = ExitCountdown(server.options.exit_timeout_secs)
+    if not start.done():
+        log.info("Waiting for the models loading to complete.")
+        await asyncio.wait({start}, timeout=countdown.remaining())
+        start.cancel()
+    await asyncio.gather(start, return_exceptions=True)
+    return countdown
+
+
+async def _load(server: InferenceServer, link: WorkerLink | None) -> None:
+    await server.start()
+    if link is not None:
+        await link.synced()  # the model control actions the other workers applied
 
 
 async def _shutdown(

@@ -11,6 +11,7 @@ import http.client
 import json
 import re
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import ServerProcess, server_command
 
 EXIT_TIMEOUT = 15
 TIMEOUT_S = 30.0
@@ -265,3 +266,47 @@ def test_an_idle_keep_alive_connection_does_not_hold_the_shutdown(drain_repo: Pa
     assert "Found 1 HTTP service connections" in log, log
     _assert_core_lines(log)
     assert "Timeout 0:" not in log, log  # the budget did not run out
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.parametrize("hang", [False, True])
+def test_sigint_during_the_startup_load(tmp_path: Path, hang: bool) -> None:
+    """A signal while the models load at start: the load finishes (bounded by the exit
+    timeout: one that hangs is cancelled), the front-ends never start, the model is unloaded
+    (finalize runs) and the server exits 0."""
+    root, marker = tmp_path / "repo", tmp_path / "finalized"
+    source = _SLOW_LOAD_PY.replace(
+        "time.sleep(", "time.sleep(600 + 0 * " if hang else "time.sleep("
+    )
+    extra = f'parameters {{ key: "MARKER" value {{ string_value: "{marker}" }} }}'
+    _write(root, "slow_load", source, extra)
+    command = server_command([root], "--exit-timeout-secs=3", "--http-port=0", "--grpc-port=0")
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + TIMEOUT_S
+            while not _children(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)  # the model's stub process started: its load is under way
+            stubs = _children(proc.pid)
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(timeout=TIMEOUT_S)  # a hanging load held it for 600 s before
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    log = log_path.read_text()
+    assert code == 0, log
+    assert stubs, log
+    assert "Waiting for the models loading to complete." in log, log
+    assert "Started HTTPService" not in log, log
+    if hang:
+        assert not marker.exists(), log
+    else:
+        assert marker.read_text() == "finalized", log
+        _assert_core_lines(log)
