@@ -206,15 +206,19 @@ def load_repo(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
     yield root, marker
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_sigint_during_a_load_finishes_it_then_unloads(
-    load_repo: tuple[Path, Path], protocol: str
+    load_repo: tuple[Path, Path], protocol: str, workers: int
 ) -> None:
     """Triton's test_shutdown_while_loading: the load in progress finishes (its client is
     answered), then the model is unloaded (finalize runs) and the server exits 0."""
     root, marker = load_repo
     proc = ServerProcess(
-        [root], "--model-control-mode=explicit", f"--exit-timeout-secs={EXIT_TIMEOUT}"
+        [root],
+        "--model-control-mode=explicit",
+        f"--exit-timeout-secs={EXIT_TIMEOUT}",
+        f"--workers={workers}",
     )
     outcome: dict[str, Any] = {}
     try:
