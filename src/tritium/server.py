@@ -289,6 +289,18 @@ class InferenceServer:
         self.readiness.changed()
         if countdown is None:
             countdown = ExitCountdown(self.options.exit_timeout_secs)
+        if self._live:  # started (a server that failed to bind has nothing to wait for)
+            await self._drain(countdown)
+        else:
+            await self._unload_all(countdown)
+        await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
+        if self.access_log is not None:
+            await asyncio.to_thread(self.access_log.close)  # what waits is written
+        if self._remote is not None:
+            await self._remote.close()
+        self._live = False
+
+    async def _drain(self, countdown: ExitCountdown) -> None:
         log.info("Waiting for in-flight requests to complete.")
         if not await countdown.wait(lambda: len(self._inflight_by), self._inflight_line, True):
             log.warning("%d requests still in flight at shutdown timeout", self._inflight)
@@ -300,12 +312,6 @@ class InferenceServer:
             True,
         )
         await unload
-        await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
-        if self.access_log is not None:
-            await asyncio.to_thread(self.access_log.close)  # what waits is written
-        if self._remote is not None:
-            await self._remote.close()
-        self._live = False
 
     def _inflight_line(self, left: int, count: int) -> str:
         lines = [f"Timeout {left}: Found {count} model versions that have in-flight inferences"]
