@@ -23,7 +23,12 @@ from .frontends.http.limits import HttpLimits
 from .frontends.http.listener import HttpListener, https_context, serve_http
 from .frontends.sockets import BindError, Endpoint, bind, bound_port, port_collision
 from .options import ServerOptions
+from .countdown import ExitCountdown
 from .server import InferenceServer
+
+# During the shutdown's HTTP phase, a keep-alive connection idle this long (since the signal
+# or its last answer) is closed; one that keeps sending is served to the exit timeout.
+DRAIN_IDLE_S = 5.0
 
 log = logging.getLogger("tritium")
 
@@ -79,14 +84,20 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
     if link is not None:
         await link.attach(server, stop)
     try:
-        await server.start()
-        if link is not None:
-            await link.synced()  # the model control actions the other workers applied
+        early = await _start(server, link, stop)
     except RuntimeError as exc:
         log.error("error: creating server: Internal - %s", exc)
         _close(bound)
         access.close()
         return 1
+    if early is not None:  # a signal during the startup loads: they finished; unload them
+        _close(bound)
+        await server.stop(early)
+        access.close()
+        if link is not None:
+            link.detach()
+        log.info("server stopped")
+        return 0
     listeners, grpc_server, ports = await _serve(server, options, contexts, access, bound, link)
     if link is not None:
         link.serving()
@@ -100,20 +111,81 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
     return 0
 
 
+async def _start(
+    server: InferenceServer, link: WorkerLink | None, stop: asyncio.Event
+) -> ExitCountdown | None:
+    """Load the models. A signal meanwhile lets the loads finish within the exit timeout
+    (then they are cancelled): the countdown started at the signal, or None without one."""
+    start = asyncio.ensure_future(_load(server, link))
+    signalled = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({start, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    signalled.cancel()
+    if not stop.is_set():
+        await start  # its errors raise
+        return None
+    countdown = ExitCountdown(server.options.exit_timeout_secs)
+    if not start.done():
+        log.info("Waiting for the models loading to complete.")
+        await asyncio.wait({start}, timeout=countdown.remaining())
+        start.cancel()
+    await asyncio.gather(start, return_exceptions=True)
+    return countdown
+
+
+async def _load(server: InferenceServer, link: WorkerLink | None) -> None:
+    await server.start()
+    if link is not None:
+        await link.synced()  # the model control actions the other workers applied
+
+
 async def _shutdown(
     server: InferenceServer,
     listeners: list[HttpListener],
     grpc_server: GrpcListener | None,
     access: AccessControl,
 ) -> None:
-    log.info("shutting down: waiting for in-flight requests")
+    """Triton's order, within one ``--exit-timeout-secs``: the HTTP endpoint stops accepting
+    connections and serves those open (their new requests too) until they close; then gRPC
+    sends GOAWAY and lets its calls finish; then the in-flight inferences finish and the
+    models unload (a load in progress first finishes). The metrics endpoint serves to the
+    end, as Triton's stops after the core."""
+    countdown = ExitCountdown(server.options.exit_timeout_secs)
+    server.begin_shutdown()
+    http = [listener for listener in listeners if listener.service == "HTTP"]
+    for listener in http:
+        listener.close()
+    loop = asyncio.get_running_loop()
+    signalled = loop.time()
+
+    def open_http() -> int:
+        # tritium's bound (Triton has none): a connection idle for DRAIN_IDLE_S since the
+        # signal or its last answer is closed, so a client's unused pooled connection does
+        # not hold the shutdown for the whole timeout (docs/triton-differences.md)
+        cutoff = loop.time() - DRAIN_IDLE_S
+        if cutoff >= signalled:
+            for listener in http:
+                listener.close_idle(cutoff)
+        return sum(listener.open_connections() for listener in http)
+
+    await countdown.wait(
+        open_http, lambda left, n: f"Timeout {left}: Found {n} HTTP service connections"
+    )
+    for listener in http:  # a request still running is answered when the core stops
+        listener.close_connections(idle_only=True)
     if grpc_server is not None:
-        grpc_server.drain()  # GOAWAY: clients stop sending, calls in flight complete
-    await server.stop()
+        grpc_server.drain()  # GOAWAY: no new calls, calls in flight complete
+        await countdown.wait(
+            lambda: len(grpc_server.connections),
+            lambda left, n: (
+                f"Timeout {left}: Found {n} GRPC service connections and inference handlers"
+            ),
+        )
+    await server.stop(countdown)
     for listener in listeners:
         listener.close()
+        listener.close_connections()
     if grpc_server is not None:
-        await grpc_server.close(grace=1.0)
+        await grpc_server.close(grace=0.0)
     access.close()
 
 
@@ -219,7 +291,8 @@ async def _serve(
         log.info("Started %sService at %s:%d", scheme, where["http"].address, ports["http"])
     if "metrics" in bound:
         limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
-        listeners.append(serve_http(bound["metrics"], MetricsApp(server), limits, None, pool))
+        metrics = MetricsApp(server)
+        listeners.append(serve_http(bound["metrics"], metrics, limits, None, pool, "Metrics"))
         log.info("Started Metrics Service at %s:%d", where["metrics"].address, ports["metrics"])
     grpc_server: GrpcListener | None = None
     if "grpc" in bound:

@@ -41,6 +41,7 @@ from .logs.settings import (
     raw_message,
 )
 from .logs.table import model_table, terminal_width
+from .countdown import ExitCountdown
 from .loop_spin import ACTIVE
 from .metrics.render import FAMILY_NAMES
 from .repository.model import Model
@@ -244,11 +245,14 @@ class InferenceServer:
         self.access_log = _access_log(options)
         self._live = False
         self._accepting = False
+        self._draining = False  # a signal came: not ready, requests still served (begin_shutdown)
         self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository.on_change = self.readiness.changed
         self.cluster: Cluster | None = None  # --workers N: set by the worker's member
         self._inflight = 0  # inferences submitted and not finished (also in loop_spin.ACTIVE)
-        self._drained: asyncio.Future[None] | None = None  # stop() waits on it for them
+        # the same per model version, for Triton's shutdown lines ("Model 'm' (version 1) has
+        # N in-flight inferences")
+        self._inflight_by: dict[tuple[str, str], int] = {}
         self._metadata = {
             "name": options.server_id,
             "version": TRITON_VERSION,
@@ -270,29 +274,67 @@ class InferenceServer:
         self._accepting = True
         self.readiness.changed()
 
-    async def stop(self) -> None:
+    def begin_shutdown(self) -> None:
+        """A signal came: the server turns not ready (a balancer stops sending), while the
+        front-ends drain their connections, whose requests are still served (Triton)."""
+        self._draining = True
+        self.readiness.changed()
+
+    async def stop(self, countdown: ExitCountdown | None = None) -> None:
         """Stop taking requests, let in-flight ones finish, unload every model: all within
-        ``--exit-timeout-secs`` (plus a short grace for models to finalize), after which
-        executions still running are failed and their stub processes killed."""
+        what is left of ``--exit-timeout-secs`` (``countdown``; plus a short grace for models
+        to finalize), after which executions still running are failed and their stub
+        processes killed. A model load in progress finishes first, and is unloaded too. Logs
+        Triton's lines (``InferenceServer::Stop``)."""
         self._accepting = False
         self.readiness.changed()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.exit_timeout_secs
-        if self._inflight:
-            self._drained = loop.create_future()
-            try:
-                await asyncio.wait_for(self._drained, self.options.exit_timeout_secs)
-            except TimeoutError:
-                log.warning("%d requests still in flight at shutdown timeout", self._inflight)
-        await self.control.stop()
-        remaining = max(deadline - loop.time(), _FINALIZE_GRACE_S)
-        await self.repository.unload_all(timeout=remaining)
+        if countdown is None:
+            countdown = ExitCountdown(self.options.exit_timeout_secs)
+        if self._live:  # started (a server that failed to bind has nothing to wait for)
+            await self._drain(countdown)
+        else:
+            await self._unload_all(countdown)
         await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
         if self.access_log is not None:
             await asyncio.to_thread(self.access_log.close)  # what waits is written
         if self._remote is not None:
             await self._remote.close()
         self._live = False
+
+    async def _drain(self, countdown: ExitCountdown) -> None:
+        log.info("Waiting for in-flight requests to complete.")
+        if not await countdown.wait(lambda: len(self._inflight_by), self._inflight_line, True):
+            log.warning("%d requests still in flight at shutdown timeout", self._inflight)
+        log.info("All models are stopped, unloading models")
+        unload = asyncio.ensure_future(self._unload_all(countdown))
+        await countdown.wait(
+            lambda: self._live_models() + self.control.in_flight() + (not unload.done()),
+            self._live_line,
+            True,
+        )
+        await unload
+
+    def _inflight_line(self, left: int, count: int) -> str:
+        lines = [f"Timeout {left}: Found {count} model versions that have in-flight inferences"]
+        for (name, version), n in sorted(self._inflight_by.items()):
+            lines.append(f"Model '{name}' (version {version}) has {n} in-flight inferences")
+        return "\n".join(lines)
+
+    def _live_line(self, left: int, count: int) -> str:
+        return (
+            f"Timeout {left}: Found {self._live_models()} live models and "
+            f"{self.control.in_flight()} in-flight non-inference requests"
+        )
+
+    def _live_models(self) -> int:
+        return self.repository.live_models()
+
+    async def _unload_all(self, countdown: ExitCountdown) -> None:
+        """Loads and unloads clients asked for finish (within the timeout; then they are
+        cancelled), then every model is unloaded, those just loaded included."""
+        await self.control.stop(countdown.remaining())
+        remaining = max(countdown.remaining(), _FINALIZE_GRACE_S)
+        await self.repository.unload_all(timeout=remaining)
 
     # -- health and metadata -----------------------------------------------------------------
     def is_live(self) -> bool:
@@ -306,7 +348,7 @@ class InferenceServer:
 
     def is_ready_here(self) -> bool:
         """This process's own readiness."""
-        if not (self._live and self._accepting):
+        if not (self._live and self._accepting) or self._draining:
             return False
         return self.repository.all_ready() if self.options.strict_readiness else True
 
@@ -590,7 +632,7 @@ class InferenceServer:
                 return
         sender.bind(request, self._finished)
         request.queued(model.stats)
-        self._began()
+        self._began(request)
         if model.response_cache and not request.decoupled:
             if self._remote is not None:
                 self._remote_lookup(self._remote, model, request)
@@ -609,26 +651,31 @@ class InferenceServer:
         request.stats = None
         request.classify = None
         sender.bind(request, self._forwarded)
-        self._began()
+        self._began(request)
         cluster.forward(owner, request, sender)
 
-    def _began(self) -> None:
+    def _began(self, request: InferenceRequest) -> None:
         """An inference is in flight (submitted or forwarded) until ``_ended``."""
         self._inflight += 1
         ACTIVE.requests += 1
+        key = _version_key(request)
+        self._inflight_by[key] = self._inflight_by.get(key, 0) + 1
 
-    def _ended(self) -> None:
+    def _ended(self, request: InferenceRequest) -> None:
         self._inflight -= 1
         ACTIVE.requests -= 1
-        drained = self._drained
-        if not self._inflight and drained is not None and not drained.done():
-            drained.set_result(None)
+        key = _version_key(request)
+        left = self._inflight_by.get(key, 1) - 1
+        if left > 0:
+            self._inflight_by[key] = left
+        else:
+            self._inflight_by.pop(key, None)
 
     def _forwarded(
         self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
     ) -> None:
         request.finish(error)  # no statistics here: the owner recorded them
-        self._ended()
+        self._ended(request)
 
     async def infer(
         self,
@@ -751,7 +798,12 @@ class InferenceServer:
                     response.error = error = exc
             self.shm.release(request)
         request.finish(error)
-        self._ended()
+        self._ended(request)
+
+
+def _version_key(request: InferenceRequest) -> tuple[str, str]:
+    model = request.model
+    return (model.name, model.version_str) if model is not None else ("", "")
 
 
 def _access_log(options: ServerOptions) -> AccessLog | None:

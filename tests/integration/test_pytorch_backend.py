@@ -276,6 +276,19 @@ def test_parameters_apply(served: ServerProcess, protocol: str) -> None:
         assert f"field 'parameters.{key}': accepted but ignored" in log, log[-3000:]
 
 
+def test_pytorch_2_parameter_names_load(served: ServerProcess, protocol: str) -> None:
+    """NUM_THREADS / NUM_INTEROP_THREADS set the thread counts (logged as Triton logs
+    INTRA_OP_THREAD_COUNT); TORCH_COMPILE_OPTIONAL_PARAMETERS loads with a warning."""
+    assert _modes(served, protocol, "pt_pt2_names") == [0, 1]
+    log = served.log_text()
+    assert "Intra op thread count is set to 1 for model 'pt_pt2_names'" in log
+    assert "Inter op thread count is set to 1 for model 'pt_pt2_names'" in log
+    assert (
+        "field 'parameters.TORCH_COMPILE_OPTIONAL_PARAMETERS': accepted but ignored: "
+        "torch.compile options" in log
+    ), log[-3000:]
+
+
 LOAD_ERRORS = {
     "pt_bad_count": "unable to load model 'pt_bad_count', configuration expects 2 inputs, "
     "model provides 1",
@@ -289,8 +302,6 @@ LOAD_ERRORS = {
     "pt_bad_aoti": 'AOT Inductor packages (platform "torch_aoti", model.pt2) are not supported',
     "pt_bad_runtime": 'the PyTorch 2 Python runtime (backend pytorch with runtime "model.py") '
     "is not served",
-    "pt_bad_num_threads": "field 'parameters.NUM_THREADS': a parameter of the PyTorch 2 Python "
-    "runtime",
     "pt_bad_bool": "failed to convert 'maybe' to boolean value for parameter 'INFERENCE_MODE'",
     "pt_bad_no_inputs": "unable to load model 'pt_bad_no_inputs', configuration expects 0 "
     "inputs, model provides 1",

@@ -265,6 +265,20 @@ def good_models() -> dict[str, tuple[str, torch.nn.Module]]:
             ),
             Modes(),
         ),
+        # the pytorch_backend README's PyTorch 2 names, which Triton loads on TorchScript
+        "pt_pt2_names": (
+            config(
+                "pt_pt2_names",
+                one_in,
+                [("OUTPUT__0", "TYPE_INT64", "2")],
+                _params(
+                    NUM_THREADS="1",
+                    NUM_INTEROP_THREADS="1",
+                    TORCH_COMPILE_OPTIONAL_PARAMETERS='{\\"disable\\": true}',
+                ),
+            ),
+            Modes(),
+        ),
     }
 
 
@@ -300,10 +314,6 @@ def bad_models() -> dict[str, tuple[str, torch.nn.Module | bytes | None]]:
             Doubles(),
         ),
         "pt_bad_runtime": (plain("pt_bad_runtime", extra='runtime: "model.py"'), Doubles()),
-        "pt_bad_num_threads": (
-            plain("pt_bad_num_threads", extra=_params(NUM_THREADS="2")),
-            Doubles(),
-        ),
         "pt_bad_bool": (
             plain("pt_bad_bool", extra=_params(INFERENCE_MODE="maybe")),
             Doubles(),

@@ -134,8 +134,9 @@ LAYERS: list[set[str]] = [
     # protocol cores (HTTP/2 sans-IO, HTTP/1.1); Triton's datatypes: nothing else of tritium
     {"transport", "datatypes"},
     {"__init__", "errors", "types"},  # the values every layer passes around
-    # pure: no request, no model (loop_spin: the event loop's spin before it sleeps)
-    {"tensor_codec", "metrics", "logs", "access", "tracing", "loop_spin"},
+    # pure: no request, no model (loop_spin: the event loop's spin before it sleeps;
+    # countdown: the exit timeout of a shutdown)
+    {"tensor_codec", "metrics", "logs", "access", "tracing", "loop_spin", "countdown"},
     {"request", "options"},  # one inference's state; the server's frozen options
     {"extensions"},  # parameters, raw input, classification, shared memory, response cache
     {"config"},  # config.pbtxt -> ModelSpec

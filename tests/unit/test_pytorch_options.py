@@ -123,3 +123,31 @@ def test_the_first_explicit_intra_op_count_wins(caplog: pytest.LogCaptureFixture
         assert _threads_seen(pools) == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_the_pytorch_2_thread_names_set_the_thread_counts() -> None:
+    """NUM_THREADS / NUM_INTEROP_THREADS (the pytorch_backend README's names) are the intra-
+    and inter-op counts, as INTRA_OP_THREAD_COUNT / INTER_OP_THREAD_COUNT are."""
+    options = _options(NUM_THREADS="3", NUM_INTEROP_THREADS="2")
+    assert (options.intra_op_threads, options.inter_op_threads) == (3, 2)
+    assert _options(NUM_THREADS="0").intra_op_threads is None
+
+
+def test_the_libtorch_thread_key_wins_over_its_alias(caplog: pytest.LogCaptureFixture) -> None:
+    options = _options(INTRA_OP_THREAD_COUNT="2", NUM_THREADS="4", NUM_INTEROP_THREADS="5")
+    assert (options.intra_op_threads, options.inter_op_threads) == (2, 5)
+    assert "INTRA_OP_THREAD_COUNT is given: NUM_THREADS 4 is not applied" in caplog.text
+    with pytest.raises(ServerError, match="failed to convert 'many' to integral value"):
+        _options(NUM_INTEROP_THREADS="many")
+
+
+def test_torch_compile_parameters_load_with_a_warning() -> None:
+    from tritium.config.fields import review
+
+    config = ModelConfig(backend="pytorch")
+    config.parameters["TORCH_COMPILE_OPTIONAL_PARAMETERS"].string_value = '{"disable": true}'
+    config.parameters["NUM_THREADS"].string_value = "1"
+    found = review(config)
+    assert found.refused == ()
+    assert [path for path, _ in found.no_effect] == ["parameters.TORCH_COMPILE_OPTIONAL_PARAMETERS"]
+    assert "not compiled by torch.compile" in found.no_effect[0][1]

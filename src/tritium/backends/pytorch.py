@@ -78,8 +78,8 @@ class TorchOptions:
     jit_profiling: bool | None = None  # ENABLE_JIT_PROFILING
     tensor_fuser: bool | None = None  # ENABLE_TENSOR_FUSER
     weight_sharing: bool = False  # ENABLE_WEIGHT_SHARING
-    intra_op_threads: int | None = None  # INTRA_OP_THREAD_COUNT (> 0)
-    inter_op_threads: int | None = None  # INTER_OP_THREAD_COUNT (> 0)
+    intra_op_threads: int | None = None  # INTRA_OP_THREAD_COUNT, else NUM_THREADS (> 0)
+    inter_op_threads: int | None = None  # INTER_OP_THREAD_COUNT, else NUM_INTEROP_THREADS (> 0)
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> TorchOptions:
@@ -95,6 +95,18 @@ class TorchOptions:
             value = _parse_count(key, params[key]) if key in params else -1
             return value if value > 0 else None  # Triton: 0 or less leaves torch's default
 
+        def threads(key: str, alias: str) -> int | None:
+            """The README's PyTorch 2 name is accepted as the alias of libtorch's key; the
+            libtorch key, which Triton's TorchScript backend reads, wins if both differ."""
+            value, other = count(key), count(alias)
+            if key in params and alias in params and value != other:
+                log.warning(
+                    "model '%s': %s is given: %s %s is not applied",
+                    *(config.name, key, alias, params[alias]),
+                    extra=about_model(config.name),
+                )
+            return value if key in params else other
+
         return cls(
             optimized_execution=not flag("DISABLE_OPTIMIZED_EXECUTION"),
             inference_mode=flag("INFERENCE_MODE") is not False,
@@ -102,8 +114,8 @@ class TorchOptions:
             jit_profiling=flag("ENABLE_JIT_PROFILING"),
             tensor_fuser=flag("ENABLE_TENSOR_FUSER"),
             weight_sharing=bool(flag("ENABLE_WEIGHT_SHARING")),
-            intra_op_threads=count("INTRA_OP_THREAD_COUNT"),
-            inter_op_threads=count("INTER_OP_THREAD_COUNT"),
+            intra_op_threads=threads("INTRA_OP_THREAD_COUNT", "NUM_THREADS"),
+            inter_op_threads=threads("INTER_OP_THREAD_COUNT", "NUM_INTEROP_THREADS"),
         )
 
     def apply_jit(self) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 class Decision(enum.Enum):
     IMPLEMENTED = "implemented"
     GPU_ONLY = "accepted with a warning (no effect without a GPU)"
+    NO_EFFECT = "accepted with a warning (no effect)"
     REFUSED = "refused"
 
 
@@ -21,6 +22,7 @@ class FieldRule:
 
 
 _I, _G, _R = Decision.IMPLEMENTED, Decision.GPU_ONLY, Decision.REFUSED
+_W = Decision.NO_EFFECT
 _SECTION = "a section: its fields decide"
 
 
@@ -379,9 +381,9 @@ _TORCH_POOLS = (
     "torch's pools are per process: the first model that sets it decides, a later different "
     "value is logged and not applied (as in Triton)"
 )
-_PT2_RUNTIME = (
-    "a parameter of the PyTorch 2 Python runtime (runtime \"model.py\"), which tritium does "
-    "not serve; a TorchScript model takes INTRA_OP_THREAD_COUNT / INTER_OP_THREAD_COUNT"
+_PT2_NAME = (
+    "the pytorch_backend README's name (PyTorch 2 runtime) for {0}, accepted as its alias; "
+    "{0} wins if both are given"
 )
 # Triton's PyTorch backend parameters (backends/pytorch.py:TorchOptions reads them).
 _PYTORCH_PARAMETERS = {
@@ -397,9 +399,14 @@ _PYTORCH_PARAMETERS = {
         ("INTER_OP_THREAD_COUNT", _I, f"torch.set_num_interop_threads; {_TORCH_POOLS}"),
         ("DISABLE_CUDNN", _G, f"cuDNN is a GPU library; {_NO_GPU}"),
         ("ENABLE_CACHE_CLEANING", _G, f"empties the CUDA cache after each execution; {_NO_GPU}"),
-        ("NUM_THREADS", _R, _PT2_RUNTIME),
-        ("NUM_INTEROP_THREADS", _R, _PT2_RUNTIME),
-        ("TORCH_COMPILE_OPTIONAL_PARAMETERS", _R, _PT2_RUNTIME),
+        ("NUM_THREADS", _I, _PT2_NAME.format("INTRA_OP_THREAD_COUNT")),
+        ("NUM_INTEROP_THREADS", _I, _PT2_NAME.format("INTER_OP_THREAD_COUNT")),
+        (
+            "TORCH_COMPILE_OPTIONAL_PARAMETERS",
+            _W,
+            "torch.compile options of the PyTorch 2 runtime; a TorchScript model is not "
+            "compiled by torch.compile (Triton's libtorch backend loads it and ignores it too)",
+        ),
     )
 }
 

@@ -2,10 +2,11 @@
 
 Each field path (dotted, through nested messages, repeated entries and map values, e.g.
 ``instance_group.rate_limiter``) is IMPLEMENTED (tritium honours it), GPU_ONLY (Triton itself
-has no effect for it on a server without a GPU: accepted, with one warning per model load) or
-REFUSED (the load fails, the model is UNAVAILABLE and the reason names the field). Nothing is
-parsed and then silently ignored. A field left at its default value, or an empty section
-(``model_operations {}``), changes nothing and is never refused.
+has no effect for it on a server without a GPU: accepted, with one warning per model load),
+NO_EFFECT (Triton accepts it and it means nothing for this kind of model: accepted, with one
+warning per model load) or REFUSED (the load fails, the model is UNAVAILABLE and the reason
+names the field). Nothing is parsed and then silently ignored. A field left at its default
+value, or an empty section (``model_operations {}``), changes nothing and is never refused.
 
 ``tests/unit/test_config_fields.py`` walks the ``ModelConfig`` descriptor and fails for a field
 with no decision in ``field_table.py`` (the one table); ``docs/model_config.md`` is checked
@@ -38,7 +39,7 @@ __all__ = [
     "review",
     "set_fields",
 ]
-_I, _G, _R = Decision.IMPLEMENTED, Decision.GPU_ONLY, Decision.REFUSED
+_I, _G, _R, _W = Decision.IMPLEMENTED, Decision.GPU_ONLY, Decision.REFUSED, Decision.NO_EFFECT
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +48,7 @@ class FieldReview:
 
     refused: tuple[tuple[str, str], ...]
     gpu_only: tuple[tuple[str, str], ...]
+    no_effect: tuple[tuple[str, str], ...] = ()
 
 
 def set_fields(message: Any, prefix: str = "") -> Iterator[str]:
@@ -77,7 +79,7 @@ def set_fields(message: Any, prefix: str = "") -> Iterator[str]:
 def review(config: ModelConfig) -> FieldReview:
     """Which fields set in ``config`` are refused and which only matter with a GPU (pure).
     A subtree is reported once, at its outermost path with that decision."""
-    found: dict[Decision, dict[str, str]] = {_R: {}, _G: {}}
+    found: dict[Decision, dict[str, str]] = {_R: {}, _G: {}, _W: {}}
     for path in set_fields(config):
         for top in _prefixes(path):
             rule = FIELDS.get(top)
@@ -88,7 +90,7 @@ def review(config: ModelConfig) -> FieldReview:
         rule = PARAMETERS.get((config.backend, key))
         if rule is not None and rule.decision is not _I:
             found[rule.decision].setdefault(f"parameters.{key}", rule.reason)
-    return FieldReview(tuple(found[_R].items()), tuple(found[_G].items()))
+    return FieldReview(tuple(found[_R].items()), tuple(found[_G].items()), tuple(found[_W].items()))
 
 
 def _prefixes(path: str) -> Iterator[str]:
@@ -99,14 +101,14 @@ def _prefixes(path: str) -> Iterator[str]:
 
 def check_fields(config: ModelConfig, problem: ConfigProblem) -> None:
     """Fail the load for the first refused field; warn once per model load for each field
-    that only has an effect with a GPU."""
+    that only has an effect with a GPU or none at all."""
     found = review(config)
     if found.refused:
         path, reason = found.refused[0]
         raise problem.error(
             path, f"{reason}; remove it from the configuration", anchor=_anchor(path)
         )
-    for path, reason in found.gpu_only:
+    for path, reason in (*found.gpu_only, *found.no_effect):
         problem.warn(path, f"accepted but ignored: {reason}", anchor=_anchor(path))
 
 

@@ -61,10 +61,19 @@ class ModelControl:
             if self.own_poller:
                 self._poller = asyncio.ensure_future(self._poll())
 
-    async def stop(self) -> None:
+    def in_flight(self) -> int:
+        """Loads and unloads clients asked for, not done yet (Triton's in-flight
+        non-inference requests at shutdown)."""
+        return len(self._requests)
+
+    async def stop(self, timeout: float = 0.0) -> None:
+        """Shutdown: the poller stops; the loads and unloads in progress finish within
+        ``timeout`` seconds (Triton finishes a load, then unloads it), then are cancelled."""
         if self._poller is not None:
             self._poller.cancel()
             await asyncio.gather(self._poller, return_exceptions=True)
+        if self._requests and timeout > 0:
+            await asyncio.wait(set(self._requests), timeout=timeout)
         for task in self._requests:
             task.cancel()
         await asyncio.gather(*self._requests, return_exceptions=True)

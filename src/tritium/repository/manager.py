@@ -602,6 +602,13 @@ class ModelRepositoryManager:
             pending.extend(composing.depends)
         return await asyncio.to_thread(lambda: [files_digest(d, v) for d, v in sources])
 
+    def live_models(self) -> int:
+        """Model versions loading, loaded or unloading, not yet unloaded (Triton's live
+        models at shutdown)."""
+        models = [e.model for r in self._records.values() for e in r.versions.values() if e.model]
+        models += self._retiring_models
+        return len(self._loading) + sum(1 for m in models if not m.unloaded())
+
     async def unload_all(self, timeout: float | None = None) -> None:
         """Unload every model (shutdown); executions still running after ``timeout`` are
         failed and their instances killed."""

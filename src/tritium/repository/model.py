@@ -250,6 +250,10 @@ class Model:
                 return False
         return True
 
+    def unloaded(self) -> bool:
+        """Its unload (``close``) is done."""
+        return self._closing is not None and self._closing.done()
+
     async def close(self, timeout: float | None = None) -> None:
         """Unload: let running executions finish, then close the instances. After
         ``timeout`` seconds (None: no bound) the instances are killed and what they still

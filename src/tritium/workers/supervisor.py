@@ -423,12 +423,17 @@ class Supervisor:
                         log.error("repository poll failed in a worker: %s", result)
 
     async def stop(self) -> None:
-        """SIGTERM every worker (each drains within --exit-timeout-secs), kill those still
-        running after that and a grace, close the sockets."""
+        """SIGTERM every worker (each drains within --exit-timeout-secs), close the sockets,
+        kill the workers still running after the timeout and a grace."""
         self._stopping = True
         for worker in self._workers:
             if worker.proc is not None and worker.proc.poll() is None:
                 worker.proc.send_signal(signal.SIGTERM)
+        # The workers hold their own copies: a front-end stops accepting when every worker
+        # closed its copy (HTTP at once, gRPC after its HTTP phase), as a single server's.
+        for socks in self._bound.values():
+            for sock in socks:
+                sock.close()
         limit = self.options.exit_timeout_secs + _STOP_GRACE_S
         started = [w for w in self._workers if w.proc is not None]
         try:
@@ -442,9 +447,6 @@ class Supervisor:
                               worker.index, worker.proc.pid)
                     worker.proc.kill()
             await asyncio.gather(*(w.done.wait() for w in started))
-        for socks in self._bound.values():
-            for sock in socks:
-                sock.close()
         if self._uploads is not None:
             self._uploads.remove()
         values = self.options.tracing.values

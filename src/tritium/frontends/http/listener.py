@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import weakref
 from typing import Any
 
 from ...options import ServerOptions
@@ -29,7 +30,8 @@ def https_context(options: ServerOptions) -> ssl.SSLContext | None:
 
 class HttpListener:
     """Listening sockets (one per address family) and their accept loop. ``connections``:
-    the server's live connections of every listener (a new set of its own by default)."""
+    the server's live connections of every listener (a new set of its own by default);
+    ``service``: what the shutdown calls it (Triton's "HTTP service connections")."""
 
     def __init__(
         self,
@@ -38,7 +40,10 @@ class HttpListener:
         limits: HttpLimits,
         tls: ssl.SSLContext | None,
         connections: Connections | None = None,
+        service: str = "HTTP",
     ) -> None:
+        self.service = service
+        self._made: weakref.WeakSet[HttpProtocol] = weakref.WeakSet()
         self._app = app
         self._render = getattr(app, "render_error", render_internal)
         self._limits = limits
@@ -60,9 +65,30 @@ class HttpListener:
         """Stop accepting; connections already open go on until they end."""
         self._acceptor.close()
 
+    def open_connections(self) -> int:
+        """This listener's connections still open (a connection leaves the server's set of
+        live connections when it closes)."""
+        return sum(1 for p in self._made if p.conn is not None and p.conn.registry is not None)
+
+    def close_idle(self, before: float) -> None:
+        """Close the connections waiting for a request since before ``before`` (loop time)."""
+        for protocol in list(self._made):
+            conn = protocol.conn
+            if conn is not None and (since := conn.idle_since()) is not None and since < before:
+                conn.shed()
+
+    def close_connections(self, idle_only: bool = False) -> None:
+        """Close this listener's connections (``idle_only``: those waiting for a request;
+        a busy one is closed once its answer is written)."""
+        for protocol in list(self._made):
+            conn = protocol.conn
+            if conn is not None and (not idle_only or conn.idle_since() is not None):
+                conn.shed()
+
     def _protocol(self) -> HttpProtocol:
         protocol = HttpProtocol(self._app, self._limits, self._render)
         protocol.registry = self.connections
+        self._made.add(protocol)
         return protocol
 
 
@@ -87,9 +113,10 @@ def serve_http(
     limits: HttpLimits,
     tls: ssl.SSLContext | None = None,
     connections: Connections | None = None,
+    service: str = "HTTP",
 ) -> HttpListener:
     """Start accepting on sockets already listening (``frontends/sockets.py:bind``);
     ``connections``: the server's live connections of every listener."""
-    listener = HttpListener(socks, app, limits, tls, connections)
+    listener = HttpListener(socks, app, limits, tls, connections, service)
     listener.start()
     return listener
