@@ -39,6 +39,9 @@ class HttpOptions:
     header_timeout_secs: float = 30.0  # to receive a request's headers (408)
     body_timeout_secs: float = 60.0  # longest pause while a body arrives (408)
     keepalive_timeout_secs: float = 75.0  # an idle connection is closed after this
+    # at shutdown, a keep-alive connection idle this long (since the signal or its last
+    # answer) is closed; one that keeps sending is served to the exit timeout (runtime.py)
+    drain_idle_secs: float = 5.0
     ssl_cert: str = ""  # PEM certificate file: serve HTTPS ("" = plain HTTP)
     ssl_key: str = ""  # PEM private key file of ssl_cert
     header_forward_pattern: str = ""  # regex; matching headers become request parameters

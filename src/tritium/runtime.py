@@ -26,10 +26,6 @@ from .options import ServerOptions
 from .countdown import ExitCountdown
 from .server import InferenceServer
 
-# During the shutdown's HTTP phase, a keep-alive connection idle this long (since the signal
-# or its last answer) is closed; one that keeps sending is served to the exit timeout.
-DRAIN_IDLE_S = 5.0
-
 log = logging.getLogger("tritium")
 
 
@@ -156,12 +152,14 @@ async def _shutdown(
         listener.close()
     loop = asyncio.get_running_loop()
     signalled = loop.time()
+    idle_s = server.options.http.drain_idle_secs
 
     def open_http() -> int:
-        # tritium's bound (Triton has none): a connection idle for DRAIN_IDLE_S since the
-        # signal or its last answer is closed, so a client's unused pooled connection does
-        # not hold the shutdown for the whole timeout (docs/triton-differences.md)
-        cutoff = loop.time() - DRAIN_IDLE_S
+        # tritium's bound (Triton has none): a connection idle for --http-drain-idle-secs
+        # since the signal or its last answer is closed, so a client's unused pooled
+        # connection does not hold the shutdown for the whole timeout
+        # (docs/triton-differences.md)
+        cutoff = loop.time() - idle_s
         if cutoff >= signalled:
             for listener in http:
                 listener.close_idle(cutoff)

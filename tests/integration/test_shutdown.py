@@ -23,6 +23,8 @@ import pytest
 from tests.support.clients import client, make_input
 from tests.support.server_process import ServerProcess, server_command
 
+DRAIN_IDLE_DEFAULT = "--http-drain-idle-secs=5"  # the server's default, named
+
 EXIT_TIMEOUT = 15
 TIMEOUT_S = 30.0
 SLOW_S = 2.0  # drain_slow's execute()
@@ -119,7 +121,8 @@ def test_sigint_keeps_serving_open_connections(drain_repo: Path, workers: int) -
     """A keep-alive connection open at the signal is still served (a new request on it too)
     while the slow request in flight finishes; a new connection is refused; gRPC serves until
     the HTTP connections are gone; the log has Triton's lines; exit 0 within the timeout."""
-    args = [f"--exit-timeout-secs={EXIT_TIMEOUT}", f"--workers={workers}"]
+    # the default drain of idle connections (test servers close them at once otherwise)
+    args = [f"--exit-timeout-secs={EXIT_TIMEOUT}", f"--workers={workers}", DRAIN_IDLE_DEFAULT]
     proc = ServerProcess([drain_repo], *args)
     try:
         keep = _connect(proc)
@@ -251,9 +254,9 @@ def test_sigint_during_a_load_finishes_it_then_unloads(
 
 def test_an_idle_keep_alive_connection_does_not_hold_the_shutdown(drain_repo: Path) -> None:
     """tritium's bound on Triton's HTTP phase: a keep-alive connection left idle is closed
-    after DRAIN_IDLE_S, so the server exits before the exit timeout runs out (Triton waits for
-    it to the end), with the timeout's budget left for the core."""
-    proc = ServerProcess([drain_repo], f"--exit-timeout-secs={EXIT_TIMEOUT}")
+    after --http-drain-idle-secs (5 s), so the server exits before the exit timeout runs out
+    (Triton waits for it to the end), with the timeout's budget left for the core."""
+    proc = ServerProcess([drain_repo], f"--exit-timeout-secs={EXIT_TIMEOUT}", DRAIN_IDLE_DEFAULT)
     try:
         keep = _connect(proc)
         assert _infer(keep, "drain_echo", [1.0])[0] == 200

@@ -18,6 +18,12 @@ import urllib.request
 from pathlib import Path
 
 
+# A test's clients keep their pooled keep-alive connections open: a server stopped under
+# them would serve those for --http-drain-idle-secs (5 s) before it exits. Test servers close
+# idle ones at once, unless a test names the flag (tests/integration/test_shutdown.py).
+DRAIN_IDLE = "--http-drain-idle-secs"
+
+
 def server_command(repositories: list[Path], *args: str) -> list[str]:
     """``python -m tritium serve`` on 127.0.0.1 with every port 0."""
     command = [sys.executable, "-m", "tritium", "serve"]
@@ -25,6 +31,8 @@ def server_command(repositories: list[Path], *args: str) -> list[str]:
         command += ["--model-repository", str(repo)]
     for service in ("http", "grpc", "metrics"):
         command += [f"--{service}-address", "127.0.0.1", f"--{service}-port", "0"]
+    if not any(arg.startswith(DRAIN_IDLE) for arg in args):
+        command.append(f"{DRAIN_IDLE}=0")
     return [*command, *args]
 
 

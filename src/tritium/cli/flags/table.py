@@ -63,6 +63,7 @@ from .spec import Arg, Decision, Flag, Into, Style, Target
 from .values import (
     config_name,
     log_format,
+    non_negative_float,
     non_negative_int,
     origin,
     positive,
@@ -494,6 +495,12 @@ FLAGS: tuple[Flag, ...] = (
          parse=positive(float)),
     _own("http-keepalive-timeout-secs", "HTTP", _F, "seconds an idle connection stays open",
          "http.keepalive_timeout_secs", parse=positive(float)),
+    _own("http-drain-idle-secs", "HTTP", _F,
+         "at shutdown, seconds an idle keep-alive connection is still served",
+         "http.drain_idle_secs",
+         "tritium: at shutdown (the exit timeout), a keep-alive connection idle this long "
+         "since the signal or its last answer is closed (default 5; 0: idle ones at once); "
+         "Triton waits for every connection to close", parse=non_negative_float),
     _own("http-ssl-cert", "HTTP", _S, "PEM certificate: serve HTTPS", HTTP_TLS, default=""),
     _own("http-ssl-key", "HTTP", _S, "PEM private key of --http-ssl-cert", HTTP_TLS,
          default=""),

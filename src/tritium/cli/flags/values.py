@@ -34,6 +34,17 @@ def non_negative_int(text: str) -> int:
     return value
 
 
+def non_negative_float(text: str) -> float:
+    """A finite number >= 0 (seconds)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got '{text}'")
+    return value
+
+
 def positive(kind: type) -> Callable[[str], Any]:
     """A number > 0 of ``kind`` (int or float)."""
 
