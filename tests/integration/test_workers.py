@@ -59,7 +59,10 @@ def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def two(example_repo: Path, slow_repo: Path) -> Iterator[ServerProcess]:
     proc = _start(
-        [example_repo, slow_repo], 2, "simple", "slow", "bls_double", "bls_pipeline", "two_tower"
+        [example_repo, slow_repo], 2, "simple", "slow", "bls_double", "bls_pipeline", "two_tower",
+        # the server's default drain (test servers close idle connections at once): the SIGTERM
+        # test's clients may still be between connecting and sending when the signal lands
+        extra=("--http-drain-idle-secs=5",),
     )
     yield proc
     proc.stop()
