@@ -209,6 +209,13 @@ BUD_ARGS ?=
 image:
 	buildah bud --isolation chroot --format docker $(BUD_ARGS) -t $(IMAGE) -f Containerfile .
 
+# Builds the image and checks it (tests/unit/test_containerfile.py): the compiled build, uid
+# 10001, no compiler; minutes. Where no registry is reachable, TRITIUM_IMAGE_BASE=<a local
+# base image> (docs/deployment.md); PIP_CERT, when set, is mounted for pip as in BUD_ARGS.
+.PHONY: test-image
+test-image: $(VENV)/.installed
+	TRITIUM_IMAGE_TEST=1 $(PY) -m pytest tests/unit/test_containerfile.py $(ARGS)
+
 test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
