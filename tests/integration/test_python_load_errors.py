@@ -176,7 +176,10 @@ def unhealthy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server
         )
         if source is not None:
             (root / name / "1" / "model.py").write_text(source)
-    proc = ServerProcess([root], "--exit-on-error=false", "--log-verbose=1")
+    # a killed stub stays down (no restart racing the readiness checks)
+    proc = ServerProcess(
+        [root], "--exit-on-error=false", "--log-verbose=1", "--model-instance-max-restarts=0"
+    )
     yield proc, root
     proc.stop()
 
@@ -223,6 +226,16 @@ def test_readiness_of_a_dead_stub_is_logged_not_healthy(
         "Model 'killed_later' version 1 is not ready: Stub process 'killed_later_0_0' is not "
         "healthy."
     )
+    # the server learns of the death from the stub's socket, a moment after the process is
+    # gone: the model's own status in the index says when it has (no readiness check logged)
+    index = client("http", proc.http_url)
+    assert wait_until(
+        lambda: any(
+            r["name"] == "killed_later" and r.get("state") != "READY"
+            for r in index.get_model_repository_index()
+        )
+    )
+    index.close()
     before = proc.log_text().count(line)
     for protocol in PROTOCOLS:
         c = client(protocol, proc.url(protocol))
