@@ -45,6 +45,7 @@ class Server(ServerProcess):
             workdir=workdir,
             start_timeout=start_timeout,
             cpus=cpus,
+            fast_stop=False,
         )
 
     @property

@@ -24,14 +24,15 @@ from pathlib import Path
 DRAIN_IDLE = "--http-drain-idle-secs"
 
 
-def server_command(repositories: list[Path], *args: str) -> list[str]:
-    """``python -m tritium serve`` on 127.0.0.1 with every port 0."""
+def server_command(repositories: list[Path], *args: str, fast_stop: bool = True) -> list[str]:
+    """``python -m tritium serve`` on 127.0.0.1 with every port 0 (``fast_stop``: idle
+    connections closed at once at shutdown, unless ``args`` name the flag)."""
     command = [sys.executable, "-m", "tritium", "serve"]
     for repo in repositories:
         command += ["--model-repository", str(repo)]
     for service in ("http", "grpc", "metrics"):
         command += [f"--{service}-address", "127.0.0.1", f"--{service}-port", "0"]
-    if not any(arg.startswith(DRAIN_IDLE) for arg in args):
+    if fast_stop and not any(arg.startswith(DRAIN_IDLE) for arg in args):
         command.append(f"{DRAIN_IDLE}=0")
     return [*command, *args]
 
@@ -47,7 +48,9 @@ class ServerProcess:
     reads the log tail after stopping); by default a temporary directory removed by ``stop``.
     ``start_timeout``: how long the server may take to load its models and bind. ``cpus``:
     the CPUs the server (and the stub processes it starts, which inherit them) may run on;
-    None: all of them. ``env``: variables set for the server over this process's."""
+    None: all of them. ``env``: variables set for the server over this process's.
+    ``fast_stop``: see ``server_command`` (the benchmarks' servers run with the server's own
+    defaults, and may be another commit's tritium, which has no such flag)."""
 
     def __init__(
         self,
@@ -58,12 +61,15 @@ class ServerProcess:
         start_timeout: float = 60.0,
         cpus: frozenset[int] | None = None,
         env: dict[str, str] | None = None,
+        fast_stop: bool = True,
     ) -> None:
         self._dir = None if workdir else tempfile.TemporaryDirectory(prefix="tritium-test-")
         directory = workdir or Path(self._dir.name)
         self.ports_file = directory / "ports.json"
         self.log_path = directory / "server.log"
-        command = server_command(repositories, "--ports-file", str(self.ports_file), *args)
+        command = server_command(
+            repositories, "--ports-file", str(self.ports_file), *args, fast_stop=fast_stop
+        )
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         if cpus is not None:  # set in a small Python that then becomes the server (exec)
             command = [sys.executable, "-c", _ON_CPUS, ",".join(map(str, sorted(cpus))), *command]
