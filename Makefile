@@ -113,8 +113,8 @@ browser-deps:
 	fi
 
 # nghttp and h2load (Debian's nghttp2-client): the independent C client of test_grpc_nghttp.py
-# and the cheap HTTP/1.1 and gRPC load of bench/workers.py, h2load_grpc.py and
-# grpc_transport_cpu.py; installed when missing, as chromium is.
+# and the cheap HTTP/1.1 and gRPC load of the bench's workers, grpc-cpu, mypyc and backends
+# suites; installed when missing, as chromium is.
 .PHONY: h2load-deps
 h2load-deps:
 	@if command -v h2load >/dev/null 2>&1 && command -v nghttp >/dev/null 2>&1; then \
@@ -222,18 +222,18 @@ test-ops: $(VENV)/.installed ops-deps
 	$(PY) -m pytest tests/integration/test_ops_prometheus.py tests/unit/test_metrics_ready.py \
 		tests/integration/test_model_ready_metric.py $(ARGS)
 
+# The suites a user compares (bench/suites.py DEFAULT; `python -m bench --list` lists all):
+# end to end, against Triton, server CPU per inference, --workers, the backends, streams.
+# ARGS go to the scenario suites (e.g. ARGS=--quick). Each writes bench/results/<suite>.md.
 bench: $(VENV)/.installed $(VENV)/.native models h2load-deps
-	$(PY) bench/run.py $(ARGS)
-	$(PY) bench/workers.py
-	$(PY) bench/h2load_grpc.py
-	$(PY) bench/grpc_transport_cpu.py
-	$(PY) bench/streams_soak.py
-	$(PY) bench/grpc_floor.py
-	$(PY) bench/channel_floor.py
-	$(PY) bench/backends.py
-	$(PY) bench/mypyc_cpu.py --requests 10000
-	$(PY) bench/vs_triton.py
-	$(PY) bench/loop_spin.py
+	$(PY) -m bench scenarios $(ARGS)
+	$(PY) -m bench vs-triton
+	$(PY) -m bench grpc-cpu
+	$(PY) -m bench mypyc --requests 10000
+	$(PY) -m bench workers
+	$(PY) -m bench backends
+	$(PY) -m bench streams
+	@echo "bench: results in bench/results/<suite>.md (figures: bench/README.md)"
 
 # Coverage-guided fuzzing (atheris/libFuzzer) of the request decoders and config loading,
 # FUZZ_RUNS inputs per target; reproducers go to $(FUZZ_DIR)/crashes, non-zero exit on a crash.

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The same networks under ONNX Runtime, PyTorch and OpenVINO, each against its framework run
 in-process.
 
@@ -60,12 +59,11 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-sys.path[:0] = [str(ROOT), str(ROOT / "examples")]
+sys.path.insert(0, str(ROOT / "examples"))  # build_models, a script importing its siblings
 
-from bench import h2load_infer  # noqa: E402
+from bench import h2load_infer, proctree  # noqa: E402
 from bench.backends_report import TARGET, line, ratio, report  # noqa: E402
-from tests.support.server_process import ServerProcess  # noqa: E402
+from bench.process import ServerProcess  # noqa: E402
 
 BACKENDS = ("onnx", "pytorch", "openvino")
 NETWORKS = {  # network -> (model name stem, layer sizes; the floor's are its input and output)
@@ -267,13 +265,13 @@ def _serve_window(  # noqa: PLR0913 - one window of one scenario
     url, body, headers = _request(server, protocol, model, _batch(batch, width))
     pid = server.proc.pid
     done0 = _successes(server.grpc_url, model)
-    threads0, wall0 = h2load_infer.thread_cpu(pid), time.perf_counter()
+    threads0, wall0 = proctree.thread_cpu(pid), time.perf_counter()
     if protocol == "grpc":
         h2load_infer.h2load(url, body, headers, seconds, 1, concurrency)
     else:
         h2load_infer.h2load(url, body, headers, seconds, concurrency, h1=True)
     wall = time.perf_counter() - wall0
-    split = h2load_infer.thread_delta(threads0, h2load_infer.thread_cpu(pid), pid)
+    split = h2load_infer.thread_delta(threads0, proctree.thread_cpu(pid), pid)
     cpu = split["total"]
     samples = max((_successes(server.grpc_url, model) - done0) * batch, 1)
     return {
@@ -458,7 +456,3 @@ def main(argv: list[str] | None = None) -> int:
     networks = [r for r in rows if r["network"] != "floor"]
     print(f"{len(networks) - len(over)}/{len(networks)} rows within {TARGET}x the in-process CPU")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

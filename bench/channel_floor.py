@@ -57,12 +57,11 @@ from typing import Any
 
 FRAME = 64  # bytes: a small EXECUTE frame's order of magnitude (the header, a few tuples)
 RESULTS = Path(__file__).resolve().parent / "results" / "channel_floor.json"
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench package
 
+from bench.proctree import cpu_seconds  # noqa: E402
 from bench.stub_probe import (  # noqa: E402 - after the path
     async_closed_loop,
     closed_loop,
-    cpu_seconds,
     run_stub,
     run_stub_inproc,
     run_stub_model,
@@ -376,7 +375,3 @@ def main(argv: list[str] | None = None) -> int:
     }
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,7 @@
 """tritium benchmark: closed-loop load over HTTP/gRPC against the real server.
 
-The command line of bench/run.py (see bench/README.md): choose the scenarios, build the
+The command line of the scenario suites (``python -m bench scenarios``, ``python -m bench
+foundation`` ...; see bench/README.md): choose the scenarios, build the
 repository, measure the baselines, run every scenario (bench/runner.py: the run's tritium
 server, and the servers of their own some lists name), write one report per scenario list.
 """
@@ -40,7 +41,10 @@ def _csv(values: list[str] | None) -> list[str] | None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument(
+        "--only",
         "--issue",
+        dest="issue",
+        metavar="LIST",
         nargs="+",
         default=list(DEFAULT_ISSUES),
         help=f"scenario lists among {', '.join(ISSUES)} (default: {' '.join(DEFAULT_ISSUES)}; "
@@ -78,7 +82,7 @@ def select(args: argparse.Namespace) -> dict[str, list[Scenario]]:
     issues = _csv(args.issue) or list(DEFAULT_ISSUES)
     unknown = [i for i in issues if i not in ISSUES]
     if unknown:
-        raise SystemExit(f"unknown issue(s) {unknown}; known: {', '.join(ISSUES)}")
+        raise SystemExit(f"unknown scenario list(s) {unknown}; known: {', '.join(ISSUES)}")
     models, protocols = _csv(args.models), _csv(args.protocols)
     unknown = [p for p in protocols or [] if p not in PROTOCOLS]
     if unknown:

@@ -1,6 +1,6 @@
 """What every part of the bench shares: the scenario, a scenario list (``Issue``), the run's
 settings, the request/answer contract of the unary workers, the measuring window, and CPU
-accounting from /proc (no psutil).
+snapshots (read by bench/proctree.py).
 
 The bench's layers, each importing only those above it (tests/unit/test_bench_layout.py checks
 that there is no cycle): ``common`` → ``drivers``, ``server``, ``baselines``, ``report`` →
@@ -13,7 +13,6 @@ that there is no cycle): ``common`` → ``drivers``, ``server``, ``baselines``, 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from bench.proctree import children, machine_busy_seconds
+from bench.proctree import cpu_seconds
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = ROOT / "bench" / "results"
 BUILD_MODELS = ROOT / "examples" / "build_models.py"
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 Rows = list[dict[str, Any]]
 
 
@@ -146,46 +147,6 @@ class Settings:
     quick: bool = False
 
 
-# ---------------------------------------------------------------------------------------------
-# CPU accounting from /proc (no psutil): utime+stime of a process (all its threads) and of its
-# live children (the Python-backend stubs).
-# ---------------------------------------------------------------------------------------------
-def _stat_fields(pid: int) -> list[str] | None:
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return text[text.rindex(")") + 2 :].split()  # fields from 3 (state) on; comm may hold spaces
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    fields = _stat_fields(pid)
-    if fields is None:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime (fields 14, 15)
-
-
-def children_of(pid: int) -> list[int]:
-    kids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None and int(fields[1]) == pid:  # ppid (field 4)
-                kids.append(int(entry))
-    return kids
-
-
-def parent_pids() -> dict[int, int]:
-    """pid -> parent pid of every process (one pass over /proc)."""
-    out = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None:
-                out[int(entry)] = int(fields[1])  # ppid (field 4)
-    return out
-
-
 @dataclass
 class CpuSnapshot:
     wall: float
@@ -196,10 +157,10 @@ class CpuSnapshot:
 
     @classmethod
     def take(cls, server_pid: int) -> CpuSnapshot:
-        stubs = {pid: proc_cpu_seconds(pid) for pid in children_of(server_pid)}
+        stubs = {pid: cpu_seconds(pid) for pid in children(server_pid)}
         return cls(
             time.perf_counter(),
-            proc_cpu_seconds(server_pid),
+            cpu_seconds(server_pid),
             stubs,
             time.process_time(),
             machine_busy_seconds(),
@@ -212,16 +173,6 @@ class CpuSnapshot:
         """CPU time of the machine's other processes (neither server, stubs nor client)."""
         ours = self.server - start.server + self.stub_delta(start) + self.client - start.client
         return max(0.0, self.machine - start.machine - ours)
-
-
-def machine_busy_seconds() -> float:
-    """user + nice + system + irq + softirq + steal of all CPUs, from /proc/stat."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
-    except OSError:
-        return 0.0
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(f) for f in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / CLK_TCK
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,14 +33,13 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "examples"))
 
 import tritonclient.http as httpclient  # noqa: E402
 
 import build_models  # noqa: E402
 from tests.support import costly_models  # noqa: E402
-from tests.support.server_process import ServerProcess  # noqa: E402
+from bench.process import ServerProcess  # noqa: E402
 
 
 def build(root: Path) -> Path:
@@ -130,7 +129,7 @@ def simple_row(url: str, count: int) -> dict[str, float]:
     return {"mean_us": statistics.fmean(times) * 1e6, "p50_us": statistics.median(times) * 1e6}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=3_000_000)
     parser.add_argument("--side", type=int, default=1500)
@@ -139,7 +138,7 @@ def main() -> None:
     parser.add_argument("--execution", default="auto,thread")
     parser.add_argument("--log", help="keep the servers' logs here (with --log-verbose 1)")
     parser.add_argument("--workers", type=int, default=0, help="serve with --workers N")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         repo = build(Path(tmp) / "repo")
         print(
@@ -167,7 +166,3 @@ def main() -> None:
                     )
             finally:
                 server.stop()
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Hostile HTTP/2 clients on the gRPC port: what does one flooding connection cost the others?
 
     .venv/bin/python bench/grpc_floods.py [--cases settings_unread,empty_messages]
@@ -20,7 +19,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -148,9 +146,3 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(results))
     save(args.label, results, args.case_seconds, args.output)
     return 0
-
-
-if __name__ == "__main__":
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-    sys.path.insert(0, str(ROOT))
-    sys.exit(main())

@@ -24,6 +24,8 @@ from typing import IO
 import numpy as np
 import tritonclient.grpc.aio as grpcaio
 
+from bench.proctree import cpu_seconds
+
 _SERVER = r"""
 import sys
 import numpy as np
@@ -93,12 +95,6 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / 100.0  # utime + stime, in clock ticks
-
-
 async def _load(url: str, concurrency: int, seconds: float) -> list[float]:
     client = grpcaio.InferenceServerClient(url)
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -150,9 +146,9 @@ def measure(mode: str, seconds: float) -> None:
     try:
         asyncio.run(_load(f"127.0.0.1:{port}", 4, 0.5))  # warm-up
         for concurrency in (1, 16):
-            cpu = _cpu_seconds(proc.pid)
+            cpu = cpu_seconds(proc.pid)
             latencies = sorted(asyncio.run(_load(f"127.0.0.1:{port}", concurrency, seconds)))
-            used = _cpu_seconds(proc.pid) - cpu
+            used = cpu_seconds(proc.pid) - cpu
             count = len(latencies)
             print(
                 f"| grpc-{mode} floor | {concurrency} | {count / seconds:,.0f} | "
@@ -164,15 +160,11 @@ def measure(mode: str, seconds: float) -> None:
         proc.wait()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=5.0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     print("| server | conc | infer/s | p50 ms | p99 ms | server CPU µs/call |")
     print("|---|--:|--:|--:|--:|--:|")
     for mode in ("aio", "sync"):
         measure(mode, args.seconds)
-
-
-if __name__ == "__main__":
-    main()

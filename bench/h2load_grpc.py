@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -33,9 +31,10 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
+from bench.proctree import tree_cpu_seconds
+
 ROOT = Path(__file__).resolve().parents[1]
 PATH = "/inference.GRPCInferenceService/ModelInfer"
-TICK = os.sysconf("SC_CLK_TCK")
 START_TIMEOUT = 120.0
 
 
@@ -49,26 +48,6 @@ def request_body(model: str = "simple") -> bytes:
     )
     data = message.SerializeToString()
     return b"\0" + len(data).to_bytes(4, "big") + data
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its live children (the Python backend's stubs)."""
-    total = 0
-    for each in [pid, *_children(pid)]:
-        try:
-            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return total / TICK
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
 
 
 class TreeServer:
@@ -162,9 +141,9 @@ def measure(tree: Path, body: Path, args: argparse.Namespace, index: int) -> Sam
         server = TreeServer(tree, Path(workdir))
         try:
             h2load(server.url, body, args.warmup, args.connections, args.streams)
-            before, start = cpu_seconds(server.proc.pid), time.monotonic()
+            before, start = tree_cpu_seconds(server.proc.pid), time.monotonic()
             done = h2load(server.url, body, args.requests, args.connections, args.streams)
-            cpu, wall = cpu_seconds(server.proc.pid) - before, time.monotonic() - start
+            cpu, wall = tree_cpu_seconds(server.proc.pid) - before, time.monotonic() - start
         finally:
             server.stop()
     return Sample(str(tree), index, done, cpu, wall)
@@ -174,7 +153,7 @@ def report(samples: list[Sample], trees: list[Path], args: argparse.Namespace) -
     lines = [
         f"h2load -n {args.requests} -c {args.connections} -m {args.streams} (after "
         f"{args.warmup} warm-up requests), unary ModelInfer of `simple`; server CPU = user + "
-        "system of the server process and its children, /proc/<pid>/stat.",
+        "system of the server process and its descendants, /proc/<pid>/stat.",
         "",
         "| round | tree | CPU per inference (µs) | requests/s |",
         "|---|---|---|---|",
@@ -185,9 +164,7 @@ def report(samples: list[Sample], trees: list[Path], args: argparse.Namespace) -
             f"{sample.rate:,.0f} |"
         )
     medians = {
-        str(tree): statistics.median(
-            s.cpu_us_per_inference for s in samples if s.tree == str(tree)
-        )
+        str(tree): statistics.median(s.cpu_us_per_inference for s in samples if s.tree == str(tree))
         for tree in trees
     }
     first = medians[str(trees[0])]
@@ -229,7 +206,3 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.out is not None:
         args.out.write_text(text)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

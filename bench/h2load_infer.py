@@ -6,19 +6,17 @@ server, and it encodes nothing per request, as an in-process loop calling the fr
 not. The server's inference statistics give the count of successful inferences (h2load counts
 a gRPC error as a success: its HTTP status is 200).
 
-Also: per-thread CPU of a process from /proc/<pid>/task/*/stat.
+Also: the split of per-thread CPU (bench/proctree.py thread_cpu) into the loop and the rest.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -124,21 +122,6 @@ def http_headers(header_length: int) -> list[str]:
         "content-type: application/octet-stream",
         f"inference-header-content-length: {header_length}",
     ]
-
-
-def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
-    """Each thread of ``pid``: (its name, CPU seconds run): the scheduler's own count in
-    nanoseconds (/proc/<pid>/task/<tid>/schedstat), not utime + stime in clock ticks (10 ms:
-    too coarse for a window of a few slow requests)."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            text = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
-            ran = int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-        out[int(tid)] = (text[text.index("(") + 1 : text.rindex(")")], ran / 1e9)
-    return out
 
 
 def thread_delta(

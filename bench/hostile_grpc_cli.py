@@ -31,9 +31,7 @@ from bench.server import model_subset, start_ready
 RESULTS = RESULTS_DIR / "hostile_grpc.json"
 
 
-def run_case(
-    case: Case, repo: Path, args: argparse.Namespace, workdir: Path
-) -> dict[str, Any]:
+def run_case(case: Case, repo: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     server = start_ready(
         repo, workdir / case.name, args.server_arg, (MODEL, BIG_OUTPUT), nofile=case.nofile
     )

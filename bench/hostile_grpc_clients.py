@@ -42,6 +42,7 @@ ZERO_WINDOW_CALLS, OUTPUT_BYTES = 400, MIB
 POLL_INTERVAL_S = 0.02
 POLL_TIMEOUT_S = 5.0
 
+
 def simple_request(seed: int = 0) -> bytes:
     message = pb.ModelInferRequest(model_name="simple")
     for name in ("INPUT0", "INPUT1"):

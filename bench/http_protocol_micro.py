@@ -18,11 +18,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import uvloop  # noqa: E402
 
@@ -57,15 +54,11 @@ async def measure(requests: int, repeats: int) -> float:
     return best
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     best = uvloop.run(measure(args.requests, args.repeats))
     build = f"compiled ({len(compiled_modules())} modules)" if compiled_modules() else "pure"
     print(f"{best:.2f} µs per request (best of {args.repeats}); {build} build")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One large request must not stall every client (issue 10 item 6): figures.
 
     PYTHONPATH=$PWD/src .venv/bin/python bench/large_decode.py [--cases ...] [--mib 48]
@@ -30,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.support
 sys.path.insert(0, str(ROOT / "examples"))  # build_models, a script importing its siblings
 
 from build_models import build_examples  # noqa: E402
-from tests.support.server_process import ServerProcess  # noqa: E402
+from bench import proctree  # noqa: E402
+from bench.process import ServerProcess  # noqa: E402
 
 MIB = 1 << 20
 
@@ -155,10 +154,8 @@ class HealthPoller(threading.Thread):
 
 
 def _vm_hwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    hwm = proctree.status(pid).get("VmHWM")
+    return float("nan") if hwm is None else hwm / 1024
 
 
 def run_case(repo: Path, name: str, mib: int) -> dict[str, object]:
@@ -188,17 +185,13 @@ def run_case(repo: Path, name: str, mib: int) -> dict[str, object]:
         server.stop()
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
     parser.add_argument("--mib", type=int, default=48, help="BYTES tensor size (JSON: 1.25x)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"
         build_examples(repo)
         for name in args.cases:
             print(json.dumps(run_case(repo, name, args.mib)), flush=True)
-
-
-if __name__ == "__main__":
-    main()

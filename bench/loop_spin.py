@@ -23,7 +23,6 @@ from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench.server import start_ready  # noqa: E402
 from bench.vs_triton import (  # noqa: E402
@@ -95,13 +94,13 @@ def markdown(header: dict[str, object], rows: list[Row], measures: list[Measure]
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=int, default=2000, help="ms per perf_analyzer window")
     parser.add_argument("--only", default=DEFAULT_ROWS, help="comma-separated row keys")
     parser.add_argument("--out", default=str(RESULTS / "loop_spin"), help="results path stem")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     scripts = shared_scripts()
     if scripts is None or not triton_installed():
         print(f"loop_spin: skipped: Triton 2.51 / perf_analyzer 2.60 not set up under {TRITON_DIR}")
@@ -152,7 +151,3 @@ def main() -> int:
     out.with_suffix(".md").write_text(text)
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

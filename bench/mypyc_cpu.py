@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Server CPU per inference, compiled build vs pure Python (issue 24: target ≤ 0.6×).
 
     .venv/bin/python bench/mypyc_cpu.py [--requests 5000] [--rounds 3] [--concurrency 16]
@@ -42,7 +41,6 @@ import shutil
 import statistics
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -50,11 +48,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if __name__ == "__main__":
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-    sys.path.insert(0, str(ROOT))
 
-from bench.common import RESULTS_DIR, children_of, proc_cpu_seconds  # noqa: E402
+from bench.common import RESULTS_DIR  # noqa: E402
+from bench.proctree import children as children_of  # noqa: E402
+from bench.proctree import cpu_seconds as proc_cpu_seconds  # noqa: E402
 from bench.server import Server, model_subset  # noqa: E402
 
 PURE_ENV = "TRITIUM_PURE_PYTHON"
@@ -97,9 +94,7 @@ def grpc_body(model: str) -> bytes:
     for name in ("INPUT0", "INPUT1"):
         tensor = request.inputs.add(name=name, datatype="INT32")
         tensor.shape.extend([1, 16])
-    request.raw_input_contents.extend(
-        [struct.pack("<16i", *in0), struct.pack("<16i", *in1)]
-    )
+    request.raw_input_contents.extend([struct.pack("<16i", *in0), struct.pack("<16i", *in1)])
     payload = request.SerializeToString()
     return b"\x00" + struct.pack(">I", len(payload)) + payload
 
@@ -187,9 +182,24 @@ def py_spy_raw(pid: int, command: list, seconds: float, rate: int = 200) -> str 
         return None
     with tempfile.NamedTemporaryFile(suffix=".txt") as out:
         spy_proc = subprocess.Popen(
-            [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(rate),
-             "--duration", str(int(seconds)), "--native", "--gil", "-o", out.name],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            [
+                spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--format",
+                "raw",
+                "--rate",
+                str(rate),
+                "--duration",
+                str(int(seconds)),
+                "--native",
+                "--gil",
+                "-o",
+                out.name,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         time.sleep(0.5)
         deadline = time.monotonic() + seconds
@@ -284,8 +294,9 @@ def run(args: argparse.Namespace) -> list[Sample]:
                     # right after the other (the order alternating by round), so that the
                     # machine's load changes as little as possible between the two.
                     for build in builds if rnd % 2 == 0 else builds[::-1]:
-                        samples.append(_measure_one(servers[build], build, rnd, plan, model,
-                                                    protocol))
+                        samples.append(
+                            _measure_one(servers[build], build, rnd, plan, model, protocol)
+                        )
         finally:
             for server in servers.values():
                 server.stop()
@@ -302,8 +313,11 @@ def _measure_one(
     if ok != n:
         raise SystemExit(f"{build} {model} {protocol}: {ok} of {n} succeeded")
     sample = Sample(model, protocol, build, rnd, ok, cpu / ok * 1e6, stub / ok * 1e6, wall)
-    print(f"{build:9s} {model:15s} {protocol:5s} round {rnd}: "
-          f"{sample.server_cpu_us:7.1f} µs server CPU/inf, {ok / wall:7.0f} inf/s", flush=True)
+    print(
+        f"{build:9s} {model:15s} {protocol:5s} round {rnd}: "
+        f"{sample.server_cpu_us:7.1f} µs server CPU/inf, {ok / wall:7.0f} inf/s",
+        flush=True,
+    )
     return sample
 
 
@@ -351,14 +365,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--models", default="simple,add_sub_python")
     parser.add_argument("--protocols", default="http,grpc")
-    parser.add_argument("--rps", type=int, default=0,
-                        help="requests per second per connection (h2load --rps; 0: as fast as "
-                        "the server answers)")
+    parser.add_argument(
+        "--rps",
+        type=int,
+        default=0,
+        help="requests per second per connection (h2load --rps; 0: as fast as the server answers)",
+    )
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--baseline-src", type=Path, default=None,
-                        help="compare this install's compiled build with the tritium of another "
-                        "source tree (e.g. a git worktree of an older commit, compiled in place "
-                        "with `python setup.py build_ext --inplace`) instead of the pure build")
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        default=None,
+        help="compare this install's compiled build with the tritium of another "
+        "source tree (e.g. a git worktree of an older commit, compiled in place "
+        "with `python setup.py build_ext --inplace`) instead of the pure build",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS_DIR / "mypyc.json")
     args = parser.parse_args(argv)
     if shutil.which("h2load") is None:
@@ -366,17 +387,25 @@ def main(argv: list[str] | None = None) -> int:
     samples = run(args)
     ref, new = builds_of(args)
     rows = summary(samples, (ref, new))
-    print(f"{'model':15s} {'proto':5s} {ref + ' µs':>12s} {new + ' µs':>12s} {'ratio':>6s}  "
-          f"{ref + ' inf/s':>14s} {new + ' inf/s':>14s}  rounds")
+    print(
+        f"{'model':15s} {'proto':5s} {ref + ' µs':>12s} {new + ' µs':>12s} {'ratio':>6s}  "
+        f"{ref + ' inf/s':>14s} {new + ' inf/s':>14s}  rounds"
+    )
     for r in rows:
-        print(f"{r['model']:15s} {r['protocol']:5s} {r[f'{ref}_server_cpu_us']:12.1f} "
-              f"{r[f'{new}_server_cpu_us']:12.1f} {r['ratio_median']:6.3f}  "
-              f"{r[f'{ref}_inf_per_s']:14d} {r[f'{new}_inf_per_s']:14d}  {r['ratios']}")
-    args.out.write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows,
-         "samples": [asdict(s) for s in samples]}, indent=1) + "\n")
+        print(
+            f"{r['model']:15s} {r['protocol']:5s} {r[f'{ref}_server_cpu_us']:12.1f} "
+            f"{r[f'{new}_server_cpu_us']:12.1f} {r['ratio_median']:6.3f}  "
+            f"{r[f'{ref}_inf_per_s']:14d} {r[f'{new}_inf_per_s']:14d}  {r['ratios']}"
+        )
+    args.out.write_text(
+        json.dumps(
+            {
+                "args": {k: str(v) for k, v in vars(args).items()},
+                "rows": rows,
+                "samples": [asdict(s) for s in samples],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

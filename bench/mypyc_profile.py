@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What still runs interpreted in the compiled build: py-spy samples per function.
 
     PY_SPY=/path/to/py-spy .venv/bin/python bench/mypyc_profile.py [--seconds 8]
@@ -18,15 +17,11 @@ from __future__ import annotations
 import argparse
 import os
 import subprocess
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-if __name__ == "__main__":
-    sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench"]
-    sys.path.insert(0, str(ROOT))
 
 from bench.mypyc_cpu import Plan, grpc_body, http_body, py_spy_raw, start  # noqa: E402
 from bench.server import model_subset  # noqa: E402
@@ -48,14 +43,22 @@ def owner(frames: list[str]) -> str:
             return f"{short}:{func}"
         name = where.rsplit("/", 1)[-1]
         if name.startswith("__native_tritium___") or func.startswith("CPyDef_"):
-            module = name[len("__native_"): -2].replace("___", "/")
+            module = name[len("__native_") : -2].replace("___", "/")
             return f"compiled {module}:{func.removeprefix('CPyDef_')}"
     return "C"
 
 
 # CPython's own C code: a sample whose innermost frame is there is the Python code's own time.
-_INTERPRETER = ("Python/", "Objects/", "Modules/", "Include/", "Parser/", "libpython", "python3",
-                ".h:")
+_INTERPRETER = (
+    "Python/",
+    "Objects/",
+    "Modules/",
+    "Include/",
+    "Parser/",
+    "libpython",
+    "python3",
+    ".h:",
+)
 
 
 def in_c_library(frames: list[str]) -> bool:
@@ -105,8 +108,10 @@ def report(title: str, found: tuple[Counter[str], Counter[str]], top: int) -> No
     for key, n in counts.items():
         kinds[_kind(key) + " own"] += n - below[key]
         kinds[_kind(key) + " C below"] += below[key]
-    print(f"\n== {title}: {total} samples; " + ", ".join(
-        f"{k} {v / total:.1%}" for k, v in kinds.most_common()))
+    print(
+        f"\n== {title}: {total} samples; "
+        + ", ".join(f"{k} {v / total:.1%}" for k, v in kinds.most_common())
+    )
     own = Counter({k: n - below[k] for k, n in counts.items() if _kind(k) == "interpreted"})
     print("    own  C below  interpreted function")
     for key, n in own.most_common(top):
@@ -138,12 +143,11 @@ def main(argv: list[str] | None = None) -> int:
             for model, protocol in plan.bodies:
                 command = plan.command(server, model, protocol, args.requests)
                 subprocess.run(command, capture_output=True, check=False)  # warm-up
-                report(f"{build} {model} {protocol}",
-                       sample(server.pid, command, args.seconds), args.top)
+                report(
+                    f"{build} {model} {protocol}",
+                    sample(server.pid, command, args.seconds),
+                    args.top,
+                )
         finally:
             server.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

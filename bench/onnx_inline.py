@@ -38,10 +38,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 from bench import h2load_infer  # noqa: E402
-from bench.common import proc_cpu_seconds  # noqa: E402
+from bench.proctree import cpu_seconds as proc_cpu_seconds  # noqa: E402
 from bench.server import Server, build_repository  # noqa: E402
 from bench.vs_triton import Row, counts, perf_analyzer, shared_scripts  # noqa: E402
 from bench.vs_triton import triton_installed  # noqa: E402
@@ -224,7 +223,7 @@ def _load(m: Measure, row: Row, server: Server, model: str, args: argparse.Names
 
 def stub_cpu(server: Server) -> float:
     """The CPU of the server's Python stubs (the Python model's side)."""
-    from bench.common import children_of
+    from bench.proctree import children as children_of
 
     return sum(proc_cpu_seconds(child) for child in children_of(server.pid))
 
@@ -292,7 +291,7 @@ def _line(measures: list[Measure], name: str, switch: int, row: Row) -> str:
     )
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--interval", type=int, default=1000, help="ms per perf_analyzer window")
@@ -312,7 +311,7 @@ def main() -> int:
         default=["normal", "throttled"],
         help="normal, throttled or both",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     perf_analyzer_ready = shared_scripts() is not None and triton_installed()
     if args.load == "auto":
         args.load = "perf_analyzer" if perf_analyzer_ready else "h2load"
@@ -347,7 +346,3 @@ def main() -> int:
     out.with_suffix(".md").write_text(text + "\n")
     print(text)
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

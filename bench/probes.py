@@ -12,45 +12,18 @@ import socket
 import threading
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from bench.common import parent_pids
+from bench.proctree import cmdline_has as _cmdline_has
+from bench.proctree import open_fds, parent_pids
+from bench.proctree import status as proc_status
 from bench.raw_http import HOST, ResponseReader, request_head
 
 POLL_INTERVAL_S = 0.01
 WATCH_INTERVAL_S = 0.02
 
 
-def proc_status(pid: int) -> dict[str, int]:
-    """``Vm*`` sizes (KiB) and ``Threads`` of ``/proc/<pid>/status``; {} once it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return {}
-    out = {}
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmHWM", "VmRSS", "Threads"):
-            out[key] = int(value.split()[0])
-    return out
-
-
-def open_fds(pid: int) -> int | None:
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
-
-
 STUB_MODULE = "tritium.backends.python.stub"
-
-
-def _cmdline_has(pid: int, text: bytes) -> bool:
-    try:
-        return text in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def _is_stub(pid: int) -> bool:

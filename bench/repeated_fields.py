@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """One gRPC message of many empty repeated entries must not stall every client (issue 44 C1):
 figures.
 
@@ -15,17 +14,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.support, bench
 
 from bench.large_decode import HealthPoller, _field  # noqa: E402
 from tests.support.models import build_test_repository  # noqa: E402
-from tests.support.server_process import ServerProcess  # noqa: E402
+from bench.process import ServerProcess  # noqa: E402
 
 MODEL = "identity_fp32"
 # The entry each case repeats: a key byte and an empty length (or a zero varint).
@@ -93,13 +90,13 @@ def run_case(server: ServerProcess, kind: str, kib: int, stream: bool) -> dict[s
     }
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cases", nargs="+", choices=list(ENTRIES), default=list(ENTRIES))
     parser.add_argument("--kib", nargs="+", type=int, default=[976, 6144])
     parser.add_argument("--stream", action="store_true", help="ModelStreamInfer as well")
     parser.add_argument("--log", action="store_true", help="print the server log's tail")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         repo = build_test_repository(Path(tmp) / "repo", [MODEL])
         server = ServerProcess([repo], "--http-max-input-size", str(64 << 20), workdir=Path(tmp))
@@ -112,7 +109,3 @@ def main() -> None:
             server.stop()
             if args.log:
                 print((Path(tmp) / "server.log").read_text()[-4000:])
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
-"""The server under test, started with the tests' helper (tests/support/server_process.py
-``ServerProcess``: ``python -m tritium serve`` on 127.0.0.1, every port 0, ``--ports-file``),
-and what the bench reads from it: readiness of its models, their statistics, its idle CPU.
-Also the bench's copy of the example model repository, and a repository of only some of its
-models with a server started ready over it (bench/hostile.py, bench/soak.py)."""
+"""The server under test, started with bench/process.py ``ServerProcess`` (``python -m
+tritium serve`` on 127.0.0.1, every port 0, ``--ports-file``), and what the bench reads from
+it: readiness of its models, their statistics, its idle CPU. Also the bench's copy of the
+example model repository, and a repository of only some of its models with a server started
+ready over it (the hostile and soak suites)."""
 
 from __future__ import annotations
 
@@ -17,14 +17,13 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from bench.common import BUILD_MODELS, CpuSnapshot
-
-from tests.support.server_process import ServerProcess
+from bench.process import ServerProcess
 
 START_TIMEOUT = 120.0  # loading every example model (Python stubs included) and binding
 
 
 class Server(ServerProcess):
-    """The tests' ServerProcess with its ports file and log in the bench's work directory (the
+    """The bench's ServerProcess with its ports file and log in the bench's work directory (the
     log tail is read after ``stop`` for the report). The constructor returns once the ports
     are bound; ``wait_ready`` then waits for the server and the scenarios' models."""
 
@@ -45,7 +44,6 @@ class Server(ServerProcess):
             workdir=workdir,
             start_timeout=start_timeout,
             cpus=cpus,
-            fast_stop=False,
         )
 
     @property

@@ -37,13 +37,13 @@ import socket
 import struct
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from h2.settings import SettingCodes
 from tritonclient.grpc import service_pb2 as pb
 
+from bench import proctree
 from bench.hostile_clients import HostileKind
 from bench.hostile_grpc_clients import INFER, stream_outcomes
 from bench.raw_http import HOST, MIB
@@ -410,19 +410,8 @@ def model_self_call(port: int, _: int) -> str:
     return f"{first}, {after}"
 
 
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat[stat.rindex(")") + 2] != "Z"
-
-
 def _is_stub(pid: int) -> bool:
-    try:
-        return STUB_MODULE.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
+    return proctree.cmdline_has(pid, STUB_MODULE.encode())
 
 
 def model_fork(port: int, _: int) -> str:
@@ -443,9 +432,9 @@ def model_fork(port: int, _: int) -> str:
         return "no stub at the pid it told"
     os.kill(stub, signal.SIGKILL)
     deadline = time.monotonic() + 10.0
-    while time.monotonic() < deadline and (_running(child) or _running(sleeper)):
+    while time.monotonic() < deadline and (proctree.running(child) or proctree.running(sleeper)):
         time.sleep(0.1)
-    left = [pid for pid in (child, sleeper) if _running(pid)]
+    left = [pid for pid in (child, sleeper) if proctree.running(pid)]
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     return f"stub killed, {len(left)} children left!" if left else "stub killed, children gone"

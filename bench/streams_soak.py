@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Stream soak: open and close many gRPC ModelStreamInfer streams; does anything stay behind?
 
     .venv/bin/python bench/streams_soak.py [--streams 10000] [--workers 8] [--budget 170]
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import queue
 import sys
 import tempfile
@@ -41,9 +39,8 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # the package ``bench`` (this script's folder is sys.path[0])
-from bench.common import RESULTS_DIR, children_of  # noqa: E402
+from bench.common import RESULTS_DIR  # noqa: E402
+from bench import proctree  # noqa: E402
 from bench.report import machine_info  # noqa: E402
 from bench.server import Server, build_repository  # noqa: E402
 
@@ -58,22 +55,15 @@ LONG_DELAYS_MS = [0] + [1000] * 9  # first response at once, then one a second
 # /proc sampling
 # ---------------------------------------------------------------------------------------------
 def proc_usage(pid: int) -> dict[str, float] | None:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    usage, fds = proctree.status(pid), proctree.open_fds(pid)
+    if not usage or fds is None:
         return None
-    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-    return {
-        "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
-        "threads": int(fields["Threads"]),
-        "fds": fds,
-    }
+    return {"rss_mib": usage["VmRSS"] / 1024, "threads": usage["Threads"], "fds": fds}
 
 
 def sample(label: str, server_pid: int, streams_done: int, started: float) -> dict[str, Any]:
     server = proc_usage(server_pid) or {}
-    stubs = [u for u in (proc_usage(p) for p in children_of(server_pid)) if u]
+    stubs = [u for u in (proc_usage(p) for p in proctree.children(server_pid)) if u]
     return {
         "label": label,
         "streams": streams_done,
@@ -309,7 +299,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"wrote {args.output}")
     ok = not result["errors"] and result["healthy_after"] and not result["budget_hit"]
     return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

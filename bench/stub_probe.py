@@ -15,13 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-
-def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (all its threads), in seconds."""
-    with open(f"/proc/{pid}/stat") as f:
-        text = f.read()
-    fields = text[text.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from bench.proctree import cpu_seconds
 
 
 def closed_loop(round_trip: Callable[[], None], seconds: float) -> tuple[int, float]:

@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
+from bench import proctree  # noqa: E402
 from bench.common import CpuSnapshot  # noqa: E402
 from bench.server import build_repository, start_ready  # noqa: E402
 
@@ -254,7 +254,7 @@ def measure(scripts: Path, side: Side, row: Row, round_: int, interval: int) -> 
         figures = perf_analyzer(scripts, row, model, side.url(row.protocol), interval)
         cpu1, (count1, runs1) = CpuSnapshot.take(side.pid), counts(side.http_url, model)
     except (RuntimeError, OSError, subprocess.TimeoutExpired, KeyError, ValueError) as exc:
-        gone = "" if Path(f"/proc/{side.pid}").exists() else " (the server process is gone)"
+        gone = "" if proctree.running(side.pid) else " (the server process is gone)"
         result.error = str(exc)[:300] + gone
         return result
     result.inferences = count1 - count0
@@ -298,14 +298,14 @@ def _versions() -> dict[str, str]:
     return {"git": git, "nproc": str(os.cpu_count()), "Python": sys.version.split()[0]}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=int, default=2000, help="ms per perf_analyzer window")
     parser.add_argument("--only", default="", help="comma-separated row keys")
     parser.add_argument("--no-onnx", action="store_true", help="skip tritium's ONNX rows")
     parser.add_argument("--out", default=str(RESULTS / "vs_triton"), help="results path stem")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     scripts = shared_scripts()
     if scripts is None or not triton_installed():
         print(f"vs_triton: skipped: Triton 2.51 / perf_analyzer 2.60 not set up under {TRITON_DIR} "
@@ -356,7 +356,3 @@ def run_servers(
 
 def _tail(path: Path, lines: int = 15) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

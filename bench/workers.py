@@ -24,13 +24,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import shutil
 import statistics
 import struct
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -39,11 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the bench and tests packages
 
-from bench.common import proc_cpu_seconds  # noqa: E402
+from bench import proctree  # noqa: E402
+from bench.proctree import children as _children  # noqa: E402
+from bench.proctree import cmdline_has, memory_mib, tree  # noqa: E402
+from bench.proctree import cpu_seconds as proc_cpu_seconds  # noqa: E402
+from bench.proctree import load_average as _load  # noqa: E402
+from bench.proctree import tree_cpu as _tree_cpu  # noqa: E402
 
-from tests.support.server_process import ServerProcess  # noqa: E402
+from bench.process import ServerProcess  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("simple", "add_sub_python")
@@ -71,41 +73,14 @@ class Run:
     client_us_per_inference: float = 0.0  # h2load's own CPU per answer
 
 
-def _tree(pid: int) -> list[int]:
-    """``pid`` and all its descendants."""
-    found, todo = [], [pid]
-    while todo:
-        current = todo.pop()
-        found.append(current)
-        try:
-            text = Path(f"/proc/{current}/task/{current}/children").read_text()
-        except OSError:
-            continue
-        todo += [int(p) for p in text.split()]
-    return found
-
-
-def _tree_cpu(pid: int) -> dict[int, float]:
-    return {p: proc_cpu_seconds(p) for p in _tree(pid)}
-
-
-def _memory(pid: int) -> dict[str, float]:
+def _memory(pid: int) -> dict[str, dict[str, float]]:
     """PSS and RSS in MiB of every process of the tree (smaps_rollup)."""
     found = {}
-    for p in _tree(pid):
-        try:
-            fields = dict(
-                line.split(":", 1) for line in Path(f"/proc/{p}/smaps_rollup").read_text()
-                .splitlines()[1:]
-            )
-            cmd = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        kind = "stub" if any(b"stub" in part for part in cmd) else "tritium"
-        found[f"{p} {kind}"] = {
-            "pss_mib": int(fields["Pss"].split()[0]) / 1024,
-            "rss_mib": int(fields["Rss"].split()[0]) / 1024,
-        }
+    for p in tree(pid):
+        usage = memory_mib(p)
+        if usage is not None:
+            kind = "stub" if cmdline_has(p, b"stub") else "tritium"
+            found[f"{p} {kind}"] = usage
     return found
 
 
@@ -153,7 +128,11 @@ class Answers:
 
 def _h2load(server: ServerProcess, workers: int, case: Case, log: Path) -> Answers:
     model, protocol, clients, seconds, body = (
-        case.model, case.protocol, case.clients, case.seconds, case.body
+        case.model,
+        case.protocol,
+        case.clients,
+        case.seconds,
+        case.body,
     )
     if protocol == "http":
         url = f"http://{server.http_url}/v2/models/{model}/infer"
@@ -161,8 +140,25 @@ def _h2load(server: ServerProcess, workers: int, case: Case, log: Path) -> Answe
     else:
         url = f"http://{server.grpc_url}/inference.GRPCInferenceService/ModelInfer"
         extra = ["-H", "content-type: application/grpc", "-H", "te: trailers"]
-    command = ["h2load", "-c", str(clients), "-m", "1", "-t", "1", "-D", str(int(seconds)),
-               "--warm-up-time", "1", "-d", str(body), "--log-file", str(log), *extra, url]
+    command = [
+        "h2load",
+        "-c",
+        str(clients),
+        "-m",
+        "1",
+        "-t",
+        "1",
+        "-D",
+        str(int(seconds)),
+        "--warm-up-time",
+        "1",
+        "-d",
+        str(body),
+        "--log-file",
+        str(log),
+        *extra,
+        url,
+    ]
     log.unlink(missing_ok=True)  # h2load appends to its log file
     before = resource.getrusage(resource.RUSAGE_CHILDREN)  # the reaped ones: h2load's alone
     h2load = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -185,18 +181,8 @@ def _h2load(server: ServerProcess, workers: int, case: Case, log: Path) -> Answe
 def _held(server: ServerProcess, workers: int, port: int) -> list[int]:
     """The TCP connections to ``port`` each worker holds (the process itself with one)."""
     pids = sorted(_children(server.proc.pid)) if workers > 1 else [server.proc.pid]
-    found = []
-    for pid in pids:
-        try:
-            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
-            tables = [Path(f"/proc/{pid}/net/{t}").read_text() for t in ("tcp", "tcp6")]
-        except OSError:
-            continue
-        inodes = {link[8:-1] for link in links if link.startswith("socket:[")}
-        rows = [line.split() for text in tables for line in text.splitlines()[1:]]
-        found.append(sum(1 for f in rows if int(f[1].rsplit(":", 1)[1], 16) == port
-                         and f[3] == "01" and f[9] in inodes))  # ESTABLISHED, this process's
-    return found
+    held = [proctree.established(pid, port) for pid in pids]
+    return [n for n in held if n is not None]
 
 
 def _successes(server: ServerProcess, model: str) -> tuple[int, int]:
@@ -210,13 +196,6 @@ def _spread(server: ServerProcess, before: dict[int, float]) -> list[int]:
     """CPU seconds (ms) each worker spent in the run: how evenly the connections spread."""
     workers = _children(server.proc.pid)
     return [int(1000 * (proc_cpu_seconds(p) - before.get(p, 0.0))) for p in sorted(workers)]
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def _run(server: ServerProcess, workers: int, case: Case, workdir: Path) -> Run:
@@ -238,10 +217,20 @@ def _run(server: ServerProcess, workers: int, case: Case, workdir: Path) -> Run:
     cpu = sum(t - cpu_before.get(p, 0.0) for p, t in cpu_after.items())
     latencies.sort()
     return Run(
-        model, protocol, clients, workers, case.round, seconds, ok, ok / seconds,
-        1e6 * cpu / max(served, 1), latencies[len(latencies) // 2],
+        model,
+        protocol,
+        clients,
+        workers,
+        case.round,
+        seconds,
+        ok,
+        ok / seconds,
+        1e6 * cpu / max(served, 1),
+        latencies[len(latencies) // 2],
         latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-        _spread(server, cpu_before), 0.0, answers.held,
+        _spread(server, cpu_before),
+        0.0,
+        answers.held,
         1e6 * answers.client_cpu / max(ok, 1),
     )
 
@@ -256,21 +245,36 @@ def _start(repo: Path, workers: int, sockets: str, affinity: str) -> ServerProce
     )  # fmt: skip
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds; each runs every case once per worker count, alternated")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds; each runs every case once per worker count, alternated",
+    )
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "workers"))
-    parser.add_argument("--workers", default=",".join(map(str, WORKERS)),
-                        help="worker counts, alternated (default 1,2,3)")
+    parser.add_argument(
+        "--workers",
+        default=",".join(map(str, WORKERS)),
+        help="worker counts, alternated (default 1,2,3)",
+    )
     parser.add_argument("--worker-sockets", default="shared", choices=("shared", "reuseport"))
     parser.add_argument("--worker-affinity", default="auto", choices=("auto", "cpu", "none"))
-    parser.add_argument("--matrix", action=argparse.BooleanOptionalAction, default=True,
-                        help="every model, protocol and c in each round (else ONNX only)")
-    parser.add_argument("--clients", type=lambda s: tuple(int(c) for c in s.split(",")),
-                        default=(16,), help="the c of --no-matrix (default 16; e.g. 16,64)")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--matrix",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="every model, protocol and c in each round (else ONNX only)",
+    )
+    parser.add_argument(
+        "--clients",
+        type=lambda s: tuple(int(c) for c in s.split(",")),
+        default=(16,),
+        help="the c of --no-matrix (default 16; e.g. 16,64)",
+    )
+    args = parser.parse_args(argv)
     if shutil.which("h2load") is None:
         print("h2load not found: apt-get install nghttp2-client (make bench-deps)")
         return 1
@@ -291,17 +295,21 @@ def main() -> int:
                 # reversed every other round (a drift in the machine's load evens out)
                 order = counts if round_ % 2 == 0 else counts[::-1]
                 for n in order:
-                    case = Case(model, protocol, clients, args.seconds,
-                                bodies[model][protocol], round_)
+                    case = Case(
+                        model, protocol, clients, args.seconds, bodies[model][protocol], round_
+                    )
                     run = _run(servers[n], n, case, workdir)
                     run.load = _load()
                     runs.append(run)
-                    print(f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
-                          f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us "
-                          f"CPU/inf  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
-                          f"worker CPU ms {run.spread}  connections {run.connections}  "
-                          f"h2load {run.client_us_per_inference:.0f} us/inf  "
-                          f"load {run.load:.1f}", flush=True)
+                    print(
+                        f"{model:15} {protocol:4} c{clients:<3} w{n} r{round_}: "
+                        f"{run.throughput:8.0f}/s  {run.cpu_us_per_inference:6.0f} us "
+                        f"CPU/inf  p50 {run.p50_ms:6.2f} ms  p99 {run.p99_ms:6.2f} ms  "
+                        f"worker CPU ms {run.spread}  connections {run.connections}  "
+                        f"h2load {run.client_us_per_inference:.0f} us/inf  "
+                        f"load {run.load:.1f}",
+                        flush=True,
+                    )
     finally:
         for server in servers.values():
             server.stop()
@@ -314,10 +322,6 @@ def _cases(matrix: bool, clients: tuple[int, ...] = (16,)) -> list[tuple[str, st
     if not matrix:
         return [("simple", p, c) for p in PROTOCOLS for c in clients]
     return [(m, p, c) for m in MODELS for p in PROTOCOLS for c in CONCURRENCY]
-
-
-def _load() -> float:
-    return float(Path("/proc/loadavg").read_text().split()[0])
 
 
 def _ratios(
@@ -338,60 +342,83 @@ def _spread_of(values: list[float]) -> str:
 
 def _summary(runs: list[Run]) -> list[str]:
     """Per case: each worker count's median throughput (range), and w2/w1, w3/w1 per round."""
-    lines = ["| model | protocol | c | inf/s w1 | inf/s w2 | inf/s w3 | w2/w1 | w3/w1 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| model | protocol | c | inf/s w1 | inf/s w2 | inf/s w3 | w2/w1 | w3/w1 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for model in MODELS:
         for protocol in PROTOCOLS:
             for clients in CONCURRENCY:
                 cells = []
                 for n in WORKERS:
-                    values = [r.throughput for r in runs if (r.model, r.protocol,
-                              r.concurrency, r.workers) == (model, protocol, clients, n)]
+                    values = [
+                        r.throughput
+                        for r in runs
+                        if (r.model, r.protocol, r.concurrency, r.workers)
+                        == (model, protocol, clients, n)
+                    ]
                     cells.append(
                         f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
-                        if values else "-"
+                        if values
+                        else "-"
                     )
                 for n in (2, 3):
                     ratios = _ratios(runs, model, protocol, clients, n)
                     cells.append(_spread_of(ratios) if ratios else "-")
                 if any(c != "-" for c in cells):
-                    lines.append(f"| {model} | {protocol} | {clients} | " + " | ".join(cells)
-                                 + " |")
+                    lines.append(
+                        f"| {model} | {protocol} | {clients} | " + " | ".join(cells) + " |"
+                    )
     return lines
 
 
 def _report(runs: list[Run], memory: dict[int, object], out: Path) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    doc = {"runs": [asdict(r) for r in runs], "memory": memory,
-           "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    doc = {
+        "runs": [asdict(r) for r in runs],
+        "memory": memory,
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     out.with_suffix(".json").write_text(json.dumps(doc, indent=1))
     counts = ", ".join(str(n) for n in sorted({r.workers for r in runs}))
-    lines = [f"# --workers: {counts} workers (bench/workers.py)", "",
-             "| model | protocol | c | workers | round | inf/s | server CPU µs/inf | p50 ms | "
-             "p99 ms | CPU ms per worker | connections per worker | h2load CPU µs/inf | load |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"# --workers: {counts} workers (bench/workers.py)",
+        "",
+        "| model | protocol | c | workers | round | inf/s | server CPU µs/inf | p50 ms | "
+        "p99 ms | CPU ms per worker | connections per worker | h2load CPU µs/inf | load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
-        lines.append(f"| {r.model} | {r.protocol} | {r.concurrency} | {r.workers} | {r.round} | "
-                     f"{r.throughput:.0f} | {r.cpu_us_per_inference:.0f} | {r.p50_ms:.2f} | "
-                     f"{r.p99_ms:.2f} | {r.spread} | {r.connections} | "
-                     f"{r.client_us_per_inference:.0f} | {r.load:.1f} |")
+        lines.append(
+            f"| {r.model} | {r.protocol} | {r.concurrency} | {r.workers} | {r.round} | "
+            f"{r.throughput:.0f} | {r.cpu_us_per_inference:.0f} | {r.p50_ms:.2f} | "
+            f"{r.p99_ms:.2f} | {r.spread} | {r.connections} | "
+            f"{r.client_us_per_inference:.0f} | {r.load:.1f} |"
+        )
     rounds = len({r.round for r in runs})
-    lines = lines[:2] + [
-        f"{rounds} rounds; in each, every case ran once per worker count, side by side "
-        "(the order reversed every other round). Medians over the rounds, (min-max); a "
-        "ratio is taken within one round. The machine's load average over the runs: "
-        f"{min(r.load for r in runs):.1f}-{max(r.load for r in runs):.1f} (2 cores).", "",
-        *_summary(runs), "", "Every run:", "",
-    ] + lines[2:]
+    lines = (
+        lines[:2]
+        + [
+            f"{rounds} rounds; in each, every case ran once per worker count, side by side "
+            "(the order reversed every other round). Medians over the rounds, (min-max); a "
+            "ratio is taken within one round. The machine's load average over the runs: "
+            f"{min(r.load for r in runs):.1f}-{max(r.load for r in runs):.1f} (2 cores).",
+            "",
+            *_summary(runs),
+            "",
+            "Every run:",
+            "",
+        ]
+        + lines[2:]
+    )
     lines += ["", "Memory after start (MiB, PSS / RSS) per process:", ""]
     for n, procs in memory.items():
-        lines.append(f"- {n} worker(s): " + "; ".join(
-            f"{name}: {v['pss_mib']:.0f} / {v['rss_mib']:.0f}"  # type: ignore[index]
-            for name, v in procs.items()  # type: ignore[attr-defined]
-        ))
+        lines.append(
+            f"- {n} worker(s): "
+            + "; ".join(
+                f"{name}: {v['pss_mib']:.0f} / {v['rss_mib']:.0f}"  # type: ignore[index]
+                for name, v in procs.items()  # type: ignore[attr-defined]
+            )
+        )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(_summary(runs)))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

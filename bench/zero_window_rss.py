@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """What clients that read nothing make the server hold (issue 44, finding S3): ``--connections``
 raw HTTP/2 connections advertising a zero stream window each ask ``--calls`` answers of
 ``--answer-mib`` MiB from the ``big_output`` Python model and read none of them. The server's
@@ -13,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -25,9 +22,9 @@ MIB = 1 << 20
 
 
 def _rss(pid: int) -> int:
-    status = Path(f"/proc/{pid}/status").read_text()
-    match = re.search(r"VmRSS:\s+(\d+) kB", status)
-    return int(match.group(1)) * 1024 if match else 0
+    from bench import proctree
+
+    return proctree.status(pid).get("VmRSS", 0) * 1024
 
 
 def _outcome(result: object) -> str:
@@ -37,15 +34,14 @@ def _outcome(result: object) -> str:
     return "open" if status is None else f"status {status}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--connections", type=int, default=4)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--answer-mib", type=int, default=1)
     parser.add_argument("--hold", type=float, default=20.0)
     parser.add_argument("--server-arg", action="append", default=[])
-    args = parser.parse_args()
-    sys.path.insert(0, str(ROOT))
+    args = parser.parse_args(argv)
     from h2.settings import SettingCodes
 
     from tests.support.grpc_raw import (
@@ -93,7 +89,3 @@ def main() -> int:
                 h2.close()
             proc.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

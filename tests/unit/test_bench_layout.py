@@ -98,7 +98,7 @@ def test_no_bench_file_over_the_limit() -> None:
 
 def test_no_import_cycle_among_bench_modules() -> None:
     graph = import_graph()
-    assert "bench.cli" in graph["bench.run"]  # the graph sees the imports it should
+    assert "bench.suites" in graph["bench.__main__"]  # the graph sees the imports it should
     assert "bench.common" in graph["bench.scenarios.ensembles"]
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
 
@@ -144,3 +144,26 @@ def test_scenario_lists_are_consistent() -> None:
         "image_classifier",
         "image_classifier_bls",
     }
+
+
+def test_every_suite_runs_a_main() -> None:
+    """``python -m bench <suite>`` (bench/suites.py): unique names, each module has ``main``,
+    and ``make bench`` runs exactly the DEFAULT suites, through the one entry point."""
+    from bench.suites import BY_NAME, DEFAULT, SUITES
+
+    assert len(BY_NAME) == len(SUITES)
+    for suite in SUITES:
+        assert callable(importlib.import_module(suite.module).main), suite.name
+    makefile = (ROOT / "Makefile").read_text()
+    target = makefile[makefile.index("\nbench:") :].split("\n\n", 1)[0]
+    ran = [line.split()[3] for line in target.splitlines() if "-m bench " in line]
+    assert ran == list(DEFAULT)
+
+
+def test_the_entry_point_lists_the_suites(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench.__main__ import main
+    from bench.suites import SUITES
+
+    assert main(["--list"]) == 0
+    listing = capsys.readouterr().out
+    assert all(suite.name in listing for suite in SUITES)
