@@ -9,7 +9,7 @@ clients.
 For each execution setting (``TRITIUM_EXECUTION``, the server-wide default) one server over
 three models: ``pt_spin`` (a TorchScript loop of INPUT__0 steps, 8 input bytes), and
 ``onnx_square`` (ConstantOfShape of SHAPE, 16 bytes, then a MatMul: n*n*m) from
-tests/support/costly_models.py, and the example ``simple`` (ONNX add/sub, INT32 [16]).
+bench/kit/costly_models.py, and the example ``simple`` (ONNX add/sub, INT32 [16]).
 ``--cheap`` small requests first teach the instance that the model is fast; then one costly
 request runs while another client asks ``/v2/health/ready`` every 5 ms on its own connection:
 the figures are the costly request's duration, the longest health answer meanwhile and how
@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import tritonclient.http as httpclient  # noqa: E402
 
 import build_models  # noqa: E402
-from tests.support import costly_models  # noqa: E402
+from bench.kit import costly_models  # noqa: E402
 from bench.process import ServerProcess  # noqa: E402
 
 

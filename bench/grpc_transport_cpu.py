@@ -1,6 +1,6 @@
 """CPU of the gRPC transport alone per unary call, in memory (issue 24): no socket, no model.
 
-One ``GrpcConnection`` on an in-memory transport (tests/support/grpc_memory.py) answers a
+One ``GrpcConnection`` on an in-memory transport (an in-memory transport) answers a
 unary method whose fast path echoes the request; the requests (HEADERS + one DATA message
 each, as an h2 client encodes them, 16 per read like ``h2load -m 16``) are made beforehand,
 so only the server's side runs while the thread's CPU time is measured: HTTP/2 reading,

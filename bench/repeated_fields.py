@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 from bench.large_decode import HealthPoller, _field  # noqa: E402
-from tests.support.models import build_test_repository  # noqa: E402
+from bench.kit.models import build_test_repository  # noqa: E402
 from bench.process import ServerProcess  # noqa: E402
 
 MODEL = "identity_fp32"

@@ -5,7 +5,7 @@ hostile requests"). A fresh server (bench/server.py ``start_ready``: the tests'
 ``ServerProcess``, 127.0.0.1, port 0, ``SERVER_ARGS``) over a repository holding the examples
 ``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub) for the normal load, and
 the models the hostile requests use (``soak_repository``: ``simple_sequence``, the hostile
-models of tests/support/hostile_models.py with the children they call, ``big_output``, and
+models of bench/kit/hostile_models.py with the children they call, ``big_output``, and
 bench/soak_models.py's), in explicit model control mode with every model loaded by name.
 Server flags go through ``--server-arg`` (e.g. ``--server-arg=--workers=2``; this script's own
 ``--workers`` is its client coroutines). This process is the client:
@@ -76,12 +76,12 @@ from bench.soak_models import write_models
 from bench.soak_report import markdown, save
 from bench.soak_resource_attacks import resource_attack_kinds
 from bench.soak_shared_state_attacks import Target, crafted_hosts, metric
-from tests.support.grpc_raw import BIG_OUTPUT, write_big_output
-from tests.support.models import build_test_repository
+from bench.kit.grpc_raw import BIG_OUTPUT, write_big_output
+from bench.kit.models import build_test_repository
 
 MODELS = ("simple", "add_sub_python")  # the normal load's
 # What the hostile requests use (bench/soak_attacks.py): an example sequence model, the
-# hostile Python models of tests/support/hostile_models.py and the children they call.
+# hostile Python models of bench/kit/hostile_models.py and the children they call.
 EXAMPLE_HOSTILE_MODELS = (SEQUENCE_MODEL,)
 TEST_HOSTILE_MODELS = (
     "hostile_truncate",

@@ -169,7 +169,7 @@ def _spin_module() -> Any:
 def _spin_onnx() -> bytes:
     from onnx import TensorProto, helper
 
-    from tests.support.models import _onnx_bytes
+    from bench.kit.models import onnx_bytes as _onnx_bytes
 
     one = helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0])
     graph = helper.make_graph(
@@ -206,7 +206,7 @@ def _time_onnx(model: bytes, n: int) -> float:
 def build_child(repo: Path) -> None:
     import torch
 
-    from tests.support.torch_models import module_bytes
+    from bench.kit.torch_models import module_bytes
 
     module = _spin_module()
     (repo / SPIN_TORCH / "1").mkdir(parents=True)

@@ -45,8 +45,8 @@ from bench.soak_shared_state_attacks import (
     crafted,
     upload_kill_worker,
 )
-from tests.support.grpc_raw import STREAM, big_output_request
-from tests.support.h2client import H2Client, grpc_message, parse_messages
+from bench.kit.grpc_raw import STREAM, big_output_request
+from bench.kit.h2client import H2Client, grpc_message, parse_messages
 
 Outcome = dict[str, float]
 

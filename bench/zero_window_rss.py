@@ -44,14 +44,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from h2.settings import SettingCodes
 
-    from tests.support.grpc_raw import (
+    from bench.kit.grpc_raw import (
         BIG_OUTPUT,
         INFER,
         big_output_request,
         start_server,
         write_big_output,
     )
-    from tests.support.h2client import H2Client
+    from bench.kit.h2client import H2Client
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"

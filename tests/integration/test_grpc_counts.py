@@ -3,7 +3,7 @@
 its bytes (``wire._Census``), over ModelInfer and on a ModelStreamInfer stream (an error
 response in the stream, which then answers its next message), and the connection keeps
 serving. Meanwhile another client polls ``/v2/health/ready``: the longest latency it saw is
-printed (not asserted; bench/repeated_fields.py measures)."""
+printed (not asserted; `python -m bench repeated-fields` measures)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ bytes_contents, on a ModelStreamInfer stream) or a 60 MiB JSON array is decoded,
 /v2/health/ready keeps being answered on another connection, and the big request itself is
 answered (here: refused by the model's shape, once decoded). No timing assertions: the health
 check must be answered several times while a slow decode is in flight, which a loop blocked
-for the whole decode cannot do. bench/large_decode.py measures."""
+for the whole decode cannot do. `python -m bench large-request` measures."""
 
 from __future__ import annotations
 

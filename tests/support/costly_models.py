@@ -1,5 +1,5 @@
 """Models whose cost depends on the values of a few input bytes (tests of
-backends/execution_policy.py and bench/costly_inline.py):
+backends/execution_policy.py; the bench has a copy, bench/kit/costly_models.py):
 
 pt_spin          pytorch; INPUT__0 INT64 [1] (8 bytes) -> OUTPUT__0 FP32 [1]: a TorchScript
                  loop of INPUT__0[0] steps (prim::Loop), the answer is the step count.

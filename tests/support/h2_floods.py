@@ -1,5 +1,5 @@
 """Hostile HTTP/2 clients of the gRPC port on raw sockets (issue 22, findings 1 and 2), for
-tests/integration/test_grpc_http2_floods.py and bench/grpc_floods.py (via bench/flood_victims.py).
+tests/integration/test_grpc_http2_floods.py (the bench has a copy, bench/kit/h2_floods.py).
 
 A flood is ``FLOODS[name](port, deadline) -> what one connection saw``: its frames are built
 once in 64 KiB blocks and written as fast as the socket takes them until the server ends the
@@ -212,7 +212,7 @@ SETTING = struct.pack(">HI", 0x4, 65535)  # INITIAL_WINDOW_SIZE = its default: n
 
 def unread(port: int, deadline: float, opening: bytes, block: bytes) -> dict[str, Any]:
     """``opening``, then ``block`` again and again, from a client that never reads a byte
-    (what the server answers piles up); bench/soak.py floods PING, WINDOW_UPDATE and
+    (what the server answers piles up); the bench's soak floods PING, WINDOW_UPDATE and
     PRIORITY frames so too."""
     sock = _connect(port, rcvbuf=4096)
     seen, watch = Seen(), _Deadline(sock, deadline)

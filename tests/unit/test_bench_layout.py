@@ -167,3 +167,15 @@ def test_the_entry_point_lists_the_suites(capsys: pytest.CaptureFixture[str]) ->
     assert main(["--list"]) == 0
     listing = capsys.readouterr().out
     assert all(suite.name in listing for suite in SUITES)
+
+
+def test_bench_and_the_tests_tooling_import_nothing_of_each_other() -> None:
+    """The bench imports nothing from ``tests`` (bench/kit holds its copies), and the tests'
+    tooling (tests/support) nothing from ``bench``."""
+
+    def imports(path: Path) -> set[str]:
+        return {name.split(".")[0] for name in imported_names(path, ast.parse(path.read_text()))}
+
+    assert {str(p) for p in bench_files() if "tests" in imports(p)} == set()
+    support = sorted((ROOT / "tests" / "support").glob("*.py"))
+    assert support and {str(p) for p in support if "bench" in imports(p)} == set()
