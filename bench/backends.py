@@ -1,7 +1,7 @@
 """The same networks under ONNX Runtime, PyTorch and OpenVINO, each against its framework run
 in-process.
 
-    .venv/bin/python bench/backends.py [--seconds 2] [--batch 8,32,64,128] [--concurrency 1,2]
+    python -m bench backends [--seconds 2] [--batch 8,32,64,128] [--concurrency 1,2]
                                        [--rounds 2] [--protocol grpc|http]
                                        [--backends onnx,pytorch,openvino]
                                        [--networks small,large,floor]
@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     command = " ".join(sys.argv[1:] if argv is None else argv)
     header = (
-        f"{started} · `python bench/backends.py {command}` "
+        f"{started} · `python -m bench backends {command}` "
         f"· nproc {os.cpu_count()} · load average before "
         f"{'/'.join(f'{x:.1f}' for x in load0)}, after {'/'.join(f'{x:.1f}' for x in load1)}"
     )

@@ -36,8 +36,8 @@ Variants:
   ``stub-model``'s is what the hand-off costs in Python; ``stub`` minus ``stub-inproc`` is
   the kernel's share (system calls, wake-ups, waiting for a CPU).
 
-Run: ``PYTHONPATH=src .venv/bin/python bench/channel_floor.py [--seconds 1 --repeats 5]``;
-``make bench`` runs it with the defaults. Writes ``bench/results/channel_floor.json``.
+Run: ``python -m bench stub-channels [--seconds 1 --repeats 5]``;
+``make bench`` runs it with the defaults. Writes ``bench/results/stub-channels.json``.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 FRAME = 64  # bytes: a small EXECUTE frame's order of magnitude (the header, a few tuples)
-RESULTS = Path(__file__).resolve().parent / "results" / "channel_floor.json"
+RESULTS = Path(__file__).resolve().parent / "results" / "stub-channels.json"
 
 from bench.proctree import cpu_seconds  # noqa: E402
 from bench.stub_probe import (  # noqa: E402 - after the path

@@ -3,12 +3,14 @@ settings, the request/answer contract of the unary workers, the measuring window
 snapshots (read by bench/proctree.py).
 
 The bench's layers, each importing only those above it (tests/unit/test_bench_layout.py checks
-that there is no cycle): ``common`` → ``drivers``, ``server``, ``baselines``, ``report`` →
-``engine`` → ``scenarios/*`` (one module per list) → ``catalog`` (the registries) → ``cli`` →
-``run.py`` (the script). bench/hostile.py and bench/soak.py (issue 10) sit on ``raw_http`` →
-``probes``, ``hostile_clients`` → ``soak_load`` → ``hostile_cli``, ``soak_cli`` (with
-``server`` and ``report``); bench/hostile_grpc.py (issue 22) on ``hostile_clients`` →
-``hostile_grpc_clients`` → ``hostile_grpc_cli``.
+that there is no cycle): ``proctree`` (CPU, memory, files of a process tree) → ``common`` →
+``drivers``, ``server``, ``baselines``, ``report`` → ``engine`` → ``scenarios/*`` (one module
+per list) → ``catalog`` (the registries) → ``cli`` (the scenario suites). The hostile-http and
+soak suites sit on ``raw_http`` → ``probes``, ``hostile_clients`` → ``soak_load`` →
+``hostile_cli``, ``soak_cli`` (with ``server`` and ``report``); the hostile-grpc suite on
+``hostile_clients`` → ``hostile_grpc_clients`` → ``hostile_grpc_cli``. ``kit/*``: what the
+suites share with the tests, copied (the bench imports nothing from ``tests``). The suites'
+registry is ``suites``, the entry point ``__main__``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 costs per request: the inline-or-thread policy (backends/execution_policy.py) seen from
 clients.
 
-    .venv/bin/python bench/costly_inline.py [--steps 3000000] [--side 1500] [--cheap 200]
+    python -m bench inline-policy [--steps 3000000] [--side 1500] [--cheap 200]
                                             [--simple 2000] [--execution auto,thread]
                                             [--log DIR] [--workers N]
 

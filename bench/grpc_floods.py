@@ -1,6 +1,6 @@
 """Hostile HTTP/2 clients on the gRPC port: what does one flooding connection cost the others?
 
-    .venv/bin/python bench/grpc_floods.py [--cases settings_unread,empty_messages]
+    python -m bench h2-floods [--cases settings_unread,empty_messages]
         [--case-seconds 15] [--label after] [--server-arg=--flag=value]
 
 Issue 22, findings 1 and 2. Each case starts a fresh server over the example ``simple`` model
@@ -10,7 +10,7 @@ for ``--case-seconds`` while two victims repeat their request on connections of 
 HTTP ``simple`` infer and a gRPC ServerLive (60 s timeouts). Reported: the victims' p50/p99/max
 latency and failures during the flood, the server's RSS (idle, at the flood's end, peak) and
 what the flooding client saw (GOAWAY code, stalls while the server stopped reading it).
-Results: a markdown table on stdout and ``bench/results/grpc_floods.json`` by ``--label``.
+Results: a markdown table on stdout and ``bench/results/h2-floods.json`` by ``--label``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results" / "grpc_floods.json"
+RESULTS = ROOT / "bench" / "results" / "h2-floods.json"
 
 
 def run_case(name: str, repo: Path, workdir: Path, seconds: float, args: list[str]) -> dict:

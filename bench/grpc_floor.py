@@ -2,13 +2,13 @@
 
 Starts a bare grpcio server whose ``ModelInfer`` only computes add/sub on the two INT32 [1,16]
 inputs (no model repository, no validation, no scheduling) and drives it with the same kind
-of load as bench/run.py: tritonclient's asyncio gRPC client, closed loop. Two servers:
+of load as the scenario suites: tritonclient's asyncio gRPC client, closed loop. Two servers:
 grpc.aio on uvloop (tritium's server before its own HTTP/2 transport) and grpcio's
 synchronous thread-pool server. Both also answer ``ModelStreamInfer`` the same way, one request
-after the other per stream (the ``grpc`` list of bench/run.py measures the grpc.aio one as its
+after the other per stream (the ``grpc`` scenario suite measures the grpc.aio one as its
 floor, ``start_server``).
 
-    .venv/bin/python bench/grpc_floor.py [--seconds 5]
+    python -m bench grpcio-floor [--seconds 5]
 """
 
 from __future__ import annotations

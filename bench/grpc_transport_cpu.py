@@ -7,7 +7,7 @@ so only the server's side runs while the thread's CPU time is measured: HTTP/2 r
 the call, the answer's frames. Several source trees can be compared (``--compare``): each
 runs this file with its own ``.venv`` and its own tritium, alternating, ``--rounds`` times.
 
-    .venv/bin/python bench/grpc_transport_cpu.py [--calls 20000] [--rounds 3] \\
+    python -m bench grpc-transport [--calls 20000] [--rounds 3] \\
         [--compare ../other-tree]
 """
 

@@ -9,8 +9,8 @@ models: ``make venv models``) can be compared: they are measured in turn, altern
 ``--rounds`` rounds, so that the machine's load falls on all of them alike; only the ratios
 within one run mean anything on a shared machine.
 
-    .venv/bin/python bench/h2load_grpc.py [--requests 20000] [--rounds 3] \\
-        [--compare ../other-tree ...] [--out bench/results/h2own.md]
+    python -m bench grpc-cpu [--requests 20000] [--rounds 3] \\
+        [--compare ../other-tree ...] [--out bench/results/grpc-cpu.md]
 """
 
 from __future__ import annotations
@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> None:
         "--compare", type=Path, action="append", default=[],
         help="another source tree to measure, alternating with this one",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="write the report there too")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results" / "grpc-cpu.md", help="the report"
+    )
     args = parser.parse_args(argv)
     trees = [ROOT, *(tree.resolve() for tree in args.compare)]
     with tempfile.NamedTemporaryFile(suffix=".bin", delete=False) as handle:
@@ -204,5 +206,4 @@ def main(argv: list[str] | None = None) -> None:
         body.unlink()
     text = report(samples, trees, args)
     print(text)
-    if args.out is not None:
-        args.out.write_text(text)
+    args.out.write_text(text)

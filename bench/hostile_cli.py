@@ -1,8 +1,8 @@
 """Hostile HTTP clients against the real server: what does one bad client cost everyone else?
 
-The command line of bench/hostile.py (issue 10, items 3 and 4; bench/README.md "Hostile
-clients"). Each case starts a **fresh** server (bench/server.py ``start_ready``: the tests'
-``ServerProcess``, 127.0.0.1, port 0) over a repository holding only the example ``simple``
+The command line of the hostile-http suite (issue 10, items 3 and 4). Each case starts a
+**fresh** server (bench/server.py ``start_ready``: bench/process.py ``ServerProcess``,
+127.0.0.1, port 0) over a repository holding only the example ``simple``
 model, then runs one hostile client on raw sockets (bench/hostile_clients.py ``cases``) while
 two watchers run next to it (bench/probes.py):
 
@@ -18,7 +18,7 @@ checked and stopped). Afterwards, with the hostile sockets closed, the server mu
 ``/v2/health/ready`` and a ``simple`` inference within 10 s ("serves after"). The server is
 then stopped (SIGTERM, SIGKILL if it does not exit).
 
-Results: a markdown table on stdout and ``bench/results/hostile.json`` (one entry per
+Results: a markdown table on stdout and ``bench/results/hostile-http.json`` (one entry per
 ``--label``; other labels already in the file are kept).
 """
 
@@ -41,7 +41,7 @@ from bench.raw_http import MODEL, serves_after
 from bench.report import git_describe
 from bench.server import model_subset, start_ready
 
-RESULTS = RESULTS_DIR / "hostile.json"
+RESULTS = RESULTS_DIR / "hostile-http.json"
 
 
 @dataclass

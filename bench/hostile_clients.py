@@ -1,6 +1,6 @@
-"""The hostile clients, on raw sockets (bench/raw_http.py): the cases of bench/hostile.py
+"""The hostile clients, on raw sockets (bench/raw_http.py): the cases of the hostile-http suite
 (``cases``: one per fresh server, each ``run(port, deadline) -> what it saw``) and the hostile
-requests bench/soak.py mixes into its load (``hostile_kinds``: ``run(port, count) ->
+requests the soak suite mixes into its load (``hostile_kinds``: ``run(port, count) ->
 outcome``). The two share the bomb and the oversized header."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def header_exchange(port: int, deadline: float, pad: int) -> dict:
 
 
 # ---------------------------------------------------------------------------------------------
-# bench/hostile.py: one case per fresh server
+# the hostile-http suite: one case per fresh server
 # ---------------------------------------------------------------------------------------------
 def header_block_case(port: int, deadline: float) -> dict:
     return header_exchange(port, deadline, 64 * MIB)
@@ -162,7 +162,7 @@ def cases(bomb_mib: int) -> list[Case]:
 
 
 # ---------------------------------------------------------------------------------------------
-# bench/soak.py: hostile requests mixed into the load (blocking, run on threads)
+# the soak suite: hostile requests mixed into the load (blocking, run on threads)
 # ---------------------------------------------------------------------------------------------
 def answer_text(answer: tuple[int, bytes] | None, reader: ResponseReader) -> str:
     if answer is not None:

@@ -1,5 +1,5 @@
-"""Hostile gRPC clients against the real server: the command line of bench/hostile_grpc.py
-(issue 22, findings 3 and 4; bench/README.md "Hostile gRPC clients").
+"""Hostile gRPC clients against the real server: the command line of the hostile-grpc suite
+(issue 22, findings 3 and 4).
 
 Each case starts a **fresh** server (bench/server.py ``start_ready``) over ``simple`` and the
 ``big_output`` Python model, then runs one hostile client (bench/hostile_grpc_clients.py)
@@ -7,7 +7,7 @@ while the server's RSS is sampled (bench/probes.py ``MemoryWatch``: peak RSS, a 
 ``--rss-cap-mib``) and other clients are timed: a fresh HTTP connection asking
 ``/v2/health/ready`` and a fresh gRPC connection running a ``simple`` inference, one after the
 other every ~20 ms (p50, p99, max, failures; a failure counts with the time it took, up to 5 s).
-Results: a markdown table on stdout and ``bench/results/hostile_grpc.json`` (one entry per
+Results: a markdown table on stdout and ``bench/results/hostile-grpc.json`` (one entry per
 ``--label``).
 """
 
@@ -28,7 +28,7 @@ from bench.raw_http import MODEL, serves_after
 from bench.report import git_describe
 from bench.server import model_subset, start_ready
 
-RESULTS = RESULTS_DIR / "hostile_grpc.json"
+RESULTS = RESULTS_DIR / "hostile-grpc.json"
 
 
 def run_case(case: Case, repo: Path, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The hostile gRPC clients of bench/hostile_grpc.py (issue 22, findings 3 and 4), on raw
+"""The hostile gRPC clients of the hostile-grpc suite (issue 22, findings 3 and 4), on raw
 sockets (bench/kit/h2client.py), and the latency poller of the other clients.
 
 Each case is ``run(ports, deadline) -> what it saw``: ``ports`` holds the server's ``http`` and

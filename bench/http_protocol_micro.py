@@ -9,7 +9,7 @@ whose noise hides a change of a µs here; this isolates it. Compare two builds b
 with each one's interpreter (the compiled and pure builds of one tree: ``TRITIUM_PURE_PYTHON=1``
 for the pure one).
 
-    .venv/bin/python bench/http_protocol_micro.py [--requests 50000] [--repeats 5]
+    python -m bench http-micro [--requests 50000] [--repeats 5]
 
 Prints the best of the repeats, µs per request, and the build.
 """

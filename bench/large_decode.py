@@ -1,6 +1,6 @@
 """One large request must not stall every client (issue 10 item 6): figures.
 
-    PYTHONPATH=$PWD/src .venv/bin/python bench/large_decode.py [--cases ...] [--mib 48]
+    python -m bench large-request [--cases ...] [--mib 48]
 
 For each hostile case a fresh server is started (so its peak RSS, ``VmHWM`` from
 /proc/<pid>/status, belongs to that case alone); one thread polls ``/v2/health/ready`` every

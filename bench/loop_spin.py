@@ -3,9 +3,9 @@ two tritium servers side by side, one started with ``TRITIUM_LOOP_SPIN_US=0``, a
 all serving the same Python-backend ``simple`` (``simple_py``, as bench/vs_triton.py); the
 real perf_analyzer 2.60 measures each in turn, the order rotating from round to round.
 
-    .venv/bin/python bench/loop_spin.py [--rounds 3] [--only http-c1,grpc-c1,...]
+    python -m bench loop-spin [--rounds 3] [--only http-c1,grpc-c1,...]
 
-Writes bench/results/loop_spin.md and .json: per row, throughput, p50 and server + stub CPU
+Writes bench/results/loop-spin.md and .json: per row, throughput, p50 and server + stub CPU
 per inference of each side (means over rounds), and the spin's effect as per-round ratios
 (spin ÷ no spin) and against Triton (p50 ratio: tritium ÷ Triton, lower is better).
 """
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval", type=int, default=2000, help="ms per perf_analyzer window")
     parser.add_argument("--only", default=DEFAULT_ROWS, help="comma-separated row keys")
-    parser.add_argument("--out", default=str(RESULTS / "loop_spin"), help="results path stem")
+    parser.add_argument("--out", default=str(RESULTS / "loop-spin"), help="results path stem")
     args = parser.parse_args(argv)
     scripts = shared_scripts()
     if scripts is None or not triton_installed():

@@ -1,6 +1,6 @@
 """Server CPU per inference, compiled build vs pure Python (issue 24: target ≤ 0.6×).
 
-    .venv/bin/python bench/mypyc_cpu.py [--requests 5000] [--rounds 3] [--concurrency 16]
+    python -m bench mypyc [--requests 5000] [--rounds 3] [--concurrency 16]
                                         [--models simple,add_sub_python] [--protocols http,grpc]
 
 One install, two servers: the same ``python -m tritium serve`` started plainly (the compiled

@@ -1,6 +1,6 @@
 """What still runs interpreted in the compiled build: py-spy samples per function.
 
-    PY_SPY=/path/to/py-spy .venv/bin/python bench/mypyc_profile.py [--seconds 8]
+    PY_SPY=/path/to/py-spy python -m bench mypyc-profile [--seconds 8]
         [--models simple,add_sub_python] [--protocols http,grpc] [--pure]
 
 Starts the server (compiled unless ``--pure``), drives each (model, protocol) with h2load as

@@ -7,7 +7,7 @@ of both with ``dynamic_batching { }`` (``simple_dyn``, ``add_sub_python_dyn``). 
 also gives the server CPU (with its stubs) per inference and the inferences per execution,
 from the statistics extension.
 
-    .venv/bin/python bench/onnx_inline.py [--rounds 1] [--interval 1000]
+    python -m bench onnx-inline [--rounds 1] [--interval 1000]
                                           [--load auto|perf_analyzer|h2load]
                                           [--switch-us 5000,200] [--log-verbose]
                                           [--conditions normal,throttled] [--rows KEY,...]
@@ -19,7 +19,7 @@ backends/inline_policy.py) and the rows alternate them. Load: the real perf_anal
 request, closed loop; the default where perf_analyzer is not set up), which also gives each
 side's server CPU per request. ``--log-verbose``: every server logs a debug line per request
 (the same cost for all), so that auto's changes of path are listed; the log writer is then one
-more Python thread that wants the GIL. Writes bench/results/onnx_inline.md and .json.
+more Python thread that wants the GIL. Writes bench/results/onnx-inline.md and .json.
 """
 
 from __future__ import annotations
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--interval", type=int, default=1000, help="ms per perf_analyzer window")
-    parser.add_argument("--out", default=str(RESULTS / "onnx_inline"), help="results path stem")
+    parser.add_argument("--out", default=str(RESULTS / "onnx-inline"), help="results path stem")
     parser.add_argument("--load", choices=("auto", "perf_analyzer", "h2load"), default="auto")
     parser.add_argument(
         "--switch-us",

@@ -1,4 +1,4 @@
-"""Watching a server under hostile load (bench/hostile.py, bench/soak.py): its memory, open
+"""Watching a server under hostile load (the hostile-http suite, the soak suite): its memory, open
 files and threads and those of each of its processes (supervisor, workers, stubs) from /proc
 (no psutil), a memory watch that kills it above a cap (the machine is shared), and a health
 poller on fresh raw-socket connections."""

@@ -1,4 +1,4 @@
-"""Minimal HTTP/1.1 on raw sockets, for the hostile clients (bench/hostile.py, bench/soak.py):
+"""Minimal HTTP/1.1 on raw sockets, for the hostile clients (the hostile-http and soak suites):
 a client library would refuse to send what they send, or would read the answer for them.
 Also the ``simple`` JSON inference and the "serves after" check the two scripts end with."""
 

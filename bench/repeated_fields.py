@@ -1,7 +1,7 @@
 """One gRPC message of many empty repeated entries must not stall every client (issue 44 C1):
 figures.
 
-    PYTHONPATH=$PWD/src .venv/bin/python bench/repeated_fields.py [--cases ...] [--kib 976 6144]
+    python -m bench repeated-fields [--cases ...] [--kib 976 6144]
 
 A message of N empty ``inputs`` (2 bytes each on the wire), ``outputs``, request
 ``parameters`` or shape dimensions of one input is sent to ``identity_fp32`` over ModelInfer

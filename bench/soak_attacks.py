@@ -1,4 +1,4 @@
-"""Issue 22's attacks as hostile kinds of bench/soak.py (``attack_kinds``, appended to
+"""Issue 22's attacks as hostile kinds of the soak suite (``attack_kinds``, appended to
 bench/hostile_clients.py ``hostile_kinds``), on the flood and hostile clients the tests and the
 other benches use (bench/kit/h2_floods.py, bench/kit/h2client.py,
 bench/hostile_grpc_clients.py) and the hostile models of bench/kit/hostile_models.py.

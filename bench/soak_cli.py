@@ -1,8 +1,8 @@
 """Soak: moderate HTTP + gRPC load with 1 % hostile requests mixed in; does the server last?
 
-The command line of bench/soak.py (issue 10, "Figures to report"; bench/README.md "Soak with
-hostile requests"). A fresh server (bench/server.py ``start_ready``: the tests'
-``ServerProcess``, 127.0.0.1, port 0, ``SERVER_ARGS``) over a repository holding the examples
+The command line of the soak suite (issue 10, "Figures to report"). A fresh server
+(bench/server.py ``start_ready``: bench/process.py ``ServerProcess``, 127.0.0.1, port 0,
+``SERVER_ARGS``) over a repository holding the examples
 ``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub) for the normal load, and
 the models the hostile requests use (``soak_repository``: ``simple_sequence``, the hostile
 models of bench/kit/hostile_models.py with the children they call, ``big_output``, and

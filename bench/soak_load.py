@@ -1,4 +1,4 @@
-"""The load of bench/soak.py: paced tritonclient asyncio workers over HTTP and gRPC whose every
+"""The load of the soak suite: paced tritonclient asyncio workers over HTTP and gRPC whose every
 answer is checked, the tally of what happened, and the mixer that turns every N-th request slot
 into a hostile request (bench/hostile_clients.py ``hostile_kinds``) run on a thread."""
 

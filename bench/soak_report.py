@@ -1,4 +1,4 @@
-"""The report of bench/soak.py: the summary printed on stdout (``markdown``) and the entry saved
+"""The report of the soak suite: the summary printed on stdout (``markdown``) and the entry saved
 in ``bench/results/soak.json`` (``save``)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 44's attacks as hostile kinds of bench/soak.py (``resource_attack_kinds``, after
+"""Issue 44's attacks as hostile kinds of the soak suite (``resource_attack_kinds``, after
 bench/soak_attacks.py's): requests that cost the server what a client did not pay for, on the
 models of bench/soak_models.py.
 

@@ -1,4 +1,4 @@
-"""Issue 44's attacks on what a server's workers share, as hostile kinds of bench/soak.py
+"""Issue 44's attacks on what a server's workers share, as hostile kinds of the soak suite
 (listed in bench/soak_resource_attacks.py ``resource_attack_kinds``, which says what an outcome
 holds): the per-client in-flight table, the response cache, the supervisor's replay of model
 control to a worker started again.

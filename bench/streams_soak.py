@@ -1,9 +1,10 @@
 """Stream soak: open and close many gRPC ModelStreamInfer streams; does anything stay behind?
 
-    .venv/bin/python bench/streams_soak.py [--streams 10000] [--workers 8] [--budget 170]
+    python -m bench streams [--streams 10000] [--workers 8] [--budget 170]
 
 The example model repository is built into a temporary directory and the server started as a
-child process, as bench/run.py does (bench/server.py: the tests' ServerProcess). N worker
+child process, as the scenario suites do (bench/server.py: bench/process.py's ServerProcess). N
+worker
 threads, each with one tritonclient gRPC client (one channel), then open and close streams one
 after the other:
 
@@ -20,7 +21,7 @@ has had ``--settle`` seconds to finish the cancelled work. A flat server shows t
 and fds after 10,000 streams as after the warm-up, and RSS within a few MiB.
 
 The run stops early at ``--budget`` seconds and reports how many streams it managed. Results go
-to ``bench/results/streams_soak.json``; a table is printed.
+to ``bench/results/streams.json``; a table is printed.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from bench import proctree  # noqa: E402
 from bench.report import machine_info  # noqa: E402
 from bench.server import Server, build_repository  # noqa: E402
 
-RESULTS = RESULTS_DIR / "streams_soak.json"
+RESULTS = RESULTS_DIR / "streams.json"
 ANSWER_TIMEOUT_S = 30.0
 STREAM_DEADLINE_S = 60.0
 LONG_VALUES = list(range(10))

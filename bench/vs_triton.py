@@ -1,7 +1,7 @@
 """tritium against real Triton 2.51 serving the very same Python-backend ``model.py``, measured
 with the real perf_analyzer 2.60, rows alternating the two servers, repeated.
 
-    .venv/bin/python bench/vs_triton.py [--rounds 3] [--interval 2000] [--only ROW,...]
+    python -m bench vs-triton [--rounds 3] [--interval 2000] [--only ROW,...]
 
 Both servers run side by side for the whole run (one idles while the other is measured) and
 serve the same repository: ``simple_py`` (examples/model_repository/add_sub_python's model.py,
@@ -18,7 +18,7 @@ model's success count from the statistics extension over the same run.
 
 Triton and perf_analyzer come from ../shared/triton/setup.sh (``TRITON_DIR``, default
 /tmp/triton-ref); without them the bench says so and exits 0. Writes
-bench/results/vs_triton.md and .json.
+bench/results/vs-triton.md and .json.
 """
 
 from __future__ import annotations
@@ -304,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval", type=int, default=2000, help="ms per perf_analyzer window")
     parser.add_argument("--only", default="", help="comma-separated row keys")
     parser.add_argument("--no-onnx", action="store_true", help="skip tritium's ONNX rows")
-    parser.add_argument("--out", default=str(RESULTS / "vs_triton"), help="results path stem")
+    parser.add_argument("--out", default=str(RESULTS / "vs-triton"), help="results path stem")
     args = parser.parse_args(argv)
     scripts = shared_scripts()
     if scripts is None or not triton_installed():

@@ -12,7 +12,7 @@ worker and every stub (the whole process tree, /proc). Latencies come from h2loa
 Every answer is checked afterwards: the server's statistics must count as many successes as
 h2load's 2xx answers, and no failure.
 
-    .venv/bin/python bench/workers.py [--seconds 2] [--rounds 5] [--out bench/results/workers]
+    python -m bench workers [--seconds 2] [--rounds 5] [--out bench/results/workers]
 
 Each round runs every case (model x protocol x c) once per worker count, the counts
 alternated (the order reversed every other round); the report gives each count's median

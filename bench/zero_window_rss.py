@@ -4,7 +4,7 @@ raw HTTP/2 connections advertising a zero stream window each ask ``--calls`` ans
 RSS (VmRSS) before, at its peak while they hold their streams (sampled until ``--hold``
 seconds pass or every stream has ended), and how the streams ended, are printed as JSON.
 
-    PYTHONPATH=src .venv/bin/python bench/zero_window_rss.py [--connections 4] [--calls 300]
+    python -m bench zero-window [--connections 4] [--calls 300]
         [--hold 20] [--server-arg=--grpc-memory-budget-bytes=...]
 """
 

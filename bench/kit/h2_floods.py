@@ -212,7 +212,7 @@ SETTING = struct.pack(">HI", 0x4, 65535)  # INITIAL_WINDOW_SIZE = its default: n
 
 def unread(port: int, deadline: float, opening: bytes, block: bytes) -> dict[str, Any]:
     """``opening``, then ``block`` again and again, from a client that never reads a byte
-    (what the server answers piles up); bench/soak.py floods PING, WINDOW_UPDATE and
+    (what the server answers piles up); the soak suite floods PING, WINDOW_UPDATE and
     PRIORITY frames so too."""
     sock = _connect(port, rcvbuf=4096)
     seen, watch = Seen(), _Deadline(sock, deadline)

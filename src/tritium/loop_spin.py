@@ -4,10 +4,10 @@ At concurrency 1 the server's loop goes to sleep twice per request: while the mo
 runs, and while the client turns its answer into the next request. On a virtual machine a
 sleeping CPU is halted, and waking it costs both sides: the sender's write runs the wake-up
 (an inter-processor interrupt, a VM exit) and the halted CPU takes tens of microseconds to
-resume. bench/channel_floor.py measures it on this 2-core machine: a 64-byte round trip
+resume. `python -m bench stub-channels` measures it on this 2-core machine: a 64-byte round trip
 between two processes takes 66-75 µs across CPUs, 31-32 µs when the receiver polls instead of
 sleeping, 5 µs on one CPU. For a Python-model ``simple`` over HTTP at concurrency 1 the two
-sleeps were about 130 µs of a 350 µs request (bench/results/loop_spin.md).
+sleeps were about 130 µs of a 350 µs request (bench/results/loop-spin.md).
 
 So when the loop is about to wait for an answer that came quickly last time, and nothing else
 is in flight in this process, it polls its own epoll descriptor (the loop's backend) with a

@@ -28,7 +28,7 @@ taken until it has given one sample, so the decision can flip back when conditio
 (load, CPU frequency, a neighbour on the core). The gap bounds what probes cost: a probe of
 the thread stalls the requests queued behind it for a whole round trip, which on a busy CPU
 (the thread waits for a core, then for the GIL) is milliseconds, and a fast model gives 64
-samples in a few of those (bench/results/onnx_inline.md).
+samples in a few of those (bench/results/onnx-inline.md).
 
 Where a model may run at all is ``ModelExecution``'s, one per model version, shared by its
 instances (ONNX Runtime, PyTorch, OpenVINO alike):
@@ -36,7 +36,7 @@ instances (ONNX Runtime, PyTorch, OpenVINO alike):
 - the model's ``TRITIUM_EXECUTION`` parameter (config.pbtxt ``parameters``, tritium's own
   key: Triton ignores it, so the same file still loads there): ``auto`` (the default: the
   measured costs choose), ``thread`` (never on the loop) or ``inline`` (the loop whenever
-  allowed, costs unmeasured: benchmarks, bench/onnx_inline.py); the environment variable
+  allowed, costs unmeasured: benchmarks, `python -m bench onnx-inline`); the environment variable
   ``TRITIUM_EXECUTION`` (or its older name ``TRITIUM_ONNX_EXECUTION``) sets the server-wide
   default; any other value fails the load;
 - a model whose cost can depend on input values (backends/data_dependence.py, decided at
@@ -86,7 +86,7 @@ SHARE_EVERY: Final = 8
 SUSPECT_RUNS: Final = 64
 SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"
 # The GIL switch interval once an instance thread exists: a thread waiting for the GIL behind a
-# busy one gets it within this (bench/results/onnx_inline.md: 5 ms made every run wait).
+# busy one gets it within this (bench/results/onnx-inline.md: 5 ms made every run wait).
 SWITCH_INTERVAL_US = 200
 MAX_SWITCH_INTERVAL_US = 1_000_000
 ALPHA = 0.2  # weight of a new sample in the moving averages

@@ -2,7 +2,7 @@
 
 A worker is one event loop: pinned, it and its threads (ONNX Runtime's, the instance
 thread, uvloop's) and its Python stubs stay on one CPU. Measured on this 2-core machine
-(``bench/workers.py``, ONNX ``simple``, c16, 2 workers): the server's CPU per inference fell
+(``python -m bench workers``, ONNX ``simple``, c16, 2 workers): the server's CPU per inference fell
 from 1.5x one worker's to about one worker's, the HTTP throughput over one worker from
 about 1.0 to about 1.5 (docs/architecture.md section 7). ``auto`` pins only when there are
 as many workers as CPUs (``--workers auto``): with fewer, a pinned worker could not move
