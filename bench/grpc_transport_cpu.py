@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -156,6 +158,14 @@ def worker(calls: int) -> float:
     return asyncio.run(run())
 
 
+def _interpreter(tree: Path) -> tuple[str, dict[str, str] | None]:
+    """The tree's own venv; a worktree without one runs its ``src`` on this interpreter."""
+    venv = tree / ".venv" / "bin" / "python"
+    if venv.is_file():
+        return str(venv), None
+    return sys.executable, {**os.environ, "PYTHONPATH": str(tree / "src")}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20000)
@@ -170,9 +180,12 @@ def main(argv: list[str] | None = None) -> None:
     results: dict[Path, list[float]] = {tree: [] for tree in trees}
     for index in range(args.rounds):
         for tree in trees if index % 2 == 0 else list(reversed(trees)):
-            command = [str(tree / ".venv/bin/python"), str(Path(__file__).resolve()),
-                       "--worker", "--calls", str(args.calls)]  # fmt: skip
-            out = subprocess.run(command, cwd=tree, capture_output=True, text=True, check=True)
+            python, env = _interpreter(tree)
+            script = str(Path(__file__).resolve())
+            command = [python, script, "--worker", "--calls", str(args.calls)]
+            out = subprocess.run(
+                command, cwd=tree, env=env, capture_output=True, text=True, check=True
+            )
             value = float(out.stdout.split()[-1])
             results[tree].append(value)
             print(f"round {index + 1} {tree}: {value:.1f} µs CPU per call", flush=True)

@@ -8,7 +8,7 @@ ONNX twin of one of them, written whole (config.pbtxt, model file, labels) by
 - ``mlp_small_pytorch`` (TorchScript, dynamic batching) and ``mlp_small_onnx`` (ONNX): the
   same network with the same weights (256 -> 1024 -> 1024 -> 16, Relu between) and the same
   tensor names, so one request gives both backends' answers to compare (``--check`` does;
-  ``bench/backends.py`` measures them).
+  ``python -m bench backends`` measures them).
 
 The PyTorch ones need torch (``pip install 'tritium[pytorch]'``); without it they are skipped
 and ``build_models.py`` says so. The folders are generated, not committed (.gitignore).
