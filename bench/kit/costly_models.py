@@ -66,10 +66,6 @@ def _config(name: str, backend: str, inputs: str, outputs: str, extra: str = "")
     )
 
 
-def execution_parameter(value: str) -> str:
-    return f'parameters: {{ key: "TRITIUM_EXECUTION" value: {{ string_value: "{value}" }} }}'
-
-
 def write_onnx(root: Path, name: str = SQUARE, extra: str = "") -> None:
     (root / name / "1").mkdir(parents=True, exist_ok=True)
     (root / name / "1" / "model.onnx").write_bytes(square_onnx())
