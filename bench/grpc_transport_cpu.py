@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
 import struct
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -158,14 +156,6 @@ def worker(calls: int) -> float:
     return asyncio.run(run())
 
 
-def _interpreter(tree: Path) -> tuple[str, dict[str, str] | None]:
-    """The tree's own venv; a worktree without one runs its ``src`` on this interpreter."""
-    venv = tree / ".venv" / "bin" / "python"
-    if venv.is_file():
-        return str(venv), None
-    return sys.executable, {**os.environ, "PYTHONPATH": str(tree / "src")}
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=20000)
@@ -176,11 +166,13 @@ def main(argv: list[str] | None = None) -> None:
     if args.worker:
         print(f"{worker(args.calls):.2f}")
         return
+    from bench.process import tree_python  # not in the --worker run of another tree
+
     trees = [ROOT, *(tree.resolve() for tree in args.compare)]
     results: dict[Path, list[float]] = {tree: [] for tree in trees}
     for index in range(args.rounds):
         for tree in trees if index % 2 == 0 else list(reversed(trees)):
-            python, env = _interpreter(tree)
+            python, env = tree_python(tree)
             script = str(Path(__file__).resolve())
             command = [python, script, "--worker", "--calls", str(args.calls)]
             out = subprocess.run(

@@ -31,7 +31,9 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
+from bench.process import tree_python
 from bench.proctree import tree_cpu_seconds
+from bench.server import model_subset
 
 ROOT = Path(__file__).resolve().parents[1]
 PATH = "/inference.GRPCInferenceService/ModelInfer"
@@ -51,22 +53,28 @@ def request_body(model: str = "simple") -> bytes:
 
 
 class TreeServer:
-    """``python -m tritium serve`` of one source tree (its own venv and example models),
-    only ``simple`` loaded, every port 0."""
+    """``python -m tritium serve`` of one source tree (its own venv, or this interpreter on its
+    ``src``; its example models, or ``simple`` built here), only ``simple`` loaded, every port 0."""
 
     def __init__(self, tree: Path, workdir: Path) -> None:
         self.tree = tree
         ports = workdir / "ports.json"
         self.log = open(workdir / "server.log", "wb")  # noqa: SIM115 - closed in stop()
+        python, env = tree_python(tree)
+        repo = tree / "examples" / "model_repository"
+        if not (repo / "simple" / "1" / "model.onnx").is_file():  # no `make models` there
+            repo = model_subset(workdir, ["simple"])
         command = [
-            str(tree / ".venv/bin/python"), "-m", "tritium", "serve",
-            "--model-repository", str(tree / "examples/model_repository"),
+            python, "-m", "tritium", "serve",
+            "--model-repository", str(repo),
             "--model-control-mode=explicit", "--load-model=simple",
             "--ports-file", str(ports),
         ]  # fmt: skip
         for service in ("http", "grpc", "metrics"):
             command += [f"--{service}-address", "127.0.0.1", f"--{service}-port", "0"]
-        self.proc = subprocess.Popen(command, cwd=tree, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            command, cwd=tree, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + START_TIMEOUT
         while not ports.exists() or not ports.read_text().strip():
             if self.proc.poll() is not None or time.monotonic() > deadline:

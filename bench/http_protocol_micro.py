@@ -21,11 +21,11 @@ import asyncio
 import time
 
 
-import uvloop  # noqa: E402
+import uvloop
 
-from bench.kit.http_fakes import connect  # noqa: E402
-from tritium import compiled_modules  # noqa: E402
-from tritium.frontends.http.messages import HttpRequest, HttpResponse  # noqa: E402
+from bench.kit.http_fakes import connect
+from tritium import compiled_modules
+from tritium.frontends.http.messages import HttpRequest, HttpResponse
 
 REQUEST = (
     b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"

@@ -128,3 +128,12 @@ class ServerProcess:
         if self._dir is not None:
             self._dir.cleanup()
         return self.proc.returncode
+
+
+def tree_python(tree: Path) -> tuple[str, dict[str, str] | None]:
+    """The interpreter that runs another source tree's tritium, and its environment: the
+    tree's own ``.venv``, or (a worktree without one) this interpreter on the tree's ``src``."""
+    venv = tree / ".venv" / "bin" / "python"
+    if venv.is_file():
+        return str(venv), None
+    return sys.executable, {**os.environ, "PYTHONPATH": str(tree / "src")}

@@ -37,15 +37,14 @@ from pathlib import Path
 
 import numpy as np
 
-
-from bench import proctree  # noqa: E402
-from bench.proctree import children as _children  # noqa: E402
-from bench.proctree import cmdline_has, memory_mib, tree  # noqa: E402
-from bench.proctree import cpu_seconds as proc_cpu_seconds  # noqa: E402
-from bench.proctree import load_average as _load  # noqa: E402
-from bench.proctree import tree_cpu as _tree_cpu  # noqa: E402
-
-from bench.process import ServerProcess  # noqa: E402
+from bench import proctree
+from bench.proctree import children as _children
+from bench.proctree import cmdline_has, memory_mib, tree
+from bench.proctree import cpu_seconds as proc_cpu_seconds
+from bench.proctree import load_average as _load
+from bench.proctree import tree_cpu as _tree_cpu
+from bench.process import ServerProcess
+from bench.server import model_subset
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("simple", "add_sub_python")
@@ -279,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         print("h2load not found: apt-get install nghttp2-client (make bench-deps)")
         return 1
     workdir = Path(tempfile.mkdtemp(prefix="tritium-bench-workers-"))
-    repo = ROOT / "examples" / "model_repository"
+    repo = model_subset(workdir, MODELS)  # the examples built here (no `make models` needed)
     counts = tuple(int(n) for n in args.workers.split(","))
     servers = {n: _start(repo, n, args.worker_sockets, args.worker_affinity) for n in counts}
     runs: list[Run] = []
