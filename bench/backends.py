@@ -435,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     parser.add_argument("--backends", type=names, default=list(BACKENDS), help="a subset")
     parser.add_argument("--networks", type=names, default=list(NETWORKS), help="a subset")
+    parser.add_argument("--output-dir", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     unknown = [n for n in args.networks if n not in NETWORKS]
     if unknown or any(b not in BACKENDS for b in args.backends):
@@ -451,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         f"· nproc {os.cpu_count()} · load average before "
         f"{'/'.join(f'{x:.1f}' for x in load0)}, after {'/'.join(f'{x:.1f}' for x in load1)}"
     )
-    report(rows, header, ROOT / "bench" / "results")
+    report(rows, header, args.output_dir)
     over = [r for r in rows if ratio(r) > TARGET and r["network"] != "floor"]
     networks = [r for r in rows if r["network"] != "floor"]
     print(f"{len(networks) - len(over)}/{len(networks)} rows within {TARGET}x the in-process CPU")

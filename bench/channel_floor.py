@@ -345,6 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--spin-us", type=float, default=50.0)
     ap.add_argument("--only", default="", help="comma-separated variants")
+    ap.add_argument("--output", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     chosen = variants(args.spin_us)
     if args.only:
@@ -364,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{name:18} {r['median_us']:10.1f} {r['min_us']:8.1f} {r['max_us']:8.1f} "
             f"{r['cpu_us']:10.1f}"
         )
-    RESULTS.parent.mkdir(exist_ok=True)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "frame_bytes": FRAME,
         "spin_us": args.spin_us,
@@ -373,5 +374,5 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "variants": results,
     }
-    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    args.output.write_text(json.dumps(report, indent=2) + "\n")
     return 0
