@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
         print(_listing())
         return 0 if args.list else 2
     suite = BY_NAME[args.suite]
-    sys.argv[0] = f"python -m bench {suite.name}"  # argparse's prog in the suite's -h
+    # argparse's prog in the suite's -h, and the command line its report quotes
+    sys.argv[:] = [f"python -m bench {suite.name}", *rest, *argv[1:]]
     run = importlib.import_module(suite.module).main
     return int(run([*suite.args, *rest, *argv[1:]]) or 0)
 

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = [r for r in ROWS if r.key in args.only.split(",")]
     header: dict[str, object] = {
-        "command": " ".join(["python", *sys.argv]),
+        "command": " ".join(sys.argv),
         "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "load_before": tuple(round(x, 2) for x in os.getloadavg()),
         "git": os.popen(f"git -C {ROOT} rev-parse --short HEAD").read().strip(),

@@ -329,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             measures += condition(name, repo, Path(tmp), args, notes)
     load1 = os.getloadavg()
     header = (
-        f"{started} · `python {' '.join(sys.argv)}` · nproc {os.cpu_count()} · load average "
+        f"{started} · `{' '.join(sys.argv)}` · nproc {os.cpu_count()} · load average "
         f"(1/5/15 min) before {'/'.join(f'{x:.1f}' for x in load0)}, after "
         f"{'/'.join(f'{x:.1f}' for x in load1)} · {args.load} windows {args.interval} ms"
     )

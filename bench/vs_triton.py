@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
               "(run `bash ../shared/triton/setup.sh`, or set TRITON_DIR)")  # fmt: skip
         return 0
     rows = [r for r in ROWS if not args.only or r.key in args.only.split(",")]
-    report = Report(" ".join(["python", *sys.argv]), time.strftime("%Y-%m-%d %H:%M UTC",
+    report = Report(" ".join(sys.argv), time.strftime("%Y-%m-%d %H:%M UTC",
                     time.gmtime()), os.getloadavg(), interval_ms=args.interval,
                     versions=_versions())  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="vs-triton-") as tmp:
