@@ -36,6 +36,7 @@ class Server(ServerProcess):
         extra_args: tuple[str, ...] = (),
         cpus: frozenset[int] | None = None,
         start_timeout: float = START_TIMEOUT,
+        env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(
             [repository],
@@ -44,6 +45,7 @@ class Server(ServerProcess):
             workdir=workdir,
             start_timeout=start_timeout,
             cpus=cpus,
+            env=env,
         )
 
     @property
@@ -152,19 +154,23 @@ def model_subset(target: Path, models: Iterable[str]) -> Path:
     return repo
 
 
-def start_ready(
+def start_ready(  # noqa: PLR0913 (keyword options of one start)
     repository: Path,
     workdir: Path,
     args: Iterable[str] = (),
     models: Iterable[str] = ("simple",),
     nofile: int | None = None,
     timeout: float = 90.0,
+    env: dict[str, str] | None = None,
 ) -> Server:
     """A server over ``repository`` (ports file and log in ``workdir``), ready with ``models``;
     ``nofile`` sets its RLIMIT_NOFILE right after the start, as ``ulimit -n`` would (accept()
-    is what runs out). ``timeout``: for the ports, then for the models' readiness."""
+    is what runs out). ``timeout``: for the ports, then for the models' readiness. ``env``:
+    variables set for the server (``PYTHONPATH`` of another source tree for an A/B)."""
     workdir.mkdir(parents=True, exist_ok=True)
-    server = Server(repository, workdir, tuple(args), start_timeout=max(timeout, START_TIMEOUT))
+    server = Server(
+        repository, workdir, tuple(args), start_timeout=max(timeout, START_TIMEOUT), env=env
+    )
     try:
         if nofile is not None:
             resource.prlimit(server.pid, resource.RLIMIT_NOFILE, (nofile, nofile))

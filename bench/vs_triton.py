@@ -16,6 +16,12 @@ Server CPU per inference: utime+stime of the server process and of its children 
 stubs, Triton's and tritium's alike) from /proc over the perf_analyzer run, divided by the
 model's success count from the statistics extension over the same run.
 
+``--baseline-src DIR``: also serves the same repositories with the tritium of another source
+tree (``git worktree add DIR <commit>``, then ``python setup.py build_ext --inplace`` in DIR for
+its compiled build; it runs with ``PYTHONPATH=DIR/src``) as a third side, ``tritium-base``,
+alternated with the others in every round: the report's ``÷ base`` column is this tree's
+throughput over that tree's, per round (an A/B of two commits against the same Triton).
+
 Triton and perf_analyzer come from ../shared/triton/setup.sh (``TRITON_DIR``, default
 /tmp/triton-ref); without them the bench says so and exits 0. Writes
 bench/results/vs-triton.md and .json.
@@ -277,8 +283,9 @@ def run_rounds(scripts: Path, sides: list[Side], rows: list[Row], args: argparse
                report: Report) -> None:  # fmt: skip
     for round_ in range(1, args.rounds + 1):
         for row in rows:
-            # Alternate which server goes first from one round to the next.
-            order = sides if round_ % 2 else [sides[1], sides[0], *sides[2:]]
+            # Rotate which server goes first from one round to the next.
+            shift = (round_ - 1) % len(sides)
+            order = sides[shift:] + sides[:shift]
             for side in order:
                 m = measure(scripts, side, row, round_, args.interval)
                 report.measures.append(m)
@@ -305,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="comma-separated row keys")
     parser.add_argument("--no-onnx", action="store_true", help="skip tritium's ONNX rows")
     parser.add_argument("--out", default=str(RESULTS / "vs-triton"), help="results path stem")
+    parser.add_argument("--baseline-src", type=Path, default=None,
+                        help="another tritium source tree, a third side (A/B)")  # fmt: skip
     args = parser.parse_args(argv)
     scripts = shared_scripts()
     if scripts is None or not triton_installed():
@@ -331,18 +340,28 @@ def run_servers(
 ) -> None:
     python_repo, onnx_repo = repositories(work)
     triton = Triton(scripts, python_repo, work / "triton.log")
-    ours = None
+    ours = base = None
+    models = ["simple_py", "simple_py_dyn", "simple_onnx"]
+    onnx = ["--model-repository", str(onnx_repo)]
     try:
-        ours = start_ready(python_repo, work / "tritium", ["--model-repository", str(onnx_repo)],
-                           models=["simple_py", "simple_py_dyn", "simple_onnx"])  # fmt: skip
+        ours = start_ready(python_repo, work / "tritium", onnx, models=models)
+        if args.baseline_src is not None:
+            env = {"PYTHONPATH": str(args.baseline_src.resolve() / "src")}
+            base = start_ready(python_repo, work / "base", onnx, models=models, env=env)
         triton.wait_ready(["simple_py", "simple_py_dyn"])
         sides = [
             Side("triton", triton.pid, triton.url("http"), triton.url("grpc"), "simple_py"),
             Side("tritium", ours.pid, ours.http_url, ours.grpc_url, "simple_py"),
         ]
+        if base is not None:
+            sides.append(Side("tritium-base", base.pid, base.http_url, base.grpc_url,
+                              "simple_py"))  # fmt: skip
         if not args.no_onnx:
             sides.append(Side("tritium-onnx", ours.pid, ours.http_url, ours.grpc_url,
                               "simple_onnx"))  # fmt: skip
+            if base is not None:
+                sides.append(Side("tritium-base-onnx", base.pid, base.http_url, base.grpc_url,
+                                  "simple_onnx"))  # fmt: skip
         run_rounds(scripts, sides, rows, args, report)
     finally:
         if triton.proc.poll() is not None:
@@ -350,8 +369,9 @@ def run_servers(
         if ours is not None and ours.proc.poll() is not None:
             report.server_logs["tritium"] = ours.log_tail(15)
         triton.stop()
-        if ours is not None:
-            ours.stop()
+        for server in (ours, base):
+            if server is not None:
+                server.stop()
 
 
 def _tail(path: Path, lines: int = 15) -> str:

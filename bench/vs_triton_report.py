@@ -104,6 +104,30 @@ def _cpu(ms: list[Measure]) -> str:
     return f"{total:.0f} ({_mean([m.stub_us_per_inf for m in ok]):.0f})"
 
 
+def _ab_table(by: dict[tuple[str, str], list[Measure]], rows: list[Row]) -> list[str]:
+    """With ``--baseline-src``: this tree against the other, per row (throughput ratio per
+    round, p50 ratio, server CPU per inference of each), for the Python and the ONNX models."""
+    if not any(side == "tritium-base" for side, _ in by):
+        return []
+    lines = [
+        "",
+        "A/B against the baseline tree (`tritium-base`, same rounds): throughput ÷ base per "
+        "round (range), p50 ÷ base, CPU µs/inf this tree / base.",
+        "",
+        "| row | Python ÷ base | p50 ÷ base | CPU this / base | ONNX ÷ base "
+        "| ONNX CPU this / base |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for row in rows:
+        p, b = by.get(("tritium", row.key), []), by.get(("tritium-base", row.key), [])
+        o, ob = by.get(("tritium-onnx", row.key), []), by.get(("tritium-base-onnx", row.key), [])
+        lines.append(
+            f"| {row.title} | {_ratio(p, b)} | {_p50_ratio(p, b)} | {_cpu(p)} / {_cpu(b)} | "
+            f"{_ratio(o, ob)} | {_cpu(o)} / {_cpu(ob)} |"
+        )
+    return lines
+
+
 def _batches(theirs: list[Measure], ours: list[Measure]) -> str:
     a = _mean([m.batch_mean for m in theirs if not m.error and m.batch_mean])
     b = _mean([m.batch_mean for m in ours if not m.error and m.batch_mean])
@@ -144,6 +168,7 @@ def markdown(report: Report, rows: list[Row]) -> str:
             f"{_cell(o, c1)} | "
             f"{_ratio(o, p)} | {_cpu(o)} |"
         )
+    lines += _ab_table(by, rows)
     notes = [m for m in report.measures if m.note]
     if notes:
         lines += ["", "Notes:", *(f"- {m.side} {m.row} r{m.round}: {m.note}" for m in notes)]
