@@ -26,7 +26,7 @@ class ShmRef:
     offset: int
     byte_size: int
 
-    def __reduce__(self) -> tuple[Any, ...]:  # compiled: unpickling cannot set frozen fields
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by its fields: docs/compiled-code.md
         return (ShmRef, (self.region, self.offset, self.byte_size))
 
 
@@ -56,7 +56,7 @@ class Tensor:
         shape = self.shape if shape is None else shape
         return Tensor(self.name, self.datatype, shape, data, self.parameters, self.shm)
 
-    def __reduce__(self) -> tuple[Any, ...]:  # docs/compiled-code.md: pickled by its fields
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by its fields: docs/compiled-code.md
         fields = (self.name, self.datatype, self.shape, self.data, self.parameters, self.shm)
         return (Tensor, fields)
 
@@ -102,7 +102,7 @@ class RequestOptions:
     correlation_id: int | str = 0
     flags: int = 0
 
-    def __reduce__(self) -> tuple[Any, ...]:  # compiled: unpickling cannot set frozen fields
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled by its fields: docs/compiled-code.md
         return (RequestOptions, (self.priority, self.timeout_us, self.correlation_id, self.flags))
 
 

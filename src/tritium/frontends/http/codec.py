@@ -33,8 +33,7 @@ from .json_data import (
 _NO_MEMBERS: Final = "attempt to get members for non-object"
 _NOT_OBJECT: Final = "attempt to access JSON non-object as object"
 _NUMPY_JSON: Final = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
-# The members the hot paths compare with, as constants of this module (``DataType.X`` is a
-# lookup of the class and of its attribute on each use in the compiled build).
+# The members the hot paths compare with, as Final constants (docs/compiled-code.md).
 _BOOL: Final = DataType.BOOL
 _BYTES: Final = DataType.BYTES
 _FP16: Final = DataType.FP16
