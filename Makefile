@@ -70,11 +70,12 @@ serve: models $(VENV)/.native
 test: $(VENV)/.installed $(VENV)/.native interop-deps ops-deps browser-deps cluster-deps h2load-deps
 	$(PY) -m pytest $(ARGS)
 
-# The pure-Python build's smoke run (about a minute): the same install with
+# The pure-Python build's run (a couple of minutes): the same install with
 # TRITIUM_PURE_PYTHON=1, under which every compiled module is imported from its .py
-# (tritium/__init__.py; tests/unit/test_native.py checks that none is compiled then).
-PURE_SMOKE := tests/unit/test_native.py tests/integration/test_infer.py \
-	tests/integration/test_grpc_http2.py tests/integration/test_dynamic_batching.py
+# (tritium/__init__.py; tests/unit/test_native.py checks that none is compiled then): all of
+# tests/unit and an integration smoke over HTTP and gRPC (docs/compiled-code.md).
+PURE_SMOKE := tests/unit tests/integration/test_infer.py tests/integration/test_grpc_http2.py \
+	tests/integration/test_dynamic_batching.py
 test-pure: $(VENV)/.installed $(VENV)/.native
 	TRITIUM_PURE_PYTHON=1 $(PY) -m pytest -q $(PURE_SMOKE) $(ARGS)
 

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from tritium import is_compiled
 from tritium.errors import ServerError
 from tritium.frontends.grpc import codec, wire
 from tritium.types import ClientRequest
@@ -52,19 +51,13 @@ def _summary(client: ClientRequest) -> Any:
     )
 
 
-@pytest.fixture
-def simple_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reader on whatever the build (the server uses it only when compiled)."""
-    monkeypatch.setattr(codec, "SIMPLE_PARSER", True)
-
-
 def _same(raw: bytes, forwarded: dict[str, str] | None = None) -> Any:
     full = _outcome(lambda r, f: codec.decode_message(r, f)[1], raw, forwarded)
     assert _outcome(codec.decode_infer, raw, forwarded) == full
     return full
 
 
-def test_the_common_message_is_read_from_its_bytes(simple_parser: None) -> None:
+def test_the_common_message_is_read_from_its_bytes() -> None:
     msg = _request(model_version="3", id="req-1")
     msg.outputs.add(name="OUTPUT0")
     raw = _with_inputs(msg)
@@ -97,7 +90,7 @@ def _typed_contents(msg: pb.ModelInferRequest) -> None:
 @pytest.mark.parametrize(
     "change", [_request_parameter, _input_parameter, _output_parameter, _typed_contents]
 )
-def test_other_messages_go_to_protobuf(simple_parser: None, change: Any) -> None:
+def test_other_messages_go_to_protobuf(change: Any) -> None:
     msg = _request()
     _with_inputs(msg)
     change(msg)
@@ -106,7 +99,7 @@ def test_other_messages_go_to_protobuf(simple_parser: None, change: Any) -> None
     _same(raw)
 
 
-def test_unknown_fields_bad_text_and_bad_bytes_go_to_protobuf(simple_parser: None) -> None:
+def test_unknown_fields_bad_text_and_bad_bytes_go_to_protobuf() -> None:
     raw = _with_inputs(_request())
     unknown = raw + bytes([15 << 3 | 0, 1])  # field 15, a varint
     bad_text = bytes([1 << 3 | 2, 2, 0xFF, 0xFE]) + raw  # model_name not UTF-8
@@ -116,7 +109,7 @@ def test_unknown_fields_bad_text_and_bad_bytes_go_to_protobuf(simple_parser: Non
         _same(message)
 
 
-def test_what_protobuf_refuses_after_parsing_is_refused_alike(simple_parser: None) -> None:
+def test_what_protobuf_refuses_after_parsing_is_refused_alike() -> None:
     cases = []
     msg = _request()
     tensor = msg.inputs.add(name="INPUT0", datatype="INT32")
@@ -142,9 +135,7 @@ def test_what_protobuf_refuses_after_parsing_is_refused_alike(simple_parser: Non
         assert outcome[0] == "error"
 
 
-def test_singular_fields_keep_the_last_and_dimensions_come_packed_or_not(
-    simple_parser: None,
-) -> None:
+def test_singular_fields_keep_the_last_and_dimensions_come_packed_or_not() -> None:
     raw = _with_inputs(_request())
     again = raw + _request(model="other", id="x").SerializeToString()
     assert _same(again)[0:3] == ("other", -1, "x")
@@ -165,7 +156,7 @@ def test_singular_fields_keep_the_last_and_dimensions_come_packed_or_not(
     assert _same(unpacked) == _same(packed)
 
 
-def test_mutated_messages_decode_as_protobuf_decodes_them(simple_parser: None) -> None:
+def test_mutated_messages_decode_as_protobuf_decodes_them() -> None:
     msg = _request(model_version="1", id="abc")
     msg.outputs.add(name="OUTPUT0")
     raw = _with_inputs(msg)
@@ -188,6 +179,12 @@ def test_mutated_messages_decode_as_protobuf_decodes_them(simple_parser: None) -
     assert taken > 0  # some mutations still are messages of the common shape
 
 
-def test_the_reader_runs_where_the_code_is_compiled() -> None:
-    """Compiled, the reader is the faster; interpreted, protobuf's C parser is."""
-    assert codec.SIMPLE_PARSER == is_compiled(codec)
+def test_the_reader_runs_in_both_builds() -> None:
+    """One ModelInfer parser whatever the build (docs/compiled-code.md): the common message's
+    tensors are views of the request's own bytes (protobuf's path copies each raw content)."""
+    raw = _with_inputs(_request())
+    whole = np.frombuffer(raw, np.uint8)
+    client = codec.decode_infer(raw)
+    assert all(np.shares_memory(t.data, whole) for t in client.inputs)
+    copied = codec.decode_message(raw)[1]
+    assert not any(np.shares_memory(t.data, whole) for t in copied.inputs)

@@ -1,11 +1,11 @@
 """The value objects --workers forwards between processes (workers/forward.py pickles them)
-survive a pickle round trip, on the compiled build too: mypyc's own unpickling of a compiled
-frozen dataclass would set its fields, which the frozen ``__setattr__`` refuses."""
+survive a pickle round trip, on the compiled build too: each pickles by its fields
+(``__reduce__``: mypyc's own unpickling would set a ``Final`` field, which a compiled class
+refuses)."""
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import pickle
 
 import numpy as np
@@ -54,21 +54,26 @@ def test_a_response_and_the_options_round_trip() -> None:
     assert pickle.loads(pickle.dumps(options)) == options
 
 
-def test_the_written_out_constructors_keep_the_dataclasses_behaviour() -> None:
-    """types.py writes out the __init__ of its hot dataclasses (compiled, unlike the
-    generated ones): defaults are fresh per instance, replace() works, a ClientRequest
-    stays frozen."""
+def test_the_value_classes_constructors() -> None:
+    """types.py's value classes are slotted classes with one constructor each (compiled
+    alike in both builds, docs/compiled-code.md): defaults are fresh per instance, a copy
+    with other data or parameters keeps the rest, no attribute outside the fields."""
     first, second = _tensor("A"), Tensor("B", DataType.INT32, (1,), np.zeros(1, np.int32))
     assert second.parameters == {} and second.shm is None
     assert Tensor("C", DataType.INT32, (1,), second.data).parameters is not second.parameters
+    reshaped = first.with_data(first.data.reshape(4), (4,))
+    assert (reshaped.name, reshaped.shape, reshaped.shm) == ("A", (4,), first.shm)
+    assert first.with_data(second.data).shape == first.shape
     assert RequestedOutput("O").parameters == {} and RequestedOutput("O") == RequestedOutput("O")
+    assert RequestedOutput("O") != RequestedOutput("O", {"x": 1})
     request = ClientRequest("m", inputs=(first,))
     assert (request.model_version, request.id, request.outputs, dict(request.parameters)) == (
         -1, "", (), {},
     )
-    assert dataclasses.replace(request, id="r2").id == "r2"
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        request.id = "changed"  # type: ignore[misc]
+    other = request.with_parameters({"p": 1})
+    assert dict(other.parameters) == {"p": 1} and other.inputs is request.inputs
+    with pytest.raises(AttributeError):
+        request.extra = 1  # type: ignore[attr-defined]
     response = InferenceResponse("m", "1")
     assert response.outputs == [] and response.parameters == {} and response.error is None
     assert InferenceResponse("m", "1").outputs is not response.outputs

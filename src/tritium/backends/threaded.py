@@ -49,8 +49,7 @@ _Work = tuple[asyncio.AbstractEventLoop, asyncio.Future[_Done], list[list[Infere
 class ThreadedInstance:
     """One framework session with its own thread; the event loop hands it work."""
 
-    # Class attributes that subclasses set (ClassVar: compiled, a plain one would be an
-    # instance field whose default an interpreted subclass could not override).
+    # Class attributes that subclasses set (ClassVar: docs/compiled-code.md).
     failure: ClassVar[str] = "execute failure"  # the prefix of an execution error
     # Whether a ServerError raised by ``_run`` (the backend's own checks) reaches the client
     # with its own kind and text; otherwise every exception is INTERNAL with ``failure``.
@@ -68,7 +67,7 @@ class ThreadedInstance:
         self._settled = self._policy.settled()
         self._inline_runs = 0
         self._work: queue.SimpleQueue[_Work | None] = queue.SimpleQueue()
-        # (Not ``_thread``: compiled, the field would be C's ``__thread``, a GCC keyword.)
+        # (Not ``_thread``: a C keyword, docs/compiled-code.md.)
         self._runner = threading.Thread(
             target=self._serve, name=f"{thread_prefix}-{name}", daemon=True
         )

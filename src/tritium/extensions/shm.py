@@ -17,7 +17,6 @@ the object's current size (``fstat``) every time a request uses it (see ``ShmReg
 from __future__ import annotations
 
 import mmap
-from dataclasses import replace
 import os
 import stat
 from math import prod
@@ -248,7 +247,7 @@ class SharedMemoryManager:
             if ref is None:
                 continue
             data = _array(tensor, self._acquire(request, ref), request.model_name)
-            tensors[index] = replace(tensor, data=data)
+            tensors[index] = tensor.with_data(data)
 
     def check_outputs(self, request: InferenceRequest) -> None:
         """Fail early when a requested output names a region that is not there."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 import enum
 import logging
 from collections import Counter
@@ -143,7 +142,7 @@ class Model:
             if check.reshape is not None:
                 new_shape = ((shape[0],) if max_batch else ()) + check.reshape
                 data = tensor.data.reshape(new_shape)
-                tensors[index] = replace(tensor, shape=data.shape, data=data)
+                tensors[index] = tensor.with_data(data, data.shape)
             if not check.optional:
                 seen += 1
         if seen != self._required:

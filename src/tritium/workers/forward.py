@@ -26,7 +26,6 @@ import pickle
 import socket
 import struct
 import zlib
-from dataclasses import replace
 from typing import Any
 
 from ..errors import ServerError, unavailable
@@ -139,7 +138,7 @@ class SequenceOwner:
             if writer.is_closing():
                 return
             error = None if response is None or response.error is None else response.error
-            sent = None if response is None else replace(response, error=None)
+            sent = None if response is None else _without_error(response)
             _write(writer, ("response", ident, sent, None if error is None else error_doc(error),
                             final))
 
@@ -245,3 +244,9 @@ async def _connect(address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWr
 
 def _failed(request: InferenceRequest, why: str) -> InferenceResponse:
     return InferenceResponse(request.model_name, "", request.id, error=unavailable(why))
+
+
+def _without_error(response: InferenceResponse) -> InferenceResponse:
+    """The response with its error left out (the error travels as a document: error_doc)."""
+    fields = (response.model_name, response.model_version, response.id, response.outputs)
+    return InferenceResponse(*fields, response.parameters)

@@ -32,11 +32,6 @@ from .wire import (
     simple_request,
 )
 
-# The ModelInferRequest reader of wire.py's own (``simple_request``) runs where it is compiled
-# (the modules are compiled all together or none: tritium/__init__.py); interpreted,
-# protobuf's C parser is the faster.
-SIMPLE_PARSER = not __file__.endswith(".py")
-
 # Typed `contents` field for each datatype (FP16 and BF16 have none: raw bytes only).
 _CONTENTS_FIELD = {
     DataType.BOOL: "bool_contents",
@@ -72,7 +67,7 @@ def decode_infer(raw: bytes, forwarded: dict[str, str] | None = None) -> ClientR
     """``decode_message(raw, forwarded)[1]``: a small message of the common shape
     (``wire.simple_request``) straight from its bytes, any other (or one that is wrong in any
     way) through protobuf, which then gives the error."""
-    if SIMPLE_PARSER and len(raw) < RAW_VIEWS_FROM:
+    if len(raw) < RAW_VIEWS_FROM:
         fields = simple_request(raw)
         if fields is not None:
             client = _simple_client(fields, forwarded)

@@ -236,8 +236,7 @@ def simple_request(raw: bytes) -> SimpleRequest | None:
     perf_analyzer and most clients send), read straight from its bytes; None for any other
     message (parameters, typed contents, an unknown field, text that is not UTF-8, bytes that
     do not parse): protobuf decodes that one (``parse_request``), and its errors are the
-    answer. Only when compiled (``SIMPLE_PARSER``): interpreted, protobuf's C parser is the
-    faster."""
+    answer. The same reader in both builds (docs/compiled-code.md)."""
     end = len(raw)
     pos = 0
     texts = ["", "", ""]

@@ -7,7 +7,6 @@ import asyncio
 import base64
 import logging
 import time
-from dataclasses import replace
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 from urllib.parse import unquote
@@ -412,7 +411,7 @@ class HttpApp:
         found = forwarded_parameters(self._forward, headers)
         if not found:
             return inference
-        return replace(inference, parameters={**inference.parameters, **found})
+        return inference.with_parameters({**inference.parameters, **found})
 
 
 def _named_repository(request: HttpRequest) -> HttpResponse:

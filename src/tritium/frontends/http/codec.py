@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 import numpy as np
@@ -34,24 +33,21 @@ from .json_data import (
 _NO_MEMBERS: Final = "attempt to get members for non-object"
 _NOT_OBJECT: Final = "attempt to access JSON non-object as object"
 _NUMPY_JSON: Final = {DataType.FP16, DataType.BF16, DataType.BYTES}  # need .tolist()/decoding
-# The members the hot paths compare with, as constants of this module (``DataType.X`` is a
-# lookup of the class and of its attribute on each use in the compiled build).
+# The members the hot paths compare with, as Final constants (docs/compiled-code.md).
 _BOOL: Final = DataType.BOOL
 _BYTES: Final = DataType.BYTES
 _FP16: Final = DataType.FP16
 _BF16: Final = DataType.BF16
 
 
-@dataclass(slots=True)
 class OutputPlan:
     """How the client wants outputs encoded: binary by default or per output."""
 
-    binary_default: bool = False
-    binary: dict[str, bool] = field(default_factory=dict)
+    __slots__ = ("binary_default", "binary")
 
     def __init__(self, binary_default: bool = False, binary: dict[str, bool] | None = None) -> None:
-        self.binary_default = binary_default  # compiled (the dataclass's own runs interpreted)
-        self.binary = {} if binary is None else binary
+        self.binary_default = binary_default
+        self.binary: dict[str, bool] = {} if binary is None else binary
 
 
 def _json_error(exc: Exception) -> Exception:

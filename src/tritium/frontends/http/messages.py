@@ -6,7 +6,7 @@ from __future__ import annotations
 import gzip
 import zlib
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
@@ -34,34 +34,29 @@ REASONS = {
 }
 
 
-@dataclass(slots=True)
 class HttpRequest:
-    method: str
-    path: str  # the request target as sent, query string included
-    headers: dict[bytes, bytes]  # names lower-cased; a repeated header keeps its last value
-    body: bytes | bytearray  # a large body is gathered into a bytearray as it arrives
-    peer: str = ""  # the client's address, "host:port" ("" when unknown)
-    # Who access control admitted (set by access.HttpGuard): a token's name, the name of the
-    # restricted-API header that let it in; for the access log, never their values.
-    identity: str | None = None
-    api_key: str | None = None
-    params: dict[str, str] = field(default_factory=dict)  # captured by the route's pattern
-    # (first byte, last byte) read times, perf_counter_ns, when tracing is on (HTTP_RECV_*)
-    received: tuple[int, int] | None = None
+    __slots__ = (
+        "method",
+        "path",
+        "headers",
+        "body",
+        "peer",
+        "identity",
+        "api_key",
+        "params",
+        "received",
+    )
 
-    # Written out: the dataclass's generated __init__ would run interpreted even in the
-    # compiled build (mypyc leaves generated methods to the dataclasses module); this one is
-    # compiled (as types.Tensor's).
-    def __init__(  # noqa: PLR0913  # the dataclass's fields
+    def __init__(  # noqa: PLR0913  # its fields
         self,
         method: str,
-        path: str,
-        headers: dict[bytes, bytes],
-        body: bytes | bytearray,
-        peer: str = "",
+        path: str,  # the request target as sent, query string included
+        headers: dict[bytes, bytes],  # names lower-cased; a repeated header keeps its last value
+        body: bytes | bytearray,  # a large body is gathered into a bytearray as it arrives
+        peer: str = "",  # the client's address, "host:port" ("" when unknown)
         identity: str | None = None,
         api_key: str | None = None,
-        params: dict[str, str] | None = None,
+        params: dict[str, str] | None = None,  # captured by the route's pattern
         received: tuple[int, int] | None = None,
     ) -> None:
         self.method = method
@@ -69,40 +64,37 @@ class HttpRequest:
         self.headers = headers
         self.body = body
         self.peer = peer
+        # Who access control admitted (set by access.HttpGuard): a token's name, the name of
+        # the restricted-API header that let it in; for the access log, never their values.
         self.identity = identity
         self.api_key = api_key
-        self.params = {} if params is None else params
+        self.params: dict[str, str] = {} if params is None else params
+        # (first byte, last byte) read times, perf_counter_ns, when tracing is on (HTTP_RECV_*)
         self.received = received
 
 
-@dataclass(slots=True)
 class HttpResponse:
-    status: int = 200
-    body: list[Any] = field(default_factory=list)  # bytes-like parts
-    content_type: bytes | None = b"application/json"
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
-    # Whether the body may be compressed when the client accepts it. Triton compresses
-    # inference responses only: tritonclient's aio client reads every other answer as plain
-    # JSON, whatever Accept-Encoding aiohttp sent.
-    compressible: bool = False
-    # Told (start, end) perf_counter_ns of the write once the response is written, or (0, 0)
-    # when it cannot be (a traced inference's HTTP_SEND_* stamps).
-    on_sent: Callable[[int, int], None] | None = None
+    __slots__ = ("status", "body", "content_type", "headers", "compressible", "on_sent")
 
     def __init__(
         self,
         status: int = 200,
-        body: list[Any] | None = None,
+        body: list[Any] | None = None,  # bytes-like parts
         content_type: bytes | None = b"application/json",
         headers: list[tuple[bytes, bytes]] | None = None,
         compressible: bool = False,
         on_sent: Callable[[int, int], None] | None = None,
     ) -> None:
-        self.status = status  # compiled, as HttpRequest's
-        self.body = [] if body is None else body
+        self.status = status
+        self.body: list[Any] = [] if body is None else body
         self.content_type = content_type
-        self.headers = [] if headers is None else headers
+        self.headers: list[tuple[bytes, bytes]] = [] if headers is None else headers
+        # Whether the body may be compressed when the client accepts it. Triton compresses
+        # inference responses only: tritonclient's aio client reads every other answer as
+        # plain JSON, whatever Accept-Encoding aiohttp sent.
         self.compressible = compressible
+        # Told (start, end) perf_counter_ns of the write once the response is written, or
+        # (0, 0) when it cannot be (a traced inference's HTTP_SEND_* stamps).
         self.on_sent = on_sent
 
 

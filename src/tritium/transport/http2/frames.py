@@ -14,7 +14,7 @@ Buffer = bytes | bytearray | memoryview
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # the client connection preface
 
-# Final: compiled code inlines them (a plain global is a dict lookup on every use)
+# Final: constants on the hot path (docs/compiled-code.md)
 DATA: Final = 0x0
 HEADERS: Final = 0x1
 PRIORITY: Final = 0x2
