@@ -61,6 +61,7 @@ from .request import (
     InferenceRequest,
     ResponseCallback,
     ResponseSender,
+    ServedModel,
     TracedRequest,
 )
 from .tracing import Trace, TraceManager, parse_update
@@ -589,7 +590,7 @@ class InferenceServer:
             request.traced(trace, model.version)
         if access is not None:
             access.request = request
-        request.model = model
+        request.model = model.served
         request.model_version = model.version  # the version that serves it, from now on
         request.decoupled = model.spec.decoupled
         request.stats = model.stats
@@ -609,7 +610,7 @@ class InferenceServer:
         model = request.model
         assert model is not None  # resolved by request()
         cluster = self.cluster
-        if cluster is not None and model.spec.sequence is not None and request.parent is None:
+        if cluster is not None and model.sequence and request.parent is None:
             owner = cluster.sequence_owner(request.options.correlation_id)
             if owner is not None:  # --workers: another worker keeps this sequence's state
                 self._forward(cluster, owner, request, sender)
@@ -639,7 +640,7 @@ class InferenceServer:
                 return
             if self._cache is not None and self._from_cache(self._cache, model, request):
                 return
-        model.scheduler.submit(request)
+        model.submit(request)
 
     def _forward(
         self, cluster: Cluster, owner: int, request: InferenceRequest, sender: ResponseSender
@@ -722,7 +723,7 @@ class InferenceServer:
             raise
 
     @staticmethod
-    def _from_cache(cache: ResponseCache, model: Model, request: InferenceRequest) -> bool:
+    def _from_cache(cache: ResponseCache, model: ServedModel, request: InferenceRequest) -> bool:
         """Answer from the response cache when the same request was answered before;
         otherwise remember the key, so the response is stored when it comes."""
         started = time.perf_counter_ns()
@@ -743,7 +744,7 @@ class InferenceServer:
         return True
 
     def _remote_lookup(
-        self, cache: RedisResponseCache, model: Model, request: InferenceRequest
+        self, cache: RedisResponseCache, model: ServedModel, request: InferenceRequest
     ) -> None:
         """Look the request up in Redis in a task; the answer or the scheduler follows."""
         task = asyncio.get_running_loop().create_task(self._answer_remote(cache, model, request))
@@ -752,7 +753,7 @@ class InferenceServer:
 
     @staticmethod
     async def _answer_remote(
-        cache: RedisResponseCache, model: Model, request: InferenceRequest
+        cache: RedisResponseCache, model: ServedModel, request: InferenceRequest
     ) -> None:
         started = time.perf_counter_ns()
         key = cache_key(request)
@@ -768,7 +769,7 @@ class InferenceServer:
             return
         request.cache_key = key
         try:
-            model.scheduler.submit(request)
+            model.submit(request)
         except Exception as exc:  # e.g. the version went away while Redis answered
             log.warning("request for %s after a cache miss: %s", request.model_name, exc)
             request.sender.send(

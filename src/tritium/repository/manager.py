@@ -17,7 +17,7 @@ from typing import Any
 from ..backends import find_backend, unknown_backend
 from ..backends.base import Backend, LoadContext
 from ..errors import ServerError, invalid_arg, not_found, unavailable
-from .model import Model, ModelState
+from .model import Model, ModelState, VersionSettings
 from ..metrics.settings import MetricsSettings
 from ..logs.settings import about_model
 from ..scheduling.ensemble import Dispatch
@@ -549,14 +549,19 @@ class ModelRepositoryManager:
                     entry.state, entry.reason = ModelState.UNAVAILABLE, reason
                     return
         try:
-            entry.model = Model(
-                spec, version, instances, self._dispatch, self.limiter, self.sequence_backlog
+            settings = VersionSettings(
+                self._dispatch,
+                self.limiter,
+                self.sequence_backlog,
+                self.metrics,
+                self._unload_timeout,
             )
-            entry.model.namespace = record.namespace
-            if files is not None:  # the response cache's generation of this version
-                entry.model.generation = model_generation(
-                    spec.config.SerializeToString(deterministic=True), files
-                )
+            generation = (  # the response cache's generation of this version
+                model_generation(spec.config.SerializeToString(deterministic=True), files)
+                if files is not None
+                else b""
+            )
+            entry.model = Model(spec, version, instances, settings, record.namespace, generation)
         except ServerError as exc:  # the rate limiter's resource counts cannot serve it
             await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
             entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
