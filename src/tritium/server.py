@@ -50,7 +50,7 @@ from .extensions.shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
 from .repository.control import ModelControl
 from .repository.layout import repository_problem
-from .repository.manager import ModelRepositoryManager, RepositoryLayout
+from .repository.manager import ModelRepositoryManager, RepositoryLayout, VersionSettings
 from .repository.names import check_load_keys, check_model_name
 from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
@@ -199,6 +199,7 @@ class InferenceServer:
         self.logging = _log_settings(options)
         self._model_levels = ModelLogLevels(self.logging.model_levels())
         observability = Observability(self.custom_metrics, self._model_levels)
+        self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository = ModelRepositoryManager(
             list(options.repository.paths),
             # python: BLS requests come back to self
@@ -208,8 +209,6 @@ class InferenceServer:
                     "onnxruntime": (backends.onnxruntime_default_max_batch_size,),
                 }
             ),
-            dispatch=self,  # an ensemble's steps come back through request() and submit()
-            unload_timeout=options.exit_timeout_secs,
             layout=RepositoryLayout(
                 auto_complete=options.repository.auto_complete_config,
                 load_threads=options.repository.load_thread_count,
@@ -217,14 +216,20 @@ class InferenceServer:
                 load_retries=options.repository.load_retry_count,
                 namespacing=options.repository.namespacing,
             ),
-        )
-        self.repository.sequence_backlog = options.repository.sequence_backlog_limit
-        if options.rate_limit.mode == "execution_count":
-            self.repository.limiter = RateLimiter(options.rate_limit.resources)
-        self.repository.metrics = replace(
-            options.metrics.settings,
-            response_cache=options.response_cache_size > 0
-            or options.response_cache_redis is not None,
+            settings=VersionSettings(
+                dispatch=self,  # an ensemble's steps come back through request() and submit()
+                limiter=RateLimiter(options.rate_limit.resources)
+                if options.rate_limit.mode == "execution_count"
+                else None,
+                sequence_backlog=options.repository.sequence_backlog_limit,
+                metrics=replace(
+                    options.metrics.settings,
+                    response_cache=options.response_cache_size > 0
+                    or options.response_cache_redis is not None,
+                ),
+                unload_timeout=options.exit_timeout_secs,
+            ),
+            on_change=self.readiness.changed,
         )
         self.control = ModelControl(
             self.repository,
@@ -247,8 +252,6 @@ class InferenceServer:
         self._live = False
         self._accepting = False
         self._draining = False  # a signal came: not ready, requests still served (begin_shutdown)
-        self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
-        self.repository.on_change = self.readiness.changed
         self.cluster: Cluster | None = None  # --workers N: set by the worker's member
         self._inflight = 0  # inferences submitted and not finished (also in loop_spin.ACTIVE)
         # the same per model version, for Triton's shutdown lines ("Model 'm' (version 1) has

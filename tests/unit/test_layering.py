@@ -203,19 +203,12 @@ def test_layers_name_every_unit() -> None:
     assert sum(len(units) for units in LAYERS) == len(LAYER_OF)  # each in one layer
 
 
-# Imports that still go up (type-only ones: ``if TYPE_CHECKING:``), each with its reason;
-# (importing file, unit it imports). Empty is the goal: a type-only import up is a cycle too.
-UPWARD_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("access/policy.py", "options"): "build_access reads ServerOptions (composition-root code)",
-}
-
-
 def _unit_imports(path: Path) -> set[str]:
-    """The other units ``path`` imports, type-only imports (``if TYPE_CHECKING:``) included,
-    but not those listed in UPWARD_EXCEPTIONS."""
-    own, name = _unit(path), str(path.relative_to(SRC))
+    """The other units ``path`` imports, type-only imports (``if TYPE_CHECKING:``) included:
+    a type-only import up the layers is a cycle between packages too."""
+    own = _unit(path)
     targets = {_target_unit(path, *found) for found in _imports(path)}
-    return {t for t in targets if t and t != own and (name, t) not in UPWARD_EXCEPTIONS}
+    return {t for t in targets if t and t != own}
 
 
 @pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: str(p.relative_to(SRC)))
@@ -229,12 +222,11 @@ def test_imports_only_go_down_the_layers(path: Path) -> None:
         )
 
 
-def test_upward_exceptions_are_still_needed() -> None:
-    """An exception whose import is gone leaves the list (so it only shrinks)."""
-    for name, unit in UPWARD_EXCEPTIONS:
-        path = SRC / name
-        targets = {_target_unit(path, *found) for found in _imports(path)}
-        assert unit in targets, f"{name} no longer imports {unit}: drop the exception"
+def test_type_only_imports_count() -> None:
+    """request.py imports the tracing package's Trace only under ``if TYPE_CHECKING:``."""
+    request = SRC / "request.py"
+    runtime = {_target_unit(request, *found) for found in _runtime_imports(request)}
+    assert "tracing" in _unit_imports(request) and "tracing" not in runtime
 
 
 def test_no_cycle_between_packages() -> None:
