@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .access.policy import Restriction
+from .access.settings import AccessOptions as AccessOptions  # the access package's own
 from .metrics.settings import MetricsSettings
 from .tracing import TraceConfig
 
@@ -134,18 +134,6 @@ class RepositoryOptions:
     # Sequences a sequence model's backlog holds while they wait for a slot (tritium's bound;
     # 0: none, as Triton): a new sequence beyond it is UNAVAILABLE (scheduling/sequence_slots.py).
     sequence_backlog_limit: int = 1024
-
-
-@dataclass(frozen=True, slots=True)
-class AccessOptions:
-    """Access control and audit (access/): Triton's restricted API groups, tritium's bearer
-    tokens, audit log and per-client in-flight bound."""
-
-    http_restrictions: tuple[Restriction, ...] = ()
-    grpc_restrictions: tuple[Restriction, ...] = ()
-    auth_token_file: str = ""  # "" = no tokens required
-    audit_log: str = ""  # "" = no audit log
-    max_inflight_per_client: int = 0  # 0: unbounded
 
 
 @dataclass(frozen=True, slots=True)

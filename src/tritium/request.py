@@ -22,22 +22,67 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from mypy_extensions import mypyc_attr
 
+from .datatypes import DataType
 from .errors import ErrorKind, ServerError, internal
 from .metrics.stats import ModelStats
 from .types import ClientRequest, InferenceResponse, RequestedOutput, RequestOptions, Tensor
+from .validation import Validator
 
 if TYPE_CHECKING:
-    from .extensions.classification import Classifier
-    from .extensions.shm import ShmRegion
-    from .repository.model import Model
     from .tracing import Trace
 
 ResponseCallback = Callable[[InferenceResponse | None, bool], None]
+
+
+class Classify(Protocol):
+    """The classification extension's view of a response (extensions/classification.py's
+    ``Classifier``): applied by the sender to what the client receives."""
+
+    def apply(self, response: InferenceResponse) -> None: ...
+
+
+class HeldRegion(Protocol):
+    """A shared-memory region a request holds while it uses it (extensions/shm.py's
+    ``ShmRegion``): released when the request is done."""
+
+    @property
+    def name(self) -> str: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ServedModel:
+    """What a request reads of the model version that serves it (``InferenceRequest.model``),
+    made once when the version loads (``repository/model.py``): its names, statistics, the
+    checks of its config, its scheduler's entry, and the few config values read per request.
+    Nothing here points up to the repository."""
+
+    name: str
+    version: int
+    version_str: str
+    stats: ModelStats
+    checks: Validator  # the config's per-input tables (validation.py)
+    submit: Callable[[InferenceRequest], None]  # its scheduler's entry
+    namespace: str = ""  # its repository's path under --model-namespacing
+    generation: bytes = b""  # what its response cache keys begin with (generation.py)
+    decoupled: bool = False
+    sequence: bool = False  # served by the sequence batcher
+    ensemble: bool = False
+    response_cache: bool = False  # the config's response_cache.enable
+    max_batch_size: int = 0
+    # output name -> (datatype, dims without the batch dimension), from the config
+    outputs: Mapping[str, tuple[DataType, tuple[int, ...]]] = field(default_factory=dict)
+
+    def validate(self, request: InferenceRequest) -> int:
+        """Check ``request`` against the config (``reshape`` applied); its batch size."""
+        return self.checks.validate(request.inputs, request.outputs)
 
 
 class RequestState(enum.Enum):
@@ -99,7 +144,7 @@ class InferenceRequest:
         parent: InferenceRequest | None = None,
     ) -> None:
         self.client = client
-        self.model: Model | None = None  # the version that serves it, once resolved
+        self.model: ServedModel | None = None  # the version that serves it, once resolved
         self.model_name = client.model_name
         self.model_version = client.model_version  # the serving version once resolved
         self.inputs: list[Tensor] = list(client.inputs)
@@ -117,7 +162,7 @@ class InferenceRequest:
         self.stats: ModelStats | None = None
         self.cache_key: bytes | None = None  # set on a cache miss: the response is stored
         self.cached = False  # answered from the response cache
-        self.shm_held: list[ShmRegion] | None = None  # regions in use until it is done
+        self.shm_held: list[HeldRegion] | None = None  # regions in use until it is done
         # Set by a backend while the request runs: tells the model (pb_utils is_cancelled()).
         self.on_cancel: Callable[[], None] | None = None
         # Set by a scheduler that takes a request back to run it again (the sequence batcher
@@ -130,7 +175,7 @@ class InferenceRequest:
         self.extra_outputs: tuple[str, ...] = ()
         # The classification extension: set when the client asked for classes of an output;
         # applied by the sender to what the client receives (not to the cache or a capture).
-        self.classify: Classifier | None = None
+        self.classify: Classify | None = None
 
     # -- the client's values -----------------------------------------------------------------
     @property
@@ -195,7 +240,7 @@ class InferenceRequest:
         else:
             self.state = RequestState.FAILED
         if stats is not None:
-            stats.finished(self, error is None, _failure_reason(error))
+            _record(stats, self, error)
 
     def cancel(self) -> None:
         """The client is gone: drop the request if it still waits, tell the model if it runs."""
@@ -248,7 +293,7 @@ class TracedRequest(InferenceRequest):
         assert trace is not None
         end = time.perf_counter_ns()
         start, timing, model = self.start_ns, self.timing, self.model
-        if start and timing is not None and model is not None and model.spec.ensemble is None:
+        if start and timing is not None and model is not None and not model.ensemble:
             compute_input = start + timing[0]
             compute_output = min(compute_input + timing[1], end)
             trace.stamp("COMPUTE_START", start)
@@ -369,13 +414,28 @@ def _first_response(request: InferenceRequest) -> None:
         stats.first_response.observe((time.perf_counter_ns() - request.arrival_ns) // 1_000_000)
 
 
-def _classify(classifier: Classifier, response: InferenceResponse) -> None:
+def _classify(classifier: Classify, response: InferenceResponse) -> None:
     """The client's view of a response (Triton's front-ends classify when they serialize):
     an output that cannot be classified turns the response into its error."""
     try:
         classifier.apply(response)
     except ServerError as exc:
         response.error = exc
+
+
+def _record(stats: ModelStats, request: InferenceRequest, error: Exception | None) -> None:
+    """The request's statistics once it is over (Triton's InferenceStatsAggregator)."""
+    end = time.perf_counter_ns()
+    total = end - request.arrival_ns
+    if error is not None:
+        stats.failed(total, _failure_reason(error))
+        return
+    cached = request.cached
+    stats.succeeded(total, end, cached)
+    if not cached:
+        start = request.start_ns
+        queue = start - request.arrival_ns if start else -1
+        stats.inferred(request.batch_size, queue, request.timing, end)
 
 
 def _failure_reason(error: Exception | None) -> str:

@@ -57,7 +57,7 @@ async def run(options: ServerOptions, link: WorkerLink | None = None) -> int:
         return 1
     try:
         limit = options.access.max_inflight_per_client
-        access = build_access(options, link.client_limiter(limit) if link else None)
+        access = build_access(options.access, link.client_limiter(limit) if link else None)
     except (OSError, ValueError) as exc:
         log.error("error: access control: %s", exc)
         return 1

@@ -50,7 +50,7 @@ from .extensions.shm import CUDA_UNSUPPORTED, SharedMemoryManager
 from .config.model_config import ModelConfig
 from .repository.control import ModelControl
 from .repository.layout import repository_problem
-from .repository.manager import ModelRepositoryManager, RepositoryLayout
+from .repository.manager import ModelRepositoryManager, RepositoryLayout, VersionSettings
 from .repository.names import check_load_keys, check_model_name
 from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
@@ -61,6 +61,7 @@ from .request import (
     InferenceRequest,
     ResponseCallback,
     ResponseSender,
+    ServedModel,
     TracedRequest,
 )
 from .tracing import Trace, TraceManager, parse_update
@@ -198,6 +199,7 @@ class InferenceServer:
         self.logging = _log_settings(options)
         self._model_levels = ModelLogLevels(self.logging.model_levels())
         observability = Observability(self.custom_metrics, self._model_levels)
+        self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository = ModelRepositoryManager(
             list(options.repository.paths),
             # python: BLS requests come back to self
@@ -207,8 +209,6 @@ class InferenceServer:
                     "onnxruntime": (backends.onnxruntime_default_max_batch_size,),
                 }
             ),
-            dispatch=self,  # an ensemble's steps come back through request() and submit()
-            unload_timeout=options.exit_timeout_secs,
             layout=RepositoryLayout(
                 auto_complete=options.repository.auto_complete_config,
                 load_threads=options.repository.load_thread_count,
@@ -216,14 +216,20 @@ class InferenceServer:
                 load_retries=options.repository.load_retry_count,
                 namespacing=options.repository.namespacing,
             ),
-        )
-        self.repository.sequence_backlog = options.repository.sequence_backlog_limit
-        if options.rate_limit.mode == "execution_count":
-            self.repository.limiter = RateLimiter(options.rate_limit.resources)
-        self.repository.metrics = replace(
-            options.metrics.settings,
-            response_cache=options.response_cache_size > 0
-            or options.response_cache_redis is not None,
+            settings=VersionSettings(
+                dispatch=self,  # an ensemble's steps come back through request() and submit()
+                limiter=RateLimiter(options.rate_limit.resources)
+                if options.rate_limit.mode == "execution_count"
+                else None,
+                sequence_backlog=options.repository.sequence_backlog_limit,
+                metrics=replace(
+                    options.metrics.settings,
+                    response_cache=options.response_cache_size > 0
+                    or options.response_cache_redis is not None,
+                ),
+                unload_timeout=options.exit_timeout_secs,
+            ),
+            on_change=self.readiness.changed,
         )
         self.control = ModelControl(
             self.repository,
@@ -246,8 +252,6 @@ class InferenceServer:
         self._live = False
         self._accepting = False
         self._draining = False  # a signal came: not ready, requests still served (begin_shutdown)
-        self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
-        self.repository.on_change = self.readiness.changed
         self.cluster: Cluster | None = None  # --workers N: set by the worker's member
         self._inflight = 0  # inferences submitted and not finished (also in loop_spin.ACTIVE)
         # the same per model version, for Triton's shutdown lines ("Model 'm' (version 1) has
@@ -589,7 +593,7 @@ class InferenceServer:
             request.traced(trace, model.version)
         if access is not None:
             access.request = request
-        request.model = model
+        request.model = model.served
         request.model_version = model.version  # the version that serves it, from now on
         request.decoupled = model.spec.decoupled
         request.stats = model.stats
@@ -609,7 +613,7 @@ class InferenceServer:
         model = request.model
         assert model is not None  # resolved by request()
         cluster = self.cluster
-        if cluster is not None and model.spec.sequence is not None and request.parent is None:
+        if cluster is not None and model.sequence and request.parent is None:
             owner = cluster.sequence_owner(request.options.correlation_id)
             if owner is not None:  # --workers: another worker keeps this sequence's state
                 self._forward(cluster, owner, request, sender)
@@ -639,7 +643,7 @@ class InferenceServer:
                 return
             if self._cache is not None and self._from_cache(self._cache, model, request):
                 return
-        model.scheduler.submit(request)
+        model.submit(request)
 
     def _forward(
         self, cluster: Cluster, owner: int, request: InferenceRequest, sender: ResponseSender
@@ -722,7 +726,7 @@ class InferenceServer:
             raise
 
     @staticmethod
-    def _from_cache(cache: ResponseCache, model: Model, request: InferenceRequest) -> bool:
+    def _from_cache(cache: ResponseCache, model: ServedModel, request: InferenceRequest) -> bool:
         """Answer from the response cache when the same request was answered before;
         otherwise remember the key, so the response is stored when it comes."""
         started = time.perf_counter_ns()
@@ -743,7 +747,7 @@ class InferenceServer:
         return True
 
     def _remote_lookup(
-        self, cache: RedisResponseCache, model: Model, request: InferenceRequest
+        self, cache: RedisResponseCache, model: ServedModel, request: InferenceRequest
     ) -> None:
         """Look the request up in Redis in a task; the answer or the scheduler follows."""
         task = asyncio.get_running_loop().create_task(self._answer_remote(cache, model, request))
@@ -752,7 +756,7 @@ class InferenceServer:
 
     @staticmethod
     async def _answer_remote(
-        cache: RedisResponseCache, model: Model, request: InferenceRequest
+        cache: RedisResponseCache, model: ServedModel, request: InferenceRequest
     ) -> None:
         started = time.perf_counter_ns()
         key = cache_key(request)
@@ -768,7 +772,7 @@ class InferenceServer:
             return
         request.cache_key = key
         try:
-            model.scheduler.submit(request)
+            model.submit(request)
         except Exception as exc:  # e.g. the version went away while Redis answered
             log.warning("request for %s after a cache miss: %s", request.model_name, exc)
             request.sender.send(

@@ -126,7 +126,9 @@ def test_log_has_the_traceback_at_the_models_line_then_the_failure(
     assert record, log[-4000:]
     assert f'File "{path}", line {line}' in record["body"]
     failed = re.search(
-        rf"^E\d{{4}} [\d:.]+ \d+ manager\.py:\d+\] failed to load '{name}' version 1: "
+        # logged by the version's lifecycle (repository/lifecycle.py; Triton's
+        # model_lifecycle.cc logs the same line)
+        rf"^E\d{{4}} [\d:.]+ \d+ lifecycle\.py:\d+\] failed to load '{name}' version 1: "
         rf"{re.escape(text)}\n\nAt:\n  {re.escape(str(path))}\({line}\)",
         log,
         re.MULTILINE,

@@ -135,10 +135,15 @@ LAYERS: list[set[str]] = [
     {"transport", "datatypes"},
     {"__init__", "errors", "types"},  # the values every layer passes around
     # pure: no request, no model (loop_spin: the event loop's spin before it sleeps;
-    # countdown: the exit timeout of a shutdown)
-    {"tensor_codec", "metrics", "logs", "access", "tracing", "loop_spin", "countdown"},
-    {"request", "options"},  # one inference's state; the server's frozen options
-    {"extensions"},  # parameters, raw input, classification, shared memory, response cache
+    # countdown: the exit timeout of a shutdown; validation: a request's tensors checked
+    # against a model's tables)
+    {"tensor_codec", "metrics", "access", "tracing", "loop_spin", "countdown", "validation"},
+    # one inference's state and what it reads of its model (ServedModel); the server's
+    # frozen options
+    {"request", "options"},
+    # parameters, raw input, classification, shared memory, response cache; the logs (the
+    # access log's entry reads its request's times)
+    {"extensions", "logs"},
     {"config"},  # config.pbtxt -> ModelSpec
     {"backends"},
     {"scheduling"},
@@ -198,16 +203,39 @@ def test_layers_name_every_unit() -> None:
     assert sum(len(units) for units in LAYERS) == len(LAYER_OF)  # each in one layer
 
 
+def _unit_imports(path: Path) -> set[str]:
+    """The other units ``path`` imports, type-only imports (``if TYPE_CHECKING:``) included:
+    a type-only import up the layers is a cycle between packages too."""
+    own = _unit(path)
+    targets = {_target_unit(path, *found) for found in _imports(path)}
+    return {t for t in targets if t and t != own}
+
+
 @pytest.mark.parametrize("path", ALL_MODULES, ids=lambda p: str(p.relative_to(SRC)))
 def test_imports_only_go_down_the_layers(path: Path) -> None:
+    """Every import, type-only ones (``if TYPE_CHECKING:``) included."""
     own = _unit(path)
-    for level, module, names in _runtime_imports(path):
-        target = _target_unit(path, level, module, names)
-        if target and target != own:
-            assert LAYER_OF[target] < LAYER_OF[own], (
-                f"{path.relative_to(SRC)} ({own}, layer {LAYER_OF[own]}) imports {target} "
-                f"(layer {LAYER_OF[target]})"
-            )
+    for target in _unit_imports(path):
+        assert LAYER_OF[target] < LAYER_OF[own], (
+            f"{path.relative_to(SRC)} ({own}, layer {LAYER_OF[own]}) imports {target} "
+            f"(layer {LAYER_OF[target]})"
+        )
+
+
+def test_type_only_imports_count() -> None:
+    """request.py imports the tracing package's Trace only under ``if TYPE_CHECKING:``."""
+    request = SRC / "request.py"
+    runtime = {_target_unit(request, *found) for found in _runtime_imports(request)}
+    assert "tracing" in _unit_imports(request) and "tracing" not in runtime
+
+
+def test_no_cycle_between_packages() -> None:
+    """The graph of units (top-level packages and modules), type-only imports included, is
+    acyclic: no two packages reach each other, not even through types."""
+    graph: dict[str, set[str]] = {}
+    for path in ALL_MODULES:
+        graph.setdefault(_unit(path), set()).update(_unit_imports(path))
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
 def _module_name(path: Path) -> str:

@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritium.metrics import render as prometheus
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.model_metrics import MetricSpec, metric_spec
-from tritium.errors import ServerError
+from tritium.errors import ServerError, internal
 from tritium.metrics.settings import MetricsSettings
 from tritium.metrics.stats import ModelStats
-from tritium.request import InferenceRequest
+from tritium.request import InferenceRequest, RequestState
 from tritium.types import ClientRequest
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -54,12 +54,19 @@ def _finished_request(name: str, cached: bool = False) -> InferenceRequest:
     return request
 
 
+def _finish(stats: ModelStats, request: InferenceRequest, error: Exception | None) -> None:
+    """The request's statistics recorded as it ends (``InferenceRequest.finish``)."""
+    request.stats = stats
+    request.state = RequestState.EXECUTING
+    request.finish(error)
+
+
 def _stats(name: str, settings: MetricsSettings, cache: bool) -> ModelStats:
     stats = ModelStats(name, "1")
     stats.configure(settings, MetricSpec(tags=TAGS), cache)
     stats.load_seconds = 0.25
-    stats.finished(_finished_request(name), True)
-    stats.finished(_finished_request(name), False, "BACKEND")
+    _finish(stats, _finished_request(name), None)
+    _finish(stats, _finished_request(name), internal("the model failed"))  # reason BACKEND
     assert stats.first_response is None or stats.first_response.observe(3) is None
     if cache:
         stats.cache_lookup(True, 5_000)

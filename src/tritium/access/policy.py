@@ -29,7 +29,7 @@ from urllib.parse import unquote
 from .audit import AuditLog, peer_host
 
 if TYPE_CHECKING:
-    from ..options import ServerOptions
+    from .settings import AccessOptions
 
 GRPC_HEADER_PREFIX = "triton-grpc-protocol-"  # Triton's kRestrictedProtocolHeaderTemplate
 MAX_TOKEN_FILE_BYTES = 1 << 20
@@ -356,18 +356,18 @@ class AccessControl:
             self.audit.close()
 
 
-def open_repository_warning(options: ServerOptions) -> str:
-    """The start-up WARNING when explicit model control lets anyone who reaches a port load
-    and unload models: the ``model-repository`` group unrestricted on an enabled front-end
-    and no bearer tokens required ('' when loads are refused or guarded)."""
-    given = options.access
-    if options.repository.control_mode != "explicit" or given.auth_token_file:
+def open_repository_warning(given: AccessOptions, explicit: bool, http: bool, grpc: bool) -> str:
+    """The start-up WARNING when explicit model control (``explicit``) lets anyone who
+    reaches a port load and unload models: the ``model-repository`` group unrestricted on an
+    enabled front-end (``http``, ``grpc``: enabled) and no bearer tokens required ('' when
+    loads are refused or guarded)."""
+    if not explicit or given.auth_token_file:
         return ""
     doors = [
         name
         for name, enabled, rules in (
-            ("HTTP", options.http.enabled, given.http_restrictions),
-            ("gRPC", options.grpc.enabled, given.grpc_restrictions),
+            ("HTTP", http, given.http_restrictions),
+            ("gRPC", grpc, given.grpc_restrictions),
         )
         if enabled and all(r.group is not ApiGroup.MODEL_REPOSITORY for r in rules)
     ]
@@ -382,10 +382,9 @@ def open_repository_warning(options: ServerOptions) -> str:
     )
 
 
-def build_access(options: ServerOptions, shared: ClientLimiter | None = None) -> AccessControl:
+def build_access(given: AccessOptions, shared: ClientLimiter | None = None) -> AccessControl:
     """From the options; reads the token file and opens the audit log (OSError/ValueError).
     ``shared``: the whole server's client limiter (``--workers``) instead of this process's."""
-    given = options.access
     tokens = TokenTable(load_tokens(given.auth_token_file)) if given.auth_token_file else None
     limit = given.max_inflight_per_client
     limiter = (shared or ClientLimiter(limit)) if limit > 0 else None

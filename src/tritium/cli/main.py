@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     if member is None:
         for notice in check_table_flags(args) + notices(args):
             log.log(notice.level, "%s", notice.message)
-        warning = open_repository_warning(options)
+        explicit = options.repository.control_mode == "explicit"
+        warning = open_repository_warning(
+            options.access, explicit, options.http.enabled, options.grpc.enabled
+        )
         if warning:
             log.warning("%s", warning)
     runner = _runner()

@@ -5,21 +5,15 @@ MetricModelReporter would use them."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from ..metrics.settings import DEFAULT_FIRST_RESPONSE_BUCKETS, MetricSpec
 from .model_config import ConfigProblem, ModelConfig
 
+__all__ = ["DEFAULT_FIRST_RESPONSE_BUCKETS", "FIRST_RESPONSE_FAMILY", "MetricSpec", "metric_spec"]
+
 FIRST_RESPONSE_FAMILY = "nv_inference_first_response_histogram_ms"
-# MetricReporterConfig::histogram_options_ in Triton core (milliseconds).
-DEFAULT_FIRST_RESPONSE_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
 # Prometheus label names; a tag becomes the label "_<key>".
 _LABEL_NAME = re.compile(r"[a-zA-Z0-9_]+")
-
-
-@dataclass(frozen=True, slots=True)
-class MetricSpec:
-    tags: tuple[tuple[str, str], ...] = ()  # (key, value), sorted; labels "_<key>"
-    first_response_buckets: tuple[float, ...] = DEFAULT_FIRST_RESPONSE_BUCKETS
 
 
 def metric_spec(config: ModelConfig, problem: ConfigProblem) -> MetricSpec:

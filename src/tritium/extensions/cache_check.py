@@ -42,21 +42,21 @@ def expected(request: InferenceRequest, limit: int) -> Expected:
     (``max_entry_bytes``)."""
     model = request.model
     assert model is not None  # resolved before the cache is consulted
-    spec = model.spec
-    names = [o.name for o in request.outputs] if request.outputs else list(spec.outputs)
-    batch = (request.batch_size,) if spec.max_batch_size > 0 else ()
+    config = model.outputs
+    names = [o.name for o in request.outputs] if request.outputs else list(config)
+    batch = (request.batch_size,) if model.max_batch_size > 0 else ()
     outputs: dict[str, tuple[DataType, tuple[int, ...]] | None] = {}
     total = ENTRY_HEAD
     for name in names:
-        io = spec.outputs.get(name)
+        io = config.get(name)
         if io is None:
             outputs[name] = None
             total = limit
             continue
-        dims = batch + io.dims
-        outputs[name] = (io.datatype, dims)
-        total += _TENSOR_HEAD + len(name.encode()) + len(io.datatype.wire) + 8 * len(dims)
-        total += _data_bound(io.datatype, dims, limit)
+        datatype, dims = io[0], batch + io[1]
+        outputs[name] = (datatype, dims)
+        total += _TENSOR_HEAD + len(name.encode()) + len(datatype.wire) + 8 * len(dims)
+        total += _data_bound(datatype, dims, limit)
     return Expected(outputs, min(total, limit))
 
 

@@ -309,9 +309,8 @@ def _check_key(name: str, key: str) -> str:
 
 
 def _held(request: InferenceRequest, name: str) -> ShmRegion:
-    held: list[ShmRegion] = request.shm_held or []
-    for region in held:
-        if region.name == name:
+    for region in request.shm_held or ():
+        if isinstance(region, ShmRegion) and region.name == name:
             return region
     raise not_found(f"Unable to find shared memory region: '{name}'")
 

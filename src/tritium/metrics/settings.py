@@ -34,6 +34,18 @@ class MetricsConfigError(ValueError):
     """A ``--metrics-config`` value tritium cannot honour; the message is for the operator."""
 
 
+# MetricReporterConfig::histogram_options_ in Triton core (milliseconds).
+DEFAULT_FIRST_RESPONSE_BUCKETS = (100.0, 500.0, 2000.0, 5000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """A model's own metric settings, from its config (config/model_metrics.py reads them)."""
+
+    tags: tuple[tuple[str, str], ...] = ()  # (key, value), sorted; labels "_<key>"
+    first_response_buckets: tuple[float, ...] = DEFAULT_FIRST_RESPONSE_BUCKETS
+
+
 @dataclass(frozen=True, slots=True)
 class MetricsSettings:
     """The server-wide latency metric settings (Triton's MetricReporterConfig)."""

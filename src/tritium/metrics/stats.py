@@ -10,17 +10,10 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from .latency import Histogram, SlidingSummary
-from .settings import MetricsSettings
-
-if TYPE_CHECKING:
-    from ..config.model_metrics import MetricSpec
-    # What the statistics read of a finished request: the class itself rather than a
-    # protocol, so that compiled code reads its fields directly (through a protocol each read
-    # is a lookup by name, and each integer is boxed anew).
-    from ..request import InferenceRequest
+from .settings import MetricSpec, MetricsSettings
 
 
 # Request-duration histogram buckets (µs), cheap enough to fill on every request; p50/p99
@@ -140,30 +133,40 @@ class ModelStats:
         entry.compute_infer.add(timing[1])
         entry.compute_output.add(timing[2])
 
-    def finished(self, request: InferenceRequest, ok: bool, reason: str = "BACKEND") -> None:
-        """The request's final response went out (called by ``InferenceRequest.finish``,
-        which keeps ``pending``)."""
-        end = time.perf_counter_ns()
-        total = end - request.arrival_ns
-        if not ok:
-            self.fail.add(total)
-            self.failures[reason] = self.failures.get(reason, 0) + 1
-            return
-        self.success.add(total)
+    # What a finished request records (``request.py:_record``), from plain values: the
+    # statistics know no request.
+    def failed(self, total_ns: int, reason: str = "BACKEND") -> None:
+        """A request failed after ``total_ns`` (``reason``: Triton's label)."""
+        self.fail.add(total_ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+
+    def succeeded(self, total_ns: int, now_ns: int, cached: bool) -> None:
+        """A request succeeded after ``total_ns`` (``cached``: answered from the response
+        cache, which counts as a success, not as an inference: Triton's)."""
+        self.success.add(total_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
-        self.histogram[bisect_left(DURATION_BUCKETS_US, total // 1000)] += 1
-        if self.summaries is not None:
-            self.summaries.success(request, total, end)
-        if request.cached:  # Triton: cache hits count as successes, not as inferences
-            return
-        self.inference_count += request.batch_size
-        if request.start_ns:
-            self.queue.add(request.start_ns - request.arrival_ns)
-        timing = request.timing
+        self.histogram[bisect_left(DURATION_BUCKETS_US, total_ns // 1000)] += 1
+        summaries = self.summaries
+        if summaries is not None:
+            if cached:  # a cache hit waited in no queue
+                summaries.queue.observe(0, now_ns)
+            elif summaries.request is not None:
+                summaries.request.observe(total_ns // 1000, now_ns)
+
+    def inferred(
+        self, batch_size: int, queue_ns: int, timing: tuple[int, int, int] | None, now_ns: int
+    ) -> None:
+        """A successful request that a model ran: ``batch_size`` elements, ``queue_ns`` in the
+        queue (-1: it never reached an instance), the backend's ``timing``."""
+        self.inference_count += batch_size
+        if queue_ns >= 0:
+            self.queue.add(queue_ns)
         if timing is not None:
             self.compute_input.add(timing[0])
             self.compute_infer.add(timing[1])
             self.compute_output.add(timing[2])
+        if self.summaries is not None:
+            self.summaries.inferred(queue_ns, timing, now_ns)
 
     def as_dict(self) -> dict[str, Any]:
         """Triton's ``ModelStatistics`` as JSON (the statistics extension's format)."""
@@ -238,15 +241,9 @@ class LatencySummaries:
         self.cache_hit = SlidingSummary(quantiles, now) if cache_enabled else None
         self.cache_miss = SlidingSummary(quantiles, now) if cache_enabled else None
 
-    def success(self, request: InferenceRequest, total_ns: int, now_ns: int) -> None:
-        if request.cached:  # a cache hit waited in no queue
-            self.queue.observe(0, now_ns)
-            return
-        if self.request is not None:
-            self.request.observe(total_ns // 1000, now_ns)
-        if request.start_ns:
-            self.queue.observe((request.start_ns - request.arrival_ns) // 1000, now_ns)
-        timing = request.timing
+    def inferred(self, queue_ns: int, timing: tuple[int, int, int] | None, now_ns: int) -> None:
+        if queue_ns >= 0:
+            self.queue.observe(queue_ns // 1000, now_ns)
         if timing is not None:
             self.compute_input.observe(timing[0] // 1000, now_ns)
             self.compute_infer.observe(timing[1] // 1000, now_ns)

@@ -5,27 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import shutil
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ..backends import find_backend, unknown_backend
-from ..backends.base import Backend, LoadContext
+from ..backends.base import Backend
 from ..errors import ServerError, invalid_arg, not_found, unavailable
-from .model import Model, ModelState
-from ..metrics.settings import MetricsSettings
+from .model import Model, ModelState, VersionSettings
 from ..logs.settings import about_model
-from ..scheduling.ensemble import Dispatch
-from .warmup import warm_up
-from .generation import files_digest, model_generation
+from .generation import files_digest
 from .instance_update import model_files, update_version, updatable
+from .lifecycle import Hooks, Source, VersionLoad, load_version, unloading
 from ..scheduling.rate_limiter import RateLimiter
-from ..config.confine import without_model_dir
 from ..config.fields import check_fields
 from ..config.model_config import ConfigProblem, ModelConfig, read_config
 from .layout import ModelId, ModelLocation, RepositoryLayout, scan, select_versions, version_dirs
@@ -36,12 +32,11 @@ from .records import (
     VersionRecord,
     failure,
     index_rows,
-    refresh,
     strictly_ready,
     unload_versions,
     was_unloaded,
 )
-from ..config.spec import ModelSpec, build_spec, infer_backend, normalize
+from ..config.spec import ModelSpec, infer_backend
 
 log = logging.getLogger("tritium")
 
@@ -55,24 +50,23 @@ class _NameLock:
 
 
 class ModelRepositoryManager:
+    """Built complete by the composition root (server.py): the repositories, the backends,
+    how the repositories are read (``layout``), what each version's lifecycle uses
+    (``settings``: lifecycle.py) and ``on_change``, called wherever the server's strict
+    readiness may change (a record stored, a version failing, recovering or unloaded)."""
+
     def __init__(
         self,
         repositories: list[Path],
         backends: Mapping[str, Backend],
-        unload_timeout: float | None = None,
-        dispatch: Dispatch | None = None,
         layout: RepositoryLayout | None = None,
+        settings: VersionSettings | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self._repositories = repositories
         self._layout = layout or RepositoryLayout()  # how the repositories are read
-        self._dispatch = dispatch  # given to ensembles: how their steps reach their models
-        # --rate-limit=execution_count: the server's limiter, which every instance joins
-        # (set by the server before anything loads; None: rate limiting is off).
-        self.limiter: RateLimiter | None = None
-        # --sequence-backlog-limit: sequences a sequence model's backlog holds (0: no bound).
-        self.sequence_backlog = 0
-        # How long an unload waits for a model's executions before killing its instances.
-        self._unload_timeout = unload_timeout
+        self._settings = settings or VersionSettings()
+        self._on_change = on_change
         self._backends = backends
         self._auto_complete = self._layout.auto_complete
         self._load_slots = asyncio.Semaphore(max(self._layout.load_threads, 1))
@@ -86,15 +80,32 @@ class ModelRepositoryManager:
         self._loading: dict[ModelId, asyncio.Future[None]] = {}
         self._waiting_on: dict[ModelId, set[ModelId]] = {}
         self._locks: dict[ModelId, _NameLock] = {}
-        # --metrics-config (and whether the server has a response cache), set by the server.
-        self.metrics = MetricsSettings()
-        # Called wherever the server's strict readiness may change (a record stored, a version
-        # failing, recovering or unloaded); set by the server (Health.Watch's wake-up).
-        self.on_change: Callable[[], None] | None = None
+        self._hooks = self._lifecycle_hooks()
+
+    def _lifecycle_hooks(self) -> Hooks:
+        """What each version's lifecycle (lifecycle.py) takes from the manager."""
+        return Hooks(
+            self._settings,
+            self._auto_complete,
+            self._layout.load_retries,
+            self._changed,
+            self.composing_spec,
+        )
+
+    @property
+    def limiter(self) -> RateLimiter | None:
+        """--rate-limit=execution_count: the limiter every instance joins (None: off)."""
+        return self._settings.limiter
+
+    def share_limiter(self, limiter: RateLimiter) -> None:
+        """--workers: the whole server's rate limiter instead of this process's; called by
+        the worker before any model loads (the resources are the whole server's)."""
+        self._settings = replace(self._settings, limiter=limiter)
+        self._hooks = self._lifecycle_hooks()
 
     def _changed(self) -> None:
-        if self.on_change is not None:
-            self.on_change()
+        if self._on_change is not None:
+            self._on_change()
 
     # -- loading -----------------------------------------------------------------------------
     def scan(self) -> dict[ModelId, ModelLocation]:
@@ -178,11 +189,8 @@ class ModelRepositoryManager:
                 unknown_backend(model.spec.config.backend, record.name, self._backends)
             )
         entry = record.versions[model.version]
-
-        def make_context(merged: ModelConfig) -> LoadContext:
-            return self._context(record, entry, merged, problem, model_dir, True)()
-
-        added, removed = await update_version(model, config, backend, make_context, model_dir)
+        load = VersionLoad(record, entry, Source(config, problem, model_dir), self._hooks)
+        added, removed = await update_version(model, config, backend, load.context_for, model_dir)
         log.info(
             "updated the instance groups of '%s' version %d in place: %d instances added, "
             "%d removed",
@@ -324,7 +332,7 @@ class ModelRepositoryManager:
         """Close model versions, then remove the directory of a model loaded from a request's
         ``file:`` overrides unless a current record still loads from it."""
         try:
-            timeout = self._unload_timeout
+            timeout = self._settings.unload_timeout
             await asyncio.gather(*(m.close(timeout) for m in models), return_exceptions=True)
         finally:
             self._retiring_models.difference_update(models)
@@ -380,10 +388,8 @@ class ModelRepositoryManager:
             await self._load_composing(record.key, record.depends)
         for version in served:
             record.versions[version] = VersionRecord(version)
-        loads = (
-            self._load_version(record, backend, config, problem, location.path, versions[v])
-            for v in served
-        )
+        source = Source(config, problem, location.path)
+        loads = (self._load_version(record, backend, source, versions[v]) for v in served)
         if record.depends:  # an ensemble loads nothing heavy and must not hold a slot
             await asyncio.gather(*loads)
             return
@@ -447,138 +453,16 @@ class ModelRepositoryManager:
             )
         return model.spec
 
-    def _context(
-        self,
-        record: ModelRecord,
-        entry: VersionRecord,
-        config: ModelConfig,
-        problem: ConfigProblem,
-        model_dir: Path,
-        checked: bool = False,
-    ) -> Callable[[], LoadContext]:
-        """What a backend gets to load one version (a fresh copy of ``config`` each call),
-        its callbacks bound to the version's record. ``checked``: ``config`` is a completed
-        config whose fields were checked already (an instance-group update)."""
-        version = entry.version
-        version_dir = model_dir / str(version)  # version folders are canonical numbers
-
-        def finalize(completed: ModelConfig) -> ModelSpec:
-            # Every backend comes through here once auto-complete is done: refuse the fields
-            # tritium does not honour before normalize fills in Triton's defaults.
-            if not checked:
-                check_fields(completed, problem)
-            normalize(completed, record.name, problem)
-            return build_spec(completed, problem, model_dir)
-
-        def on_failure(reason: str) -> None:
-            entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-            refresh(record)
-            self._changed()
-            log.error(
-                "model '%s' version %d is unavailable: %s",
-                record.name,
-                version,
-                reason,
-                extra=about_model(record.name),
-            )
-
-        def on_recovered() -> None:
-            if entry.model is None or entry.state is not ModelState.UNAVAILABLE:
-                return  # unloaded or unloading meanwhile: it stays so
-            entry.state, entry.reason = ModelState.READY, ""
-            refresh(record)
-            self._changed()
-            log.info(
-                "model '%s' version %d is ready again",
-                record.name,
-                version,
-                extra=about_model(record.name),
-            )
-
-        def context() -> LoadContext:  # a fresh copy of the config for each attempt
-            own = ModelConfig()
-            own.CopyFrom(config)
-            return LoadContext(
-                record.name,
-                version,
-                model_dir,
-                version_dir,
-                own,
-                self._auto_complete,
-                finalize,
-                on_failure,
-                composing=functools.partial(self.composing_spec, record.key),
-                on_recovered=on_recovered,
-                confined=problem.client,
-            )
-
-        return context
-
     async def _load_version(
-        self,
-        record: ModelRecord,
-        backend: Backend,
-        config: ModelConfig,
-        problem: ConfigProblem,
-        model_dir: Path,
-        version_dir: Path,
+        self, record: ModelRecord, backend: Backend, source: Source, version_dir: Path
     ) -> None:
-        version = int(version_dir.name)
-        entry = record.versions[version]
-        context = self._context(record, entry, config, problem, model_dir)
-
+        """One version's load (lifecycle.py), timed from here: the digests its response
+        cache's generation covers are read first."""
+        entry = record.versions[int(version_dir.name)]
+        load = VersionLoad(record, entry, source, self._hooks)
         started = time.monotonic()
-        files = await self._files_digests(record, config, model_dir, version_dir)
-        for attempt in range(self._layout.load_retries + 1):  # Triton: --model-load-retry-count
-            try:
-                spec, instances = await backend.load(context())
-                await warm_up(spec, instances, model_dir, version)  # before READY
-                break
-            except Exception as exc:
-                reason = exc.message if isinstance(exc, ServerError) else _describe(exc)
-                log.error(
-                    "failed to load '%s' version %d: %s",
-                    record.name,
-                    version,
-                    reason,
-                    extra=about_model(record.name),
-                )
-                if attempt == self._layout.load_retries:
-                    if problem.client:  # the log has the paths; the client gets none
-                        reason = without_model_dir(reason, model_dir)
-                    entry.state, entry.reason = ModelState.UNAVAILABLE, reason
-                    return
-        try:
-            entry.model = Model(
-                spec, version, instances, self._dispatch, self.limiter, self.sequence_backlog
-            )
-            entry.model.namespace = record.namespace
-            if files is not None:  # the response cache's generation of this version
-                entry.model.generation = model_generation(
-                    spec.config.SerializeToString(deterministic=True), files
-                )
-        except ServerError as exc:  # the rate limiter's resource counts cannot serve it
-            await asyncio.gather(*(i.close() for i in instances), return_exceptions=True)
-            entry.state, entry.reason = ModelState.UNAVAILABLE, exc.message
-            log.error(
-                "failed to load '%s' version %d: %s",
-                record.name,
-                version,
-                exc.message,
-                extra=about_model(record.name),
-            )
-            return
-        entry.state = ModelState.READY
-        refresh(record)
-        # No await since the model was made: no request can have reached it yet.
-        _configure_metrics(entry.model, self.metrics, time.monotonic() - started)
-        log.info(
-            "successfully loaded '%s' version %d (%.0f ms)",
-            record.name,
-            version,
-            (time.monotonic() - started) * 1000,
-            extra=about_model(record.name),
-        )
+        files = await self._files_digests(record, source.config, source.model_dir, version_dir)
+        await load_version(load, backend, files, started)
 
     async def _files_digests(
         self, record: ModelRecord, config: ModelConfig, model_dir: Path, version_dir: Path
@@ -586,7 +470,7 @@ class ModelRepositoryManager:
         """The digests of the files a version's generation covers (``generation.py``): its
         own, and an ensemble's composing models' (all their versions, nested ensembles'
         too); read in a thread. None when the version does not use a response cache."""
-        if not (self.metrics.response_cache and config.response_cache.enable):
+        if not (self._settings.metrics.response_cache and config.response_cache.enable):
             return None
         sources: list[tuple[Path, Path | None]] = [(model_dir, version_dir)]
         seen = {record.key}
@@ -615,9 +499,7 @@ class ModelRepositoryManager:
         models = [e.model for r in self._records.values() for e in r.versions.values() if e.model]
         models += self._retiring_models
         for record in self._records.values():
-            for entry in record.versions.values():
-                entry.state = ModelState.UNLOADING
-            refresh(record)
+            unloading(record)
         self._changed()
         await asyncio.gather(
             *(m.close(timeout) for m in models), *self._retiring, return_exceptions=True
@@ -694,17 +576,4 @@ def _by_name(key: ModelId) -> tuple[str, str]:
     return key.name, key.namespace
 
 
-def _describe(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-__all__ = ["ModelRepositoryManager", "RepositoryLayout", "version_from_string"]
-
-
-def _configure_metrics(model: Model, settings: MetricsSettings, load_seconds: float) -> None:
-    """The version's metric settings and its nv_model_load_duration_secs (Triton's
-    ModelLifeCycle reports the load time when the version becomes READY)."""
-    spec = model.spec
-    cache = settings.response_cache and spec.config.response_cache.enable and not spec.decoupled
-    model.stats.configure(settings, spec.metrics, cache, model.namespace)
-    model.stats.load_seconds = load_seconds
+__all__ = ["ModelRepositoryManager", "RepositoryLayout", "VersionSettings", "version_from_string"]

@@ -1,16 +1,15 @@
-"""A loaded model version: its spec, instances and scheduler, and request validation."""
+"""A loaded model version: its spec, instances and scheduler, and what a request reads of it
+(``ServedModel``: the checks of its config, its scheduler's entry, its statistics)."""
 
 from __future__ import annotations
 
 import asyncio
 import enum
 import logging
-from collections import Counter
-from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from ..backends.base import ModelInstance
-from ..errors import invalid_arg
-from ..config.spec import IOSpec, ModelSpec
+from ..config.spec import ModelSpec
 from ..scheduling.base import Scheduler
 from ..scheduling.batch_policy import BatchConfig
 from ..scheduling.direct import DirectScheduler
@@ -19,9 +18,10 @@ from ..scheduling.ensemble import Dispatch, EnsembleScheduler
 from ..scheduling.rate_limiter import Gate, RateLimiter
 from ..scheduling.rate_policy import InstanceLimits
 from ..scheduling.sequence import SequenceScheduler
+from ..metrics.settings import MetricsSettings
 from ..metrics.stats import ModelStats
-from ..request import InferenceRequest
-from ..types import RequestedOutput, Tensor
+from ..request import ServedModel
+from ..validation import InputCheck, Validator
 from ..logs.settings import about_model
 
 log = logging.getLogger("tritium")
@@ -38,51 +38,55 @@ class ModelState(enum.Enum):
     UNLOADING = "UNLOADING"
 
 
-def _dims(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
+@dataclass(frozen=True, slots=True)
+class VersionSettings:
+    """What a version's lifecycle uses besides its own files (the manager's, from the
+    server's options): how an ensemble's steps reach their models, the rate limiter
+    (--rate-limit=execution_count; None: off), --sequence-backlog-limit (0: no bound),
+    --metrics-config (and whether the server has a response cache), and how long an unload
+    waits for a version's executions before killing its instances (None: no bound)."""
 
-
-class _InputCheck:
-    """What ``Model.validate`` checks of one input, copied out of its ``IOSpec``."""
-
-    __slots__ = ("datatype", "full_dims", "reshape", "optional")
-
-    def __init__(self, io: IOSpec, batching: bool) -> None:
-        self.datatype = io.datatype
-        # The shape as the client sees it, for the check and its message: with the batch
-        # dimension when the model batches.
-        self.full_dims: tuple[int, ...] = (-1,) + io.dims if batching else io.dims
-        self.reshape = io.reshape
-        self.optional = io.optional
+    dispatch: Dispatch | None = None
+    limiter: RateLimiter | None = None
+    sequence_backlog: int = 0
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
+    unload_timeout: float | None = None
 
 
 class Model:
-    """One version of one model, ready to take requests."""
+    """One version of one model, ready to take requests; what a request reads of it is its
+    ``served`` value (``request.ServedModel``)."""
 
     def __init__(
         self,
         spec: ModelSpec,
         version: int,
         instances: list[ModelInstance],
-        dispatch: Dispatch | None = None,  # how an ensemble's steps reach their models
-        limiter: RateLimiter | None = None,  # --rate-limit=execution_count
-        sequence_backlog: int = 0,  # --sequence-backlog-limit (0: no bound)
+        settings: VersionSettings,
+        namespace: str = "",  # its repository's path under --model-namespacing
+        generation: bytes = b"",  # the response cache's (generation.py)
     ) -> None:
         self.spec = spec
         self.name = spec.name
         self.version = version
         self.version_str = str(version)
         self.instances = instances
-        self.namespace = ""  # its repository's path under --model-namespacing (set on load)
+        self.namespace = namespace
         self.stats = ModelStats(self.name, self.version_str)
         # Registering with the rate limiter may fail the load (resource counts too low).
+        limiter = settings.limiter
         self._limiter = limiter if instances and spec.ensemble is None else None
         self._gates: list[Gate] | None = None
         if self._limiter is not None:
             owner = f"model '{self.name}' version {version}"
             self._gates = self._limiter.gates(owner, _instance_limits(spec, len(instances)))
         self.scheduler: Scheduler = _scheduler(
-            spec, instances, self.version_str, dispatch, self._gates, sequence_backlog
+            spec,
+            instances,
+            self.version_str,
+            settings.dispatch,
+            self._gates,
+            settings.sequence_backlog,
         )
         if isinstance(self.scheduler, SequenceScheduler):
             self.stats.sequence_backlog = self.scheduler.backlogged
@@ -91,120 +95,8 @@ class Model:
             count = getattr(instance, "count_restarts_in", None)
             if count is not None:
                 count(self.stats.restarts)
-        batching = spec.max_batch_size > 0
-        # What validate reads of the config, per input (native fields when compiled: the
-        # config's own objects are interpreted ones, each field a lookup by name).
-        self._inputs = {name: _InputCheck(io, batching) for name, io in spec.inputs.items()}
-        self._max_batch = spec.max_batch_size
-        self._required = len(spec.required_inputs)
-        # The config's response_cache.enable (a protobuf field: each read makes objects).
-        self.response_cache: bool = spec.config.response_cache.enable
-        # What the response cache's keys begin with: a digest of the config and files this
-        # version was loaded from (repository/generation.py; set by the manager at load).
-        self.generation: bytes = b""
-        self._batching_note = (
-            ". NOTE: Setting a non-zero max_batch_size in the model config requires a batch "
-            "dimension to be prepended to each input shape. If you want to specify the full "
-            "shape including the batch dim in your input dims config, try setting "
-            "max_batch_size to zero. See the model configuration docs for more info on "
-            "max_batch_size."
-            if batching
-            else ""
-        )
-
-    def validate(self, request: InferenceRequest) -> int:
-        """Check inputs and requested outputs against the config; apply ``reshape``.
-        Returns the request's batch size (1 for a model without batching)."""
-        inputs = self._inputs
-        max_batch = self._max_batch
-        batch = -1
-        seen = 0
-        tensors = request.inputs  # the request's own list: the client's tensors stay as sent
-        if len(tensors) > len(inputs):  # Triton counts first (InferenceRequest::Normalize)
-            self._missing_inputs(request)
-        for index in range(len(tensors)):
-            tensor = tensors[index]
-            check = inputs.get(tensor.name)
-            if check is None:
-                raise invalid_arg(
-                    f"unexpected inference input '{tensor.name}' for model '{self.name}'"
-                )
-            self._check_tensor(tensor, check)
-            shape = tensor.shape
-            if max_batch:
-                if batch == -1:
-                    batch = shape[0]
-                elif shape[0] != batch:
-                    raise invalid_arg(
-                        f"input '{tensor.name}' batch size does not match other inputs for "
-                        f"'{self.name}'"
-                    )
-            if check.reshape is not None:
-                new_shape = ((shape[0],) if max_batch else ()) + check.reshape
-                data = tensor.data.reshape(new_shape)
-                tensors[index] = tensor.with_data(data, data.shape)
-            if not check.optional:
-                seen += 1
-        if seen != self._required:
-            self._missing_inputs(request)
-        if batch > max_batch > 0:
-            raise invalid_arg(
-                f"inference request batch-size must be <= {max_batch} for '{self.name}'"
-            )
-        requested = request.outputs
-        if requested:
-            self._check_outputs(requested)
-        return batch if batch > 0 else 1
-
-    def _check_outputs(self, requested: tuple[RequestedOutput, ...]) -> None:
-        outputs = self.spec.outputs
-        for output in requested:
-            if output.name not in outputs:
-                raise invalid_arg(
-                    f"unexpected inference output '{output.name}' for model '{self.name}'"
-                )
-        if len(requested) > len(outputs):  # then one is asked twice (Triton's text)
-            dup = _repeated([output.name for output in requested])
-            raise invalid_arg(f"output '{dup}' already requested")
-
-    def _check_tensor(self, tensor: Tensor, check: _InputCheck) -> None:
-        if tensor.datatype is not check.datatype:
-            raise invalid_arg(
-                f"inference input '{tensor.name}' data-type is '{tensor.datatype.wire}', "
-                f"but model '{self.name}' expects '{check.datatype.wire}'"
-            )
-        shape, full = tensor.shape, check.full_dims
-        fits = len(shape) == len(full)
-        if fits:
-            for index in range(len(full)):
-                expected = full[index]
-                if expected != -1 and shape[index] != expected:
-                    fits = False
-                    break
-        if not fits:
-            raise invalid_arg(
-                f"unexpected shape for input '{tensor.name}' for model '{self.name}'. "
-                f"Expected {_dims(full)}, got {_dims(shape)}{self._batching_note}"
-            )
-
-    def _missing_inputs(self, request: InferenceRequest) -> None:
-        spec = self.spec
-        got = [t.name for t in request.inputs]
-        dup = _repeated(got)
-        if dup is not None:
-            raise invalid_arg(f"input '{dup}' is specified more than once for model '{self.name}'")
-        missing = [n for n in spec.inputs if n in spec.required_inputs and n not in got]
-        total, required = len(spec.inputs), len(spec.required_inputs)
-        expected = (
-            f"expected {required} inputs"
-            if total == required
-            else f"expected number of inputs between {required} and {total}"
-        )
-        raise invalid_arg(
-            f"{expected} but got {len(got)} inputs for model '{self.name}'. Got input(s) "
-            f"{_names(got)}, but missing required input(s) {_names(missing)}. Please provide "
-            "all required input(s)."
-        )
+        # What a request reads of this version (``request.model``): nothing above it.
+        self.served = _served(self, namespace, generation)
 
     def updatable(self) -> bool:
         """Whether a reload that changes only the instance groups can update this version
@@ -295,14 +187,32 @@ class Model:
                 abort(reason)
 
 
-def _repeated(names: list[str]) -> str | None:
-    """The first of ``names`` that occurs more than once (None: none does)."""
-    counts = Counter(names)
-    return next((name for name in names if counts[name] > 1), None)
-
-
-def _names(names: list[str]) -> str:
-    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+def _served(model: Model, namespace: str, generation: bytes) -> ServedModel:
+    spec = model.spec
+    batching = spec.max_batch_size > 0
+    checks = {
+        name: InputCheck(
+            io.datatype, (-1,) + io.dims if batching else io.dims, io.reshape, io.optional
+        )
+        for name, io in spec.inputs.items()
+    }
+    return ServedModel(
+        name=model.name,
+        version=model.version,
+        version_str=model.version_str,
+        stats=model.stats,
+        checks=Validator(model.name, checks, spec.outputs, spec.max_batch_size),
+        submit=model.scheduler.submit,
+        namespace=namespace,
+        generation=generation,
+        decoupled=spec.decoupled,
+        sequence=spec.sequence is not None,
+        ensemble=spec.ensemble is not None,
+        # the config's response_cache.enable (a protobuf field: each read makes objects)
+        response_cache=spec.config.response_cache.enable,
+        max_batch_size=spec.max_batch_size,
+        outputs={name: (io.datatype, io.dims) for name, io in spec.outputs.items()},
+    )
 
 
 def _instance_limits(spec: ModelSpec, count: int) -> list[InstanceLimits]:

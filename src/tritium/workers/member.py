@@ -169,7 +169,7 @@ class Member:
         if self.resources is not None and server.repository.limiter is not None:
             # before any model loads: the resources are the whole server's
             given = server.options.rate_limit.resources
-            server.repository.limiter = SharedRateLimiter(given, self.resources)
+            server.repository.share_limiter(SharedRateLimiter(given, self.resources))
         server.control.own_poller = False  # poll mode: the supervisor polls for every worker
         if server.options.metrics.allow_cpu:
             self._cpu = CpuSampler(server.options.metrics.interval_ms / 1000)
