@@ -1,26 +1,23 @@
-"""InferenceServer: the one facade both front-ends call.
-
-Front-ends decode bytes into a ``types.ClientRequest`` and hand it to ``infer`` (unary) or
-``stream``; both are thin adapters over ``request`` + ``submit``, the one way in. Everything
-about models, versions, validation and scheduling happens behind this class.
+"""InferenceServer: the composition root (repository, backends, caches, tracing, the access
+log and the one inference call, ``api/inference.py:Inference``, built and wired here), with
+the extensions' operations the front-ends call (health, metadata, statistics, logging, trace,
+shared memory, model control). Inference itself goes through ``self.inference``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
-from typing import Any, Protocol
+from typing import Any
 
 from . import TRITON_VERSION
 from .logs.access_log import AccessEntry, AccessLog
 from .backends import BackendRegistry
 from .backends.python.observer import ModelLogLevels, Observability
 from .backends.python.supervisor import RestartPolicy
-from .extensions.classification import classifier_for
-from .extensions.cache import ResponseCache, cache_key
+from .extensions.cache import ResponseCache
 from .extensions.redis_cache import RedisResponseCache
 from .metrics.custom import CustomMetrics
 from .metrics.stats import ModelStats
@@ -29,8 +26,6 @@ from .errors import (
     ServerError,
     invalid_arg,
     not_found,
-    unavailable,
-    unsupported,
 )
 from .logs.settings import (
     LogSettings,
@@ -42,7 +37,6 @@ from .logs.settings import (
 )
 from .logs.table import model_table, terminal_width
 from .countdown import ExitCountdown
-from .loop_spin import ACTIVE
 from .metrics.render import FAMILY_NAMES
 from .repository.model import Model
 from .options import ServerOptions
@@ -54,17 +48,15 @@ from .repository.manager import ModelRepositoryManager, RepositoryLayout
 from .repository.names import check_load_keys, check_model_name
 from .repository.names import version_from_string as parse_version
 from .scheduling.rate_limiter import RateLimiter
-from .extensions.parameters import parse_parameters
-from .extensions.raw_input import raw_tensor
 from .request import (
     FinalAnswer,
     InferenceRequest,
     ResponseCallback,
     ResponseSender,
-    TracedRequest,
 )
 from .tracing import Trace, TraceManager, parse_update
-from .types import ClientRequest, InferenceResponse
+from .api import Cluster, Inference
+from .types import ClientRequest
 
 # The facade front-ends import: the server, and the request/sender/trace types and version
 # parsing they hand to it.
@@ -153,36 +145,6 @@ class Readiness:
         return ready
 
 
-class Cluster(Protocol):
-    """The other workers of ``tritium serve --workers N`` (workers/member.py): what must be
-    the whole server's goes through it. None in a single process."""
-
-    async def load(
-        self, name: str, config_json: str | None, files: dict[str, bytes] | None
-    ) -> None: ...
-
-    async def unload(self, name: str, unload_dependents: bool) -> None: ...
-
-    def ready(self) -> bool: ...
-
-    async def statistics(self, name: str, version: str) -> dict[str, Any]: ...
-
-    async def metrics(self) -> bytes: ...
-
-    def sequence_owner(self, correlation_id: int | str) -> int | None:
-        """The worker that keeps this sequence's state, when it is another one."""
-
-    def cache_owner(self, key: bytes) -> int | None:
-        """The worker whose response cache holds this key, when it is another one."""
-
-    def forward(self, owner: int, request: InferenceRequest, sender: ResponseSender) -> None:
-        """Run ``request`` on worker ``owner``; its responses come to ``sender``."""
-
-    async def broadcast(self, action: str, args: dict[str, Any]) -> None:
-        """Apply a setting change on every other worker (``apply_setting``): this one
-        applied it first."""
-
-
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         """Raises RuntimeError when a repository path cannot be read (Triton's ServerNew
@@ -232,32 +194,39 @@ class InferenceServer:
             options.repository.load_models,
         )
         cache_size = options.response_cache_size
-        ttl = options.response_cache_ttl
-        self._cache = ResponseCache(cache_size, ttl) if cache_size > 0 else None
+        cache = ResponseCache(cache_size, options.response_cache_ttl) if cache_size > 0 else None
         redis = options.response_cache_redis
-        # The shared cache in Redis (its lookups are awaited in tasks, held in _lookups).
+        # The shared cache in Redis (started and closed with the server).
         self._remote = RedisResponseCache(redis) if redis is not None else None
-        self._lookups: set[asyncio.Task[None]] = set()
         self.shm = SharedMemoryManager(options.allow_client_shm)
-        # The trace extension; front-ends read ``tracer.active`` once per request.
+        # The trace extension; the inference call reads ``tracer.active`` once per request.
         self.tracer = TraceManager(options.tracing)
-        # --access-log-file; front-ends read it once per inference request (None: off).
+        # --access-log-file (None: off); the inference call writes its lines.
         self.access_log = _access_log(options)
+        # The one inference call every front-end, ensemble step and BLS call goes through.
+        self.inference = Inference(
+            self.repository, self.shm, self.tracer, self.access_log, (cache, self._remote)
+        )
         self._live = False
         self._accepting = False
         self._draining = False  # a signal came: not ready, requests still served (begin_shutdown)
         self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository.on_change = self.readiness.changed
-        self.cluster: Cluster | None = None  # --workers N: set by the worker's member
-        self._inflight = 0  # inferences submitted and not finished (also in loop_spin.ACTIVE)
-        # the same per model version, for Triton's shutdown lines ("Model 'm' (version 1) has
-        # N in-flight inferences")
-        self._inflight_by: dict[tuple[str, str], int] = {}
         self._metadata = {
             "name": options.server_id,
             "version": TRITON_VERSION,
             "extensions": list(EXTENSIONS),
         }
+
+    @property
+    def cluster(self) -> Cluster | None:
+        """The other workers (``--workers N``; None in a single process), set by the
+        worker's member; the inference call forwards through them."""
+        return self.inference.cluster
+
+    @cluster.setter
+    def cluster(self, cluster: Cluster | None) -> None:
+        self.inference.cluster = cluster
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -271,7 +240,7 @@ class InferenceServer:
         if failures and self.options.exit_on_error:
             await self.repository.unload_all()
             raise RuntimeError("failed to load all models:\n  " + "\n  ".join(failures))
-        self._accepting = True
+        self._accepting = self.inference.accepting = True
         self.readiness.changed()
 
     def begin_shutdown(self) -> None:
@@ -286,7 +255,7 @@ class InferenceServer:
         to finalize), after which executions still running are failed and their stub
         processes killed. A model load in progress finishes first, and is unloaded too. Logs
         Triton's lines (``InferenceServer::Stop``)."""
-        self._accepting = False
+        self._accepting = self.inference.accepting = False
         self.readiness.changed()
         if countdown is None:
             countdown = ExitCountdown(self.options.exit_timeout_secs)
@@ -303,8 +272,10 @@ class InferenceServer:
 
     async def _drain(self, countdown: ExitCountdown) -> None:
         log.info("Waiting for in-flight requests to complete.")
-        if not await countdown.wait(lambda: len(self._inflight_by), self._inflight_line, True):
-            log.warning("%d requests still in flight at shutdown timeout", self._inflight)
+        if not await countdown.wait(
+            lambda: len(self.inference.inflight_by), self._inflight_line, True
+        ):
+            log.warning("%d requests still in flight at shutdown timeout", self.inference.inflight)
         log.info("All models are stopped, unloading models")
         unload = asyncio.ensure_future(self._unload_all(countdown))
         await countdown.wait(
@@ -316,7 +287,7 @@ class InferenceServer:
 
     def _inflight_line(self, left: int, count: int) -> str:
         lines = [f"Timeout {left}: Found {count} model versions that have in-flight inferences"]
-        for (name, version), n in sorted(self._inflight_by.items()):
+        for (name, version), n in sorted(self.inference.inflight_by.items()):
             lines.append(f"Model '{name}' (version {version}) has {n} in-flight inferences")
         return "\n".join(lines)
 
@@ -513,16 +484,8 @@ class InferenceServer:
     def model_config_json(self, name: str, version: str = "") -> dict[str, Any]:
         return self._model(name, parse_version(version)).spec.config_json
 
-    def _model(self, name: str, version: int, near: str | None = None) -> Model:
-        """The ready model version a request names (``near``: an ensemble step's namespace,
-        looked in first). A name that can never be loaded (not one safe path component: see
-        repository/names.py) is INVALID_ARG rather than NOT_FOUND; checked only on a miss, so
-        served names cost nothing."""
-        try:
-            return self.repository.get(name, version, near)
-        except ServerError:
-            check_model_name(name)
-            raise
+    def _model(self, name: str, version: int) -> Model:
+        return self.inference.model(name, version)
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
         return self.repository.index(ready_only)
@@ -548,262 +511,20 @@ class InferenceServer:
             await self.cluster.broadcast("trace", {"model": model_name, "update": update})
         return shown
 
-    # -- inference ---------------------------------------------------------------------------
-    def raw_request(self, name: str, version: int, body: bytes | bytearray) -> ClientRequest:
-        """A raw binary request (the binary extension's ``Inference-Header-Content-Length:
-        0``): the body is the model's one input; name, datatype and shape from its config."""
-        spec = self._model(name, version).spec
-        inputs = [(s.name, s.datatype, s.dims) for s in spec.inputs.values()]
-        tensor = raw_tensor(name, inputs, spec.max_batch_size > 0, body)
-        return ClientRequest(name, version, inputs=(tensor,))
-
+    # -- inference (the data plane: api/inference.py) ----------------------------------------
     def request(
         self,
         client: ClientRequest,
         parent: InferenceRequest | None = None,
         trace: Trace | None = None,
-        access: AccessEntry | None = None,
     ) -> InferenceRequest:
-        """The server's state for one inference (Triton's InferenceRequestNew): its model
-        version resolved (the one lookup of the request) and its parameters parsed. An
-        ensemble step's or BLS call's request (``parent``) carries its parent's options and
-        parameters, and a child of its trace. ``trace``: the front-end sampled this request
-        for tracing. ``access``: its access-log line, which reads the request's times when it
-        ends. Errors raise; once shutdown began, a new request is UNAVAILABLE before its model is
-        looked up (the models may already be unloaded while the listeners still answer, and a
-        balancer retries a 503 elsewhere, not a 404)."""
-        if not self._accepting and parent is None:
-            raise unavailable("Server is not ready to accept inference requests")
-        near = parent.model.namespace if parent is not None and parent.model else None
-        model = self._model(client.model_name, client.model_version, near)
-        if parent is None:
-            options, parameters = parse_parameters(client.parameters)
-        else:
-            options, parameters = parent.options, parent.parameters
-            if parent.trace is not None:
-                trace = parent.trace.child()
-        if trace is None:
-            request = InferenceRequest(client, options, parameters, parent)
-        else:
-            request = TracedRequest(client, options, parameters, parent)
-            request.traced(trace, model.version)
-        if access is not None:
-            access.request = request
-        request.model = model
-        request.model_version = model.version  # the version that serves it, from now on
-        request.decoupled = model.spec.decoupled
-        request.stats = model.stats
-        if client.outputs:
-            spec = model.spec
-            request.classify = classifier_for(client.outputs, spec.labels, spec.max_batch_size > 0)
-        return request
+        """``Inference.request``: for ensembles, BLS calls and forwarded requests, which reach
+        the server as their dispatch."""
+        return self.inference.request(client, parent, trace)
 
     def submit(self, request: InferenceRequest, sender: ResponseSender) -> None:
-        """The one way in (Triton's InferAsync): map shared memory, validate against the
-        model's config, then hand the request to the model's scheduler (or answer it from the
-        response cache). Every response, errors included, goes to ``sender``; an error before
-        scheduling raises instead. Unary calls, streams, generate and ensemble steps are
-        adapters over this."""
-        if not self._accepting and request.parent is None:  # an ensemble's steps go on
-            raise unavailable("Server is not ready to accept inference requests")
-        model = request.model
-        assert model is not None  # resolved by request()
-        cluster = self.cluster
-        if cluster is not None and model.spec.sequence is not None and request.parent is None:
-            owner = cluster.sequence_owner(request.options.correlation_id)
-            if owner is not None:  # --workers: another worker keeps this sequence's state
-                self._forward(cluster, owner, request, sender)
-                return
-        if request.uses_shm:
-            self._map_shm(request)
-        try:
-            request.batch_size = model.validate(request)
-        except ServerError:
-            self.shm.release(request)
-            raise
-        # a local cache's key has one owner worker (Redis is one cache for every worker)
-        local = self._cache if self._remote is None else None
-        cache = local if model.response_cache else None
-        if cluster is not None and cache is not None and not request.decoupled:
-            owner = None if request.parent is not None else cluster.cache_owner(cache_key(request))
-            if owner is not None:  # --workers: another worker holds this key's cache entry
-                self.shm.release(request)  # the owner maps the regions itself
-                self._forward(cluster, owner, request, sender)
-                return
-        sender.bind(request, self._finished)
-        request.queued(model.stats)
-        self._began(request)
-        if model.response_cache and not request.decoupled:
-            if self._remote is not None:
-                self._remote_lookup(self._remote, model, request)
-                return
-            if self._cache is not None and self._from_cache(self._cache, model, request):
-                return
-        model.scheduler.submit(request)
-
-    def _forward(
-        self, cluster: Cluster, owner: int, request: InferenceRequest, sender: ResponseSender
-    ) -> None:
-        """A sequence request whose state another worker keeps, or a cacheable request whose
-        cache entry another worker holds: that worker runs it (shared memory, validation,
-        cache, classification, statistics and all); here its responses only pass through
-        (``_forwarded``)."""
-        request.stats = None
-        request.classify = None
-        sender.bind(request, self._forwarded)
-        self._began(request)
-        cluster.forward(owner, request, sender)
-
-    def _began(self, request: InferenceRequest) -> None:
-        """An inference is in flight (submitted or forwarded) until ``_ended``."""
-        self._inflight += 1
-        ACTIVE.requests += 1
-        key = _version_key(request)
-        self._inflight_by[key] = self._inflight_by.get(key, 0) + 1
-
-    def _ended(self, request: InferenceRequest) -> None:
-        self._inflight -= 1
-        ACTIVE.requests -= 1
-        key = _version_key(request)
-        left = self._inflight_by.get(key, 1) - 1
-        if left > 0:
-            self._inflight_by[key] = left
-        else:
-            self._inflight_by.pop(key, None)
-
-    def _forwarded(
-        self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
-    ) -> None:
-        request.finish(error)  # no statistics here: the owner recorded them
-        self._ended(request)
-
-    async def infer(
-        self,
-        client: ClientRequest,
-        decoupled_error: str,
-        trace: Trace | None = None,
-        access: AccessEntry | None = None,
-    ) -> InferenceResponse:
-        """A unary call: one non-decoupled inference awaited on the event loop; errors raise
-        (``decoupled_error``: the front-end's message for a decoupled model)."""
-        request = self.request(client, None, trace, access)
-        if request.decoupled:
-            raise unsupported(decoupled_error)
-        future: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        self.submit(request, ResponseSender(_Resolve(request, future)))
-        try:
-            response = await future
-        except asyncio.CancelledError:
-            request.cancel()  # the caller went away
-            raise
-        if response.error is not None:
-            raise response.error
-        return response
-
-    def stream(
-        self,
-        client: ClientRequest,
-        callback: ResponseCallback,
-        trace: Trace | None = None,
-        access: AccessEntry | None = None,
-    ) -> InferenceRequest:
-        """A streamed call: responses (0..N for a decoupled model, then the final flag) go to
-        ``callback(response_or_None, final)`` on the loop; errors before scheduling raise."""
-        request = self.request(client, None, trace, access)
-        self.submit(request, ResponseSender(callback))
-        return request
-
-    def _map_shm(self, request: InferenceRequest) -> None:
-        try:
-            self.shm.resolve_inputs(request)
-            self.shm.check_outputs(request)
-        except ServerError:
-            self.shm.release(request)
-            raise
-
-    @staticmethod
-    def _from_cache(cache: ResponseCache, model: Model, request: InferenceRequest) -> bool:
-        """Answer from the response cache when the same request was answered before;
-        otherwise remember the key, so the response is stored when it comes."""
-        started = time.perf_counter_ns()
-        key = cache_key(request)
-        outputs = cache.get(key)
-        stats = model.stats
-        if outputs is None:
-            stats.cache_lookup(False, time.perf_counter_ns() - started)
-            request.cache_key = key
-            return False
-        stats.cache_lookup(True, time.perf_counter_ns() - started)
-        request.cached = True
-        response = InferenceResponse(
-            request.model_name, model.version_str, request.id, list(outputs)
-        )
-        assert request.sender is not None
-        request.sender.send(response, True)
-        return True
-
-    def _remote_lookup(
-        self, cache: RedisResponseCache, model: Model, request: InferenceRequest
-    ) -> None:
-        """Look the request up in Redis in a task; the answer or the scheduler follows."""
-        task = asyncio.get_running_loop().create_task(self._answer_remote(cache, model, request))
-        self._lookups.add(task)
-        task.add_done_callback(self._lookups.discard)
-
-    @staticmethod
-    async def _answer_remote(
-        cache: RedisResponseCache, model: Model, request: InferenceRequest
-    ) -> None:
-        started = time.perf_counter_ns()
-        key = cache_key(request)
-        outputs = await cache.get(key, request)  # bounded; a failure is a miss
-        model.stats.cache_lookup(outputs is not None, time.perf_counter_ns() - started)
-        assert request.sender is not None
-        if outputs is not None:
-            request.cached = True
-            response = InferenceResponse(
-                request.model_name, model.version_str, request.id, outputs
-            )
-            request.sender.send(response, True)
-            return
-        request.cache_key = key
-        try:
-            model.scheduler.submit(request)
-        except Exception as exc:  # e.g. the version went away while Redis answered
-            log.warning("request for %s after a cache miss: %s", request.model_name, exc)
-            request.sender.send(
-                InferenceResponse(
-                    request.model_name, model.version_str, request.id,
-                    error=unavailable(f"model '{request.model_name}' is not available"),
-                ),
-                True,
-            )
-
-    def _finished(
-        self, request: InferenceRequest, error: Exception | None, response: InferenceResponse | None
-    ) -> None:
-        """A request's final response is going out: store it in the cache, copy outputs into
-        shared memory, and end the request's lifecycle (statistics)."""
-        if request.cache_key is not None and error is None and response is not None:
-            if self._remote is not None:
-                self._remote.put(request.cache_key, request, list(response.outputs))
-            else:
-                assert self._cache is not None
-                self._cache.put(request.cache_key, list(response.outputs))
-        if request.shm_held is not None:
-            if error is None and response is not None:
-                try:
-                    self.shm.write_outputs(request, response)
-                except ServerError as exc:
-                    response.error = error = exc
-            self.shm.release(request)
-        request.finish(error)
-        self._ended(request)
-
-
-def _version_key(request: InferenceRequest) -> tuple[str, str]:
-    model = request.model
-    return (model.name, model.version_str) if model is not None else ("", "")
+        """``Inference.submit`` (see ``request``)."""
+        self.inference.submit(request, sender)
 
 
 def _access_log(options: ServerOptions) -> AccessLog | None:
@@ -814,27 +535,12 @@ def _access_log(options: ServerOptions) -> AccessLog | None:
         return None
     try:
         return AccessLog(
-            given.access_log_file, given.access_log_max_bytes, given.access_log_backup_count,
+            given.access_log_file,
+            given.access_log_max_bytes,
+            given.access_log_backup_count,
             lock_fd=given.access_log_lock_fd,
         )
     except OSError as exc:
         raise RuntimeError(
             f"--access-log-file: cannot open '{given.access_log_file}': {exc.strerror}"
         ) from None
-
-
-class _Resolve(FinalAnswer):
-    """The callback of ``InferenceServer.infer``: the answer resolves the future it awaits,
-    unless the caller has gone away."""
-
-    __slots__ = ("future",)
-
-    def __init__(
-        self, request: InferenceRequest, future: asyncio.Future[InferenceResponse]
-    ) -> None:
-        self.request = request
-        self.future = future
-
-    def answer(self, response: InferenceResponse) -> None:
-        if not self.future.done():
-            self.future.set_result(response)

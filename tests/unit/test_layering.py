@@ -18,11 +18,13 @@ TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicor
 # the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2);
 # ``logs.budget`` the bound on log lines a client can cause; ``loop_spin`` the event loop's
 # spin before it sleeps, which front-ends arm while a client's next request is due (the
-# server facade keeps its count of inferences in flight).
+# server facade keeps its count of inferences in flight); ``api`` the one inference call every
+# front-end hands its decoded requests to.
 FRONTEND_ALLOWED = {
     "types",
     "errors",
     "server",
+    "api",
     "options",
     "tensor_codec",
     "metrics.render",
@@ -143,6 +145,7 @@ LAYERS: list[set[str]] = [
     {"backends"},
     {"scheduling"},
     {"repository"},  # the load manager, a loaded Model, warm-up
+    {"api"},  # the one inference call (model lookup, cache, forwarding, tracing, access log)
     {"server"},  # the facade
     {"frontends"},
     {"runtime"},
