@@ -397,29 +397,36 @@ class InferenceServer:
         return self.logging.as_dict()
 
     async def update_log_settings_total(self, update: LogUpdate) -> dict[str, Any]:
-        """``update_log_settings`` here, then on every other worker of the server."""
-        settings = self.update_log_settings(update)
-        if self.cluster is not None:
-            changed = {k: v for k, v in asdict(update).items() if v is not None}
-            await self.cluster.broadcast("log", {"update": changed})
+        """``update_log_settings`` on the whole server (``everywhere``)."""
+        changed = {k: v for k, v in asdict(update).items() if v is not None}
+        settings: dict[str, Any] = await self.everywhere("log", {"update": changed})
         return settings
 
     # -- every worker's settings (--workers N) --------------------------------------------------
-    def apply_setting(self, action: str, args: dict[str, Any]) -> None:
-        """A setting change the supervisor applies on every worker (``Cluster.broadcast``):
-        the log settings, a trace setting, a system shared-memory registration."""
+    async def everywhere(self, action: str, args: dict[str, Any], broadcast: bool = True) -> Any:
+        """The one way a setting changes on the whole server (the ``_total`` operations):
+        ``apply_setting`` here first (the errors are this worker's, and no other worker
+        applies what this one refused), then, with ``--workers N`` and ``broadcast``, on every
+        other worker through ``Cluster.broadcast``. Returns what it gave here."""
+        shown = self.apply_setting(action, args)
+        if self.cluster is not None and broadcast:
+            await self.cluster.broadcast(action, args)
+        return shown
+
+    def apply_setting(self, action: str, args: dict[str, Any]) -> Any:
+        """A setting change on this worker (``everywhere``; the supervisor applies what
+        another worker broadcast the same way): the log settings, a trace setting, a system
+        shared-memory registration. Returns what the operation returns."""
         if action == "log":
-            self.update_log_settings(LogUpdate(**args["update"]))
-        elif action == "trace":
-            self.trace_setting(str(args["model"]), args["update"])
-        elif action == "shm_register":
-            self.register_system_shm(
-                str(args["name"]), str(args["key"]), int(args["offset"]), int(args["size"])
-            )
-        elif action == "shm_unregister":
-            self.unregister_system_shm(str(args["name"]))
-        else:
-            raise invalid_arg(f"unknown setting action '{action}'")
+            return self.update_log_settings(LogUpdate(**args["update"]))
+        if action == "trace":
+            return self.trace_setting(str(args["model"]), args["update"])
+        if action == "shm_register":
+            name, key = str(args["name"]), str(args["key"])
+            return self.register_system_shm(name, key, int(args["offset"]), int(args["size"]))
+        if action == "shm_unregister":
+            return self.unregister_system_shm(str(args["name"]))
+        raise invalid_arg(f"unknown setting action '{action}'")
 
     # -- model repository extension ------------------------------------------------------------
     async def load_model(
@@ -441,20 +448,13 @@ class InferenceServer:
     async def register_system_shm_total(
         self, name: str, key: str, offset: int, byte_size: int
     ) -> None:
-        """``register_system_shm`` on every worker: here first (the errors are this
-        worker's, and no other worker maps a region this one refused), then on the others
-        (if one of them fails, the region is unregistered everywhere)."""
-        self.register_system_shm(name, key, offset, byte_size)
-        if self.cluster is None:
-            return
-        await self.cluster.broadcast(
-            "shm_register", {"name": name, "key": key, "offset": offset, "size": byte_size}
-        )
+        """``register_system_shm`` on every worker (``everywhere``; if another worker
+        fails, the region is unregistered everywhere)."""
+        args = {"name": name, "key": key, "offset": offset, "size": byte_size}
+        await self.everywhere("shm_register", args)
 
     async def unregister_system_shm_total(self, name: str = "") -> None:
-        self.unregister_system_shm(name)
-        if self.cluster is not None:
-            await self.cluster.broadcast("shm_unregister", {"name": name})
+        await self.everywhere("shm_unregister", {"name": name})
 
     def register_system_shm(self, name: str, key: str, offset: int, byte_size: int) -> None:
         self.shm.register(name, key, offset, byte_size)
@@ -505,10 +505,9 @@ class InferenceServer:
     async def trace_setting_total(
         self, model_name: str = "", update: dict[str, list[str] | None] | None = None
     ) -> dict[str, list[str]]:
-        """``trace_setting`` here (Triton's errors), then the change on every other worker."""
-        shown = self.trace_setting(model_name, update)
-        if self.cluster is not None and update:
-            await self.cluster.broadcast("trace", {"model": model_name, "update": update})
+        """``trace_setting`` on the whole server (``everywhere``; a read goes nowhere)."""
+        args = {"model": model_name, "update": update}
+        shown: dict[str, list[str]] = await self.everywhere("trace", args, bool(update))
         return shown
 
     # -- inference (the data plane: api/inference.py) ----------------------------------------

@@ -7,7 +7,7 @@ import asyncio
 import base64
 import logging
 from dataclasses import replace
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -235,14 +235,14 @@ class HttpApp:
         call.asked(params["model"], params.get("version", ""))
         return call
 
-    async def _logged(self, call: InferenceCall, run: Awaitable[Result]) -> Result:
+    async def _logged(self, call: InferenceCall, run: Callable[[], Awaitable[Result]]) -> Result:
         """An inference's answer for its access-log line: an error is answered here when the
         line is on (as the request cycle would render it), so that the line has its status
         and size; a streamed answer's line is written when its chunks end."""
         if call.entry is None:
-            return await run
+            return await run()
         try:
-            response = await run
+            response = await run()
         except asyncio.CancelledError:  # the client went away: nothing is answered
             call.failed("CANCELLED", None)
             raise
@@ -337,14 +337,14 @@ class HttpApp:
 
     def _generate_once(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
         call = self._call(request, GENERATE)
-        return self._logged(call, self._answer_once(request, call))
+        return self._logged(call, lambda: self._answer_once(request, call))
 
     async def _answer_once(self, request: HttpRequest, call: InferenceCall) -> HttpResponse:
         return _json(await generate_once(self._generate(request, call)))
 
     def _generate_stream(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
         call = self._call(request, GENERATE, stream=True)
-        return self._logged(call, self._answer_stream(request, call))
+        return self._logged(call, lambda: self._answer_stream(request, call))
 
     async def _answer_stream(self, request: HttpRequest, call: InferenceCall) -> HttpStreamResponse:
         return HttpStreamResponse(sse_chunks(self._generate(request, call), call))
@@ -358,7 +358,7 @@ class HttpApp:
 
     def _infer(self, request: HttpRequest, name: str, version: str) -> Coroutine[Any, Any, Result]:
         call = self._call(request)
-        return self._logged(call, self._infer_traced(request, name, version, call))
+        return self._logged(call, lambda: self._infer_traced(request, name, version, call))
 
     async def _infer_traced(
         self, request: HttpRequest, name: str, version: str, call: InferenceCall
