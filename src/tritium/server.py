@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
 from . import TRITON_VERSION
-from .logs.access_log import AccessEntry, AccessLog
+from .logs.access_log import AccessLog
 from .backends import BackendRegistry
 from .backends.python.observer import ModelLogLevels, Observability
 from .backends.python.supervisor import RestartPolicy
@@ -56,6 +55,8 @@ from .request import (
 )
 from .tracing import Trace, TraceManager, parse_update
 from .api import Cluster, Inference
+from .readiness import Readiness
+from .shutdown import drain, unload_all
 from .types import ClientRequest
 
 # The facade front-ends import: the server, and the request/sender/trace types and version
@@ -63,8 +64,6 @@ from .types import ClientRequest
 __all__ = [
     "EXTENSIONS",
     "Cluster",
-    "AccessEntry",
-    "AccessLog",
     "FinalAnswer",
     "InferenceRequest",
     "InferenceServer",
@@ -80,10 +79,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("tritium")
-
-# At shutdown, models get at least this long to finalize once in-flight requests are done
-# (or the exit timeout ran out), before their instances are killed.
-_FINALIZE_GRACE_S = 1.0
 
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
@@ -118,31 +113,6 @@ def _check_repositories(options: ServerOptions) -> None:
         problem = repository_problem(path)
         if problem:
             raise RuntimeError(f"--model-repository {path}: {problem}")
-
-
-class Readiness:
-    """The server's readiness for watchers (gRPC ``Health.Watch``): the server and the
-    repository call ``changed`` wherever readiness may flip, and ``wait`` sleeps until it
-    differs from what a watcher last saw, so a watcher costs nothing while it waits (no
-    polling, no timer)."""
-
-    def __init__(self, probe: Callable[[], bool]) -> None:
-        self._probe = probe
-        self._seen = False  # the server starts not ready
-        self._flipped = asyncio.Event()  # a new one after each flip
-
-    def changed(self) -> None:
-        ready = self._probe()
-        if ready != self._seen:
-            self._seen = ready
-            flipped, self._flipped = self._flipped, asyncio.Event()
-            flipped.set()  # wakes every watcher waiting on this generation
-
-    async def wait(self, seen: bool) -> bool:
-        """The readiness once it is no longer ``seen``."""
-        while (ready := self._probe()) == seen:
-            await self._flipped.wait()
-        return ready
 
 
 class InferenceServer:
@@ -260,52 +230,15 @@ class InferenceServer:
         if countdown is None:
             countdown = ExitCountdown(self.options.exit_timeout_secs)
         if self._live:  # started (a server that failed to bind has nothing to wait for)
-            await self._drain(countdown)
+            await drain(self.inference, self.repository, self.control, countdown)
         else:
-            await self._unload_all(countdown)
+            await unload_all(self.repository, self.control, countdown)
         await asyncio.to_thread(self.tracer.close)  # trace file closed, spans exported
         if self.access_log is not None:
             await asyncio.to_thread(self.access_log.close)  # what waits is written
         if self._remote is not None:
             await self._remote.close()
         self._live = False
-
-    async def _drain(self, countdown: ExitCountdown) -> None:
-        log.info("Waiting for in-flight requests to complete.")
-        if not await countdown.wait(
-            lambda: len(self.inference.inflight_by), self._inflight_line, True
-        ):
-            log.warning("%d requests still in flight at shutdown timeout", self.inference.inflight)
-        log.info("All models are stopped, unloading models")
-        unload = asyncio.ensure_future(self._unload_all(countdown))
-        await countdown.wait(
-            lambda: self._live_models() + self.control.in_flight() + (not unload.done()),
-            self._live_line,
-            True,
-        )
-        await unload
-
-    def _inflight_line(self, left: int, count: int) -> str:
-        lines = [f"Timeout {left}: Found {count} model versions that have in-flight inferences"]
-        for (name, version), n in sorted(self.inference.inflight_by.items()):
-            lines.append(f"Model '{name}' (version {version}) has {n} in-flight inferences")
-        return "\n".join(lines)
-
-    def _live_line(self, left: int, count: int) -> str:
-        return (
-            f"Timeout {left}: Found {self._live_models()} live models and "
-            f"{self.control.in_flight()} in-flight non-inference requests"
-        )
-
-    def _live_models(self) -> int:
-        return self.repository.live_models()
-
-    async def _unload_all(self, countdown: ExitCountdown) -> None:
-        """Loads and unloads clients asked for finish (within the timeout; then they are
-        cancelled), then every model is unloaded, those just loaded included."""
-        await self.control.stop(countdown.remaining())
-        remaining = max(countdown.remaining(), _FINALIZE_GRACE_S)
-        await self.repository.unload_all(timeout=remaining)
 
     # -- health and metadata -----------------------------------------------------------------
     def is_live(self) -> bool:

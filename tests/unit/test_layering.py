@@ -138,7 +138,7 @@ LAYERS: list[set[str]] = [
     {"__init__", "errors", "types"},  # the values every layer passes around
     # pure: no request, no model (loop_spin: the event loop's spin before it sleeps;
     # countdown: the exit timeout of a shutdown)
-    {"tensor_codec", "metrics", "logs", "access", "tracing", "loop_spin", "countdown"},
+    {"tensor_codec", "metrics", "logs", "access", "tracing", "loop_spin", "countdown", "readiness"},
     {"request", "options"},  # one inference's state; the server's frozen options
     {"extensions"},  # parameters, raw input, classification, shared memory, response cache
     {"config"},  # config.pbtxt -> ModelSpec
@@ -146,6 +146,7 @@ LAYERS: list[set[str]] = [
     {"scheduling"},
     {"repository"},  # the load manager, a loaded Model, warm-up
     {"api"},  # the one inference call (model lookup, cache, forwarding, tracing, access log)
+    {"shutdown"},  # the server's stop: in-flight inferences drained, models unloaded
     {"server"},  # the facade
     {"frontends"},
     {"runtime"},
