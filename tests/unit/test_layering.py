@@ -18,11 +18,13 @@ TRANSPORTS = {"grpc", "grpc_health", "httptools", "uvloop", "starlette", "uvicor
 # the Prometheus text the metrics endpoint serves; ``transport`` the protocol cores (HTTP/2);
 # ``logs.budget`` the bound on log lines a client can cause; ``loop_spin`` the event loop's
 # spin before it sleeps, which front-ends arm while a client's next request is due (the
-# server facade keeps its count of inferences in flight).
+# server facade keeps its count of inferences in flight); ``api`` the one inference call every
+# front-end hands its decoded requests to.
 FRONTEND_ALLOWED = {
     "types",
     "errors",
     "server",
+    "api",
     "options",
     "tensor_codec",
     "metrics.render",
@@ -101,9 +103,7 @@ def test_frontends_use_only_the_facade(path: Path) -> None:
 
 # grpcio is no server of tritium's (issue 12): the gRPC front-end is its own HTTP/2 transport.
 # ``grpc_health`` (the health_pb2 messages) and tritonclient's generated modules stay.
-@pytest.mark.parametrize(
-    "path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC))
-)
+@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_no_module_imports_grpcio(path: Path) -> None:
     for level, name, _ in _imports(path):
         if level == 0:
@@ -135,9 +135,19 @@ LAYERS: list[set[str]] = [
     {"transport", "datatypes"},
     {"__init__", "errors", "types"},  # the values every layer passes around
     # pure: no request, no model (loop_spin: the event loop's spin before it sleeps;
-    # countdown: the exit timeout of a shutdown; validation: a request's tensors checked
+    # countdown: the exit timeout of a shutdown; readiness: the server's ready state and
+    # its waiters; validation: a request's tensors checked
     # against a model's tables)
-    {"tensor_codec", "metrics", "access", "tracing", "loop_spin", "countdown", "validation"},
+    {
+        "tensor_codec",
+        "metrics",
+        "access",
+        "tracing",
+        "loop_spin",
+        "countdown",
+        "validation",
+        "readiness",
+    },
     # one inference's state and what it reads of its model (ServedModel); the server's
     # frozen options
     {"request", "options"},
@@ -148,6 +158,8 @@ LAYERS: list[set[str]] = [
     {"backends"},
     {"scheduling"},
     {"repository"},  # the load manager, a loaded Model, warm-up
+    {"api"},  # the one inference call (model lookup, cache, forwarding, tracing, access log)
+    {"shutdown"},  # the server's stop: in-flight inferences drained, models unloaded
     {"server"},  # the facade
     {"frontends"},
     {"runtime"},

@@ -12,25 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Any, Final
 
 from google.protobuf import json_format
 from grpc_health.v1 import health_pb2
 from tritonclient.grpc import service_pb2 as pb
 
-from ...errors import invalid_arg, unsupported
+from ...errors import invalid_arg
+from ...api import Door, InferenceCall
 from ...server import (
-    AccessEntry,
-    AccessLog,
     FinalAnswer,
     InferenceRequest,
     InferenceServer,
     ResponseSender,
-    Trace,
     check_load_keys,
     grpc_update,
 )
-from ...types import ClientRequest, InferenceResponse
+from ...types import InferenceResponse
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .call import ServerCall
 from .codec import decode_infer, decode_message, encode_answer
@@ -41,12 +39,14 @@ from .health import MAX_WATCHES, MAX_WATCHES_PER_CONNECTION, HealthService
 from .metadata import compile_forward_pattern, forwarded_parameters
 from .status import RpcError, StatusCode
 from .stream import stream_infer
-from .traces import sample
+from .traces import RECEIVED, SENT, asked_version, identity, sample
 from .wire import Pieces
 
 __all__ = ["MAX_WATCHES", "MAX_WATCHES_PER_CONNECTION", "HealthService", "InferenceService"]
 
 _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+# gRPC ModelInfer's door of the inference call: its refusal of decoupled models, its stamps.
+UNARY: Final = Door("grpc", _DECOUPLED, RECEIVED, SENT)
 _NOT_YET: frozenset[str] = frozenset()
 _KINDS = {
     (False, False): Kind.UNARY,
@@ -208,73 +208,50 @@ class InferenceService:
         return pb.TraceSettingResponse(settings={k: value(value=v) for k, v in shown.items()})
 
     async def ModelInfer(self, request: bytes, call: ServerCall) -> Any:
-        access_log = self._server.access_log
-        if access_log is None:
-            return await self._model_infer(request, call)
-        entry = _entry(call, len(request))
+        """ModelInfer in its task (a large, traced or access-logged request): the call's
+        access-log line gets the status code the dispatcher answers."""
+        began = time.perf_counter_ns()
+        inference_call = self._server.inference.call(UNARY, call.peer, len(request), identity(call))
         try:
-            answer = await self._model_infer(request, call, entry)
+            answer = await self._model_infer(request, call, inference_call, began)
         except BaseException as exc:  # the dispatcher answers it: the same code
             code = StatusCode.CANCELLED if isinstance(exc, asyncio.CancelledError) else code_of(exc)
-            _logged(access_log, entry, code)
+            inference_call.failed(triton_status(code), int(code))
             raise
-        entry.bytes_out = len(answer)
-        _logged(access_log, entry, StatusCode.OK)
+        inference_call.count(len(answer))
+        inference_call.outcome(triton_status(StatusCode.OK), int(StatusCode.OK))
+        inference_call.logged()
         return answer
 
     async def _model_infer(
-        self, request: bytes, call: ServerCall, access: AccessEntry | None = None
+        self, request: bytes, call: ServerCall, inference_call: InferenceCall, began: int
     ) -> bytes | Pieces:
         forwarded = self.forwarded(call)
-        began = time.perf_counter_ns() if self._server.tracer.active else 0
-        _, inference = await decode_off_loop(len(request), decode_message, request, forwarded)
-        if access is not None:
-            _asked(access, inference)
-        trace = sample(self._server, inference, call, began) if began else None
-        try:
-            response = await self._server.infer(inference, _DECOUPLED, trace, access)
-            if trace is None:
-                return encode_answer(response)
-            # On this path the transport writes the answer: SEND_* frame its encoding.
-            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-            trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-            answer = encode_answer(response)
-            trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
-            return answer
-        finally:
-            if trace is not None:
-                trace.end()
+        _, client = await decode_off_loop(len(request), decode_message, request, forwarded)
+        inference_call.asked(client.model_name, asked_version(client), client.id)
+        sample(inference_call, client, call, began)
+        response = await self._server.inference.infer(client, inference_call)
+        # On this path the transport writes the answer: SEND_* frame its encoding.
+        inference_call.responded()
+        start = inference_call.clock()
+        answer = encode_answer(response)
+        inference_call.sent(start, inference_call.clock())
+        return answer
 
     def model_infer_now(self, raw: bytes, call: ServerCall) -> bool:
         """ModelInfer without a task: decode here, submit, answer from the response
-        callback. Only for small messages (a large one is decoded off the loop)."""
-        if len(raw) >= OFFLOAD_BYTES:
+        callback. Only for small messages (a large one is decoded off the loop) the
+        inference call may start inline (neither traced nor access-logged)."""
+        inference = self._server.inference
+        if len(raw) >= OFFLOAD_BYTES or not inference.inline():
             return False
-        server = self._server
-        began = time.perf_counter_ns() if server.tracer.active else 0
-        trace = None
-        access_log = server.access_log
-        entry = None if access_log is None else _entry(call, len(raw))
         try:
             client = decode_infer(raw, self.forwarded(call))
-            if began:
-                trace = sample(server, client, call, began)
-            if entry is not None:
-                _asked(entry, client)
-            request = server.request(client, None, trace, entry)
-            if request.decoupled:
-                raise unsupported(_DECOUPLED)
-            answer = _UnaryAnswer(call, request, trace)
-            if entry is not None and access_log is not None:
-                answer.access = (access_log, entry)
-            server.submit(request, ResponseSender(answer))
+            request = inference.prepare(client, UNARY)
+            inference.submit(request, ResponseSender(_UnaryAnswer(call, request)))
         except Exception as exc:
-            if trace is not None:
-                trace.end()
             code, message = status_of(exc)
             call.finish(code, message)
-            if entry is not None and access_log is not None:
-                _logged(access_log, entry, code)
         return True
 
     async def ModelStreamInfer(self, call: ServerCall) -> None:
@@ -282,75 +259,30 @@ class InferenceService:
         await stream_infer(self._server, call, limit, self.forwarded(call))
 
 
-def _entry(call: ServerCall, bytes_in: int) -> AccessEntry:
-    """A ModelInfer call's access-log line (who the access guard admitted, if one did)."""
-    guard = call.guard
-    if guard is None:
-        return AccessEntry.begin("grpc", call.peer, bytes_in)
-    return AccessEntry.begin("grpc", call.peer, bytes_in, guard.identity, guard.key)
-
-
-def _asked(entry: AccessEntry, client: ClientRequest) -> None:
-    """The model and version the request names (until the server resolves them)."""
-    entry.model, entry.request_id = client.model_name, client.id
-    entry.version = str(client.model_version) if client.model_version > 0 else ""
-
-
-def _logged(access_log: AccessLog, entry: AccessEntry, code: StatusCode) -> None:
-    entry.outcome(triton_status(code), int(code))
-    entry.ended()
-    access_log.put(entry)
-
-
 class _UnaryAnswer(FinalAnswer):
-    """The response callback of a fast-path ModelInfer: writes the answer and its status
-    (stamping INFER_RESPONSE_COMPLETE and GRPC_SEND_* when traced); a cancelled call
-    (reset, deadline, connection lost) cancels the request. ``access``: its access-log line,
-    put once the answer or the error status is written."""
+    """The response callback of a fast-path ModelInfer: writes the answer and its status; a
+    cancelled call (reset, deadline, connection lost) cancels the request."""
 
-    __slots__ = ("_call", "_trace", "access")
+    __slots__ = ("_call",)
 
-    def __init__(
-        self, call: ServerCall, request: InferenceRequest, trace: Trace | None = None
-    ) -> None:
+    def __init__(self, call: ServerCall, request: InferenceRequest) -> None:
         self.request = request
         self._call = call
-        self._trace = trace
-        self.access: tuple[AccessLog, AccessEntry] | None = None
         call.on_cancel = request.cancel
 
     def answer(self, response: InferenceResponse) -> None:
-        trace = self._trace
         self._call.on_cancel = None
-        if trace is not None:
-            trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         if response.error is not None:
-            code = self._fail(response.error)
-        else:
-            if trace is not None:
-                trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-            code = self._write(response)
-            if trace is not None:
-                trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
-        if trace is not None:
-            trace.end()
-        if self.access is not None:
-            _logged(*self.access, code)
+            self._fail(response.error)
+            return
+        try:
+            self._call.answer(encode_answer(response))
+        except Exception as exc:
+            self._fail(exc)
 
-    def _fail(self, error: Exception) -> StatusCode:
+    def _fail(self, error: Exception) -> None:
         code, message = status_of(error)
         self._call.finish(code, message)
-        return code
-
-    def _write(self, response: InferenceResponse) -> StatusCode:
-        try:
-            answer = encode_answer(response)
-            self._call.answer(answer)
-        except Exception as exc:
-            return self._fail(exc)
-        if self.access is not None:
-            self.access[1].bytes_out = len(answer)
-        return StatusCode.OK
 
 
 def _unimplemented(name: str) -> Any:

@@ -23,7 +23,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from typing import Any
 
@@ -31,14 +30,13 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ...access.policy import ALLOWED, Verdict
 from ...errors import ErrorKind, ServerError
+from ...api import Door, InferenceCall
 from ...server import (
-    AccessEntry,
     FinalAnswer,
     InferenceRequest,
     InferenceServer,
     ResponseCallback,
     ResponseSender,
-    Trace,
     parse_version,
 )
 from ...types import ClientRequest, InferenceResponse
@@ -50,10 +48,12 @@ from .call import HIGH_WATER, ServerCall
 from .errors import CODE, status_message, triton_status
 from .guard import CallGuard, refusal_code
 from .status import RpcError, StatusCode
-from .traces import sample
+from .traces import RECEIVED, SENT, identity, sample
 
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
+# ModelStreamInfer's door of the inference call: decoupled models stream, gRPC's stamps.
+STREAM = Door("grpc", None, RECEIVED, SENT)
 
 
 class _Item:
@@ -66,12 +66,12 @@ class _Item:
         message: pb.ModelStreamInferResponse | None,
         kind: Any,
         final: bool,
-        access: AccessEntry | None = None,
+        access: InferenceCall | None = None,
     ):
         self.message = message  # None: nothing to write, only a request to account for
         self.kind = kind  # the ErrorKind (or a refusal's StatusCode) when it is an error
         self.final = final
-        self.access = access  # its request's access-log line (put with the final one)
+        self.access = access  # its request's call (the access-log line, put with the final one)
 
 
 class _Slot:
@@ -117,7 +117,7 @@ class _OrderedAnswer(FinalAnswer):
         request: InferenceRequest,
         session: StreamSession,
         slot: _Slot,
-        access: AccessEntry | None,
+        access: InferenceCall,
     ) -> None:
         self.request = request
         self._session = session
@@ -151,7 +151,7 @@ class StreamSession:
         self._outstanding = 0
         self._input_done = False
         self._idle: asyncio.Future[None] | None = None
-        self._log = server.access_log  # None: no access-log lines
+        self._inference = server.inference
 
     async def run(self) -> None:
         """Starts the requests ``consume`` left in the inbox until the client half-closes,
@@ -205,15 +205,13 @@ class StreamSession:
         self._start(message, request, len(raw))
         return True
 
-    def _entry(self, message: pb.ModelInferRequest | None, size: int) -> AccessEntry:
-        """A stream request's access-log line (only when the log is on)."""
-        guard = self._call.guard
-        identity, key = (None, None) if guard is None else (guard.identity, guard.key)
-        entry = AccessEntry.begin("grpc", self._call.peer, size, identity, key, stream=True)
+    def _inference_call(self, message: pb.ModelInferRequest | None, size: int) -> InferenceCall:
+        """A stream request's call (its trace and access-log line), the model as asked."""
+        call = self._call
+        inference_call = self._inference.call(STREAM, call.peer, size, identity(call), True)
         if message is not None:
-            entry.model, entry.version = message.model_name, message.model_version
-            entry.request_id = message.id
-        return entry
+            inference_call.asked(message.model_name, message.model_version, message.id)
+        return inference_call
 
     def _start(
         self,
@@ -222,36 +220,32 @@ class StreamSession:
         size: int = 0,
     ) -> None:
         self._outstanding += 1
-        entry = None if self._log is None else self._entry(message, size)
-        held = self._hold(message, client, entry)
+        inference_call = self._inference_call(message, size)
+        held = self._hold(message, client, inference_call)
         if held is None:
             return
-        trace = None
         try:
             if isinstance(client, ServerError):
                 raise client
-            if self._server.tracer.active:
-                trace = sample(self._server, client, self._call)
-            request = self._server.request(client, None, trace, entry)  # the one lookup
+            sample(inference_call, client, self._call)
+            request = self._inference.prepare(client, inference_call)  # the one lookup
         except ServerError as exc:
-            if trace is not None:
-                trace.end()
+            inference_call.sent(0, 0)
             self._release(held)
-            self._ordered_error(exc, message.id if message is not None else "", entry)
+            self._ordered_error(exc, message.id if message is not None else "", inference_call)
             return
         assert message is not None
         decoupled = request.decoupled
-        callback = self._callback(message, request, trace, held, entry)
+        callback = self._callback(message, request, inference_call, held)
         self._active.add(request)
         try:
-            self._server.submit(request, ResponseSender(callback))
+            self._inference.submit(request, ResponseSender(callback))
         except ServerError as exc:
             self._active.discard(request)
             if decoupled:
-                if trace is not None:
-                    trace.end()
+                inference_call.sent(0, 0)
                 self._release(held)
-                self._write(_Item(_error_message(exc, request.id), exc.kind, True, entry))
+                self._write(_Item(_error_message(exc, request.id), exc.kind, True, inference_call))
             else:
                 callback(InferenceResponse(request.model_name, "", request.id, error=exc), True)
 
@@ -259,9 +253,8 @@ class StreamSession:
         self,
         message: pb.ModelInferRequest,
         request: InferenceRequest,
-        trace: Trace | None,
+        inference_call: InferenceCall,
         held: Verdict,
-        entry: AccessEntry | None,
     ) -> ResponseCallback:
         """The request's response callback: ordered or decoupled, traced, giving its slot
         back."""
@@ -270,11 +263,10 @@ class StreamSession:
             empty_final = False
             if _EMPTY_FINAL in message.parameters:
                 empty_final = bool(parameter_value(message.parameters[_EMPTY_FINAL]))
-            callback = self._decoupled_callback(request, empty_final, entry)
+            callback = self._decoupled_callback(request, empty_final, inference_call)
         else:
-            callback = self._ordered_callback(request, entry)
-        if trace is not None:
-            callback = _traced(callback, trace)
+            callback = self._ordered_callback(request, inference_call)
+        callback = inference_call.traced(callback)
         if held.client is not None:
             callback = _releasing(callback, self, held)
         return callback
@@ -283,7 +275,7 @@ class StreamSession:
         self,
         message: pb.ModelInferRequest | None,
         client: ClientRequest | ServerError,
-        entry: AccessEntry | None,
+        entry: InferenceCall,
     ) -> Verdict | None:
         """The request's per-client slot (ALLOWED without a bound); None when the bound
         refuses it, after answering it in the stream. A message that did not decode takes
@@ -308,15 +300,13 @@ class StreamSession:
         if self._guard is not None and held.client is not None:
             self._guard.release(held)
 
-    def _ordered_error(self, exc: ServerError, rid: str, entry: AccessEntry | None) -> None:
+    def _ordered_error(self, exc: ServerError, rid: str, entry: InferenceCall) -> None:
         slot = _Slot()
         slot.item = _Item(_error_message(exc, rid), exc.kind, True, entry)
         self._ordered.append(slot)
         self._flush()
 
-    def _ordered_callback(
-        self, request: InferenceRequest, entry: AccessEntry | None
-    ) -> _OrderedAnswer:
+    def _ordered_callback(self, request: InferenceRequest, entry: InferenceCall) -> _OrderedAnswer:
         slot = _Slot()
         self._ordered.append(slot)
         return _OrderedAnswer(request, self, slot, entry)
@@ -336,7 +326,7 @@ class StreamSession:
             self._write(item)
 
     def _decoupled_callback(
-        self, request: InferenceRequest, empty_final: bool, entry: AccessEntry | None
+        self, request: InferenceRequest, empty_final: bool, entry: InferenceCall
     ) -> ResponseCallback:
         def on_response(response: InferenceResponse | None, final: bool) -> None:
             if final:
@@ -383,8 +373,9 @@ class StreamSession:
     def _account(self, item: _Item, sent: int, lost: bool) -> None:
         """The access-log line of the item's request: its bytes, its first error, and once
         its final response is out, the line itself."""
-        entry = item.access
-        if entry is None or self._log is None:
+        call = item.access
+        entry = None if call is None else call.entry
+        if call is None or entry is None:
             return
         entry.bytes_out += sent
         if entry.code is None:
@@ -397,8 +388,7 @@ class StreamSession:
         if item.final:
             if entry.code is None:
                 entry.outcome("SUCCESS", 0)
-            entry.ended()
-            self._log.put(entry)
+            call.logged()
             item.access = None
 
     def _wake(self) -> None:
@@ -434,23 +424,6 @@ def _releasing(
         if final:
             session._release(held)
         callback(response, final)
-
-    return on_response
-
-
-def _traced(callback: ResponseCallback, trace: Trace) -> ResponseCallback:
-    """The callback of a traced request: its final response's writing is stamped
-    (INFER_RESPONSE_COMPLETE, GRPC_SEND_*), then the trace ends."""
-
-    def on_response(response: InferenceResponse | None, final: bool) -> None:
-        if not final:
-            callback(response, final)
-            return
-        trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-        trace.stamp("GRPC_SEND_START", time.perf_counter_ns())
-        callback(response, final)
-        trace.stamp("GRPC_SEND_END", time.perf_counter_ns())
-        trace.end()
 
     return on_response
 

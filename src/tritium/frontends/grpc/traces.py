@@ -1,27 +1,37 @@
-"""The gRPC front-end's side of the trace extension: sampling a call's request (ModelInfer on
-either path, each message of ModelStreamInfer) with its ``traceparent``/``tracestate``."""
+"""What the gRPC front-end tells the inference call about a request (ModelInfer on either
+path, each message of ModelStreamInfer): its trace context (``traceparent``/``tracestate``
+metadata), the names of its stamps, who sent it and what it names."""
 
 from __future__ import annotations
 
-import time
+from typing import Final
 
-from ...server import InferenceServer, Trace
+from ...api import InferenceCall
 from ...types import ClientRequest
 from .call import ServerCall
 
+# gRPC's trace stamps around reading a request and writing its answer (Triton's names).
+RECEIVED: Final = ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END")
+SENT: Final = ("GRPC_SEND_START", "GRPC_SEND_END")
+
 
 def sample(
-    server: InferenceServer, client: ClientRequest, call: ServerCall, began: int = 0
-) -> Trace | None:
-    """A trace of this request when the tracer samples it. GRPC_WAITREAD_* span from
-    ``began`` (the handler's start; 0: the message was already read, as on a stream) to
-    the decoded message."""
+    inference: InferenceCall, client: ClientRequest, call: ServerCall, began: int = 0
+) -> None:
+    """Let the inference call sample this request for tracing. GRPC_WAITREAD_* span from
+    ``began`` (the handler's start; 0: the message was already read, as on a stream) to the
+    decoded message."""
     metadata = call.metadata
-    trace = server.tracer.sample(
-        client.model_name, metadata.get("traceparent"), metadata.get("tracestate")
-    )
-    if trace is not None:
-        now = time.perf_counter_ns()
-        trace.stamp("GRPC_WAITREAD_START", began or now)
-        trace.stamp("GRPC_WAITREAD_END", now)
-    return trace
+    parent, state = metadata.get("traceparent"), metadata.get("tracestate")
+    inference.sample(client.model_name, parent, state, (began, 0))
+
+
+def identity(call: ServerCall) -> tuple[str | None, str | None]:
+    """Who the access guard admitted (for the access log), if one did."""
+    guard = call.guard
+    return (None, None) if guard is None else (guard.identity, guard.key)
+
+
+def asked_version(client: ClientRequest) -> str:
+    """The version a request names, as the access log shows it ("" for the latest)."""
+    return str(client.model_version) if client.model_version > 0 else ""

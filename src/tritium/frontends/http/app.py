@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final
 from urllib.parse import unquote
@@ -15,13 +14,12 @@ import orjson
 
 from ...access.policy import AccessControl
 from ...errors import invalid_arg, unsupported
+from ...api import Door, InferenceCall, ResponseStream
 from ...server import (
-    AccessEntry,
     FinalAnswer,
     InferenceRequest,
     InferenceServer,
     ResponseSender,
-    Trace,
     TraceManager,
     check_load_keys,
     http_update,
@@ -33,7 +31,7 @@ from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .cors import cors_policy
 from .codec import OutputPlan, decode_request, encode_response
 from .errors import render_error, triton_status
-from .generate import GenerateStream, build_request, generate_once, logged_chunks, sse_chunks
+from .generate import build_request, generate_once, logged_chunks, sse_chunks
 from .messages import (
     HttpRequest,
     HttpResponse,
@@ -49,6 +47,11 @@ log = logging.getLogger("tritium")
 _JSON: Final = b"application/json"
 _OCTET: Final = b"application/octet-stream"
 _DECOUPLED = "HTTP end point doesn't support models with decoupled transaction policy"
+# The HTTP door of the inference call: its refusal of decoupled models, its trace stamps.
+HTTP: Final = Door(
+    "http", _DECOUPLED, ("HTTP_RECV_START", "HTTP_RECV_END"), ("HTTP_SEND_START", "HTTP_SEND_END")
+)
+GENERATE: Final = Door("http", None, HTTP.received, HTTP.sent)  # decoupled models stream
 
 
 def _json(doc: Any, status: int = 200) -> HttpResponse:
@@ -190,71 +193,68 @@ class HttpApp:
 
     def _infer_route(self, request: HttpRequest) -> PendingResponse | Coroutine[Any, Any, Result]:
         params = request.params
-        server = self.server
-        if server.access_log is not None:
-            return self._logged(request, self._logged_infer)
-        if self._guard is None and len(request.body) <= OFFLOAD_BYTES and not server.tracer.active:
-            return self._infer_now(request, params["model"], params.get("version", ""))
-        return self._infer(request, params["model"], params.get("version", ""))
+        name, version = params["model"], params.get("version", "")
+        # untraced and unlogged, small, and no guard awaiting the route: without a task
+        if self.server.inference.inline() and self._guard is None:
+            if len(request.body) <= OFFLOAD_BYTES:
+                return self._infer_now(request, name, version)
+        return self._infer(request, name, version)
 
     def _infer_now(self, request: HttpRequest, name: str, version: str) -> PendingResponse:
         """``_infer`` without a task, as gRPC's ``model_infer_now``: a small request that is
         neither traced nor access-logged is decoded here and submitted, and the server's
         response callback answers it (``_HttpAnswer``). Errors before scheduling raise."""
-        server = self.server
+        inference = self.server.inference
+        client, plan = self._decode_now(request, name, version)
+        started = inference.prepare(client, HTTP)
+        pending = PendingResponse()
+        pending.on_cancel = started.cancel
+        inference.submit(started, ResponseSender(_HttpAnswer(started, pending, plan)))
+        return pending
+
+    def _decode_now(
+        self, request: HttpRequest, name: str, version: str
+    ) -> tuple[ClientRequest, OutputPlan]:
         header_length = _header_length(request)
         if header_length == 0:  # a raw binary request: the body is the one input's bytes
-            client = server.raw_request(name, _version(version), request.body)
+            client = self.server.inference.raw_request(name, _version(version), request.body)
             plan = OutputPlan(binary_default=True)  # Triton answers it in binary
         else:
             client, plan = decode_request(request.body, header_length, name, _version(version))
         if self._forward is not None:
             client = self._forwarded(client, request)
-        inference = server.request(client, None, None, None)
-        if inference.decoupled:
-            raise unsupported(_DECOUPLED)
-        pending = PendingResponse()
-        pending.on_cancel = inference.cancel
-        server.submit(inference, ResponseSender(_HttpAnswer(inference, pending, plan)))
-        return pending
+        return client, plan
 
-    def _logged_infer(self, request: HttpRequest, entry: AccessEntry) -> Awaitable[Result]:
-        params = request.params
-        return self._infer(request, params["model"], params.get("version", ""), entry)
-
-    async def _logged(
-        self,
-        request: HttpRequest,
-        run: Callable[[HttpRequest, AccessEntry], Awaitable[Result]],
-        stream: bool = False,
-    ) -> Result:
-        """An inference with its access-log line: an error is answered here (as the request
-        cycle would render it), so the line has its status and size; a streamed answer's
-        line is put when its chunks end."""
-        log_ = self.server.access_log
-        assert log_ is not None
-        entry = AccessEntry.begin(
-            "http", request.peer, len(request.body), request.identity, request.api_key, stream
+    def _call(self, request: HttpRequest, door: Door = HTTP, stream: bool = False) -> InferenceCall:
+        """An inference's call (its trace and access-log line), the model as asked."""
+        call = self.server.inference.call(
+            door, request.peer, len(request.body), (request.identity, request.api_key), stream
         )
         params = request.params  # the model as asked, until the server resolves it
-        entry.model, entry.version = params["model"], params.get("version", "")
+        call.asked(params["model"], params.get("version", ""))
+        return call
+
+    async def _logged(self, call: InferenceCall, run: Callable[[], Awaitable[Result]]) -> Result:
+        """An inference's answer for its access-log line: an error is answered here when the
+        line is on (as the request cycle would render it), so that the line has its status
+        and size; a streamed answer's line is written when its chunks end."""
+        if call.entry is None:
+            return await run()
         try:
-            response = await run(request, entry)
+            response = await run()
         except asyncio.CancelledError:  # the client went away: nothing is answered
-            entry.outcome("CANCELLED", None)
-            entry.ended()
-            log_.put(entry)
+            call.failed("CANCELLED", None)
             raise
         except Exception as exc:
             response = self.render_error(exc)
-            entry.outcome(triton_status(exc), response.status)
-        entry.code = response.status
+            call.outcome(triton_status(exc), response.status)
+        if call.entry is not None:
+            call.entry.code = response.status
         if isinstance(response, HttpStreamResponse):
-            response.chunks = logged_chunks(response.chunks, entry, log_)
+            response.chunks = logged_chunks(response.chunks, call)
             return response
-        entry.bytes_out = sum(memoryview(part).nbytes for part in response.body)
-        entry.ended()
-        log_.put(entry)
+        call.count(sum(memoryview(part).nbytes for part in response.body))
+        call.logged()
         return response
 
     async def _trace(self, request: HttpRequest) -> HttpResponse:
@@ -335,50 +335,45 @@ class HttpApp:
         return _json(self.server.repository_index(ready is True))
 
     def _generate_once(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
-        if self.server.access_log is not None:
-            return self._logged(request, self._answer_once)
-        return self._answer_once(request)
+        call = self._call(request, GENERATE)
+        return self._logged(call, lambda: self._answer_once(request, call))
 
-    async def _answer_once(
-        self, request: HttpRequest, access: AccessEntry | None = None
-    ) -> HttpResponse:
-        return _json(await generate_once(self._generate(request, access)))
+    async def _answer_once(self, request: HttpRequest, call: InferenceCall) -> HttpResponse:
+        return _json(await generate_once(self._generate(request, call)))
 
     def _generate_stream(self, request: HttpRequest) -> Coroutine[Any, Any, Result]:
-        if self.server.access_log is not None:
-            return self._logged(request, self._answer_stream, stream=True)
-        return self._answer_stream(request)
+        call = self._call(request, GENERATE, stream=True)
+        return self._logged(call, lambda: self._answer_stream(request, call))
 
-    async def _answer_stream(
-        self, request: HttpRequest, access: AccessEntry | None = None
-    ) -> HttpStreamResponse:
-        return HttpStreamResponse(sse_chunks(self._generate(request, access), access))
+    async def _answer_stream(self, request: HttpRequest, call: InferenceCall) -> HttpStreamResponse:
+        return HttpStreamResponse(sse_chunks(self._generate(request, call), call))
 
-    def _generate(self, request: HttpRequest, access: AccessEntry | None = None) -> GenerateStream:
+    def _generate(self, request: HttpRequest, call: InferenceCall) -> ResponseStream:
         params = request.params
         name, version = params["model"], params.get("version", "")
         inference = build_request(self.server, name, version, request.body)
-        if access is not None:
-            access.request_id = inference.id
-        stream = GenerateStream()
-        stream.request = self.server.stream(inference, stream, None, access)
-        return stream
+        call.asked(name, version, inference.id)
+        return self.server.inference.stream(inference, call)
 
-    async def _infer(
-        self, request: HttpRequest, name: str, version: str, access: AccessEntry | None = None
+    def _infer(self, request: HttpRequest, name: str, version: str) -> Coroutine[Any, Any, Result]:
+        call = self._call(request)
+        return self._logged(call, lambda: self._infer_traced(request, name, version, call))
+
+    async def _infer_traced(
+        self, request: HttpRequest, name: str, version: str, call: InferenceCall
     ) -> HttpResponse:
-        """An inference (``access``: its access-log line). When the tracer samples it, the
-        trace gets the read times and ends once the response is written (HTTP_SEND_*) or the
-        request failed."""
-        server = self.server
-        trace = _sample(server, request, name) if server.tracer.active else None
+        """An inference in its task. When the call is traced, the trace gets the read times
+        and ends once the response is written (HTTP_SEND_*) or the request failed."""
+        headers = request.headers
+        parent, state = _header(headers, b"traceparent"), _header(headers, b"tracestate")
+        call.sample(name, parent, state, request.received)
         try:
             header_length = _header_length(request)
             if header_length == 0:  # a raw binary request: the body is the one input's bytes
-                inference = server.raw_request(name, _version(version), request.body)
+                client = self.server.inference.raw_request(name, _version(version), request.body)
                 plan = OutputPlan(binary_default=True)  # Triton answers it in binary
             else:
-                inference, plan = await decode_off_loop(
+                client, plan = await decode_off_loop(
                     len(request.body),
                     decode_request,
                     request.body,
@@ -387,19 +382,16 @@ class HttpApp:
                     _version(version),
                 )
             if self._forward is not None:
-                inference = self._forwarded(inference, request)
-            if access is not None:
-                access.request_id = inference.id
-            response = await server.infer(inference, _DECOUPLED, trace, access)
-            if trace is not None:
-                trace.stamp("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+                client = self._forwarded(client, request)
+            call.asked(name, version, client.id)
+            response = await self.server.inference.infer(client, call)
+            call.responded()
             answer = _answer(response, plan)
         except BaseException:
-            if trace is not None:
-                trace.end()
+            call.sent(0, 0)
             raise
-        if trace is not None:
-            answer.on_sent = _sent(trace)
+        if call.trace is not None:
+            answer.on_sent = call.sent
         return answer
 
     def _forwarded(self, inference: ClientRequest, request: HttpRequest) -> ClientRequest:
@@ -418,21 +410,9 @@ def _named_repository(request: HttpRequest) -> HttpResponse:
     raise unsupported("'repository_name' specification is not supported")
 
 
-def _sample(server: InferenceServer, request: HttpRequest, name: str) -> Trace | None:
-    """A trace of this request when the tracer samples it (its ``traceparent`` and
-    ``tracestate`` headers), with the times its bytes were read (HTTP_RECV_*)."""
-    headers = request.headers
-    traceparent = headers.get(b"traceparent")
-    tracestate = headers.get(b"tracestate")
-    trace = server.tracer.sample(
-        name,
-        None if traceparent is None else traceparent.decode("latin-1"),
-        None if tracestate is None else tracestate.decode("latin-1"),
-    )
-    if trace is not None and request.received is not None:
-        trace.stamp("HTTP_RECV_START", request.received[0])
-        trace.stamp("HTTP_RECV_END", request.received[1])
-    return trace
+def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
 
 
 def _header_length(request: HttpRequest) -> int | None:
@@ -482,16 +462,6 @@ def _answer(response: InferenceResponse, plan: OutputPlan) -> HttpResponse:
         [(b"Inference-Header-Content-Length", b"%d" % json_length)],
         compressible=True,
     )
-
-
-def _sent(trace: Trace) -> Callable[[int, int], None]:
-    def sent(start: int, end: int) -> None:
-        if start:
-            trace.stamp("HTTP_SEND_START", start)
-            trace.stamp("HTTP_SEND_END", end)
-        trace.end()
-
-    return sent
 
 
 _TRACE_KEYS = ("trace_file", "trace_level", "trace_rate", "trace_count", "log_frequency")

@@ -10,7 +10,6 @@ one-element outputs unwrapped.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from math import prod
@@ -20,7 +19,8 @@ import numpy as np
 import orjson
 
 from ...errors import ServerError, invalid_arg
-from ...server import AccessEntry, AccessLog, InferenceRequest, InferenceServer, parse_version
+from ...api import InferenceCall, ResponseStream
+from ...server import InferenceServer, parse_version
 from ...types import ClientRequest, DataType, InferenceResponse, Tensor
 from ..tensors import numeric_array
 from .errors import triton_status
@@ -160,62 +160,34 @@ def response_json(response: InferenceResponse) -> dict[str, Any]:
     return doc
 
 
-class GenerateStream:
-    """Responses of one generate request as they come (from the server's callback)."""
-
-    def __init__(self) -> None:
-        self.request: InferenceRequest | None = None  # the server's, once started (to cancel)
-        self._queue: asyncio.Queue[tuple[InferenceResponse | None, bool]] = asyncio.Queue()
-
-    def __call__(self, response: InferenceResponse | None, final: bool) -> None:
-        self._queue.put_nowait((response, final))
-
-    async def responses(self) -> AsyncIterator[InferenceResponse]:
-        try:
-            while True:
-                response, final = await self._queue.get()
-                if response is not None:
-                    yield response
-                if final:
-                    return
-        finally:  # the client went away (or we are done): drop work that has not started
-            if self.request is not None:
-                self.request.cancel()
-
-
-async def sse_chunks(
-    stream: GenerateStream, access: AccessEntry | None = None
-) -> AsyncIterator[bytes]:
+async def sse_chunks(stream: ResponseStream, call: InferenceCall) -> AsyncIterator[bytes]:
     """``data: <json>\\n\\n`` per response; a later error is sent as an event too, since the
-    status line (200) is already written (``access``: its line takes the first error's kind)."""
+    status line (200) is already written (the call's access line takes the first error's
+    kind)."""
     async for response in stream.responses():
         if response.error is not None:
-            if access is not None and access.status == "SUCCESS":
-                access.outcome(triton_status(response.error), access.code)
+            call.first_error(triton_status(response.error))
             doc: dict[str, Any] = {"error": str(response.error)}
         else:
             doc = response_json(response)
         yield b"data: " + orjson.dumps(doc) + b"\n\n"
 
 
-async def logged_chunks(
-    chunks: AsyncIterator[bytes], entry: AccessEntry, access_log: AccessLog
-) -> AsyncIterator[bytes]:
-    """A streamed answer's chunks, counted into its access-log line, which is put when they
-    end, fail or are closed (the client went away)."""
+async def logged_chunks(chunks: AsyncIterator[bytes], call: InferenceCall) -> AsyncIterator[bytes]:
+    """A streamed answer's chunks, counted into its call's access-log line, which is written
+    when they end, fail or are closed (the client went away)."""
     try:
         async for chunk in chunks:
-            entry.bytes_out += len(chunk)
+            call.count(len(chunk))
             yield chunk
     except BaseException:
-        entry.outcome("CANCELLED", entry.code)
+        call.outcome("CANCELLED", None if call.entry is None else call.entry.code)
         raise
     finally:
-        entry.ended()
-        access_log.put(entry)
+        call.logged()
 
 
-async def generate_once(stream: GenerateStream) -> dict[str, Any]:
+async def generate_once(stream: ResponseStream) -> dict[str, Any]:
     """``/generate``: the model's single response (a decoupled model must send one)."""
     answers = [r async for r in stream.responses()]
     if len(answers) != 1:
