@@ -99,7 +99,7 @@ def test_the_connections_are_native_classes_behind_regular_shells() -> None:
     # __mypyc_attrs__; the shells asyncio's transports call are regular classes.
     code = (
         "import json\n"
-        "from tritium.frontends.grpc import bounds, connection, inbound, outbound\n"
+        "from tritium.transport.grpc import bounds, connection, inbound, outbound\n"
         "from tritium.frontends.http import protocol\n"
         "classes = [bounds.Bounds, outbound.Outbound, inbound.Inbound, connection.GrpcConnection,\n"
         "           protocol.HttpConnection, connection.GrpcProtocol, protocol.HttpProtocol]\n"

@@ -7,7 +7,7 @@ import time
 
 from ...server import InferenceServer, Trace
 from ...types import ClientRequest
-from .call import ServerCall
+from ...transport.grpc.call import ServerCall
 
 
 def sample(

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import asyncio
 
-from ...transport.http2 import ErrorCode, StreamGone
+from ..http2 import ErrorCode, StreamGone
 from .bounds import Bounds
 from .budgets import MAX_UNREAD_BYTES, UNREAD
 from .call import ServerCall
-from .frames import OK_TRAILERS, RESPONSE_HEADERS, response_headers
+from .frames import OK_TRAILERS, RESPONSE_HEADERS, Pieces, response_headers
 from .metadata import encode_grpc_message
 from .status import StatusCode
-from .wire import Pieces
 
 STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset, or closed)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame

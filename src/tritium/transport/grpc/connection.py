@@ -35,17 +35,16 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
-from ... import loop_spin
-from ...transport.http2 import ErrorCode, FloodLedger, H2Server, Limits
-from ...transport.http2.headers import Headers
+from ..http2 import ErrorCode, FloodLedger, H2Server, Limits
+from ..http2.headers import Headers
 from .budgets import UNREAD
 from .call import ServerCall
 from .inbound import Inbound
-from .pings import ping_policy
+from .settings import ping_policy
 from .status import RpcError
 
 if TYPE_CHECKING:
-    from .listener import GrpcListener
+    from .endpoint import GrpcEndpoint
 
 log = logging.getLogger("tritium")
 
@@ -61,10 +60,12 @@ class GrpcConnection(Inbound):
     line, ``Bounds`` ← ``Outbound`` ← ``Inbound``), behind ``GrpcProtocol``, the regular
     class asyncio's transport calls. Unit tests drive it directly as a protocol."""
 
-    def __init__(self, listener: GrpcListener) -> None:
-        self._listener = listener
-        self.max_receive = listener.max_receive
-        self.max_send = listener.max_send
+    def __init__(self, endpoint: GrpcEndpoint) -> None:
+        settings = endpoint.settings
+        self._endpoint = endpoint
+        self._dispatch = endpoint.dispatch
+        self.max_receive = settings.max_receive
+        self.max_send = settings.max_send
         self._transport: asyncio.Transport | None = None
         self.peer = ""
         self.calls: dict[int, ServerCall] = {}
@@ -75,8 +76,8 @@ class GrpcConnection(Inbound):
         self._draining = False
         self._last_stream = 0
         self._closed = False
-        self._pace = loop_spin.ClientPace()  # whether to spin for the next call (outbound.py)
-        self._pings = ping_policy(listener.options)
+        self._pace = endpoint.pace()  # whether to spin for the next call (outbound.py)
+        self._pings = ping_policy(settings)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
@@ -84,7 +85,7 @@ class GrpcConnection(Inbound):
         # Our SETTINGS are in force from the first frame it writes; header blocks longer than
         # twice the decoded bound are refused before they are buffered.
         limits = Limits(
-            max_streams=listener.max_streams,
+            max_streams=settings.max_streams,
             max_frame=MAX_FRAME,
             max_header_list=MAX_HEADER_LIST,
             max_block=2 * MAX_HEADER_LIST,
@@ -93,7 +94,7 @@ class GrpcConnection(Inbound):
         )
         self._h2 = H2Server(self, limits, self._ledger)
         self._init_inbound()
-        self._init_bounds(listener.limits, listener.pool)
+        self._init_bounds(endpoint)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
@@ -102,16 +103,14 @@ class GrpcConnection(Inbound):
         if isinstance(address, tuple):
             host = address[0]
             self.peer = f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
-        options = self._listener.options
+        settings = self._limits
         self._write_now()
         loop = asyncio.get_running_loop()
-        if options.grpc.keepalive_time_ms > 0:
-            self._keepalive = loop.call_later(
-                options.grpc.keepalive_time_ms / 1000, self._send_keepalive
-            )
-        if options.grpc.max_connection_age_ms > 0:
-            self._age = loop.call_later(options.grpc.max_connection_age_ms / 1000, self._aged)
-        self._listener.connections.add(self)
+        if settings.keepalive_time > 0:
+            self._keepalive = loop.call_later(settings.keepalive_time, self._send_keepalive)
+        if settings.max_age > 0:
+            self._age = loop.call_later(settings.max_age, self._aged)
+        self._endpoint.connections.add(self)
         self._start_bounds()
 
     def data_received(self, data: bytes) -> None:
@@ -131,8 +130,8 @@ class GrpcConnection(Inbound):
         self._blocked.clear()
         for call in calls:
             call.cancelled()
-        self._listener.connections.discard(self)
-        self._listener.connection_closed()
+        self._endpoint.connections.discard(self)
+        self._endpoint.connection_closed()
 
     def pause_writing(self) -> None:
         """The peer reads nothing: what its socket's buffer holds is on the memory budget
@@ -168,7 +167,7 @@ class GrpcConnection(Inbound):
         if self._budget.over():
             self.refuse_over_budget(sid)
             return
-        self._listener.dispatch.start(self, sid, headers)
+        self._dispatch.start(self, sid, headers)
         if end_stream:
             call = self.calls.get(sid)
             if call is not None and not call.half_closed:
@@ -217,7 +216,7 @@ class GrpcConnection(Inbound):
             return  # after the messages still to be cut (inbound.py)
         call.end_of_input()
         if not call.done:
-            self._listener.dispatch.input_ended(call)
+            self._dispatch.input_ended(call)
 
     def on_reset(self, sid: int, code: int) -> None:
         call = self.calls.pop(sid, None)
@@ -261,17 +260,17 @@ class GrpcConnection(Inbound):
 
     # -- pings, age, draining ----------------------------------------------------------------
     def _send_keepalive(self) -> None:
-        options = self._listener.options
+        settings = self._limits
         if not self._closed and self._pings.may_send_keepalive(bool(self.calls)):
             self._h2.ping(b"tritium\x00")
             self._pings.sent_without_data += 1
             self._flush()
             loop = asyncio.get_running_loop()
             self._ping_timeout = loop.call_later(
-                options.grpc.keepalive_timeout_ms / 1000, self._keepalive_expired
+                settings.keepalive_timeout, self._keepalive_expired
             )
         self._keepalive = asyncio.get_running_loop().call_later(
-            options.grpc.keepalive_time_ms / 1000, self._send_keepalive
+            settings.keepalive_time, self._send_keepalive
         )
 
     def _keepalive_expired(self) -> None:
@@ -279,8 +278,8 @@ class GrpcConnection(Inbound):
         self.abort()
 
     def _aged(self) -> None:
-        grace = self._listener.options.grpc.max_connection_age_grace_ms
-        self.drain(grace / 1000 if grace > 0 else None)
+        grace = self._limits.max_age_grace
+        self.drain(grace if grace > 0 else None)
 
     def drain(self, grace: float | None) -> None:
         """GOAWAY(NO_ERROR): no new streams; close when the calls are done or after ``grace``
@@ -344,8 +343,8 @@ class GrpcConnection(Inbound):
 class GrpcProtocol(asyncio.Protocol):
     __slots__ = ("conn",)
 
-    def __init__(self, listener: GrpcListener) -> None:
-        self.conn = GrpcConnection(listener)
+    def __init__(self, endpoint: GrpcEndpoint) -> None:
+        self.conn = GrpcConnection(endpoint)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn.connection_made(transport)

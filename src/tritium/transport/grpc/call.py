@@ -22,11 +22,10 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .metadata import InflateError, compress_message, inflate
 from .status import RpcError, StatusCode
-from .wire import Pieces
+from .frames import Pieces
 
 if TYPE_CHECKING:
     from .dispatch import Method
-    from .guard import CallGuard
 
 _PREFIX: Final = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
 
@@ -55,6 +54,8 @@ class CallOwner(Protocol):
     def send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None: ...
 
     def watch_stall(self, delay: float | None = None) -> None: ...
+
+
 HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
 _ONE_FRAME = 16384 - _PREFIX  # an answer that fits one DATA frame of the default size
 
@@ -160,7 +161,8 @@ class ServerCall:
         self.timer: asyncio.TimerHandle | None = None  # the deadline
         self._drained: asyncio.Future[None] | None = None
         self.rpc: Method | None = None  # the dispatcher's
-        self.guard: CallGuard | None = None  # the access guard, when access control is on
+        # the application's per-call guard (``dispatch.py:Guard``), when access control is on
+        self.guard: Any = None
         # takes a message as it completes, inside data_received (no task hop), or says no
         # (False: it waits in the inbox for ``read``)
         self.consumer: Callable[[bytes], bool] | None = None
@@ -272,9 +274,7 @@ class ServerCall:
         a "zip bomb" must not hold the event loop for the time 64 MiB of output takes)."""
         encoding = self.encoding
         if encoding is None or encoding == "identity":
-            raise RpcError(
-                StatusCode.INTERNAL, "compressed message received without grpc-encoding"
-            )
+            raise RpcError(StatusCode.INTERNAL, "compressed message received without grpc-encoding")
         limit = self._conn.max_receive
         try:
             return inflate(message, encoding, min(limit, INLINE_INFLATE))

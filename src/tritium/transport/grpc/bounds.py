@@ -1,5 +1,6 @@
 """What one gRPC connection may hold, and for how long, whatever its client does (issue 22,
-findings 3 and 4). A base of ``GrpcConnection``; the limits come from tritium's flags.
+findings 3 and 4). A base of ``GrpcConnection``; the limits are its ``Settings``, which the
+front-end builds from tritium's flags (named below).
 
 - **Preface** (``--grpc-preface-timeout-secs``): from accept, the TLS handshake and the
   client's HTTP/2 preface (the magic and its first SETTINGS) must be done in time, else the
@@ -19,10 +20,11 @@ findings 3 and 4). A base of ``GrpcConnection``; the limits come from tritium's 
   ends its call: RESOURCE_EXHAUSTED when none of its bytes is waiting yet, else RST_STREAM
   ENHANCE_YOUR_CALM (which gRPC clients read as RESOURCE_EXHAUSTED).
 - **Server-wide** (``--connection-memory-bytes``, ``frontends/memory.py``): the connection
-  charges the process's one ``MemoryBudget`` with its request bytes held, its response bytes
-  waiting and, while the peer reads nothing, its socket's buffer. Past the budget a new call
-  is refused (RESOURCE_EXHAUSTED, Trailers-Only); the budget then relieves the connections
-  holding the most, which reset their calls holding the most (``relieve``).
+  charges the process's one ``Budget`` (``transport/host.py``) with its request bytes held,
+  its response bytes waiting and, while the peer reads nothing, its socket's buffer. Past
+  the budget a new call is refused (RESOURCE_EXHAUSTED, Trailers-Only); the budget then
+  relieves the connections holding the most, which reset their calls holding the most
+  (``relieve``).
 - **Stall** (``--grpc-stall-timeout-secs``): a call whose client sends nothing of a message it
   started while it has window to send it (or of the one message and END_STREAM a unary
   call waits for), or reads nothing of a response waiting for its window, for that long is
@@ -36,45 +38,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ... import loop_spin
-from ...logs.budget import LineBudget, left_out_text
-from ...options import ServerOptions
-from ...transport.http2 import ErrorCode, FloodLedger, H2Server
-from ...transport.http2.pings import PingPolicy
-from ..accept import Connections
-from ..memory import MemoryBudget
+from ..host import Budget, Notices, Pace, Pool
+from ..http2 import ErrorCode, FloodLedger, H2Server
+from ..http2.pings import PingPolicy
 from .call import ServerCall
+from .settings import Settings
 from .status import StatusCode
+
+if TYPE_CHECKING:
+    from .endpoint import GrpcEndpoint
 
 log = logging.getLogger("tritium")
 # The shortest wait between two stall checks of a connection.
 STALL_CHECK_MIN_DELAY = 0.01
-# Each is an event an unauthenticated client can repeat at will: a few lines a minute each.
-_PREFACE_LINES = LineBudget()
-_BOUND_LINES = LineBudget()
-_STALL_LINES = LineBudget()
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    preface_timeout: float
-    idle_timeout: float
-    stall_timeout: float
-    input_bytes: int
-    output_bytes: int
-
-    @classmethod
-    def from_options(cls, options: ServerOptions) -> ConnectionLimits:
-        grpc = options.grpc
-        return cls(
-            grpc.preface_timeout_secs,
-            grpc.idle_timeout_secs,
-            grpc.stall_timeout_secs,
-            grpc.connection_input_bytes,
-            grpc.connection_output_bytes,
-        )
+# The kinds of ``Notices`` lines: each is an event an unauthenticated client can repeat at
+# will, a few lines a minute each.
+PREFACE_LINE, BOUND_LINE, STALL_LINE = "preface", "bound", "stall"
 
 
 class Bounds:
@@ -93,8 +74,9 @@ class Bounds:
     _draining: bool
     peer: str
     # set by ``_init_bounds``
-    _limits: ConnectionLimits
-    _pool: Connections
+    _limits: Settings
+    _pool: Pool
+    _notices: Notices
     _born: float
     _prefaced: bool
     _idle_at: float
@@ -102,7 +84,7 @@ class Bounds:
     _idle_timer: asyncio.TimerHandle | None
     _stall_timer: asyncio.TimerHandle | None
     input_held: int  # bytes of request messages not yet taken, all calls (call.py keeps it)
-    _budget: MemoryBudget  # the process's, shared by every connection (frontends/memory.py)
+    _budget: Budget  # the process's, shared by every connection (transport/host.py)
     budget_charged: int  # what this connection has charged it
     _buffer_charge: int  # of that, the socket's buffer when writing paused
     _settled: bool  # the connection is gone: its charge is given back, no more is taken
@@ -111,7 +93,7 @@ class Bounds:
     _flush_soon: bool  # a write is scheduled for this loop iteration
     _pings: PingPolicy
     _unread: int  # bytes written while the peer did not read (inbound.py)
-    _pace: loop_spin.ClientPace  # whether to spin for the client's next call
+    _pace: Pace  # whether to spin for the client's next call
     _ledger: FloodLedger
 
     # GrpcConnection's
@@ -138,14 +120,15 @@ class Bounds:
     def _hold_reading(self, reason: int) -> None:
         raise NotImplementedError  # inbound.py's
 
-    def _init_bounds(self, limits: ConnectionLimits, pool: Connections) -> None:
-        self._limits = limits
-        self._pool = pool
+    def _init_bounds(self, endpoint: GrpcEndpoint) -> None:
+        self._limits = endpoint.settings
+        self._pool = endpoint.pool
+        self._notices = endpoint.notices
         self._born = self._idle_at = time.monotonic()
         self._prefaced = False
         self._preface_timer = self._idle_timer = self._stall_timer = None
         self.input_held = 0
-        self._budget = pool.memory
+        self._budget = endpoint.budget
         self.budget_charged = self._buffer_charge = 0
         self._settled = False
 
@@ -178,10 +161,10 @@ class Bounds:
     def _no_preface(self) -> None:
         self._preface_timer = None
         if not self._prefaced and not self._closed:
-            left_out = _PREFACE_LINES.admit(time.monotonic())
+            left_out = self._notices.admit(PREFACE_LINE, time.monotonic())
             if left_out is not None:
                 log.info("gRPC connection %s: no HTTP/2 preface in time, closing%s",
-                         self.peer, left_out_text(left_out))  # fmt: skip
+                         self.peer, left_out)  # fmt: skip
             self._hang_up(b"preface timeout")
 
     def idle_since(self) -> float | None:
@@ -267,7 +250,7 @@ class Bounds:
         for call in holding:
             if start - self.budget_charged >= need:
                 break
-            _bound_line(self.peer, message, call.stream_id)
+            self._bound_line(message, call.stream_id)
             if call.pending:
                 self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
             else:
@@ -285,7 +268,7 @@ class Bounds:
         relieves its largest holders."""
         call = self.open_call(sid, "", {}, None)
         message = _BUDGET_MESSAGE % self._budget.limit
-        _bound_line(self.peer, message, sid)
+        self._bound_line(message, sid)
         self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
         self._budget.relieve_soon()
 
@@ -309,7 +292,7 @@ class Bounds:
         for call in reversed(holders[1:]):
             if self.input_held <= limit:
                 break
-            _bound_line(self.peer, message, call.stream_id)
+            self._bound_line(message, call.stream_id)
             self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
             call.cancelled()
 
@@ -336,7 +319,7 @@ class Bounds:
             return True
         if not call.pending and not self._paused and size <= self._send_window(call):
             return True  # goes out at once
-        _bound_line(self.peer, self._output_message(), call.stream_id)
+        self._bound_line(self._output_message(), call.stream_id)
         if call.pending:  # part of a message is out: the stream cannot end with a status
             self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
         else:
@@ -365,6 +348,12 @@ class Bounds:
         self._flush()
         self._maybe_close()
 
+    def _bound_line(self, message: str, stream_id: int) -> None:
+        left_out = self._notices.admit(BOUND_LINE, time.monotonic())
+        if left_out is not None:
+            log.info("gRPC connection %s: %s; stream %d ended%s", self.peer, message,
+                     stream_id, left_out)  # fmt: skip
+
     # -- stalls ------------------------------------------------------------------------------
     def watch_stall(self, delay: float | None = None) -> None:
         """A call waits on its client: make sure the stall clock runs (next check in
@@ -387,10 +376,10 @@ class Bounds:
             if now - call.progress < limit:
                 due = min(due, call.progress + limit)
             elif stalled == "output":
-                left_out = _STALL_LINES.admit(now)
+                left_out = self._notices.admit(STALL_LINE, now)
                 if left_out is not None:
                     log.info("gRPC connection %s: stream %d read nothing for %g s, reset%s",
-                             self.peer, call.stream_id, limit, left_out_text(left_out))  # fmt: skip
+                             self.peer, call.stream_id, limit, left_out)  # fmt: skip
                 self.reset_call(call, ErrorCode.CANCEL)
             else:
                 why = f"no request data for {limit:g} s (stalled stream)"
@@ -427,10 +416,3 @@ _BUDGET_MESSAGE = (
     "the server holds more than its --connection-memory-bytes=%d bytes of requests and "
     "responses for its clients; try again later"
 )
-
-
-def _bound_line(peer: str, message: str, stream_id: int) -> None:
-    left_out = _BOUND_LINES.admit(time.monotonic())
-    if left_out is not None:
-        log.info("gRPC connection %s: %s; stream %d ended%s", peer, message, stream_id,
-                 left_out_text(left_out))  # fmt: skip

@@ -16,9 +16,8 @@ import asyncio
 import logging
 import time
 
-from ...logs.budget import UNEXPECTED_ERRORS
-from ...transport.http2 import ErrorCode, H2ConnectionError
-from ...transport.http2.frames import Buffer
+from ..http2 import ErrorCode, H2ConnectionError
+from ..http2.frames import Buffer
 from .budgets import BUSY, BYTES_PER_TURN, FRAMES_PER_TURN, MESSAGES_PER_TURN, UNREAD
 from .call import ServerCall
 from .outbound import Outbound
@@ -93,7 +92,7 @@ class Inbound(Outbound):
                 self._close(exc.code)
             return len(data)
         except Exception as exc:  # a bug: this connection ends, the server goes on
-            UNEXPECTED_ERRORS.report(f"gRPC connection {self.peer}: unexpected error", exc)
+            self._notices.unexpected(f"gRPC connection {self.peer}: unexpected error", exc)
             self._corked = False
             self._close(ErrorCode.INTERNAL_ERROR)
             return len(data)
@@ -136,7 +135,7 @@ class Inbound(Outbound):
             try:
                 self._resume_calls()
             except Exception as exc:  # a bug: this connection ends, the server goes on
-                UNEXPECTED_ERRORS.report(f"gRPC connection {self.peer}: unexpected error", exc)
+                self._notices.unexpected(f"gRPC connection {self.peer}: unexpected error", exc)
                 self._corked = False
                 self._close(ErrorCode.INTERNAL_ERROR)
                 return
