@@ -210,10 +210,10 @@ async def _drive(listener: GrpcListener, chunks: list[bytes]) -> MemoryTransport
 
 def _check_idle(conn: GrpcConnection, transport: MemoryTransport) -> None:
     """Nothing may wait for a turn that never comes."""
-    if not transport.reading or conn._holds or conn._backlog or conn._deferred:
+    if not transport.reading or conn.reader.holds or conn.reader.backlog or conn.reader.deferred:
         raise FuzzFailure(
-            f"idle with reading={transport.reading} holds={conn._holds} "
-            f"backlog={len(conn._backlog)} deferred={list(conn._deferred)}"
+            f"idle with reading={transport.reading} holds={conn.reader.holds} "
+            f"backlog={len(conn.reader.backlog)} deferred={list(conn.reader.deferred)}"
         )
 
 

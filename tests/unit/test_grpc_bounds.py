@@ -127,16 +127,16 @@ def test_held_bytes_are_counted_and_forgotten_with_the_call() -> None:
         await peer.pump()
         message = _message(100_000)
         sid = await peer.start(message[:60_000])
-        assert peer.server.input_held == 60_000  # the prefix counts too
+        assert peer.server.bounds.input_held == 60_000  # the prefix counts too
         await peer.send(sid, message[60_000:])  # whole, waiting for END_STREAM in the inbox
-        assert peer.server.input_held == 100_000
+        assert peer.server.bounds.input_held == 100_000
         await peer.send(sid, b"", end=True)
         assert peer.status[sid] == "0" and peer.data[sid] == message
-        assert peer.server.input_held == 0 and not peer.server.calls
+        assert peer.server.bounds.input_held == 0 and not peer.server.calls
         other = await peer.start(message[:50_000])
         peer.h2.reset_stream(other)
         await peer.pump()
-        assert peer.server.input_held == 0
+        assert peer.server.bounds.input_held == 0
 
     asyncio.run(main())
 
@@ -150,7 +150,7 @@ def test_past_the_input_bound_the_newest_end_and_the_oldest_goes_on() -> None:
         assert peer.status == {sids[1]: "8", sids[2]: "8"}  # RESOURCE_EXHAUSTED
         await peer.send(sids[0], message[40_000:], end=True)
         assert peer.status[sids[0]] == "0" and peer.data[sids[0]] == message
-        assert peer.server.input_held == 0
+        assert peer.server.bounds.input_held == 0
 
     asyncio.run(main())
 
@@ -161,7 +161,7 @@ def test_past_the_output_bound_a_response_that_would_wait_ends_its_call() -> Non
         peer = _Peer(listener, {SettingCodes.INITIAL_WINDOW_SIZE: 0})
         await peer.pump()
         sids = [await peer.start(_message(100_000), end=True) for _ in range(5)]
-        assert peer.server.output_waiting() >= 250_000
+        assert peer.server.bounds.output_waiting() >= 250_000
         refused = [sid for sid in sids if peer.status.get(sid) == "8"]
         assert refused == sids[3:]  # three answers wait (300 KB), then the bound holds
         late = await peer.start(_message(10), end=True)
@@ -171,7 +171,7 @@ def test_past_the_output_bound_a_response_that_would_wait_ends_its_call() -> Non
         peer.h2.increment_flow_control_window(600_000)
         await peer.pump()
         assert [peer.status.get(sid) for sid in sids[:3]] == ["0"] * 3
-        assert peer.server.output_waiting() == 0
+        assert peer.server.bounds.output_waiting() == 0
 
     asyncio.run(main())
 
