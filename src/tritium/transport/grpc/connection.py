@@ -46,6 +46,7 @@ from .frames import Pieces
 from .inbound import Reader
 from .outbound import Writer
 from .settings import ping_policy
+from .state import RESET
 from .status import RpcError, StatusCode
 
 if TYPE_CHECKING:
@@ -140,6 +141,7 @@ class GrpcConnection:
         self.calls.clear()
         self.blocked.clear()
         for call in calls:
+            call.respond(RESET)
             call.cancelled()
         self._endpoint.connections.discard(self)
         self._endpoint.connection_closed()
@@ -231,6 +233,7 @@ class GrpcConnection:
         self.blocked.pop(sid, None)
         self.reader.forget(sid)
         if call is not None:
+            call.respond(RESET)
             call.cancelled()
             self.maybe_close()
 
@@ -342,6 +345,7 @@ class GrpcConnection:
         self.bounds.drop_pending(call)
         call.trailers = None
         self.h2.reset_stream(sid, code)
+        call.respond(RESET)
         call.cancelled()
         self.writer.flush()
         self.maybe_close()
@@ -368,6 +372,7 @@ class GrpcConnection:
         if self.closed:
             return
         for call in list(self.calls.values()):
+            call.respond(RESET)
             call.cancelled()
         self.calls.clear()
         for call in list(self.blocked.values()):

@@ -15,6 +15,7 @@ from .budgets import MAX_UNREAD_BYTES, UNREAD
 from .call import ServerCall
 from .frames import OK_TRAILERS, RESPONSE_HEADERS, Pieces, response_headers
 from .metadata import encode_grpc_message
+from .state import ANSWER, FINISH, RESET, TRAILERS
 from .status import StatusCode
 
 if TYPE_CHECKING:
@@ -55,6 +56,7 @@ class Writer:
         conn.calls.pop(call.stream_id, None)
         conn.blocked.pop(call.stream_id, None)
         conn.bounds.drop_pending(call)
+        call.respond(RESET)
         call.cancelled()
         conn.maybe_close()
 
@@ -89,7 +91,7 @@ class Writer:
         ):
             return False
         call.headers_sent = True
-        call.done = True
+        call.respond(ANSWER)
         self._ended(call)
         return True
 
@@ -169,10 +171,12 @@ class Writer:
         call.writable()
 
     def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
-        if call.done or self._conn.closed:
-            call.done = True
+        if call.done:
             return
-        call.done = True
+        if self._conn.closed:
+            call.respond(RESET)  # the connection is gone: no status goes out
+            return
+        call.respond(FINISH)
         trailers = [("grpc-status", str(int(code)))]
         if message:
             trailers.append(("grpc-message", encode_grpc_message(message)))
@@ -197,6 +201,7 @@ class Writer:
                 h2.reset_stream(sid, ErrorCode.NO_ERROR)
         except STREAM_GONE:
             pass
+        call.respond(TRAILERS)
         self._ended(call)
 
     def flush(self) -> None:
