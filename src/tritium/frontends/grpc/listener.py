@@ -78,17 +78,6 @@ class GrpcNotices:
         UNEXPECTED_ERRORS.report(what, exc)
 
 
-def grpc_endpoint(
-    options: ServerOptions,
-    dispatch: Dispatcher,
-    pool: Connections,
-) -> GrpcEndpoint:
-    """The transport's side of a listener: ``dispatch`` over its connections from ``pool``."""
-    return GrpcEndpoint(
-        grpc_settings(options), dispatch, pool, pool.memory, GrpcNotices(), loop_spin.ClientPace
-    )
-
-
 class GrpcListener:
     """``pool``: the server's live connections of every listener (a new one by default)."""
 
@@ -102,9 +91,13 @@ class GrpcListener:
         self.options: ServerOptions = options
         self.pool = pool if pool is not None else Connections(options.connection_memory_bytes)
         guard = RpcGuard(access) if access is not None and access.guards_grpc else None
-        compression = options.grpc.infer_response_compression_level
-        dispatch = Dispatcher(method_table(server), compression, guard, status_of)
-        self.endpoint = grpc_endpoint(options, dispatch, self.pool)
+        settings = grpc_settings(options)
+        dispatch = Dispatcher(method_table(server), settings.compression, guard, status_of)
+        pool = self.pool
+        # the transport's side: what its connections share, and the seams of transport/host.py
+        self.endpoint = GrpcEndpoint(
+            settings, dispatch, pool, pool.memory, GrpcNotices(), loop_spin.ClientPace
+        )
         self._acceptor: Acceptor | None = None
 
     @property
