@@ -35,6 +35,8 @@ import select
 import time
 from typing import ClassVar
 
+from .transport.host import Pace
+
 
 def budget_ns(text: str | None) -> int:
     """``TRITIUM_LOOP_SPIN_US`` in ns (unset: 250 µs); anything but a number >= 0 is refused."""
@@ -149,7 +151,7 @@ def arm(loop: asyncio.AbstractEventLoop) -> None:
         spin.arm()
 
 
-class ClientPace:
+class ClientPace(Pace):
     """One client connection's pace: whether its last request came within the spin budget
     of the answer before it. A connection that fell idle after answering a quick client, with
     nothing else in flight, spins for the client's next request (HTTP/1.1 and gRPC alike)."""

@@ -76,7 +76,7 @@ class GrpcOptions:
     max_connection_age_grace_ms: int = 0  # 0: no bound on the drain after the age's GOAWAY
     max_send_message_size: int = (1 << 31) - 1  # Triton's MAX_GRPC_MESSAGE_SIZE
     # What one connection may hold, and for how long (tritium's own, issue 22;
-    # frontends/grpc/bounds.py).
+    # transport/grpc/bounds.py, given them by frontends/grpc/listener.py:grpc_settings).
     preface_timeout_secs: float = 10.0  # from accept: TLS handshake and the HTTP/2 preface
     idle_timeout_secs: float = 300.0  # no open stream that long: GOAWAY and close
     stall_timeout_secs: float = 60.0  # a call waiting on its client that long is reset

@@ -15,8 +15,7 @@ from typing import Protocol
 from . import __version__, describe_build
 from .access.policy import AccessControl, ClientLimiter, build_access
 from .frontends.accept import Balance, Connections
-from .frontends.grpc.listener import GrpcListener
-from .frontends.grpc.tls import server_ssl_context
+from .frontends.grpc.listener import GrpcListener, ssl_context
 from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
 from .frontends.http.limits import HttpLimits
@@ -198,7 +197,7 @@ def _tls_contexts(
         log.error("error: failed to start the front-ends: HTTPS: %s", exc)
         return None
     try:
-        return tls, server_ssl_context(options)
+        return tls, ssl_context(options)
     except OSError as exc:
         log.error("error: failed to start the front-ends: gRPC TLS: %s", exc)
         return None

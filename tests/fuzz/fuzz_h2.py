@@ -42,7 +42,7 @@ if str(ROOT) not in sys.path:  # run_fuzz.py's workers start in tests/fuzz
 
 from tests.support.grpc_memory import MemoryTransport  # noqa: E402
 
-from tritium.frontends.grpc.connection import GrpcConnection  # noqa: E402
+from tritium.transport.grpc.connection import GrpcConnection  # noqa: E402
 from tritium.transport.http2 import PREFACE, H2ConnectionError, H2Server  # noqa: E402
 from tritium.transport.http2 import frames as h2frames  # noqa: E402
 from tests.support.h2_sink import EventSink, core  # noqa: E402
@@ -191,7 +191,7 @@ async def _ended() -> None:
 
 async def _drive(listener: GrpcListener, chunks: list[bytes]) -> MemoryTransport:
     transport = MemoryTransport()
-    conn = GrpcConnection(listener)
+    conn = GrpcConnection(listener.endpoint)
     conn.connection_made(transport)
     for index, chunk in enumerate(chunks):
         if transport.closed:
@@ -210,10 +210,10 @@ async def _drive(listener: GrpcListener, chunks: list[bytes]) -> MemoryTransport
 
 def _check_idle(conn: GrpcConnection, transport: MemoryTransport) -> None:
     """Nothing may wait for a turn that never comes."""
-    if not transport.reading or conn._holds or conn._backlog or conn._deferred:
+    if not transport.reading or conn.reader.holds or conn.reader.backlog or conn.reader.deferred:
         raise FuzzFailure(
-            f"idle with reading={transport.reading} holds={conn._holds} "
-            f"backlog={len(conn._backlog)} deferred={list(conn._deferred)}"
+            f"idle with reading={transport.reading} holds={conn.reader.holds} "
+            f"backlog={len(conn.reader.backlog)} deferred={list(conn.reader.deferred)}"
         )
 
 
@@ -391,9 +391,7 @@ def _raw_frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
 _REQUEST = BLOCKS[0]
 CORE_SEEDS = [
     _raw_frame(HEADERS, 0x5, 1, _REQUEST),
-    b"\x05"
-    + _frame(HEADERS, 0x4, 3, _REQUEST)
-    + _frame(DATA, 0x1, 3, _message(_INFER)),
+    b"\x05" + _frame(HEADERS, 0x4, 3, _REQUEST) + _frame(DATA, 0x1, 3, _message(_INFER)),
     b"\x00"
     + _frame(HEADERS, 0x0, 1, _REQUEST[:10])
     + _frame(9, 0x4, 1, _REQUEST[10:])

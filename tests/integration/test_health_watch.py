@@ -32,7 +32,7 @@ from tritium.frontends.grpc.service import (
     MAX_WATCHES_PER_CONNECTION,
     HealthService,
 )
-from tritium.frontends.grpc.status import RpcError, StatusCode
+from tritium.transport.grpc.status import RpcError, StatusCode
 from tritium.options import RepositoryOptions, ServerOptions
 from tritium.server import InferenceServer
 

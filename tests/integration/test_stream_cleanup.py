@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from tests.support.grpc_memory import MemoryTransport
 
-from tritium.frontends.grpc.connection import GrpcConnection
+from tritium.transport.grpc.connection import GrpcConnection
 from tritium.frontends.grpc.listener import GrpcListener
 from tritium.options import RepositoryOptions, ServerOptions
 from tritium.server import InferenceServer
@@ -47,7 +47,7 @@ class _Client:
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.h2.initiate_connection()
         self.transport = MemoryTransport()
-        self.server = GrpcConnection(listener)
+        self.server = GrpcConnection(listener.endpoint)
         self.server.connection_made(self.transport)
         self.answers: dict[int, int] = {}  # stream → messages received
         self.ended: set[int] = set()
@@ -63,9 +63,7 @@ class _Client:
             for event in self.h2.receive_data(out) if out else ():
                 if isinstance(event, h2.events.DataReceived):
                     self.answers[event.stream_id] = self.answers.get(event.stream_id, 0) + 1
-                    self.h2.acknowledge_received_data(
-                        event.flow_controlled_length, event.stream_id
-                    )
+                    self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                 elif isinstance(event, h2.events.StreamEnded):
                     self.ended.add(event.stream_id)
 

@@ -4,7 +4,28 @@ fuzz target)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
+
+from tritium.frontends.accept import Connections
+from tritium.frontends.grpc.errors import status_of
+from tritium.frontends.grpc.listener import GrpcNotices, grpc_settings
+from tritium.loop_spin import ClientPace
+from tritium.options import ServerOptions
+from tritium.transport.grpc.dispatch import Dispatcher, Method
+from tritium.transport.grpc.endpoint import GrpcEndpoint
+
+# What the unit tests' connections may receive and send, and open at once.
+TEST_SETTINGS = {"max_receive": 1 << 24, "max_send": 1 << 24, "max_streams": 100}
+
+
+def memory_endpoint(methods: dict[str, Method], **settings: Any) -> GrpcEndpoint:
+    """A gRPC endpoint with the front-end's settings of default flags (with ``settings``
+    over them, ``TEST_SETTINGS`` by default) serving ``methods``, no access guard."""
+    chosen = replace(grpc_settings(ServerOptions()), **{**TEST_SETTINGS, **settings})
+    dispatch = Dispatcher(methods, chosen.compression, None, status_of)
+    pool = Connections()
+    return GrpcEndpoint(chosen, dispatch, pool, pool.memory, GrpcNotices(), ClientPace)
 
 
 class MemoryTransport:

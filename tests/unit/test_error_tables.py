@@ -7,7 +7,7 @@ import pytest
 
 from tritium.errors import ErrorKind
 from tritium.frontends.grpc.errors import CODE
-from tritium.frontends.grpc.status import StatusCode
+from tritium.transport.grpc.status import StatusCode
 from tritium.frontends.http.errors import STATUS
 
 
@@ -26,7 +26,7 @@ def test_tables_hold_nothing_else() -> None:
 
 def test_grpc_status_messages_stay_bounded() -> None:
     """Errors echo client input (names, keys); gRPC clients refuse trailers past ~16 KiB."""
-    from tritium.frontends.grpc.errors import MAX_MESSAGE_CHARS, status_message
+    from tritium.transport.grpc.status import MAX_MESSAGE_CHARS, status_message
 
     assert status_message("short") == "short"
     long = status_message("x" * 100_000)

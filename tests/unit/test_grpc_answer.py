@@ -12,14 +12,12 @@ import h2.config
 import h2.connection
 import h2.events
 
-from tests.support.grpc_memory import MemoryTransport
+from tests.support.grpc_memory import MemoryTransport, memory_endpoint
 
-from tritium.frontends.accept import Connections
-from tritium.frontends.grpc.bounds import ConnectionLimits
-from tritium.frontends.grpc.call import ServerCall
-from tritium.frontends.grpc.connection import GrpcConnection
-from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
-from tritium.options import ServerOptions
+from tritium.transport.grpc.call import ServerCall
+from tritium.transport.grpc.connection import GrpcConnection
+from tritium.transport.grpc.endpoint import GrpcEndpoint
+from tritium.transport.grpc.dispatch import Kind, Method
 
 PATH = "/test.Service/Echo"
 HEADERS = [
@@ -41,20 +39,8 @@ async def _unused(request: Any, call: ServerCall) -> Any:
     raise AssertionError("the fast path answers")
 
 
-class _Listener:
-    def __init__(self) -> None:
-        self.options = ServerOptions()
-        self.max_receive = 1 << 24
-        self.max_send = 1 << 24
-        self.max_streams = 100
-        method = Method(Kind.UNARY, _unused, lambda b: b, fast=_echo)
-        self.dispatch = Dispatcher({PATH: method}, self.options, None)
-        self.connections: set[GrpcConnection] = set()
-        self.limits = ConnectionLimits.from_options(self.options)
-        self.pool = Connections()
-
-    def connection_closed(self) -> None:
-        pass
+def _endpoint() -> GrpcEndpoint:
+    return memory_endpoint({PATH: Method(Kind.UNARY, _unused, lambda b: b, fast=_echo)})
 
 
 def _exchange(calls: int, payload: bytes, repeat: int) -> list[dict[str, Any]]:
@@ -62,7 +48,7 @@ def _exchange(calls: int, payload: bytes, repeat: int) -> list[dict[str, Any]]:
         client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         client.initiate_connection()
         transport = MemoryTransport()
-        server = GrpcConnection(_Listener())  # type: ignore[arg-type]
+        server = GrpcConnection(_endpoint())
         server.connection_made(transport)
         server.data_received(client.data_to_send())
         answers: dict[int, dict[str, Any]] = {}

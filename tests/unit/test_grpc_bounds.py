@@ -1,4 +1,4 @@
-"""The bounds of one gRPC connection (frontends/grpc/bounds.py) driven by an h2 client in
+"""The bounds of one gRPC connection (transport/grpc/bounds.py) driven by an h2 client in
 memory: the request bytes its calls hold are counted (and forgotten with the calls), past the
 input bound the newest calls end and the oldest never does, past the output bound responses
 that would wait end their calls, and an idle connection can be shed."""
@@ -6,22 +6,19 @@ that would wait end their calls, and an idle connection can be shed."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import Any
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
-from tests.support.grpc_memory import MemoryTransport
+from tests.support.grpc_memory import MemoryTransport, memory_endpoint
 from h2.settings import SettingCodes
 
-from tritium.frontends.accept import Connections
-from tritium.frontends.grpc.bounds import ConnectionLimits
-from tritium.frontends.grpc.call import ServerCall
-from tritium.frontends.grpc.connection import GrpcConnection
-from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
-from tritium.options import ServerOptions
+from tritium.transport.grpc.call import ServerCall
+from tritium.transport.grpc.connection import GrpcConnection
+from tritium.transport.grpc.endpoint import GrpcEndpoint
+from tritium.transport.grpc.dispatch import Kind, Method
 
 PATH = "/test.Service/Echo"
 HEADERS = [
@@ -52,37 +49,26 @@ async def _read_all(call: ServerCall) -> None:
         pass
 
 
-class _Listener:
-    def __init__(self, **limits: Any) -> None:
-        self.options = ServerOptions()
-        self.max_receive = 1 << 24
-        self.max_send = 1 << 24
-        self.max_streams = 100
-        methods = {
-            PATH: Method(Kind.UNARY, _unused, lambda b: b, fast=_echo),
-            "/test.Service/Hold": Method(Kind.BIDI, _hold, lambda b: b),
-            "/test.Service/Read": Method(Kind.BIDI, _read_all, lambda b: b),
-        }
-        self.dispatch = Dispatcher(methods, self.options, None)
-        self.connections: set[GrpcConnection] = set()
-        self.limits = replace(ConnectionLimits.from_options(self.options), **limits)
-        self.pool = Connections()
-
-    def connection_closed(self) -> None:
-        pass
+def _endpoint(**limits: Any) -> GrpcEndpoint:
+    methods = {
+        PATH: Method(Kind.UNARY, _unused, lambda b: b, fast=_echo),
+        "/test.Service/Hold": Method(Kind.BIDI, _hold, lambda b: b),
+        "/test.Service/Read": Method(Kind.BIDI, _read_all, lambda b: b),
+    }
+    return memory_endpoint(methods, **limits)
 
 
 class _Peer:
     """An h2 client and the server connection it talks to, in memory."""
 
-    def __init__(self, listener: _Listener, settings: dict[int, int] | None = None) -> None:
+    def __init__(self, listener: GrpcEndpoint, settings: dict[int, int] | None = None) -> None:
         self.h2 = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         if settings:
             self.h2.local_settings = h2.settings.Settings(client=True, initial_values=settings)
         self.h2.initiate_connection()
         self.transport = MemoryTransport()
         self.transport.get_write_buffer_size = lambda: 0  # type: ignore[attr-defined]
-        self.server = GrpcConnection(listener)  # type: ignore[arg-type]
+        self.server = GrpcConnection(listener)
         self.server.connection_made(self.transport)
         self.status: dict[int, str] = {}
         self.data: dict[int, bytes] = {}
@@ -137,45 +123,45 @@ def _message(size: int) -> bytes:
 
 def test_held_bytes_are_counted_and_forgotten_with_the_call() -> None:
     async def main() -> None:
-        peer = _Peer(_Listener())
+        peer = _Peer(_endpoint())
         await peer.pump()
         message = _message(100_000)
         sid = await peer.start(message[:60_000])
-        assert peer.server.input_held == 60_000  # the prefix counts too
+        assert peer.server.bounds.input_held == 60_000  # the prefix counts too
         await peer.send(sid, message[60_000:])  # whole, waiting for END_STREAM in the inbox
-        assert peer.server.input_held == 100_000
+        assert peer.server.bounds.input_held == 100_000
         await peer.send(sid, b"", end=True)
         assert peer.status[sid] == "0" and peer.data[sid] == message
-        assert peer.server.input_held == 0 and not peer.server.calls
+        assert peer.server.bounds.input_held == 0 and not peer.server.calls
         other = await peer.start(message[:50_000])
         peer.h2.reset_stream(other)
         await peer.pump()
-        assert peer.server.input_held == 0
+        assert peer.server.bounds.input_held == 0
 
     asyncio.run(main())
 
 
 def test_past_the_input_bound_the_newest_end_and_the_oldest_goes_on() -> None:
     async def main() -> None:
-        peer = _Peer(_Listener(input_bytes=50_000))  # less than one message
+        peer = _Peer(_endpoint(input_bytes=50_000))  # less than one message
         await peer.pump()
         message = _message(100_000)
         sids = [await peer.start(message[:40_000]) for _ in range(3)]
         assert peer.status == {sids[1]: "8", sids[2]: "8"}  # RESOURCE_EXHAUSTED
         await peer.send(sids[0], message[40_000:], end=True)
         assert peer.status[sids[0]] == "0" and peer.data[sids[0]] == message
-        assert peer.server.input_held == 0
+        assert peer.server.bounds.input_held == 0
 
     asyncio.run(main())
 
 
 def test_past_the_output_bound_a_response_that_would_wait_ends_its_call() -> None:
     async def main() -> None:
-        listener = _Listener(output_bytes=250_000)
+        listener = _endpoint(output_bytes=250_000)
         peer = _Peer(listener, {SettingCodes.INITIAL_WINDOW_SIZE: 0})
         await peer.pump()
         sids = [await peer.start(_message(100_000), end=True) for _ in range(5)]
-        assert peer.server.output_waiting() >= 250_000
+        assert peer.server.bounds.output_waiting() >= 250_000
         refused = [sid for sid in sids if peer.status.get(sid) == "8"]
         assert refused == sids[3:]  # three answers wait (300 KB), then the bound holds
         late = await peer.start(_message(10), end=True)
@@ -185,14 +171,14 @@ def test_past_the_output_bound_a_response_that_would_wait_ends_its_call() -> Non
         peer.h2.increment_flow_control_window(600_000)
         await peer.pump()
         assert [peer.status.get(sid) for sid in sids[:3]] == ["0"] * 3
-        assert peer.server.output_waiting() == 0
+        assert peer.server.bounds.output_waiting() == 0
 
     asyncio.run(main())
 
 
 def test_an_idle_connection_is_sheddable_and_a_busy_one_is_not() -> None:
     async def main() -> None:
-        listener = _Listener()
+        listener = _endpoint()
         peer = _Peer(listener)
         await peer.pump()
         assert peer.server in list(listener.pool)
@@ -213,7 +199,7 @@ def test_a_client_held_back_by_flow_control_is_not_stalled_one_that_stops_is() -
     a client that stops mid-message, ends DEADLINE_EXCEEDED."""
 
     async def main() -> None:
-        peer = _Peer(_Listener(stall_timeout=0.05))
+        peer = _Peer(_endpoint(stall_timeout=0.05))
         await peer.pump()
         held = await peer.start(_message(100_000) + _message(2 << 20), path="/test.Service/Hold")
         assert peer.h2.local_flow_control_window(held) < 16384

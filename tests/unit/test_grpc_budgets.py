@@ -16,17 +16,15 @@ import h2.events
 import pytest
 from h2.errors import ErrorCodes
 
-from tests.support.grpc_memory import MemoryTransport
+from tests.support.grpc_memory import MemoryTransport, memory_endpoint
 from tests.support.h2_sink import EventSink, core
 
-from tritium.frontends.accept import Connections
-from tritium.frontends.grpc import outbound
-from tritium.frontends.grpc.bounds import ConnectionLimits
-from tritium.frontends.grpc.budgets import FRAMES_PER_TURN, MESSAGES_PER_TURN
-from tritium.frontends.grpc.call import ServerCall
-from tritium.frontends.grpc.connection import GrpcConnection
-from tritium.frontends.grpc.dispatch import Dispatcher, Kind, Method
-from tritium.options import ServerOptions
+from tritium.transport.grpc import outbound
+from tritium.transport.grpc.budgets import FRAMES_PER_TURN, MESSAGES_PER_TURN
+from tritium.transport.grpc.call import ServerCall
+from tritium.transport.grpc.connection import GrpcConnection
+from tritium.transport.grpc.endpoint import GrpcEndpoint
+from tritium.transport.grpc.dispatch import Kind, Method
 from tritium.transport.http2 import PREFACE, H2ConnectionError
 from tritium.transport.http2.flood import (
     BURST,
@@ -168,7 +166,7 @@ class _Conn:
     def __init__(self, budget: int) -> None:
         self.message_budget = budget
         self.given_back = 0
-        self.input_held = 0  # request bytes the calls hold (frontends/grpc/bounds.py)
+        self.input_held = 0  # request bytes the calls hold (transport/grpc/bounds.py)
 
     def acknowledge(self, sid: int, size: int) -> None:
         self.given_back += size
@@ -213,20 +211,8 @@ def test_window_comes_back_only_for_messages_cut() -> None:
 # -- a connection, in memory -------------------------------------------------------------------
 
 
-class _Listener:
-    def __init__(self, handler: Callable[[ServerCall], Any]) -> None:
-        self.options = ServerOptions()
-        self.max_receive = 1 << 24
-        self.max_send = 1 << 24
-        self.max_streams = 100
-        method = Method(Kind.BIDI, handler, lambda b: b)
-        self.dispatch = Dispatcher({SINK: method}, self.options, None)
-        self.connections: set[GrpcConnection] = set()
-        self.limits = ConnectionLimits.from_options(self.options)
-        self.pool = Connections()
-
-    def connection_closed(self) -> None:
-        pass
+def _endpoint(handler: Callable[[ServerCall], Any]) -> GrpcEndpoint:
+    return memory_endpoint({SINK: Method(Kind.BIDI, handler, lambda b: b)})
 
 
 class _Peer:
@@ -236,7 +222,7 @@ class _Peer:
         self.client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
         self.client.initiate_connection()
         self.transport = MemoryTransport()
-        self.server = GrpcConnection(_Listener(handler or _sink([])))  # type: ignore[arg-type]
+        self.server = GrpcConnection(_endpoint(handler or _sink([])))
         self.server.connection_made(self.transport)
         self.server.data_received(self.client.data_to_send())
         self.events: list[h2.events.Event] = []

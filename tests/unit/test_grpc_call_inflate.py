@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tritium.frontends.grpc.call import INLINE_INFLATE, Deferred, ServerCall
-from tritium.frontends.grpc.status import RpcError, StatusCode
+from tritium.transport.grpc.call import INLINE_INFLATE, Deferred, ServerCall
+from tritium.transport.grpc.status import RpcError, StatusCode
 
 
 class _Conn:
@@ -22,7 +22,7 @@ class _Conn:
 
     def __init__(self) -> None:
         self.given_back = 0
-        self.input_held = 0  # request bytes the calls hold (frontends/grpc/bounds.py)
+        self.input_held = 0  # request bytes the calls hold (transport/grpc/bounds.py)
 
     def acknowledge(self, sid: int, size: int) -> None:
         self.given_back += size

@@ -1,4 +1,5 @@
-"""frontends/grpc/metadata.py: forwarded headers, grpc-timeout, grpc-message, compression."""
+"""frontends/grpc/metadata.py (forwarded headers) and transport/grpc/metadata.py (grpc-timeout,
+grpc-message, compression)."""
 
 from __future__ import annotations
 
@@ -11,18 +12,20 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tritium.frontends.grpc.metadata import (
-    ACCEPT_ENCODING,
     RESERVED_PARAMETERS,
+    compile_forward_pattern,
+    forwarded_parameters,
+)
+from tritium.transport.grpc.metadata import (
+    ACCEPT_ENCODING,
     InflateError,
     Inflater,
     MessageTooLarge,
     accepted_encodings,
-    compile_forward_pattern,
     compress,
     compress_message,
     decode_grpc_message,
     encode_grpc_message,
-    forwarded_parameters,
     parse_timeout,
     response_compression,
 )

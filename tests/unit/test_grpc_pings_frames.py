@@ -8,14 +8,16 @@ from h2.errors import ErrorCodes
 
 from tests.support.h2_sink import EventSink, core
 
-from tritium.frontends.grpc.pings import ping_policy
+from tritium.frontends.grpc.listener import grpc_settings
 from tritium.transport.http2.pings import NO_CALLS_INTERVAL, PingPolicy
 from tritium.options import GrpcOptions, ServerOptions
+from tritium.transport.grpc.settings import ping_policy
 from tritium.transport.http2 import PREFACE, H2ConnectionError, H2Server
 
 
 def _policy(**overrides: object) -> PingPolicy:
-    return ping_policy(ServerOptions(grpc=GrpcOptions(**overrides)))  # type: ignore[arg-type]
+    options = ServerOptions(grpc=GrpcOptions(**overrides))  # type: ignore[arg-type]
+    return ping_policy(grpc_settings(options))
 
 
 def test_pings_within_the_interval_are_strikes_and_too_many_end_the_connection() -> None:

@@ -1,5 +1,6 @@
-"""frontends/grpc/tls.py: the gRPC listener's TLS context from Triton's flags. Handshakes run
-in memory (ssl.MemoryBIO), so these check what a client meets without a socket."""
+"""transport/grpc/tls.py (through frontends/grpc/listener.py:ssl_context): the gRPC
+listener's TLS context from Triton's flags. Handshakes run in memory (ssl.MemoryBIO), so
+these check what a client meets without a socket."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from tests.support.certs import Certs, have_openssl, make_certs
 
-from tritium.frontends.grpc.tls import server_ssl_context
+from tritium.frontends.grpc.listener import ssl_context as server_ssl_context
 from tritium.options import GrpcOptions, ServerOptions
 
 pytestmark = pytest.mark.skipif(not have_openssl(), reason="openssl makes the certificates")

@@ -101,6 +101,21 @@ def test_frontends_use_only_the_facade(path: Path) -> None:
                 )
 
 
+TRANSPORT = sorted((SRC / "transport").rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", TRANSPORT, ids=lambda p: str(p.relative_to(SRC)))
+def test_transports_import_only_transports(path: Path) -> None:
+    """``transport/`` (HTTP/1.1, HTTP/2, gRPC) imports nothing of tritium but itself, type-only
+    imports included: it is given settings records and the seams of ``transport/host.py``
+    (issue 38)."""
+    for level, name, names in _imports(path):
+        for module in _tritium_modules(path, level, name, names):
+            assert module.split(".")[0] == "transport", (
+                f"{path.relative_to(SRC)} imports tritium.{module}"
+            )
+
+
 # grpcio is no server of tritium's (issue 12): the gRPC front-end is its own HTTP/2 transport.
 # ``grpc_health`` (the health_pb2 messages) and tritonclient's generated modules stay.
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))

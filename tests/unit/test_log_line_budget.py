@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from tritium.frontends.grpc.dispatch import status_of
-from tritium.frontends.grpc.status import StatusCode
+from tritium.frontends.grpc.errors import status_of
+from tritium.transport.grpc.status import StatusCode
 from tritium.frontends.http.errors import render_error
 from tritium.frontends.http.protocol import render_internal
 from tritium.logs.budget import UNEXPECTED_ERRORS, ErrorDigest, LineBudget, left_out_text

@@ -96,19 +96,20 @@ def test_the_compiled_build_runs_every_listed_module() -> None:
 @pytest.mark.skipif(not EXPECT_COMPILED, reason="TRITIUM_EXPECT_COMPILED is not set")
 def test_the_connections_are_native_classes_behind_regular_shells() -> None:
     # A native class (its attributes are fields, its calls direct) lists its fields in
-    # __mypyc_attrs__; the shells asyncio's transports call are regular classes.
+    # __mypyc_attrs__; the shells asyncio's transports call are regular classes. The gRPC
+    # connection owns its reader, writer and bounds, native classes too.
     code = (
         "import json\n"
-        "from tritium.frontends.grpc import bounds, connection, inbound, outbound\n"
+        "from tritium.transport.grpc import bounds, connection, inbound, outbound\n"
         "from tritium.frontends.http import protocol\n"
-        "classes = [bounds.Bounds, outbound.Outbound, inbound.Inbound, connection.GrpcConnection,\n"
+        "classes = [bounds.Bounds, outbound.Writer, inbound.Reader, connection.GrpcConnection,\n"
         "           protocol.HttpConnection, connection.GrpcProtocol, protocol.HttpProtocol]\n"
         "print(json.dumps({c.__name__: hasattr(c, '__mypyc_attrs__') for c in classes}))\n"
     )
     assert json.loads(_python(code, {})) == {
         "Bounds": True,
-        "Outbound": True,
-        "Inbound": True,
+        "Writer": True,
+        "Reader": True,
         "GrpcConnection": True,
         "HttpConnection": True,
         "GrpcProtocol": False,

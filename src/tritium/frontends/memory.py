@@ -4,7 +4,7 @@ listeners' ``Connections`` carries it; with ``--workers N`` each worker has its 
 
 What is charged, as it happens (integer adds on native fields, no scan):
 
-- gRPC: request bytes received and not yet taken by a handler (``frontends/grpc/call.py``
+- gRPC: request bytes received and not yet taken by a handler (``transport/grpc/call.py``
   counts them per call), response bytes waiting for the peer's flow-control window (each
   call's ``pending``), and the socket's buffer while the peer reads nothing (from
   ``pause_writing`` to ``resume_writing``);
@@ -27,9 +27,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Final, Protocol
+from typing import Final
 
 from ..logs.budget import LineBudget, left_out_text
+from ..transport.host import Budget, Holder
 
 log = logging.getLogger("tritium")
 
@@ -37,20 +38,7 @@ DEFAULT_BUDGET: Final = 1 << 30  # --connection-memory-bytes' default
 _RELIEF_LINES = LineBudget()
 
 
-class Holder(Protocol):
-    """A connection that charges the budget."""
-
-    def budget_held(self) -> int:
-        """The bytes this connection has charged now."""
-        ...
-
-    def relieve(self, need: int) -> int:
-        """Drop what this connection holds, the largest first, until ``need`` bytes are
-        freed (or all are); the bytes freed."""
-        ...
-
-
-class MemoryBudget:
+class MemoryBudget(Budget):
     """Bytes held for clients by every connection of this process, and who holds them."""
 
     def __init__(self, limit: int = DEFAULT_BUDGET) -> None:

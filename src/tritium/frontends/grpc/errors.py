@@ -1,7 +1,11 @@
-"""ErrorKind → gRPC status code (Triton's table), and the bound on a status message."""
+"""ErrorKind → gRPC status code (Triton's table), and the one
+place an exception becomes a status (``status_of``, the transport's dispatcher calls it)."""
 
-from ...errors import ErrorKind
-from .status import StatusCode
+from google.protobuf.message import DecodeError
+
+from ...errors import ErrorKind, ServerError
+from ...logs.budget import UNEXPECTED_ERRORS
+from ...transport.grpc.status import RpcError, StatusCode, status_message
 
 CODE = {
     ErrorKind.INTERNAL: StatusCode.INTERNAL,
@@ -26,12 +30,26 @@ def triton_status(code: StatusCode) -> str:
     return kind.value if kind is not None else code.name
 
 
-# A status message longer than this is cut: clients refuse trailers past about 16 KiB.
-MAX_MESSAGE_CHARS = 4096
+def code_of(exc: BaseException) -> StatusCode:
+    """The status code ``status_of`` gives an exception (without logging anything)."""
+    if isinstance(exc, RpcError):
+        return exc.code
+    if isinstance(exc, ServerError):
+        return CODE[exc.kind]
+    if isinstance(exc, DecodeError):
+        return StatusCode.INVALID_ARGUMENT
+    return StatusCode.INTERNAL
 
 
-def status_message(message: str) -> str:
-    """``message`` as a gRPC status carries it (names echoed from a request stay bounded)."""
-    if len(message) <= MAX_MESSAGE_CHARS:
-        return message
-    return message[: MAX_MESSAGE_CHARS - 25] + f"... ({len(message)} characters)"
+def status_of(exc: BaseException) -> tuple[StatusCode, str]:
+    """An exception as the status its call ends with; anything unexpected is a bug: logged,
+    answered INTERNAL (``UNEXPECTED_ERRORS``: one traceback per kind a minute), and the server
+    goes on."""
+    if isinstance(exc, RpcError):
+        return exc.code, status_message(exc.message)
+    if isinstance(exc, ServerError):
+        return CODE[exc.kind], status_message(exc.message)
+    if isinstance(exc, DecodeError):
+        return StatusCode.INVALID_ARGUMENT, f"unable to parse the request message: {exc}"
+    UNEXPECTED_ERRORS.report("unhandled error in a gRPC handler", exc)
+    return StatusCode.INTERNAL, status_message(f"{type(exc).__name__}: {exc}")

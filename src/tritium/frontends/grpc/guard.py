@@ -15,7 +15,7 @@ from typing import Any
 
 from ...access.policy import AccessControl, AccessPolicy, ApiGroup, RefusalKind, Verdict
 from ...access.audit import AuditEvent, AuditLog
-from .status import RpcError, StatusCode
+from ...transport.grpc.status import RpcError, StatusCode
 
 SERVICE = "/inference.GRPCInferenceService/"
 HEALTH_SERVICE = "/grpc.health.v1.Health/"

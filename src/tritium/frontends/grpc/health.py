@@ -10,8 +10,8 @@ from typing import Any
 from grpc_health.v1 import health_pb2
 
 from ...server import InferenceServer
-from .call import ServerCall
-from .status import RpcError, StatusCode
+from ...transport.grpc.call import ServerCall
+from ...transport.grpc.status import RpcError, StatusCode
 
 # Health.Watch streams open at once: per connection (grpc's client-side health checking opens
 # one per channel and service) and on the whole server; one more is RESOURCE_EXHAUSTED.

@@ -29,18 +29,18 @@ from ...server import (
     grpc_update,
 )
 from ...types import InferenceResponse
+from ...transport.grpc.call import ServerCall
+from ...transport.grpc.dispatch import Kind, Method
+from ...transport.grpc.frames import Pieces
+from ...transport.grpc.status import RpcError, StatusCode
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
-from .call import ServerCall
 from .codec import decode_infer, decode_message, encode_answer
-from .dispatch import Kind, Method, code_of, status_of
-from .errors import triton_status
+from .errors import code_of, status_of, triton_status
 from .guard import HEALTH_SERVICE, SERVICE
 from .health import MAX_WATCHES, MAX_WATCHES_PER_CONNECTION, HealthService
 from .metadata import compile_forward_pattern, forwarded_parameters
-from .status import RpcError, StatusCode
 from .stream import stream_infer
 from .traces import RECEIVED, SENT, asked_version, identity, sample
-from .wire import Pieces
 
 __all__ = ["MAX_WATCHES", "MAX_WATCHES_PER_CONNECTION", "HealthService", "InferenceService"]
 

@@ -40,14 +40,14 @@ from ...server import (
     parse_version,
 )
 from ...types import ClientRequest, InferenceResponse
+from ...transport.grpc.budgets import MESSAGES_PER_TURN
+from ...transport.grpc.call import HIGH_WATER, ServerCall
+from ...transport.grpc.status import RpcError, StatusCode, status_message
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .codec import decode_request, encode_response, parameter_value
 from .wire import parse_request
-from .budgets import MESSAGES_PER_TURN
-from .call import HIGH_WATER, ServerCall
-from .errors import CODE, status_message, triton_status
+from .errors import CODE, triton_status
 from .guard import CallGuard, refusal_code
-from .status import RpcError, StatusCode
 from .traces import RECEIVED, SENT, identity, sample
 
 

@@ -8,7 +8,7 @@ from typing import Final
 
 from ...api import InferenceCall
 from ...types import ClientRequest
-from .call import ServerCall
+from ...transport.grpc.call import ServerCall
 
 # gRPC's trace stamps around reading a request and writing its answer (Triton's names).
 RECEIVED: Final = ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END")

@@ -30,6 +30,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from ...errors import invalid_arg
 from ...tensor_codec import CHUNK, empty_strings, let_threads_run, object_array, strided_items
+from ...transport.grpc.frames import Pieces as Pieces  # codec.py's too
 from ..tensors import MAX_PARAMETERS, MAX_RANK, MAX_TENSORS, rank_error, too_many
 
 PIECE = 1 << 20  # bytes merged by one protobuf call
@@ -516,23 +517,6 @@ OUTPUT_VIEWS_FROM = 1 << 14  # a raw output this large goes out as a view of its
 _RAW_OUTPUT_CONTENTS = 6  # ModelInferResponse.raw_output_contents
 _OUTPUTS: Final = 5  # ModelInferResponse.outputs
 _SHAPE: Final = 3  # InferOutputTensor.shape
-
-
-class Pieces:
-    """A message's bytes as parts to write in order, the large ones views of the arrays they
-    came from (no copy); ``parts[0]`` is bytes. ``len`` is the message's length."""
-
-    __slots__ = ("parts", "size")
-
-    def __init__(self, parts: list[bytes | memoryview], size: int) -> None:
-        self.parts = parts
-        self.size = size
-
-    def __len__(self) -> int:
-        return self.size
-
-    def join(self) -> bytes:
-        return b"".join(self.parts)
 
 
 def _put_varint(out: bytearray, value: int) -> None:

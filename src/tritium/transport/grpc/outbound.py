@@ -1,52 +1,64 @@
-"""The writing side of a gRPC connection: response headers, messages as DATA frames within
-the peer's flow-control windows (the rest kept per call until WINDOW_UPDATE), trailers, and
-one write per loop iteration. The frames are the HTTP/2 core's (``transport/http2``); a
-small unary answer goes out as its three frames in one piece (``H2Server.answer``).
+"""The writing side of a gRPC connection (``conn.writer``): response headers, messages as
+DATA frames within the peer's flow-control windows (the rest kept per call until
+WINDOW_UPDATE), trailers, and one write per loop iteration. The frames are the HTTP/2 core's
+(``transport/http2``); a small unary answer goes out as its three frames in one piece
+(``H2Server.answer``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-from ...transport.http2 import ErrorCode, StreamGone
-from .bounds import Bounds
+from ..http2 import ErrorCode, StreamGone
 from .budgets import MAX_UNREAD_BYTES, UNREAD
 from .call import ServerCall
-from .frames import OK_TRAILERS, RESPONSE_HEADERS, response_headers
+from .frames import OK_TRAILERS, RESPONSE_HEADERS, Pieces, response_headers
 from .metadata import encode_grpc_message
+from .state import ANSWER, FINISH, RESET, TRAILERS
 from .status import StatusCode
-from .wire import Pieces
+
+if TYPE_CHECKING:
+    from .connection import GrpcConnection
 
 STREAM_GONE = StreamGone  # the core no longer has the stream open to us (reset, or closed)
 _JOIN_BELOW = 1 << 16  # a smaller message is copied behind its prefix: one DATA frame
 
 
-class Outbound(Bounds):
-    """The second of ``GrpcConnection``'s bases (its state is declared in ``Bounds``)."""
+class Writer:
+    """What one connection writes, and when."""
+
+    def __init__(self, conn: GrpcConnection) -> None:
+        self._conn = conn
+        self.corked = False  # inside data_received: writes wait for its end
+        self._flush_soon = False  # a write is scheduled for this loop iteration
+        self.unread = 0  # bytes written while the peer did not read
 
     def _headers(self, call: ServerCall) -> None:
         call.headers_sent = True
-        self._h2.send_headers(call.stream_id, response_headers(_encoding(call)))
+        self._conn.h2.send_headers(call.stream_id, response_headers(_encoding(call)))
 
     def send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None:
         """Writes one framed message: ``head`` is its 5-byte prefix."""
-        if self._closed or call.done:
+        if self._conn.closed or call.done:
             return
         try:
             self._send_message(call, head, payload)
         except STREAM_GONE:
             self._stream_gone(call)
             return
-        self._pings.sent_data()
-        self._flush()
+        self._conn.pings.sent_data()
+        self.flush()
 
     def _stream_gone(self, call: ServerCall) -> None:
         """The stream closed under the call: it ends as if the peer had reset it."""
-        self.calls.pop(call.stream_id, None)
-        self._blocked.pop(call.stream_id, None)
-        self.drop_pending(call)
+        conn = self._conn
+        conn.calls.pop(call.stream_id, None)
+        conn.blocked.pop(call.stream_id, None)
+        conn.bounds.drop_pending(call)
+        call.respond(RESET)
         call.cancelled()
-        self._maybe_close()
+        conn.maybe_close()
 
     def _send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None:
         if not call.headers_sent:
@@ -66,96 +78,105 @@ class Outbound(Bounds):
         """A whole successful unary answer (headers, one DATA frame, ``grpc-status: 0``) in
         one piece, when it fits the windows and one frame; False leaves it to the general
         path."""
+        conn = self._conn
         if (
             not call.half_closed
             or call.headers_sent
             or call.pending
-            or self._paused
-            or self._closed
-            or not self._h2.answer(
+            or conn.paused
+            or conn.closed
+            or not conn.h2.answer(
                 call.stream_id, response_headers(_encoding(call)), data, OK_TRAILERS
             )
         ):
             return False
         call.headers_sent = True
-        call.done = True
+        call.respond(ANSWER)
         self._ended(call)
         return True
 
     def _ended(self, call: ServerCall) -> None:
         """The answer is out: forget the call."""
+        conn = self._conn
         if call.timer is not None:
             call.timer.cancel()
             call.timer = None
-        self._pings.sent_data()
-        self.calls.pop(call.stream_id, None)
-        self._blocked.pop(call.stream_id, None)
+        conn.pings.sent_data()
+        conn.calls.pop(call.stream_id, None)
+        conn.blocked.pop(call.stream_id, None)
         call.release()
-        self._flush()
-        self._maybe_close()
-        if not self.calls and not self._closed:  # idle: maybe spin (after the write above)
-            self._pace.went_idle(asyncio.get_running_loop())
+        self.flush()
+        conn.maybe_close()
+        if not conn.calls and not conn.closed:  # idle: maybe spin (after the write above)
+            conn.pace.went_idle(asyncio.get_running_loop())
 
     def _send_data(self, call: ServerCall, data: bytes | memoryview) -> None:
         """Sends what the windows allow; keeps the rest in ``call.pending`` (no copies)."""
-        if call.pending or self._paused:
+        conn = self._conn
+        if call.pending or conn.paused:
             view = memoryview(data)
             call.keep(view)
-            self._blocked[call.stream_id] = call
-            self.charge(len(view))
+            conn.blocked[call.stream_id] = call
+            conn.bounds.charge(len(view))
             return
         rest = self._push(call.stream_id, memoryview(data))
         if rest is not None:
             call.keep(rest)
-            self._blocked[call.stream_id] = call
-            self.charge(len(rest))
+            conn.blocked[call.stream_id] = call
+            conn.bounds.charge(len(rest))
 
     def _push(self, sid: int, view: memoryview) -> memoryview | None:
         """DATA frames from ``view`` while the windows allow; the unsent rest, if any."""
-        size = self._h2.send_data(sid, view)
+        size = self._conn.h2.send_data(sid, view)
         return view[size:] if size < len(view) else None
 
-    def _write_blocked(self, sid: int = 0) -> None:
-        if not self._blocked:
+    def write_blocked(self, sid: int = 0) -> None:
+        """The peer's windows (or its socket) may have opened: what calls keep goes on."""
+        conn = self._conn
+        blocked = conn.blocked
+        if not blocked:
             return
         if sid:
-            calls = [self._blocked[sid]] if sid in self._blocked else []
+            calls = [blocked[sid]] if sid in blocked else []
         else:
-            calls = list(self._blocked.values())
+            calls = list(blocked.values())
         for call in calls:
-            if self._paused:
+            if conn.paused:
                 break
             try:
                 self._write_pending(call)
             except STREAM_GONE:
-                self._blocked.pop(call.stream_id, None)
-                self.drop_pending(call)
-        self._flush()
+                blocked.pop(call.stream_id, None)
+                conn.bounds.drop_pending(call)
+        self.flush()
 
     def _write_pending(self, call: ServerCall) -> None:
+        conn = self._conn
         pending = call.pending
-        while pending and not self._paused:
+        while pending and not conn.paused:
             head = pending[0]
             rest = self._push(call.stream_id, head)
             sent = len(head) - (0 if rest is None else len(rest))
             call.pending_bytes -= sent
-            self.charge(-sent)
+            conn.bounds.charge(-sent)
             if rest is not None:
                 pending[0] = rest
                 break
             pending.popleft()
-            self._write_now()  # let the socket apply its own back-pressure (pause_writing)
+            self.write_now()  # let the socket apply its own back-pressure (pause_writing)
         if not pending:
-            self._blocked.pop(call.stream_id, None)
+            conn.blocked.pop(call.stream_id, None)
             if call.trailers is not None:
                 self._send_trailers(call, call.trailers)
         call.writable()
 
     def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
-        if call.done or self._closed:
-            call.done = True
+        if call.done:
             return
-        call.done = True
+        if self._conn.closed:
+            call.respond(RESET)  # the connection is gone: no status goes out
+            return
+        call.respond(FINISH)
         trailers = [("grpc-status", str(int(code)))]
         if message:
             trailers.append(("grpc-message", encode_grpc_message(message)))
@@ -163,44 +184,48 @@ class Outbound(Bounds):
             call.trailers = trailers  # after the bytes the window holds back
         else:
             self._send_trailers(call, trailers)
-        self._flush()
+        self.flush()
 
     def _send_trailers(self, call: ServerCall, trailers: list[tuple[str, str]]) -> None:
         sid = call.stream_id
-        self._pings.sent_data()
+        h2 = self._conn.h2
+        self._conn.pings.sent_data()
         encoded = tuple((k.encode(), v.encode()) for k, v in trailers)
         try:
             if call.headers_sent:
-                self._h2.send_headers(sid, encoded, end_stream=True)
+                h2.send_headers(sid, encoded, end_stream=True)
             else:  # Trailers-Only
-                self._h2.send_headers(sid, RESPONSE_HEADERS + encoded, end_stream=True)
+                h2.send_headers(sid, RESPONSE_HEADERS + encoded, end_stream=True)
                 call.headers_sent = True
             if not call.half_closed:  # the client may still be sending: tell it to stop
-                self._h2.reset_stream(sid, ErrorCode.NO_ERROR)
+                h2.reset_stream(sid, ErrorCode.NO_ERROR)
         except STREAM_GONE:
             pass
+        call.respond(TRAILERS)
         self._ended(call)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
         """Frames the core has made go out once per loop iteration: everything one event or one
         batch of answers produced leaves in one write (one system call)."""
-        if self._corked or self._flush_soon:
+        if self.corked or self._flush_soon:
             return
         self._flush_soon = True
         asyncio.get_running_loop().call_soon(self._write_soon)
 
     def _write_soon(self) -> None:
         self._flush_soon = False
-        self._write_now()
+        self.write_now()
 
-    def _write_now(self) -> None:
-        data = self._h2.take_output()
-        if data and self._transport is not None and not self._closed:
-            if self._paused:  # the peer reads nothing: stop reading what makes us write
-                self._unread += len(data)
-                if self._unread > MAX_UNREAD_BYTES:
-                    self._hold_reading(UNREAD)
-            self._transport.write(data)
+    def write_now(self) -> None:
+        conn = self._conn
+        data = conn.h2.take_output()
+        transport = conn.transport
+        if data and transport is not None and not conn.closed:
+            if conn.paused:  # the peer reads nothing: stop reading what makes us write
+                self.unread += len(data)
+                if self.unread > MAX_UNREAD_BYTES:
+                    conn.reader.hold_reading(UNREAD)
+            transport.write(data)
 
 
 def _encoding(call: ServerCall) -> str | None:

@@ -17,34 +17,44 @@ never the system's store (``ssl.create_default_context`` would load it)."""
 from __future__ import annotations
 
 import ssl
-
-from ...options import ServerOptions
+from dataclasses import dataclass
 
 ALPN_PROTOCOLS = ["h2"]
 # TLS 1.2 suites HTTP/2 allows (ECDHE + AEAD); TLS 1.3 suites are all allowed and set apart.
 _TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
-def server_ssl_context(options: ServerOptions) -> ssl.SSLContext | None:
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    """The five flags above, as the front-end reads them (file paths; "" when not given)."""
+
+    use_ssl: bool
+    use_ssl_mutual: bool
+    server_cert: str
+    server_key: str
+    root_cert: str
+
+
+def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext | None:
     """The TLS context of the gRPC listener; None serves plaintext HTTP/2 (h2c).
 
     Raises OSError with a message naming the flag and the file when a file cannot be read, is
     not PEM, or the key does not match the certificate; the runtime refuses to start with it."""
-    if not (options.grpc.use_ssl or options.grpc.use_ssl_mutual):
+    if not (tls.use_ssl or tls.use_ssl_mutual):
         return None
-    if not (options.grpc.server_cert and options.grpc.server_key):
+    if not (tls.server_cert and tls.server_key):
         raise OSError("gRPC TLS needs --grpc-server-cert and --grpc-server-key")
-    if options.grpc.use_ssl_mutual and not options.grpc.root_cert:
+    if tls.use_ssl_mutual and not tls.root_cert:
         raise OSError("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA of client certs)")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.options |= ssl.OP_NO_COMPRESSION | ssl.OP_NO_RENEGOTIATION
     context.set_ciphers(_TLS12_CIPHERS)
     context.set_alpn_protocols(ALPN_PROTOCOLS)
-    _load_chain(context, options.grpc.server_cert, options.grpc.server_key)
-    if options.grpc.root_cert:
-        _load_roots(context, options.grpc.root_cert)
-    context.verify_mode = ssl.CERT_REQUIRED if options.grpc.use_ssl_mutual else ssl.CERT_NONE
+    _load_chain(context, tls.server_cert, tls.server_key)
+    if tls.root_cert:
+        _load_roots(context, tls.root_cert)
+    context.verify_mode = ssl.CERT_REQUIRED if tls.use_ssl_mutual else ssl.CERT_NONE
     return context
 
 

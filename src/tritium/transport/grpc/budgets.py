@@ -23,4 +23,3 @@ BYTES_PER_TURN = 1 << 20
 MESSAGES_PER_TURN = 64
 MAX_UNREAD_BYTES = 256 * 1024
 BUSY, UNREAD = 1, 2  # why reading is paused: work left for later turns, answers left unread
-

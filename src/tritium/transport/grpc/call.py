@@ -21,12 +21,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .metadata import InflateError, compress_message, inflate
+from .state import CANCEL, END_INPUT, HALF_CLOSED, IDLE, OPEN, next_request, next_response
 from .status import RpcError, StatusCode
-from .wire import Pieces
+from .frames import Pieces
 
 if TYPE_CHECKING:
     from .dispatch import Method
-    from .guard import CallGuard
 
 _PREFIX: Final = 5  # compressed flag (1 byte) + big-endian length (4 bytes)
 
@@ -55,6 +55,8 @@ class CallOwner(Protocol):
     def send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None: ...
 
     def watch_stall(self, delay: float | None = None) -> None: ...
+
+
 HIGH_WATER = 1 << 20  # bytes kept for a slow reader before ``drain`` waits
 _ONE_FRAME = 16384 - _PREFIX  # an answer that fits one DATA frame of the default size
 
@@ -105,8 +107,8 @@ class ServerCall:
         "_padding",
         "_backlogged",
         "_waiter",
-        "half_closed",
-        "done",
+        "request_state",
+        "response_state",
         "headers_sent",
         "pending",
         "pending_bytes",
@@ -148,8 +150,8 @@ class ServerCall:
         self._padding = 0  # padding received, not yet given back
         self._backlogged = False  # complete messages may wait uncut in _buffer (feed's budget)
         self._waiter: asyncio.Future[None] | None = None
-        self.half_closed = False  # the client sent END_STREAM
-        self.done = False  # the answer's end (trailers or reset) is decided
+        self.request_state = OPEN  # the client's side of the call (state.py)
+        self.response_state = IDLE  # the answer's side (state.py)
         self.headers_sent = False
         # framed response bytes the peer's window does not allow yet, in order
         self.pending: deque[memoryview] = deque()
@@ -160,7 +162,8 @@ class ServerCall:
         self.timer: asyncio.TimerHandle | None = None  # the deadline
         self._drained: asyncio.Future[None] | None = None
         self.rpc: Method | None = None  # the dispatcher's
-        self.guard: CallGuard | None = None  # the access guard, when access control is on
+        # the application's per-call guard (``dispatch.py:Guard``), when access control is on
+        self.guard: Any = None
         # takes a message as it completes, inside data_received (no task hop), or says no
         # (False: it waits in the inbox for ``read``)
         self.consumer: Callable[[bytes], bool] | None = None
@@ -178,6 +181,21 @@ class ServerCall:
     def connection(self) -> object:
         """The connection the call came on (an identity, for per-connection bounds)."""
         return self._conn
+
+    # -- the lifecycle (state.py's table) ----------------------------------------------------
+    @property
+    def half_closed(self) -> bool:
+        """The client sent END_STREAM."""
+        return self.request_state == HALF_CLOSED
+
+    @property
+    def done(self) -> bool:
+        """The answer's end (a status, or a reset) is decided: nothing more is sent."""
+        return self.response_state != IDLE
+
+    def respond(self, event: int) -> None:
+        """The answer's side moves on ``event`` (state.py); CallStateError when illegal."""
+        self.response_state = next_response(self.response_state, event)
 
     # -- receiving (called by the connection) ------------------------------------------------
     def feed(self, data: bytes | memoryview, flow: int) -> bool:
@@ -272,9 +290,7 @@ class ServerCall:
         a "zip bomb" must not hold the event loop for the time 64 MiB of output takes)."""
         encoding = self.encoding
         if encoding is None or encoding == "identity":
-            raise RpcError(
-                StatusCode.INTERNAL, "compressed message received without grpc-encoding"
-            )
+            raise RpcError(StatusCode.INTERNAL, "compressed message received without grpc-encoding")
         limit = self._conn.max_receive
         try:
             return inflate(message, encoding, min(limit, INLINE_INFLATE))
@@ -284,7 +300,7 @@ class ServerCall:
         return Deferred(message, encoding, limit)
 
     def end_of_input(self) -> None:
-        self.half_closed = True
+        self.request_state = next_request(self.request_state, END_INPUT)
         self._wake()
 
     def _give_back(self, upto: int) -> None:
@@ -412,7 +428,7 @@ class ServerCall:
     def cancelled(self) -> None:
         """The client reset the stream, the deadline passed, or the connection went away:
         wake every waiter and cancel the work (once)."""
-        self.done = True
+        self.respond(CANCEL)
         self.release()
         if self.timer is not None:
             self.timer.cancel()

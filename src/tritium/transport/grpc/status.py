@@ -1,4 +1,5 @@
-"""gRPC status codes and the error a handler raises to end its call with one.
+"""gRPC status codes, the error a handler raises to end its call with one, and the bound on
+a status message.
 
 The codes are gRPC's own numbers (``grpc-status``), so the transport writes them as they are
 and no gRPC library is needed to name them."""
@@ -35,3 +36,14 @@ class RpcError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+# A status message longer than this is cut: clients refuse trailers past about 16 KiB.
+MAX_MESSAGE_CHARS = 4096
+
+
+def status_message(message: str) -> str:
+    """``message`` as a gRPC status carries it (names echoed from a request stay bounded)."""
+    if len(message) <= MAX_MESSAGE_CHARS:
+        return message
+    return message[: MAX_MESSAGE_CHARS - 25] + f"... ({len(message)} characters)"

@@ -1,5 +1,6 @@
 """What one gRPC connection may hold, and for how long, whatever its client does (issue 22,
-findings 3 and 4). A base of ``GrpcConnection``; the limits come from tritium's flags.
+findings 3 and 4). A part ``GrpcConnection`` owns (``conn.bounds``); the limits are its
+``Settings``, which the front-end builds from tritium's flags (named below).
 
 - **Preface** (``--grpc-preface-timeout-secs``): from accept, the TLS handshake and the
   client's HTTP/2 preface (the magic and its first SETTINGS) must be done in time, else the
@@ -19,10 +20,11 @@ findings 3 and 4). A base of ``GrpcConnection``; the limits come from tritium's 
   ends its call: RESOURCE_EXHAUSTED when none of its bytes is waiting yet, else RST_STREAM
   ENHANCE_YOUR_CALM (which gRPC clients read as RESOURCE_EXHAUSTED).
 - **Server-wide** (``--connection-memory-bytes``, ``frontends/memory.py``): the connection
-  charges the process's one ``MemoryBudget`` with its request bytes held, its response bytes
-  waiting and, while the peer reads nothing, its socket's buffer. Past the budget a new call
-  is refused (RESOURCE_EXHAUSTED, Trailers-Only); the budget then relieves the connections
-  holding the most, which reset their calls holding the most (``relieve``).
+  charges the process's one ``Budget`` (``transport/host.py``) with its request bytes held,
+  its response bytes waiting and, while the peer reads nothing, its socket's buffer. Past
+  the budget a new call is refused (RESOURCE_EXHAUSTED, Trailers-Only); the budget then
+  relieves the connections holding the most, which reset their calls holding the most
+  (``relieve``).
 - **Stall** (``--grpc-stall-timeout-secs``): a call whose client sends nothing of a message it
   started while it has window to send it (or of the one message and END_STREAM a unary
   call waits for), or reads nothing of a response waiting for its window, for that long is
@@ -36,176 +38,90 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ... import loop_spin
-from ...logs.budget import LineBudget, left_out_text
-from ...options import ServerOptions
-from ...transport.http2 import ErrorCode, FloodLedger, H2Server
-from ...transport.http2.pings import PingPolicy
-from ..accept import Connections
-from ..memory import MemoryBudget
+from ..host import Budget, Notices, Pool
+from ..http2 import ErrorCode
 from .call import ServerCall
 from .status import StatusCode
+
+if TYPE_CHECKING:
+    from .connection import GrpcConnection
+    from .endpoint import GrpcEndpoint
 
 log = logging.getLogger("tritium")
 # The shortest wait between two stall checks of a connection.
 STALL_CHECK_MIN_DELAY = 0.01
-# Each is an event an unauthenticated client can repeat at will: a few lines a minute each.
-_PREFACE_LINES = LineBudget()
-_BOUND_LINES = LineBudget()
-_STALL_LINES = LineBudget()
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionLimits:
-    preface_timeout: float
-    idle_timeout: float
-    stall_timeout: float
-    input_bytes: int
-    output_bytes: int
-
-    @classmethod
-    def from_options(cls, options: ServerOptions) -> ConnectionLimits:
-        grpc = options.grpc
-        return cls(
-            grpc.preface_timeout_secs,
-            grpc.idle_timeout_secs,
-            grpc.stall_timeout_secs,
-            grpc.connection_input_bytes,
-            grpc.connection_output_bytes,
-        )
+# The kinds of ``Notices`` lines: each is an event an unauthenticated client can repeat at
+# will, a few lines a minute each.
+PREFACE_LINE, BOUND_LINE, STALL_LINE = "preface", "bound", "stall"
 
 
 class Bounds:
-    """The first of ``GrpcConnection``'s bases (``Bounds`` ← ``Outbound`` ← ``Inbound`` ←
-    ``GrpcConnection``: one line of native classes when compiled, so that their attributes
-    are fields and their calls to each other direct), and where the connection's state is
-    declared; the methods a later class defines are declared here too."""
+    """One connection's bounds: its timers (preface, idle, stall), the request bytes its calls
+    hold, the response bytes waiting for its peer, its charge on the server's budget."""
 
-    kind = "gRPC"  # for the log of frontends/accept.py
-    _h2: H2Server
-    _transport: asyncio.Transport | None
-    calls: dict[int, ServerCall]
-    _blocked: dict[int, ServerCall]
-    _paused: bool
-    _closed: bool
-    _draining: bool
-    peer: str
-    # set by ``_init_bounds``
-    _limits: ConnectionLimits
-    _pool: Connections
-    _born: float
-    _prefaced: bool
-    _idle_at: float
-    _preface_timer: asyncio.TimerHandle | None
-    _idle_timer: asyncio.TimerHandle | None
-    _stall_timer: asyncio.TimerHandle | None
-    input_held: int  # bytes of request messages not yet taken, all calls (call.py keeps it)
-    _budget: MemoryBudget  # the process's, shared by every connection (frontends/memory.py)
-    budget_charged: int  # what this connection has charged it
-    _buffer_charge: int  # of that, the socket's buffer when writing paused
-    _settled: bool  # the connection is gone: its charge is given back, no more is taken
-    # the writing side's (outbound.py)
-    _corked: bool  # inside data_received: writes wait for its end
-    _flush_soon: bool  # a write is scheduled for this loop iteration
-    _pings: PingPolicy
-    _unread: int  # bytes written while the peer did not read (inbound.py)
-    _pace: loop_spin.ClientPace  # whether to spin for the client's next call
-    _ledger: FloodLedger
-
-    # GrpcConnection's
-    def open_call(
-        self, sid: int, method: str, metadata: dict[str, str], encoding: str | None
-    ) -> ServerCall:
-        raise NotImplementedError
-
-    def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
-        raise NotImplementedError
-
-    def _close(self, code: int, debug: bytes = b"") -> None:
-        raise NotImplementedError
-
-    def _flush(self) -> None:
-        raise NotImplementedError
-
-    def _write_now(self) -> None:
-        raise NotImplementedError
-
-    def _maybe_close(self) -> None:
-        raise NotImplementedError
-
-    def _hold_reading(self, reason: int) -> None:
-        raise NotImplementedError  # inbound.py's
-
-    def _init_bounds(self, limits: ConnectionLimits, pool: Connections) -> None:
-        self._limits = limits
-        self._pool = pool
+    def __init__(self, conn: GrpcConnection, endpoint: GrpcEndpoint) -> None:
+        self._conn = conn
+        self._limits = endpoint.settings
+        self._pool: Pool = endpoint.pool
+        self._notices: Notices = endpoint.notices
+        self._budget: Budget = endpoint.budget  # the process's, shared by every connection
         self._born = self._idle_at = time.monotonic()
         self._prefaced = False
-        self._preface_timer = self._idle_timer = self._stall_timer = None
+        self._preface_timer: asyncio.TimerHandle | None = None
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._stall_timer: asyncio.TimerHandle | None = None
+        # bytes of request messages not yet taken, all calls (call.py keeps it)
         self.input_held = 0
-        self._budget = pool.memory
-        self.budget_charged = self._buffer_charge = 0
-        self._settled = False
+        self.budget_charged = 0  # what this connection has charged the budget
+        self._buffer_charge = 0  # of that, the socket's buffer when writing paused
+        self._settled = False  # the connection is gone: its charge is given back
 
-    def _start_bounds(self) -> None:
+    def start(self) -> None:
         """The connection is open (after any TLS handshake): its preface clock runs from
         accept."""
         delay = max(0.0, self._born + self._limits.preface_timeout - time.monotonic())
         self._preface_timer = asyncio.get_running_loop().call_later(delay, self._no_preface)
-        self._pool.add(self)
-        self._budget.join(self)
+        self._pool.add(self._conn)
+        self._budget.join(self._conn)
 
-    def _stop_bounds(self) -> None:
+    def stop(self) -> None:
         for timer in (self._preface_timer, self._idle_timer, self._stall_timer):
             if timer is not None:
                 timer.cancel()
         self._preface_timer = self._idle_timer = self._stall_timer = None
-        self._pool.discard(self)
+        self._pool.discard(self._conn)
         self._settle()
 
-    # -- preface, idle, shedding -------------------------------------------------------------
-    def _preface_done(self) -> None:
+    # -- preface, idle -----------------------------------------------------------------------
+    def preface_done(self) -> None:
         """The client's first SETTINGS arrived: the preface is complete."""
         if not self._prefaced:
             self._prefaced = True
             if self._preface_timer is not None:
                 self._preface_timer.cancel()
                 self._preface_timer = None
-            self._went_idle()
+            self.went_idle()
 
     def _no_preface(self) -> None:
         self._preface_timer = None
-        if not self._prefaced and not self._closed:
-            left_out = _PREFACE_LINES.admit(time.monotonic())
+        conn = self._conn
+        if not self._prefaced and not conn.closed:
+            left_out = self._notices.admit(PREFACE_LINE, time.monotonic())
             if left_out is not None:
                 log.info("gRPC connection %s: no HTTP/2 preface in time, closing%s",
-                         self.peer, left_out_text(left_out))  # fmt: skip
-            self._hang_up(b"preface timeout")
+                         conn.peer, left_out)  # fmt: skip
+            conn.hang_up(b"preface timeout")
 
     def idle_since(self) -> float | None:
         """When this connection last had no open stream (accept, before its preface); None
         while a call is open (frontends/accept.py)."""
-        if self._closed or self.calls:
+        if self._conn.closed or self._conn.calls:
             return None
         return self._idle_at
 
-    def shed(self) -> None:
-        """Out of descriptors: close this idle connection now."""
-        self._hang_up(b"server out of file descriptors")
-
-    def _hang_up(self, debug: bytes) -> None:
-        """GOAWAY(NO_ERROR) and close at once (no lingering: the descriptor is wanted)."""
-        if self._closed:
-            return
-        self._h2.close(ErrorCode.NO_ERROR, debug)
-        self._write_now()
-        self._closed = True
-        if self._transport is not None:
-            self._transport.close()
-
-    def _went_idle(self) -> None:
+    def went_idle(self) -> None:
         """No call is open (any more): the idle clock runs from now."""
         self._idle_at = time.monotonic()
         if self._idle_timer is None and self._prefaced:
@@ -215,14 +131,15 @@ class Bounds:
 
     def _idle_check(self) -> None:
         self._idle_timer = None
-        if self._closed or self._draining or self.calls:
+        conn = self._conn
+        if conn.closed or conn.draining or conn.calls:
             return  # armed again when the connection is next idle
         left = self._idle_at + self._limits.idle_timeout - time.monotonic()
         if left > 0:
             self._idle_timer = asyncio.get_running_loop().call_later(left, self._idle_check)
             return
-        log.debug("gRPC connection %s: idle, closing", self.peer)
-        self._close(ErrorCode.NO_ERROR, b"max_idle")  # no call: one GOAWAY, then close
+        log.debug("gRPC connection %s: idle, closing", conn.peer)
+        conn.close(ErrorCode.NO_ERROR, b"max_idle")  # no call: one GOAWAY, then close
 
     # -- the server's memory budget ---------------------------------------------------------
     def charge(self, size: int) -> None:
@@ -236,14 +153,24 @@ class Bounds:
         self.input_held += size
         self.charge(size)
 
-    def budget_held(self) -> int:
-        return self.budget_charged
+    def writing_paused(self, size: int) -> None:
+        """The peer reads nothing: the ``size`` bytes its socket's buffer holds are on the
+        budget until it drains."""
+        self._buffer_charge += size
+        self.charge(size)
+
+    def writing_resumed(self) -> None:
+        self.charge(-self._buffer_charge)
+        self._buffer_charge = 0
+
+    def over_budget(self) -> bool:
+        return self._budget.over()
 
     def _settle(self) -> None:
         """The connection is gone: give back all it charged; it charges nothing more."""
         if not self._settled:
             self._settled = True
-            self._budget.leave(self)
+            self._budget.leave(self._conn)
             self._budget.charge(-self.budget_charged)
             self.budget_charged = self._buffer_charge = 0
 
@@ -260,33 +187,34 @@ class Bounds:
         for one with response bytes waiting, else RESOURCE_EXHAUSTED); if that is not enough
         (the socket's buffer, a peer reading nothing), the connection is closed. The bytes
         freed."""
+        conn = self._conn
         start = self.budget_charged
-        holding = [c for c in self.calls.values() if c.pending_bytes or c.held]
+        holding = [c for c in conn.calls.values() if c.pending_bytes or c.held]
         holding.sort(key=_holding, reverse=True)
         message = _BUDGET_MESSAGE % self._budget.limit
         for call in holding:
             if start - self.budget_charged >= need:
                 break
-            _bound_line(self.peer, message, call.stream_id)
+            self._bound_line(message, call.stream_id)
             if call.pending:
-                self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
+                conn.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
             else:
-                self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
+                conn.writer.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
                 call.cancelled()
         if start - self.budget_charged < need and self.budget_charged > 0:
             self._settle()
-            if self._transport is not None:
-                self._closed = True
-                self._transport.abort()
+            if conn.transport is not None:
+                conn.closed = True
+                conn.transport.abort()
         return start - self.budget_charged
 
     def refuse_over_budget(self, sid: int) -> None:
         """A new call while the server is past its budget: Trailers-Only, and the budget
         relieves its largest holders."""
-        call = self.open_call(sid, "", {}, None)
+        call = self._conn.open_call(sid, "", {}, None)
         message = _BUDGET_MESSAGE % self._budget.limit
-        _bound_line(self.peer, message, sid)
-        self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
+        self._bound_line(message, sid)
+        self._conn.writer.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
         self._budget.relieve_soon()
 
     # -- request bytes held ------------------------------------------------------------------
@@ -303,49 +231,48 @@ class Bounds:
     def _over_input(self) -> None:
         """The newest calls holding request bytes end until the bound holds; the oldest
         always goes on."""
-        holders = sorted((c for c in self.calls.values() if c.held), key=_stream_id)
+        holders = sorted((c for c in self._conn.calls.values() if c.held), key=_stream_id)
         limit = self._limits.input_bytes
         message = f"this connection holds more than {limit} bytes of unfinished request messages"
         for call in reversed(holders[1:]):
             if self.input_held <= limit:
                 break
-            _bound_line(self.peer, message, call.stream_id)
-            self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
+            self._bound_line(message, call.stream_id)
+            self._conn.writer.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, message)
             call.cancelled()
 
     # -- response bytes waiting --------------------------------------------------------------
     def output_waiting(self) -> int:
         """Response bytes waiting for the peer: kept by calls, and in the socket's buffer."""
-        waiting = sum(call.pending_bytes for call in self._blocked.values())
-        if self._transport is not None:
-            waiting += self._transport.get_write_buffer_size()
+        conn = self._conn
+        waiting = sum(call.pending_bytes for call in conn.blocked.values())
+        if conn.transport is not None:
+            waiting += conn.transport.get_write_buffer_size()
         return waiting
 
     def output_full(self) -> bool:
-        return bool(self._blocked) and self.output_waiting() >= self._limits.output_bytes
+        return bool(self._conn.blocked) and self.output_waiting() >= self._limits.output_bytes
 
     def refuse_busy(self, sid: int) -> None:
         """A new call while the connection is at its output bound: Trailers-Only."""
-        call = self.open_call(sid, "", {}, None)
-        self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
+        call = self._conn.open_call(sid, "", {}, None)
+        self._conn.writer.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
 
     def admit_output(self, call: ServerCall, size: int) -> bool:
         """May ``size`` bytes of ``call``'s response be written or kept? No when they would
         wait on top of the connection's bound: the call then ends (True: go on)."""
-        if not self._blocked or self.output_waiting() < self._limits.output_bytes:
+        conn = self._conn
+        if not conn.blocked or self.output_waiting() < self._limits.output_bytes:
             return True
-        if not call.pending and not self._paused and size <= self._send_window(call):
+        if not call.pending and not conn.paused and size <= conn.h2.send_window(call.stream_id):
             return True  # goes out at once
-        _bound_line(self.peer, self._output_message(), call.stream_id)
+        self._bound_line(self._output_message(), call.stream_id)
         if call.pending:  # part of a message is out: the stream cannot end with a status
-            self.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
+            conn.reset_call(call, ErrorCode.ENHANCE_YOUR_CALM)
         else:
-            self.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
+            conn.writer.finish_call(call, StatusCode.RESOURCE_EXHAUSTED, self._output_message())
             call.cancelled()
         return False
-
-    def _send_window(self, call: ServerCall) -> int:
-        return self._h2.send_window(call.stream_id)
 
     def _output_message(self) -> str:
         return (
@@ -353,48 +280,43 @@ class Bounds:
             "responses wait for its flow-control window on this connection"
         )
 
-    def reset_call(self, call: ServerCall, code: int) -> None:
-        """RST_STREAM ``code``: the call and everything it holds are dropped."""
-        sid = call.stream_id
-        self.calls.pop(sid, None)
-        self._blocked.pop(sid, None)
-        self.drop_pending(call)
-        call.trailers = None
-        self._h2.reset_stream(sid, code)
-        call.cancelled()
-        self._flush()
-        self._maybe_close()
+    def _bound_line(self, message: str, stream_id: int) -> None:
+        left_out = self._notices.admit(BOUND_LINE, time.monotonic())
+        if left_out is not None:
+            log.info("gRPC connection %s: %s; stream %d ended%s", self._conn.peer, message,
+                     stream_id, left_out)  # fmt: skip
 
     # -- stalls ------------------------------------------------------------------------------
     def watch_stall(self, delay: float | None = None) -> None:
         """A call waits on its client: make sure the stall clock runs (next check in
         ``delay`` seconds, by default one timeout)."""
-        if self._stall_timer is None and not self._closed:
+        if self._stall_timer is None and not self._conn.closed:
             self._stall_timer = asyncio.get_running_loop().call_later(
                 self._limits.stall_timeout if delay is None else delay, self._stall_check
             )
 
     def _stall_check(self) -> None:
         self._stall_timer = None
-        if self._closed:
+        conn = self._conn
+        if conn.closed:
             return
         now, limit = time.monotonic(), self._limits.stall_timeout
         due = float("inf")  # when the first call still waiting would have stalled
-        for call in list(self.calls.values()):
+        for call in list(conn.calls.values()):
             stalled = self._waits_on_client(call)
             if stalled is None:
                 continue
             if now - call.progress < limit:
                 due = min(due, call.progress + limit)
             elif stalled == "output":
-                left_out = _STALL_LINES.admit(now)
+                left_out = self._notices.admit(STALL_LINE, now)
                 if left_out is not None:
                     log.info("gRPC connection %s: stream %d read nothing for %g s, reset%s",
-                             self.peer, call.stream_id, limit, left_out_text(left_out))  # fmt: skip
-                self.reset_call(call, ErrorCode.CANCEL)
+                             conn.peer, call.stream_id, limit, left_out)  # fmt: skip
+                conn.reset_call(call, ErrorCode.CANCEL)
             else:
                 why = f"no request data for {limit:g} s (stalled stream)"
-                self.finish_call(call, StatusCode.DEADLINE_EXCEEDED, why)
+                conn.writer.finish_call(call, StatusCode.DEADLINE_EXCEEDED, why)
                 call.cancelled()
         if due != float("inf"):
             # Checked again when that call's time is up, not a whole timeout later: a stall
@@ -411,7 +333,7 @@ class Bounds:
         if call.half_closed or call.done:
             return None
         if call.incomplete:
-            return "input" if self._h2.receive_window(call.stream_id) > 0 else None
+            return "input" if self._conn.h2.receive_window(call.stream_id) > 0 else None
         return "input" if call.task is None else None
 
 
@@ -427,10 +349,3 @@ _BUDGET_MESSAGE = (
     "the server holds more than its --connection-memory-bytes=%d bytes of requests and "
     "responses for its clients; try again later"
 )
-
-
-def _bound_line(peer: str, message: str, stream_id: int) -> None:
-    left_out = _BOUND_LINES.admit(time.monotonic())
-    if left_out is not None:
-        log.info("gRPC connection %s: %s; stream %d ended%s", peer, message, stream_id,
-                 left_out_text(left_out))  # fmt: skip

@@ -1,5 +1,6 @@
 """From an HTTP/2 request to a handler's answer: the method table, the request headers as
-gRPC reads them, deadlines, access control, and the one place an exception becomes a status.
+gRPC reads them, deadlines, the application's guard (access control), and the one place an
+exception becomes a status (through the application's ``status_of``).
 
 Handlers come in three shapes (``Kind``): unary ``async (request, call) -> response``,
 server streaming ``(request, call) -> async iterator`` (Health.Watch), and bidirectional
@@ -15,19 +16,12 @@ import enum
 import logging
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from google.protobuf.message import DecodeError
-
-from ...errors import ServerError
-from ...logs.budget import UNEXPECTED_ERRORS
-from ...options import ServerOptions
 from .call import Deferred, ServerCall
-from .errors import CODE, status_message
-from .guard import CallGuard, RpcGuard
+from .frames import Pieces
 from .metadata import ENCODINGS, parse_timeout, response_compression
-from .status import RpcError, StatusCode
-from .wire import Pieces
+from .status import RpcError, StatusCode, status_message
 
 if TYPE_CHECKING:
     from .connection import GrpcConnection
@@ -59,38 +53,38 @@ def _serialize(message: Any) -> bytes | Pieces:
     return bytes(message.SerializeToString())
 
 
-def code_of(exc: BaseException) -> StatusCode:
-    """The status code ``status_of`` gives an exception (without logging anything)."""
-    if isinstance(exc, RpcError):
-        return exc.code
-    if isinstance(exc, ServerError):
-        return CODE[exc.kind]
-    if isinstance(exc, DecodeError):
-        return StatusCode.INVALID_ARGUMENT
-    return StatusCode.INTERNAL
+class CallGate(Protocol):
+    """One call's guard: admits its request (raises to refuse it), and hears its outcome."""
+
+    def admit(self, metadata: dict[str, str], request: Any) -> None: ...
+
+    def finish(self, request: Any, error: str | None) -> None: ...
 
 
-def status_of(exc: BaseException) -> tuple[StatusCode, str]:
-    """An exception as the status its call ends with; anything unexpected is a bug: logged,
-    answered INTERNAL (``UNEXPECTED_ERRORS``: one traceback per kind a minute), and the server
-    goes on."""
-    if isinstance(exc, RpcError):
-        return exc.code, status_message(exc.message)
-    if isinstance(exc, ServerError):
-        return CODE[exc.kind], status_message(exc.message)
-    if isinstance(exc, DecodeError):
-        return StatusCode.INVALID_ARGUMENT, f"unable to parse the request message: {exc}"
-    UNEXPECTED_ERRORS.report("unhandled error in a gRPC handler", exc)
-    return StatusCode.INTERNAL, status_message(f"{type(exc).__name__}: {exc}")
+class Guard(Protocol):
+    """Access control (``frontends/grpc/guard.py:RpcGuard``): a gate for each call."""
+
+    def call(self, method: str, peer: str) -> CallGate: ...
+
+
+StatusOf = Callable[[BaseException], tuple[StatusCode, str]]
 
 
 class Dispatcher:
+    """``compression``: the level of the ``infer`` methods' responses (``Settings``);
+    ``status_of``: the status a handler's exception ends its call with (logging a bug)."""
+
     def __init__(
-        self, methods: dict[str, Method], options: ServerOptions, guard: RpcGuard | None
+        self,
+        methods: dict[str, Method],
+        compression: str,
+        guard: Guard | None,
+        status_of: StatusOf,
     ) -> None:
         self._methods = methods
         self._guard = guard
-        self._compression = options.grpc.infer_response_compression_level
+        self._compression = compression
+        self._status_of = status_of
 
     # -- a new stream ------------------------------------------------------------------------
     def start(self, conn: GrpcConnection, sid: int, headers: Sequence[tuple[bytes, bytes]]) -> None:
@@ -158,7 +152,7 @@ class Dispatcher:
         """One call's handler, whatever its kind: admission, the handler, its status. The
         guard is released (a control action audited) before the answer goes out, so the
         audit line exists by the time the client learns the outcome."""
-        guard: CallGuard | None = call.guard
+        guard: CallGate | None = call.guard
         request: Any = None
         try:
             if isinstance(raw, Deferred):
@@ -172,7 +166,7 @@ class Dispatcher:
             _release(guard, request, "cancelled")
             raise
         except Exception as exc:
-            code, message = status_of(exc)
+            code, message = self._status_of(exc)
             _release(guard, request, message)
             call.finish(code, message)
             return
@@ -233,7 +227,7 @@ def _read_headers(
     return verb, path, metadata
 
 
-def _release(guard: CallGuard | None, request: Any, error: str | None) -> None:
+def _release(guard: CallGate | None, request: Any, error: str | None) -> None:
     if guard is not None:
         guard.finish(request, error)
 

@@ -15,13 +15,15 @@ dispatched to the service's handlers.
   between data frames).
 - Draining: GOAWAY (``--grpc-max-connection-age``, server shutdown) lets in-flight calls end,
   refuses new streams, and closes once they are done or the grace is over.
-- Bounds (``bounds.py``): the preface and idle timeouts, the bytes of requests held and of
-  responses waiting for the peer (per connection, and on the server's memory budget),
-  stalled streams.
-- Reading in turns (``inbound.py``): a bounded number of frames and messages per turn of the
-  event loop, reading paused while the rest waits or while the peer leaves our answers unread;
-  a control-frame flood (``budgets.py:FloodLedger``) ends the connection with GOAWAY
-  ENHANCE_YOUR_CALM.
+- Bounds (``bounds.py``, ``self.bounds``): the preface and idle timeouts, the bytes of
+  requests held and of responses waiting for the peer (per connection, and on the server's
+  memory budget), stalled streams.
+- Writing (``outbound.py``, ``self.writer``): headers, messages within the windows,
+  trailers, one write per loop iteration.
+- Reading in turns (``inbound.py``, ``self.reader``): a bounded number of frames and
+  messages per turn of the event loop, reading paused while the rest waits or while the peer
+  leaves our answers unread; a control-frame flood (``transport/http2/flood.py``) ends the
+  connection with GOAWAY ENHANCE_YOUR_CALM.
 - A protocol error ends this connection with its HTTP/2 error code; nothing else is touched.
 """
 
@@ -35,17 +37,20 @@ from typing import TYPE_CHECKING, Any
 
 from mypy_extensions import mypyc_attr
 
-from ... import loop_spin
-from ...transport.http2 import ErrorCode, FloodLedger, H2Server, Limits
-from ...transport.http2.headers import Headers
-from .budgets import UNREAD
+from ..http2 import ErrorCode, FloodLedger, H2Server, Limits
+from ..http2.headers import Headers
+from .bounds import Bounds
+from .budgets import MESSAGES_PER_TURN, UNREAD
 from .call import ServerCall
-from .inbound import Inbound
-from .pings import ping_policy
-from .status import RpcError
+from .frames import Pieces
+from .inbound import Reader
+from .outbound import Writer
+from .settings import ping_policy
+from .state import RESET
+from .status import RpcError, StatusCode
 
 if TYPE_CHECKING:
-    from .listener import GrpcListener
+    from .endpoint import GrpcEndpoint
 
 log = logging.getLogger("tritium")
 
@@ -56,143 +61,147 @@ CONNECTION_WINDOW = 16 << 20  # the connection's receive window
 _LINGER_SECS = 1.0  # after our GOAWAY, how long the peer's bytes are read and dropped
 
 
-class GrpcConnection(Inbound):
-    """One connection's state and logic: a native class when compiled (its bases are one
-    line, ``Bounds`` ← ``Outbound`` ← ``Inbound``), behind ``GrpcProtocol``, the regular
-    class asyncio's transport calls. Unit tests drive it directly as a protocol."""
+class GrpcConnection:
+    """One connection's state and logic: a native class when compiled, which owns its
+    ``reader``, ``writer`` and ``bounds`` (native classes too: their calls to each other are
+    direct), behind ``GrpcProtocol``, the regular class asyncio's transport calls. Unit tests
+    drive it directly as a protocol."""
 
-    def __init__(self, listener: GrpcListener) -> None:
-        self._listener = listener
-        self.max_receive = listener.max_receive
-        self.max_send = listener.max_send
-        self._transport: asyncio.Transport | None = None
+    kind = "gRPC"  # for the log of frontends/accept.py
+
+    def __init__(self, endpoint: GrpcEndpoint) -> None:
+        settings = endpoint.settings
+        self._endpoint = endpoint
+        self._dispatch = endpoint.dispatch
+        self._settings = settings
+        self.notices = endpoint.notices
+        self.max_receive = settings.max_receive
+        self.max_send = settings.max_send
+        self.transport: asyncio.Transport | None = None
         self.peer = ""
         self.calls: dict[int, ServerCall] = {}
-        self._blocked: dict[int, ServerCall] = {}  # calls with bytes waiting for a window
-        self._paused = False  # the socket's write buffer is full
-        self._corked = False  # inside data_received: writes wait for its end
-        self._flush_soon = False  # a write is scheduled for this loop iteration
-        self._draining = False
+        self.blocked: dict[int, ServerCall] = {}  # calls with bytes waiting for a window
+        self.paused = False  # the socket's write buffer is full
+        self.draining = False
         self._last_stream = 0
-        self._closed = False
-        self._pace = loop_spin.ClientPace()  # whether to spin for the next call (outbound.py)
-        self._pings = ping_policy(listener.options)
+        self.closed = False
+        self.pace = endpoint.pace()  # whether to spin for the next call (outbound.py)
+        self.pings = ping_policy(settings)
         self._keepalive: asyncio.TimerHandle | None = None
         self._ping_timeout: asyncio.TimerHandle | None = None
         self._age: asyncio.TimerHandle | None = None
-        self._ledger = FloodLedger(time.monotonic())
+        # request messages this loop turn may still cut (ServerCall.feed; inbound.py refills)
+        self.message_budget = MESSAGES_PER_TURN
+        self.ledger = FloodLedger(time.monotonic())
         # Our SETTINGS are in force from the first frame it writes; header blocks longer than
         # twice the decoded bound are refused before they are buffered.
         limits = Limits(
-            max_streams=listener.max_streams,
+            max_streams=settings.max_streams,
             max_frame=MAX_FRAME,
             max_header_list=MAX_HEADER_LIST,
             max_block=2 * MAX_HEADER_LIST,
             stream_window=STREAM_WINDOW,
             connection_window=CONNECTION_WINDOW,
         )
-        self._h2 = H2Server(self, limits, self._ledger)
-        self._init_inbound()
-        self._init_bounds(listener.limits, listener.pool)
+        self.h2 = H2Server(self, limits, self.ledger)
+        self.writer = Writer(self)
+        self.reader = Reader(self)
+        self.bounds = Bounds(self, endpoint)
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: Any) -> None:
-        self._transport = transport
+        self.transport = transport
         address = transport.get_extra_info("peername")
         if isinstance(address, tuple):
             host = address[0]
             self.peer = f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
-        options = self._listener.options
-        self._write_now()
+        settings = self._settings
+        self.writer.write_now()
         loop = asyncio.get_running_loop()
-        if options.grpc.keepalive_time_ms > 0:
-            self._keepalive = loop.call_later(
-                options.grpc.keepalive_time_ms / 1000, self._send_keepalive
-            )
-        if options.grpc.max_connection_age_ms > 0:
-            self._age = loop.call_later(options.grpc.max_connection_age_ms / 1000, self._aged)
-        self._listener.connections.add(self)
-        self._start_bounds()
+        if settings.keepalive_time > 0:
+            self._keepalive = loop.call_later(settings.keepalive_time, self._send_keepalive)
+        if settings.max_age > 0:
+            self._age = loop.call_later(settings.max_age, self._aged)
+        self._endpoint.connections.add(self)
+        self.bounds.start()
 
     def data_received(self, data: bytes) -> None:
-        if self._closed:
+        if self.closed:
             return  # lingering after our GOAWAY: dropped
-        self._read(data)  # in turns: inbound.py
+        self.reader.read(data)  # in turns: inbound.py
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
-        self._stop_turns()
+        self.closed = True
+        self.reader.stop()
         for timer in (self._keepalive, self._ping_timeout, self._age):
             if timer is not None:
                 timer.cancel()
-        self._stop_bounds()
+        self.bounds.stop()
         calls = list(self.calls.values())
         self.calls.clear()
-        self._blocked.clear()
+        self.blocked.clear()
         for call in calls:
+            call.respond(RESET)
             call.cancelled()
-        self._listener.connections.discard(self)
-        self._listener.connection_closed()
+        self._endpoint.connections.discard(self)
+        self._endpoint.connection_closed()
 
     def pause_writing(self) -> None:
         """The peer reads nothing: what its socket's buffer holds is on the memory budget
         until it drains."""
-        self._paused = True
-        if self._transport is not None:
-            size = self._transport.get_write_buffer_size()
-            self._buffer_charge += size
-            self.charge(size)
+        self.paused = True
+        if self.transport is not None:
+            self.bounds.writing_paused(self.transport.get_write_buffer_size())
 
     def resume_writing(self) -> None:
-        self._paused = False
-        self.charge(-self._buffer_charge)
-        self._buffer_charge = 0
-        self._unread = 0
-        self._release_reading(UNREAD)
-        self._schedule()  # the turns left waiting while the peer did not read
-        self._write_blocked()
-        self._flush()
+        self.paused = False
+        self.bounds.writing_resumed()
+        self.writer.unread = 0
+        self.reader.release_reading(UNREAD)
+        self.reader.schedule()  # the turns left waiting while the peer did not read
+        self.writer.write_blocked()
+        self.writer.flush()
 
     # -- events (transport/http2's Events) --------------------------------------------------
     def on_request(self, sid: int, headers: Headers, end_stream: bool) -> None:
-        self._pings.data()
+        self.pings.data()
         if not self.calls:
-            self._pace.request_began()
-        if self._draining and sid > self._last_stream:
-            self._h2.reset_stream(sid, ErrorCode.REFUSED_STREAM)
+            self.pace.request_began()
+        if self.draining and sid > self._last_stream:
+            self.h2.reset_stream(sid, ErrorCode.REFUSED_STREAM)
             return
         self._last_stream = max(self._last_stream, sid)
-        if self._blocked and self.output_full():
-            self.refuse_busy(sid)
+        if self.blocked and self.bounds.output_full():
+            self.bounds.refuse_busy(sid)
             return
-        if self._budget.over():
-            self.refuse_over_budget(sid)
+        if self.bounds.over_budget():
+            self.bounds.refuse_over_budget(sid)
             return
-        self._listener.dispatch.start(self, sid, headers)
+        self._dispatch.start(self, sid, headers)
         if end_stream:
             call = self.calls.get(sid)
             if call is not None and not call.half_closed:
-                self._ended_input(call)
+                self.ended_input(call)
 
     def open_call(
         self, sid: int, method: str, metadata: dict[str, str], encoding: str | None
     ) -> ServerCall:
         call = ServerCall(self, sid, method, metadata, encoding)
         self.calls[sid] = call
-        self.watch_stall()
+        self.bounds.watch_stall()
         return call
 
     def refuse(self, sid: int, status: int) -> None:
         """An HTTP answer without gRPC (wrong method or content-type); a client still
         sending is told to stop."""
         headers = ((b":status", str(status).encode()), (b"content-type", b"text/plain"))
-        if self._h2.can_send(sid):
-            self._h2.send_headers(sid, headers, end_stream=True)
-            self._h2.reset_stream(sid, ErrorCode.NO_ERROR)  # only if the client still sends
+        if self.h2.can_send(sid):
+            self.h2.send_headers(sid, headers, end_stream=True)
+            self.h2.reset_stream(sid, ErrorCode.NO_ERROR)  # only if the client still sends
 
     def on_data(self, sid: int, data: memoryview, flow: int, end_stream: bool) -> None:
         if flow:
-            self._pings.data()  # DATA with a payload: the pings so far were not abuse
+            self.pings.data()  # DATA with a payload: the pings so far were not abuse
         call = self.calls.get(sid)
         if call is None or call.done:
             if flow:  # an answered or unknown stream: drop the bytes, keep the window open
@@ -202,42 +211,43 @@ class GrpcConnection(Inbound):
             try:
                 more = call.feed(data, flow)
             except RpcError as exc:
-                self.finish_call(call, exc.code, exc.message)
+                self.writer.finish_call(call, exc.code, exc.message)
                 call.cancelled()
                 return
             if more:  # messages left for a later turn
-                self.defer(call)
-            if not self.check_input(call):
+                self.reader.defer(call)
+            if not self.bounds.check_input(call):
                 return  # ended by the connection's input bound
         if end_stream and not call.half_closed:
-            self._ended_input(call)
+            self.ended_input(call)
 
-    def _ended_input(self, call: ServerCall) -> None:
-        if self.deferred_end(call):
+    def ended_input(self, call: ServerCall) -> None:
+        if self.reader.deferred_end(call):
             return  # after the messages still to be cut (inbound.py)
         call.end_of_input()
         if not call.done:
-            self._listener.dispatch.input_ended(call)
+            self._dispatch.input_ended(call)
 
     def on_reset(self, sid: int, code: int) -> None:
         call = self.calls.pop(sid, None)
-        self._blocked.pop(sid, None)
-        self._forget(sid)
+        self.blocked.pop(sid, None)
+        self.reader.forget(sid)
         if call is not None:
+            call.respond(RESET)
             call.cancelled()
-            self._maybe_close()
+            self.maybe_close()
 
     def on_window(self, sid: int) -> None:
-        self._write_blocked(sid)
+        self.writer.write_blocked(sid)
 
     def on_settings(self) -> None:
-        self._preface_done()
-        self._write_blocked()
+        self.bounds.preface_done()
+        self.writer.write_blocked()
 
     def on_ping(self) -> None:
         """The ACK is queued; too many pings without data end the connection."""
-        if self._pings.received(time.monotonic(), bool(self.calls)):
-            self.end_flood(b"too_many_pings")
+        if self.pings.received(time.monotonic(), bool(self.calls)):
+            self.reader.end_flood(b"too_many_pings")
 
     def on_ping_ack(self, payload: bytes) -> None:
         if self._ping_timeout is not None:
@@ -246,32 +256,64 @@ class GrpcConnection(Inbound):
 
     def on_goaway(self, last_stream_id: int, code: int, debug: bytes) -> None:
         """The client is going away: finish what is in flight, then close."""
-        self._draining = True
+        self.draining = True
         self._last_stream = max(self._last_stream, last_stream_id)
-        self._maybe_close()
+        self.maybe_close()
 
-    # -- writing -----------------------------------------------------------------------------
+    # -- what a call uses (call.py's CallOwner) ----------------------------------------------
     def acknowledge(self, sid: int, size: int) -> None:
         """Gives ``size`` received bytes back to the connection's and the stream's windows
         (the core skips the stream's when it is closed)."""
-        if not self._closed:
-            self._h2.acknowledge(sid, size)
-            if self._h2.has_output():
-                self._flush()
+        if not self.closed:
+            self.h2.acknowledge(sid, size)
+            if self.h2.has_output():
+                self.writer.flush()
+
+    def hold_input(self, size: int) -> None:
+        self.bounds.hold_input(size)
+
+    def admit_output(self, call: ServerCall, size: int) -> bool:
+        return self.bounds.admit_output(call, size)
+
+    def answer(self, call: ServerCall, data: bytes) -> bool:
+        return self.writer.answer(call, data)
+
+    def finish_call(self, call: ServerCall, code: StatusCode, message: str) -> None:
+        self.writer.finish_call(call, code, message)
+
+    def send_message(self, call: ServerCall, head: bytes, payload: bytes | Pieces) -> None:
+        self.writer.send_message(call, head, payload)
+
+    def watch_stall(self, delay: float | None = None) -> None:
+        self.bounds.watch_stall(delay)
+
+    # -- what the pool and the budget use (transport/host.py's Idle and Holder) --------------
+    def idle_since(self) -> float | None:
+        return self.bounds.idle_since()
+
+    def shed(self) -> None:
+        """Out of descriptors: close this idle connection now."""
+        self.hang_up(b"server out of file descriptors")
+
+    def budget_held(self) -> int:
+        return self.bounds.budget_charged
+
+    def relieve(self, need: int) -> int:
+        return self.bounds.relieve(need)
 
     # -- pings, age, draining ----------------------------------------------------------------
     def _send_keepalive(self) -> None:
-        options = self._listener.options
-        if not self._closed and self._pings.may_send_keepalive(bool(self.calls)):
-            self._h2.ping(b"tritium\x00")
-            self._pings.sent_without_data += 1
-            self._flush()
+        settings = self._settings
+        if not self.closed and self.pings.may_send_keepalive(bool(self.calls)):
+            self.h2.ping(b"tritium\x00")
+            self.pings.sent_without_data += 1
+            self.writer.flush()
             loop = asyncio.get_running_loop()
             self._ping_timeout = loop.call_later(
-                options.grpc.keepalive_timeout_ms / 1000, self._keepalive_expired
+                settings.keepalive_timeout, self._keepalive_expired
             )
         self._keepalive = asyncio.get_running_loop().call_later(
-            options.grpc.keepalive_time_ms / 1000, self._send_keepalive
+            settings.keepalive_time, self._send_keepalive
         )
 
     def _keepalive_expired(self) -> None:
@@ -279,43 +321,68 @@ class GrpcConnection(Inbound):
         self.abort()
 
     def _aged(self) -> None:
-        grace = self._listener.options.grpc.max_connection_age_grace_ms
-        self.drain(grace / 1000 if grace > 0 else None)
+        grace = self._settings.max_age_grace
+        self.drain(grace if grace > 0 else None)
 
     def drain(self, grace: float | None) -> None:
         """GOAWAY(NO_ERROR): no new streams; close when the calls are done or after ``grace``
         seconds; the calls in flight are still answered."""
-        if self._closed or self._draining:
+        if self.closed or self.draining:
             return
-        self._draining = True
-        self._h2.goaway(ErrorCode.NO_ERROR, self._last_stream)
-        self._write_now()
+        self.draining = True
+        self.h2.goaway(ErrorCode.NO_ERROR, self._last_stream)
+        self.writer.write_now()
         if grace is not None:
             asyncio.get_running_loop().call_later(grace, self.abort)
-        self._maybe_close()
+        self.maybe_close()
 
-    def _maybe_close(self) -> None:
-        if self.calls or self._closed:
+    # -- ending calls and the connection -----------------------------------------------------
+    def reset_call(self, call: ServerCall, code: int) -> None:
+        """RST_STREAM ``code``: the call and everything it holds are dropped."""
+        sid = call.stream_id
+        self.calls.pop(sid, None)
+        self.blocked.pop(sid, None)
+        self.bounds.drop_pending(call)
+        call.trailers = None
+        self.h2.reset_stream(sid, code)
+        call.respond(RESET)
+        call.cancelled()
+        self.writer.flush()
+        self.maybe_close()
+
+    def maybe_close(self) -> None:
+        if self.calls or self.closed:
             return
-        if self._draining:
-            self._close(ErrorCode.NO_ERROR)
+        if self.draining:
+            self.close(ErrorCode.NO_ERROR)
         else:
-            self._went_idle()
+            self.bounds.went_idle()
 
-    def _close(self, code: int, debug: bytes = b"") -> None:
-        if self._closed:
+    def hang_up(self, debug: bytes) -> None:
+        """GOAWAY(NO_ERROR) and close at once (no lingering: the descriptor is wanted)."""
+        if self.closed:
+            return
+        self.h2.close(ErrorCode.NO_ERROR, debug)
+        self.writer.write_now()
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    def close(self, code: int, debug: bytes = b"") -> None:
+        if self.closed:
             return
         for call in list(self.calls.values()):
+            call.respond(RESET)
             call.cancelled()
         self.calls.clear()
-        for call in list(self._blocked.values()):
-            self.drop_pending(call)  # never written now
-        self._blocked.clear()
-        self._h2.close(code, debug)
-        self._write_now()
-        self._closed = True
-        self._stop_turns()
-        transport = self._transport
+        for call in list(self.blocked.values()):
+            self.bounds.drop_pending(call)  # never written now
+        self.blocked.clear()
+        self.h2.close(code, debug)
+        self.writer.write_now()
+        self.closed = True
+        self.reader.stop()
+        transport = self.transport
         if transport is None:
             return
         if transport.can_write_eof():
@@ -326,14 +393,14 @@ class GrpcConnection(Inbound):
             loop = asyncio.get_running_loop()
             loop.call_later(_LINGER_SECS, _end_linger, transport)
             # a peer that reads nothing would keep the socket until its buffer is written
-            loop.call_later(self._limits.stall_timeout, transport.abort)
+            loop.call_later(self._settings.stall_timeout, transport.abort)
         else:
             transport.close()
 
     def abort(self) -> None:
         """Ends the connection now (grace over, keepalive lost)."""
-        if self._transport is not None and not self._transport.is_closing():
-            self._close(ErrorCode.NO_ERROR)
+        if self.transport is not None and not self.transport.is_closing():
+            self.close(ErrorCode.NO_ERROR)
 
 
 # A regular Python class even when compiled, as asyncio's transports need (a native class
@@ -344,8 +411,8 @@ class GrpcConnection(Inbound):
 class GrpcProtocol(asyncio.Protocol):
     __slots__ = ("conn",)
 
-    def __init__(self, listener: GrpcListener) -> None:
-        self.conn = GrpcConnection(listener)
+    def __init__(self, endpoint: GrpcEndpoint) -> None:
+        self.conn = GrpcConnection(endpoint)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.conn.connection_made(transport)
