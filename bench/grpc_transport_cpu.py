@@ -122,13 +122,21 @@ def worker(calls: int) -> float:
 
     options = ServerOptions()
     try:  # the transport in transport/grpc, given settings records (issue 38)
-        from tests.support.grpc_memory import memory_endpoint
+        from dataclasses import replace
 
+        from tritium.frontends.grpc.errors import status_of
+        from tritium.frontends.grpc.listener import GrpcNotices, grpc_settings
+        from tritium.loop_spin import ClientPace
         from tritium.transport.grpc.connection import GrpcConnection
-        from tritium.transport.grpc.dispatch import Kind, Method
+        from tritium.transport.grpc.dispatch import Dispatcher, Kind, Method
+        from tritium.transport.grpc.endpoint import GrpcEndpoint
 
         method = Method(Kind.UNARY, unused, bytes, fast=echo)
-        listener: Any = memory_endpoint({PATH: method}, max_streams=1 << 20)
+        big = 1 << 24
+        chosen = replace(grpc_settings(options), max_receive=big, max_send=big, max_streams=1 << 20)
+        dispatch = Dispatcher({PATH: method}, chosen.compression, None, status_of)
+        pool = Connections()
+        listener: Any = GrpcEndpoint(chosen, dispatch, pool, pool.memory, GrpcNotices(), ClientPace)
     except ImportError:  # a tree from before (--compare): frontends/grpc, read ServerOptions
         from tritium.frontends.grpc.bounds import ConnectionLimits  # type: ignore
         from tritium.frontends.grpc.connection import GrpcConnection  # type: ignore
