@@ -32,7 +32,9 @@ export PATH=$W/bin:/tmp/qa23core/cbin:$PATH PYTHONPATH=/tmp/qa23core/py QA23_RES
   PYTEST_ADDOPTS="-p qa23_pytest" TRITON_SERVER_CPU_ONLY=1 NVIDIA_TRITON_SERVER_VERSION=24.10 \
   TRITON_DIR=/tmp/triton-ref-pyqa TRITON_QA_ROOT_DIR=$W/qa
 : > "$W/results.jsonl"
-timeout -k 10 $to unshare -n -p -f bash -c 'ip link set lo up; exec bash -x ./test.sh 24.10' > "$W/test.out" 2>&1
+# its own /proc too (--mount-proc): test.sh's `ps | grep tritonserver` and `pgrep -f
+# triton_python_backend_stub` must see this suite's processes, not another suite's
+timeout -k 10 $to unshare -n -p -f --mount-proc bash -c 'ip link set lo up; exec bash -x ./test.sh 24.10' > "$W/test.out" 2>&1
 rc=$?
 echo "rc=$rc" >> "$W/test.out"
 [ $rc = 124 ] || [ $rc = 137 ] && echo '{"id": "(suite)", "outcome": "timeout", "detail": "stopped at the '"$to"' s limit"}' >> "$W/results.jsonl"

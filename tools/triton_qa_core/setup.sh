@@ -115,6 +115,9 @@ for m in onnx_*; do
     cp -r $m $t && sed -i "s/$m/$t/" $t/config.pbtxt
   done
 done
+# no GPU here: the generated models' GPU instance groups (the sequence models, the nop_*
+# ensembles' steps) become CPU ones, for both sides
+grep -rl --include=config.pbtxt KIND_GPU $H/data | xargs -r sed -i 's/KIND_GPU/KIND_CPU/g'
 # the docs' example models (Dockerfile.QA copies them into L0_http, L0_grpc, ...): tritium's
 # examples/model_repository, ONNX ones as Python
 (cd "$repo" && "$TPY" examples/build_models.py --repository examples/model_repository >/dev/null)  # as `make models`, with the tritium venv
