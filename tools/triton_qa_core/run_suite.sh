@@ -30,7 +30,11 @@ if [ -f /tmp/qa23core/patches/$suite.sh ]; then . /tmp/qa23core/patches/$suite.s
 mkdir -p "$W/bin"; ln -sf /tmp/qa23core/bin/server-$side "$W/bin/tritonserver"  # tests that run `tritonserver` themselves
 export PATH=$W/bin:/tmp/qa23core/cbin:$PATH PYTHONPATH=/tmp/qa23core/py QA23_RESULTS=$W/results.jsonl \
   PYTEST_ADDOPTS="-p qa23_pytest" TRITON_SERVER_CPU_ONLY=1 NVIDIA_TRITON_SERVER_VERSION=24.10 \
-  TRITON_DIR=/tmp/triton-ref-pyqa TRITON_QA_ROOT_DIR=$W/qa
+  TRITON_DIR=/tmp/triton-ref-pyqa TRITON_QA_ROOT_DIR=$W/qa \
+  TRITON_SERVER_VERSION=$(cat /tmp/qa23core/version-$side) SERVER_TIMEOUT=${SERVER_TIMEOUT:-600}
+# (TRITON_SERVER_VERSION: what the image sets and L0_lifecycle compares with the server's
+# metadata, each side's own; SERVER_TIMEOUT: util.sh's 120 s wait for a server start is
+# too short on this shared machine, a start that long under load would fail on either side)
 : > "$W/results.jsonl"
 # its own /proc too (--mount-proc): test.sh's `ps | grep tritonserver` and `pgrep -f
 # triton_python_backend_stub` must see this suite's processes, not another suite's

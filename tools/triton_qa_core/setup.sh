@@ -48,6 +48,9 @@ if [ ! -x $H/venv/bin/python ]; then
     > "$($H/venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/qa23-tritium-venv.pth"
 fi
 PY=$H/venv/bin/python
+# the version each side reports in its metadata (the image's TRITON_SERVER_VERSION)
+echo 2.51.0 > $H/version-triton
+"$TPY" -c 'import tritium; print(tritium.TRITON_VERSION)' > $H/version-tritium
 # Triton's qa/ tree at v2.51.0 (file by file: a partial mirror may lack some blobs)
 if [ ! -d /tmp/qa23core-qa/qa/common ]; then
   mkdir -p /tmp/qa23core-qa && cd /tmp/qa23core-qa
@@ -118,6 +121,13 @@ done
 # no GPU here: the generated models' GPU instance groups (the sequence models, the nop_*
 # ensembles' steps) become CPU ones, for both sides
 grep -rl --include=config.pbtxt KIND_GPU $H/data | xargs -r sed -i 's/KIND_GPU/KIND_CPU/g'
+# L0_infer's and L0_sequence_batcher's python trials derive their models from the ONNX
+# models' configs (rewriting their `platform` line): data/pyonnxcfg is data/py with those
+# configs as generated (the C++ identity nop_* models stay Python stand-ins)
+rm -rf $H/data/pyonnxcfg && cp -r $H/data/py $H/data/pyonnxcfg
+(cd $H/data/onnx && find . -path '*/onnx_*/config.pbtxt') | while read -r c; do
+  [ -d "$H/data/pyonnxcfg/$(dirname "$c")" ] && cp "$H/data/onnx/$c" "$H/data/pyonnxcfg/$c"
+done
 # the docs' example models (Dockerfile.QA copies them into L0_http, L0_grpc, ...): tritium's
 # examples/model_repository, ONNX ones as Python
 (cd "$repo" && "$TPY" examples/build_models.py --repository examples/model_repository >/dev/null)  # as `make models`, with the tritium venv
