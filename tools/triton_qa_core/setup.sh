@@ -48,6 +48,9 @@ if [ ! -x $H/venv/bin/python ]; then
     > "$($H/venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/qa23-tritium-venv.pth"
 fi
 PY=$H/venv/bin/python
+# Triton's stub appends these after its own packages (py/sitecustomize.py: torch for the
+# python_dlpack models, as test.sh's `pip3 install torch` into the server's Python)
+"$TPY" -c 'import site; print(site.getsitepackages()[0])' > $H/stub-extra-path
 # the version each side reports in its metadata (the image's TRITON_SERVER_VERSION)
 echo 2.51.0 > $H/version-triton
 "$TPY" -c 'import tritium; print(tritium.TRITON_VERSION)' > $H/version-tritium
@@ -122,11 +125,12 @@ done
 # ensembles' steps) become CPU ones, for both sides
 grep -rl --include=config.pbtxt KIND_GPU $H/data | xargs -r sed -i 's/KIND_GPU/KIND_CPU/g'
 # L0_infer's and L0_sequence_batcher's python trials derive their models from the ONNX
-# models' configs (rewriting their `platform` line): data/pyonnxcfg is data/py with those
-# configs as generated (the C++ identity nop_* models stay Python stand-ins)
-rm -rf $H/data/pyonnxcfg && cp -r $H/data/py $H/data/pyonnxcfg
+# models' configs (rewriting their `platform` line): data/srccfg is data/py with those
+# configs as generated (the C++ identity nop_* models stay Python stand-ins; the folder's
+# name must not contain "onnx" or "python": test.sh rewrites those words in the paths)
+rm -rf $H/data/srccfg && cp -r $H/data/py $H/data/srccfg
 (cd $H/data/onnx && find . -path '*/onnx_*/config.pbtxt') | while read -r c; do
-  [ -d "$H/data/pyonnxcfg/$(dirname "$c")" ] && cp "$H/data/onnx/$c" "$H/data/pyonnxcfg/$c"
+  [ -d "$H/data/srccfg/$(dirname "$c")" ] && cp "$H/data/onnx/$c" "$H/data/srccfg/$c"
 done
 # the docs' example models (Dockerfile.QA copies them into L0_http, L0_grpc, ...): tritium's
 # examples/model_repository, ONNX ones as Python
