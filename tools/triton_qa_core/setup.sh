@@ -48,9 +48,10 @@ if [ ! -x $H/venv/bin/python ]; then
     > "$($H/venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/qa23-tritium-venv.pth"
 fi
 PY=$H/venv/bin/python
-# Triton's stub appends these after its own packages (py/sitecustomize.py: torch for the
-# python_dlpack models, as test.sh's `pip3 install torch` into the server's Python)
-"$TPY" -c 'import site; print(site.getsitepackages()[0])' > $H/stub-extra-path
+# torch for Triton's stub (L0_infer's python_dlpack models; test.sh pip-installs it into the
+# server's Python): links from the tritium venv into the harness's copy of backends/python
+"$TPY" $H/stublinks.py /tmp/triton-ref-pyqa/backends/python \
+  "$(ls -d /tmp/triton-ref-pyqa/pytriton/lib/python3*/site-packages | head -1)" torch
 # the version each side reports in its metadata (the image's TRITON_SERVER_VERSION)
 echo 2.51.0 > $H/version-triton
 "$TPY" -c 'import tritium; print(tritium.TRITON_VERSION)' > $H/version-tritium

@@ -61,15 +61,3 @@ if not hasattr(unittest.TestCase, "_feedErrorsToResult"):
         result.failures.extend(getattr(done, "failures", []))
     unittest.TestCase._feedErrorsToResult = _feed
     unittest.case._Outcome.errors = property(lambda self: [])
-try:
-    _exe = os.path.basename(os.readlink("/proc/self/exe"))
-except OSError:
-    _exe = ""
-if _exe == "triton_python_backend_stub" and os.path.exists("/tmp/qa23core/stub-extra-path"):
-    # Triton's Python stub: test.sh's `pip3 install torch` (L0_infer's python_dlpack trial,
-    # ...) puts torch where the server's Python finds it; the harness installs nothing into
-    # Triton's environment and appends the client venv's packages (torch, CPU) after its own
-    with open("/tmp/qa23core/stub-extra-path") as _f:
-        for _p in _f.read().split():
-            if _p not in sys.path:
-                sys.path.append(_p)
