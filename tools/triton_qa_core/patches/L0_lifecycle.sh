@@ -3,3 +3,12 @@
 # and, under `set -e`, ends the whole suite: here it only fails its own case
 sed -i -e 's/^\(\s*\)kill \$SERVER_PID$/\1kill $SERVER_PID || true/' \
   -e 's/^\(\s*\)wait \$SERVER_PID$/\1wait $SERVER_PID || true/' test.sh
+# the suite's own C++ identity models (identity_zero_1_int32, the ensemble's step) -> the Python
+# stand-in, in each version folder test.sh creates
+for d in */; do
+  [ -f "$d/config.pbtxt" ] && grep -q 'backend: *"identity"' "$d/config.pbtxt" || continue
+  sed -i 's/backend: *"identity"/backend: "python"/' "$d/config.pbtxt"
+  m=${d%/}
+  sed -i "s#mkdir -p models/$m/\([0-9]*\)#mkdir -p models/$m/\1 \&\& cp /tmp/qa23core/models/identity.py models/$m/\1/model.py#g" test.sh
+done
+true
