@@ -13,10 +13,14 @@ META = ("notrun", "timeout")
 
 
 def load(side, suite):
+    """{(case id, nth run of it): record}. One run of a case is one process's records of it
+    (unittest reports a failed case and then its tearDown's error: one case, not passed);
+    records without a pid (older recorders): consecutive records of one id are one run."""
     p = f"/tmp/qa23core/runs/{side}/{suite}/results.jsonl"
-    res, seen = {}, collections.Counter()
+    res, seen, last = {}, collections.Counter(), {}
     if not os.path.exists(p):
         return None
+    prev = None
     for line in open(p):
         if not line.strip():
             continue
@@ -24,8 +28,14 @@ def load(side, suite):
         if r["outcome"] in META:
             res[(r["outcome"], r["id"])] = r
             continue
-        seen[r["id"]] += 1
-        res[(r["id"], seen[r["id"]])] = r
+        run = r.get("pid", "line") if r.get("pid") is not None else None
+        same = last.get(r["id"]) == run if run is not None else prev == r["id"]
+        if not (same and seen[r["id"]]):
+            seen[r["id"]] += 1
+        key = (r["id"], seen[r["id"]])
+        if key not in res or res[key]["outcome"] == "pass":
+            res[key] = r
+        last[r["id"]], prev = run, r["id"]
     return res
 
 

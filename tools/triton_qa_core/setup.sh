@@ -28,9 +28,15 @@ TRITIUM_VENV=${TRITIUM_VENV:-$repo/.venv}
 [ -x "$TRITIUM_VENV/bin/tritium" ] || TRITIUM_VENV=/work/main/.venv
 H=/tmp/qa23core
 mkdir -p $H/data $H/runs $H/skip $H/models/decoupled
-cp -r "$here"/{bin,cbin,py,patches} "$here"/*.sh "$here"/*.py $H/
-cp "$here"/models/*.py $H/models/
-cp "$here"/suites.txt $H/
+# each file replaced by a rename, never rewritten in place: bash reads a running script as it
+# goes, and a run_suite.sh rewritten under a running suite re-ran parts of it
+stage=$(mktemp -d $H/.stage.XXXXXX)
+cp -r "$here"/{bin,cbin,py,patches} "$here"/*.sh "$here"/*.py "$here"/suites.txt $stage/
+mkdir -p $stage/models && cp "$here"/models/*.py $stage/models/
+(cd $stage && find . -type f) | while read -r f; do
+  mkdir -p "$H/$(dirname "$f")" && mv -f "$stage/$f" "$H/$f"
+done
+rm -rf $stage
 # tritium serves from $TRITIUM_VENV; the clients run in $H/venv
 sed -i "s#/work/wt/qa23core/.venv#$TRITIUM_VENV#g" $H/bin/server-tritium
 chmod +x $H/*.sh $H/bin/* $H/cbin/*

@@ -7,7 +7,7 @@ def pytest_runtest_logreport(report):
         o = {"passed": "pass", "failed": "fail", "skipped": "skip"}[report.outcome]
         if report.when == "setup" and o == "fail": o = "error"
         with open(p, "a") as f:
-            f.write(json.dumps({"id": report.nodeid, "outcome": o, "argv": "pytest", "cwd": os.getcwd(), "detail": str(report.longrepr)[-1500:] if report.failed else ""}) + "\n")
+            f.write(json.dumps({"id": report.nodeid, "outcome": o, "pid": os.getpid(), "argv": "pytest", "cwd": os.getcwd(), "detail": str(report.longrepr)[-1500:] if report.failed else ""}) + "\n")
 
 
 def pytest_collectreport(report):

@@ -12,7 +12,7 @@ def _rec(test, outcome, detail=""):
     except Exception:
         tid = str(test)
     with open(_path, "a") as f:
-        f.write(json.dumps({"id": tid, "outcome": outcome, "argv": " ".join(sys.argv[:3]), "cwd": os.getcwd(), "detail": detail[-1500:]}) + "\n")
+        f.write(json.dumps({"id": tid, "outcome": outcome, "pid": os.getpid(), "argv": " ".join(sys.argv[:3]), "cwd": os.getcwd(), "detail": detail[-1500:]}) + "\n")
 if _path:
     R = unittest.TestResult
     _s, _f, _e, _k, _x, _u = R.addSuccess, R.addFailure, R.addError, R.addSkip, R.addExpectedFailure, R.addUnexpectedSuccess
