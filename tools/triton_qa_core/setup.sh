@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up the harness that runs Triton 2.51's core/protocol QA suites (qa/L0_*) against real
 # Triton 2.51 and against tritium (issue 23; results in bench/results/triton_qa_core.md).
-#   bash tools/triton_qa_core/setup.sh          # from a tritium checkout with `make venv` done
+#   bash tools/triton_qa_core/setup.sh          # from a tritium checkout (its .venv or main's)
 #   /tmp/qa23core/batch.sh L0_parameters L0_http  # each suite on both sides, then a comparison
+#   TO=1800 /tmp/qa23core/batch.sh L0_model_update  # with a time limit (s) per side
 #   /tmp/qa23core/batch.sh -s tritium L0_http     # rerun one side only
 #   python3 /tmp/qa23core/mkreport.py             # the table
 # Needs: the server repository mirrored at $MIRROR (git dir; v2.51.0, and $NEW_REF for the
@@ -10,8 +11,10 @@
 # Triton 2.51 set up by ../shared/triton/setup.sh in $TRITON_REF (copied to /tmp/triton-ref-pyqa
 # here: its backends/ is the suites' own), a tritium venv at $TRITIUM_VENV (the checkout's
 # .venv, else /work/main/.venv; the harness never installs into it), network for PyPI, root
-# (each suite runs in its own network and PID namespace: `unshare -n -p -f`, so the suites'
-# fixed ports 8000-8002 never collide and nothing outlives a suite).
+# (each suite runs in its own network, PID and mount namespace, with its own /proc:
+# `unshare -n -p -f --mount-proc`, so the suites' fixed ports 8000-8002 never collide, their
+# ps/pgrep see only their own processes and nothing outlives a suite). suites.txt lists the
+# suites (the table's rows, and whose test.sh pip lines are installed).
 # The harness lives in /tmp/qa23core (its scripts use that path); Triton's QA tree is
 # extracted to /tmp/qa23core-qa; nothing of Triton's is copied into this repository.
 # The clients run in the harness's own venv, /tmp/qa23core/venv: the tritium venv's packages
