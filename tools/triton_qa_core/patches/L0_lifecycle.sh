@@ -12,3 +12,8 @@ for d in */; do
   sed -i "s#mkdir -p models/$m/\([0-9]*\)#mkdir -p models/$m/\1 \&\& cp /tmp/qa23core/models/identity.py models/$m/\1/model.py#g" test.sh
 done
 true
+# test.sh deletes graphdef_float32_float32_float32/3's model file to make that version fail to
+# load: for the Python stand-in it deletes graph.json (its model.py then fails in initialize).
+# Deleting model.py too hangs Triton 2.51's load (the stub fails to preinitialize and the
+# server never turns live: the suite stopped there at step 10 on Triton)
+sed -i 's#^rm models/graphdef_float32_float32_float32/3/\*$#rm models/graphdef_float32_float32_float32/3/graph.json#' test.sh
