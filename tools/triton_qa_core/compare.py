@@ -15,12 +15,11 @@ META = ("notrun", "timeout")
 def load(side, suite):
     """{(case id, nth run of it): record}. One run of a case is one process's records of it
     (unittest reports a failed case and then its tearDown's error: one case, not passed);
-    records without a pid (older recorders): consecutive records of one id are one run."""
+    a record without a pid (older recorders) is a run of its own."""
     p = f"/tmp/qa23core/runs/{side}/{suite}/results.jsonl"
     res, seen, last = {}, collections.Counter(), {}
     if not os.path.exists(p):
         return None
-    prev = None
     for line in open(p):
         if not line.strip():
             continue
@@ -28,14 +27,13 @@ def load(side, suite):
         if r["outcome"] in META:
             res[(r["outcome"], r["id"])] = r
             continue
-        run = r.get("pid", "line") if r.get("pid") is not None else None
-        same = last.get(r["id"]) == run if run is not None else prev == r["id"]
-        if not (same and seen[r["id"]]):
+        run = r.get("pid")
+        if not (run is not None and last.get(r["id"]) == run and seen[r["id"]]):
             seen[r["id"]] += 1
         key = (r["id"], seen[r["id"]])
         if key not in res or res[key]["outcome"] == "pass":
             res[key] = r
-        last[r["id"]], prev = run, r["id"]
+        last[r["id"]] = run
     return res
 
 
