@@ -12,6 +12,7 @@ the model directory would itself be a change of the model's files, which reloads
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -340,3 +341,17 @@ def test_an_update_the_rate_limiter_refuses_leaves_the_model_as_it_was(tmp_path:
     finally:
         if made.server is not None:
             made.server.stop()
+
+
+def test_load_api_config_with_one_more_instance_initializes_once_more(setup: Setup) -> None:
+    """Triton's test_load_api_with_config: the served config (get_model_config, as JSON) with
+    one more instance, passed as the load API's ``config``, updates in place: two
+    initializations in all (tritium re-created the model: three)."""
+    client = setup.start(1)
+    config = client.get_model_config(MODEL)
+    config["instance_group"][0]["count"] += 1
+    client.load_model(MODEL, config=json.dumps(config))
+    assert len(setup.events("initialize")) == 2
+    assert setup.events("finalize") == []
+    infer(client, setup.batching)
+    assert client.get_model_config(MODEL)["instance_group"][0]["count"] == 2

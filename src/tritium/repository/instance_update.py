@@ -4,14 +4,17 @@ as Triton's ``ModelLifeCycle::UpdateModelConfig`` → ``TritonModel::UpdateInsta
 A reload qualifies when the model's other files are unchanged (path, size, mtime: Triton's
 ``IsModelVersionModified``), it serves the same versions, all of them READY, and its new config
 differs from the one it was loaded from in ``instance_group`` (and ``version_policy``) only
-(Triton's ``ConfigChangeRequiresReload``). Then each version keeps the instances that still
-match a requested one: same group settings but for ``name`` and ``count`` (Triton's instance
-signature), creates only the missing ones (``initialize`` runs once per new instance, then its
-warmup), and removes the rest: they take no more requests, finish what they run, and are
-closed (``finalize``) before the load returns; under the sequence batcher a removed instance
-first serves the sequences it holds to their end (or their idle timeout), as Triton's. The
-version serves throughout. Anything else reloads the whole model, as before; so does an
-ensemble (it has no instances).
+(Triton's ``ConfigChangeRequiresReload``), both compared as the server normalizes them before
+any backend sees them (Triton's ``GetNormalizedModelConfig``: backend, default file name,
+version policy, batching and pinned-memory defaults), so the served config returned by the
+load API's ``config`` with a new instance count also updates in place, as in Triton.
+Then each version keeps the instances that still match a requested one: same group settings but
+for ``name`` and ``count`` (Triton's instance signature), creates only the missing ones
+(``initialize`` runs once per new instance, then its warmup), and removes the rest: they take
+no more requests, finish what they run, and are closed (``finalize``) before the load returns;
+under the sequence batcher a removed instance first serves the sequences it holds to their end
+(or their idle timeout), as Triton's. The version serves throughout. Anything else reloads the
+whole model, as before; so does an ensemble (it has no instances).
 """
 
 from __future__ import annotations
@@ -23,10 +26,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..backends.base import Backend, LoadContext, ModelInstance
-from ..config.model_config import ModelConfig
+from ..config.model_config import ConfigProblem, ModelConfig
 from tritonclient.grpc.model_config_pb2 import ModelInstanceGroup
 from ..errors import ServerError
-from ..config.spec import ModelSpec
+from ..config.spec import ModelSpec, infer_backend, normalize
 from .layout import version_dirs, select_versions
 from .model import Model, ModelState
 from .records import ModelRecord
@@ -75,6 +78,20 @@ def only_instances_changed(old: ModelConfig, new: ModelConfig) -> bool:
     return bool(left == right)
 
 
+def server_normalized(config: ModelConfig, name: str, dirs: list[Path]) -> ModelConfig | None:
+    """A copy of ``config`` as Triton's ``GetNormalizedModelConfig`` leaves it (what its
+    ``ConfigChangeRequiresReload`` compares); None when normalizing refuses it (the full
+    load then reports why)."""
+    normalized = ModelConfig()
+    normalized.CopyFrom(config)
+    infer_backend(normalized, dirs)
+    try:
+        normalize(normalized, name, ConfigProblem(name, None, ""))
+    except ServerError:
+        return None
+    return normalized
+
+
 def updatable(
     record: ModelRecord, config: ModelConfig, files: Files, model_dir: Path
 ) -> list[Model] | None:
@@ -82,9 +99,12 @@ def updatable(
     ``files``; None when the reload must load the model whole."""
     if record.config is None or record.depends or record.files != files or not record.versions:
         return None
-    if not only_instances_changed(record.config, config):
+    dirs = version_dirs(model_dir)
+    old = server_normalized(record.config, record.name, list(dirs.values()))
+    new = server_normalized(config, record.name, list(dirs.values()))
+    if old is None or new is None or not only_instances_changed(old, new):
         return None
-    if set(select_versions(config, list(version_dirs(model_dir)))) != set(record.versions):
+    if set(select_versions(config, list(dirs))) != set(record.versions):
         return None
     models: list[Model] = []
     for entry in record.versions.values():
