@@ -103,7 +103,9 @@ class Setup:
         self.sequence = False
         self.server: ServerProcess | None = None
 
-    def start(self, count: int, *extra: str) -> httpclient.InferenceServerClient:
+    def start(
+        self, count: int, *extra: str, env: dict[str, str] | None = None
+    ) -> httpclient.InferenceServerClient:
         self.write(count)
         self.server = ServerProcess(
             [self.repo],
@@ -111,7 +113,7 @@ class Setup:
             f"--load-model={MODEL}",
             f"--rate-limit={self.rate_limit}",
             *extra,
-            env={LOG_VARIABLE: str(self.log)},
+            env={LOG_VARIABLE: str(self.log), **(env or {})},
         )
         return httpclient.InferenceServerClient(self.server.http_url, network_timeout=120.0)
 
@@ -355,3 +357,41 @@ def test_load_api_config_with_one_more_instance_initializes_once_more(setup: Set
     assert setup.events("finalize") == []
     infer(client, setup.batching)
     assert client.get_model_config(MODEL)["instance_group"][0]["count"] == 2
+
+
+def resource_config(count: int) -> str:
+    limited = f'count: 1 rate_limiter {{ resources [{{ name: "R1" count: {count} }}] }} }}'
+    return config_text(1).replace("count: 1 }", limited)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+def test_decreased_resource_shows_in_the_verbose_resource_map(
+    tmp_path: Path, explicit: bool
+) -> None:
+    """Triton's test_instance_resource_decrease: an update that replaces the instance needing
+    R1:4 by one needing R1:3 lowers the limiter's count to 3, which Triton's verbose log shows
+    as ``Resource: R1\\t Count: 3`` (its resource map after each instance joins or leaves,
+    tabs escaped); with ``--rate-limit-resource=R1:10`` the count stays 10."""
+    made = Setup(tmp_path, "execution_count", batching=False)
+    extra = ["--log-verbose=2"] + (["--rate-limit-resource=R1:10"] if explicit else [])
+    try:
+        (made.repo / MODEL).mkdir(exist_ok=True)
+        # Triton's default, which its test reads: each message one line, tabs as \t
+        client = made.start(1, *extra, env={"TRITON_SERVER_ESCAPE_LOG_MESSAGES": "1"})
+        (made.repo / MODEL / "config.pbtxt").write_text(resource_config(4))
+        client.load_model(MODEL)
+        (made.repo / MODEL / "config.pbtxt").write_text(resource_config(3))
+        client.load_model(MODEL)
+        assert len(made.events("initialize")) == 3
+        assert len(made.events("finalize")) == 2
+        client.unload_model(MODEL)
+        assert made.server is not None
+        text = made.server.log_text()
+        assert (r"Resource: R1\t Count: 3" in text) is not explicit
+        if explicit:
+            assert r"\tDevice: 0\n\t\tResource: R1\t Count: 10\n" in text
+        else:
+            assert r"\tDevice: 0\n\t\tResource: R1\t Count: 4\n" in text
+    finally:
+        if made.server is not None:
+            made.server.stop()

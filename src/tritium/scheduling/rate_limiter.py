@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 from .rate_policy import GLOBAL, InstanceLimits, RateLimitPolicy, ResourcePool, explicit_counts
 
@@ -75,6 +75,7 @@ class RateLimiter:
                 gate = Gate(self)
                 self.policy.register(gate, instance_limits)
                 gates.append(gate)
+                self._log_resources()
         except Exception:
             self.close(gates)
             raise
@@ -82,9 +83,16 @@ class RateLimiter:
         return gates
 
     def close(self, gates: Sequence[Gate]) -> None:
-        """A model version unloaded: its instances leave the limiter."""
+        """A model version unloaded (or an instance update removed some): its instances
+        leave the limiter."""
         for gate in gates:
             self.grant(self.policy.unregister(gate))
+            self._log_resources()
+
+    def _log_resources(self) -> None:
+        """Triton's verbose (level 1) resource map, after each instance joins or leaves."""
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("%s", resource_map(self.policy.limits))
 
     def grant(self, keys: Iterable[Hashable]) -> None:
         for key in keys:
@@ -99,3 +107,17 @@ class RateLimiter:
             where = "GLOBAL" if device == GLOBAL else f"device {device}"
             parts.extend(f"{name}={count} ({where})" for name, count in sorted(per.items()))
         return ", ".join(parts) or "none"
+
+
+def resource_map(limits: Mapping[int, Mapping[str, int]]) -> str:
+    """The counts as Triton's ``ResourceManager::ParseAndValidateResources`` logs them at
+    verbose level 1 after each instance is added or removed (core src/rate_limiter.cc):
+    devices in order (GLOBAL first), names in order, a device with none left out. Its
+    newlines and tabs come out escaped as Triton's do (``\\t Count: 3``)."""
+    text = "\nMax Resource Map===>\n"
+    for device, per in sorted(limits.items()):
+        if not per:
+            continue
+        text += f"\tDevice: {'GLOBAL' if device == GLOBAL else device}\n"
+        text += "".join(f"\t\tResource: {n}\t Count: {c}\n" for n, c in sorted(per.items()))
+    return text
