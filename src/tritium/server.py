@@ -25,6 +25,7 @@ from .errors import (
     ServerError,
     invalid_arg,
     not_found,
+    unavailable,
 )
 from .logs.settings import (
     LogSettings,
@@ -80,6 +81,9 @@ __all__ = [
 
 log = logging.getLogger("tritium")
 
+# Triton's answer to the model APIs of a server that failed to initialize.
+SERVER_NOT_READY = "Server not ready"
+
 # The Triton extensions tritium implements, in Triton's order.
 EXTENSIONS = (
     "classification",
@@ -108,19 +112,33 @@ def _log_settings(options: ServerOptions) -> LogSettings:
     )
 
 
-def _check_repositories(options: ServerOptions) -> None:
+def _check_repositories(options: ServerOptions) -> str:
+    """Why the server cannot initialize ('' when it can): the first repository path that
+    cannot be read. With ``--exit-on-error`` (the default) that raises RuntimeError; without
+    it the server runs failed to initialize (Triton's SERVER_FAILED_TO_INITIALIZE: not live,
+    not ready, the health and server metadata APIs answer, the model APIs say "Server not
+    ready"), after logging the error as Triton's ServerNew does."""
     for path in options.repository.paths:
         problem = repository_problem(path)
-        if problem:
-            raise RuntimeError(f"--model-repository {path}: {problem}")
+        if not problem:
+            continue
+        message = f"--model-repository {path}: {problem}"
+        if options.exit_on_error:
+            raise RuntimeError(message)
+        log.error("Internal: %s", message)
+        return message
+    return ""
 
 
 class InferenceServer:
     def __init__(self, options: ServerOptions) -> None:
         """Raises RuntimeError when a repository path cannot be read (Triton's ServerNew
-        fails the same way, before any model loads)."""
+        fails the same way, before any model loads), unless ``--exit-on-error=false``: then
+        the server is built without models and stays failed to initialize (``init_error``)."""
         self.options = options
-        _check_repositories(options)
+        # Why this server failed to initialize ('' when it did not): nothing loads, and it
+        # is never live nor ready.
+        self.init_error = _check_repositories(options)
         backends = options.backends
         restarts = RestartPolicy(
             backends.instance_max_restarts, backends.instance_restart_window_secs
@@ -132,7 +150,7 @@ class InferenceServer:
         observability = Observability(self.custom_metrics, self._model_levels)
         self.readiness = Readiness(self.is_ready)  # Health.Watch waits on it
         self.repository = ModelRepositoryManager(
-            list(options.repository.paths),
+            [] if self.init_error else list(options.repository.paths),
             # python: BLS requests come back to self
             BackendRegistry(
                 {
@@ -203,6 +221,8 @@ class InferenceServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
+        if self.init_error:  # no model loads, no table (Triton's manager is null)
+            return
         self._live = True
         if self._remote is not None:
             await self._remote.start()
@@ -365,16 +385,23 @@ class InferenceServer:
         raise invalid_arg(f"unknown setting action '{action}'")
 
     # -- model repository extension ------------------------------------------------------------
+    def _require_initialized(self) -> None:
+        """Triton's model repository APIs on a server that failed to initialize."""
+        if self.init_error:
+            raise unavailable(SERVER_NOT_READY)
+
     async def load_model(
         self, name: str, config_json: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         """Triton's load: with ``--workers N``, answered once every worker serves it."""
+        self._require_initialized()
         if self.cluster is not None:
             await self.cluster.load(name, config_json, files)
         else:
             await self.control.load(name, config_json, files)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        self._require_initialized()
         if self.cluster is not None:
             await self.cluster.unload(name, unload_dependents)
         else:
@@ -424,6 +451,7 @@ class InferenceServer:
         return self.inference.model(name, version)
 
     def repository_index(self, ready_only: bool = False) -> list[dict[str, str]]:
+        self._require_initialized()
         return self.repository.index(ready_only)
 
     # -- trace extension -----------------------------------------------------------------------

@@ -713,6 +713,51 @@ def test_poll_mode_picks_up_repository_changes(
         c.close()
 
 
+def test_poll_mode_unloads_a_model_that_appears_in_a_second_repository(
+    start: Callable, tmp_path: Path
+) -> None:
+    """Triton's L0_lifecycle test_multiple_model_repository_polling: a served model copied
+    into the second repository is no longer unique, so the poll unloads it (core
+    ``Poll``: "not unique across all model repositories"; the index lists it UNAVAILABLE
+    with ``MODEL_READY_REASON_DUPLICATE``) while the server stays ready and the others
+    serve; once the first copy is removed, the second one loads (here with its version 3)."""
+    first, second = tmp_path / "models", tmp_path / "models_0"
+    build_test_repository(first, ["versioned_latest", "identity_int32"])
+    shutil.rmtree(first / "versioned_latest" / "3")  # the first copy serves version 2
+    build_test_repository(second, ["identity_fp32"])
+    server = start("--model-control-mode=poll", "--repository-poll-secs=1", repos=[first, second])
+    clients = {protocol: open_client(server, protocol) for protocol in ("http", "grpc")}
+    try:
+        assert versioned_output(clients["http"], "http") == 2
+        _write_model(second, "versioned_latest", model_files("versioned_latest"))
+        for protocol, c in clients.items():
+            wait_until(lambda c=c: not ready(c, "versioned_latest"), 10, "the duplicate unloaded")
+            assert c.is_server_live() and c.is_server_ready()  # unloaded, not failed
+            assert ready(c, "identity_int32") and ready(c, "identity_fp32")
+            assert rows_for(c, protocol, "versioned_latest") == [
+                {
+                    "name": "versioned_latest",
+                    "state": "UNAVAILABLE",
+                    "reason": "model appears in two or more repositories",
+                }
+            ]
+            with pytest.raises(InferenceServerException):
+                versioned_output(c, protocol)
+        assert (
+            "failed to poll model 'versioned_latest': not unique across all model repositories"
+        ) in server.log_text()
+
+        shutil.rmtree(first / "versioned_latest")
+        for protocol, c in clients.items():
+            wait_until(
+                lambda c=c, p=protocol: versioned_output(c, p) == 3, 10, "the second copy served"
+            )
+            assert c.is_server_ready()
+    finally:
+        for c in clients.values():
+            c.close()
+
+
 # ----------------------------------------------------------------- index and its filter
 
 

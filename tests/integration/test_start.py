@@ -28,6 +28,7 @@ import numpy as np
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess, server_command
+from tritonclient.utils import InferenceServerException
 
 START_TIMEOUT_S = 120.0
 MODEL = "identity_fp32"
@@ -86,6 +87,54 @@ def test_cloud_repositories_are_refused(url: str) -> None:
     assert f"--model-repository {url}: cloud model repositories" in done.stderr
     assert "not supported by tritium" in done.stderr
     assert "local directories only" in done.stderr
+
+
+# The four runs of Triton's qa/L0_lifecycle/test.sh for LifeCycleTest.test_parse_error_noexit:
+# a repository path that does not exist (alone, before or after one that does), each with and
+# without --strict-readiness, and --exit-on-error=false.
+NOEXIT_RUNS = [
+    pytest.param(False, False, "true", id="missing-strict"),
+    pytest.param(False, False, "false", id="missing"),
+    pytest.param(True, False, "true", id="missing-then-empty-strict"),
+    pytest.param(True, True, "false", id="empty-then-missing"),
+]
+
+
+@pytest.mark.parametrize(("with_empty", "empty_first", "strict"), NOEXIT_RUNS)
+def test_without_exit_on_error_a_missing_repository_leaves_a_server_failed_to_initialize(
+    tmp_path: Path, with_empty: bool, empty_first: bool, strict: str
+) -> None:
+    """Triton (core server.cc Init, tritonserver.cc ServerNew): the model repository manager
+    cannot be created, the error is logged, and the server runs in SERVER_FAILED_TO_INITIALIZE:
+    not live, not ready, its server metadata answered, its model APIs "Server not ready"."""
+    missing = tmp_path / "xyzx"
+    empty = tmp_path / "models"
+    empty.mkdir()
+    repos = [missing]
+    if with_empty:
+        repos = [empty, missing] if empty_first else [missing, empty]
+    server = ServerProcess(
+        repos, f"--strict-readiness={strict}", "--exit-on-error=false", wait_ready=False
+    )
+    try:
+        for protocol in ("http", "grpc"):
+            c = client(protocol, server.url(protocol))
+            try:
+                assert c.is_server_live() is False
+                assert c.is_server_ready() is False
+                md = c.get_server_metadata()
+                md = md if protocol == "http" else {"name": md.name, "version": md.version}
+                assert md["name"] == "triton" and md["version"], md
+                with pytest.raises(InferenceServerException, match="Server not ready"):
+                    c.get_model_repository_index()
+                with pytest.raises(InferenceServerException, match="Server not ready"):
+                    c.load_model(MODEL)
+            finally:
+                c.close()
+        assert server.proc.poll() is None  # still running
+        assert f"failed to stat file {missing}" in server.log_text()
+    finally:
+        assert server.stop() == 0
 
 
 # -------------------------------------------------- 2. the ports, before any model loads

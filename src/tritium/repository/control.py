@@ -204,13 +204,26 @@ class ModelControl:
             await self.manager.unload_id(key)
         for key, signature in current.items():
             if key in locations and self._signatures.get(key) != signature:
-                log.info(
-                    "model '%s' changed in the repository: loading",
-                    key.name,
-                    extra=about_model(key.name),
-                )
-                await self.manager.load(locations[key])
+                await self._apply_change(locations[key])
         self._signatures = current
+
+    async def _apply_change(self, location: ModelLocation) -> None:
+        """A model directory that changed: reloaded; one whose name is now in several
+        repositories is unloaded (Triton's Poll marks it deleted), and loads again from the one
+        left once the others are gone."""
+        key = location.key
+        if location.path is None:
+            log.error(
+                "failed to poll model '%s': not unique across all model repositories",
+                key.name,
+                extra=about_model(key.name),
+            )
+            await self.manager.unload_id(key)
+            return
+        log.info(
+            "model '%s' changed in the repository: loading", key.name, extra=about_model(key.name)
+        )
+        await self.manager.load(location)
 
 
 def _override(config_json: str | None, files: dict[str, bytes] | None) -> ModelConfig | None:

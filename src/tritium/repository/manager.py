@@ -73,6 +73,8 @@ class ModelRepositoryManager:
         self._records: dict[ModelId, ModelRecord] = {}
         self._names = NameIndex(self._layout.namespacing)  # name -> its records, for lookups
         self._known: set[ModelId] = set()  # model directories seen in the repositories
+        # names found in several repositories (without --model-namespacing): never served
+        self._duplicates: frozenset[ModelId] = frozenset()
         self._retiring: set[asyncio.Task[None]] = set()
         self._retiring_models: set[Model] = set()  # old versions closing after a reload
         # Loads in progress (name -> done), so an ensemble can wait for its composing models,
@@ -111,6 +113,7 @@ class ModelRepositoryManager:
     def scan(self) -> dict[ModelId, ModelLocation]:
         locations = scan(self._repositories, self._layout.namespacing)
         self._known = set(locations)
+        self._duplicates = frozenset(k for k, loc in locations.items() if loc.path is None)
         return locations
 
     async def load_all(self, names: set[str] | None = None) -> None:
@@ -565,7 +568,7 @@ class ModelRepositoryManager:
 
     def index(self, ready_only: bool = False) -> list[dict[str, str]]:
         """The repository index: one entry per model version (or per model that has none)."""
-        return index_rows(self._records, self._known, ready_only)
+        return index_rows(self._records, self._known, ready_only, self._duplicates)
 
     def all_ready(self) -> bool:
         """Strict readiness: models unloaded on purpose do not count, failed ones do."""

@@ -3,7 +3,7 @@ where it was loaded from; and the repository index rendered from it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set as AbstractSet
 from dataclasses import dataclass, field
 
 from ..config.model_config import ModelConfig
@@ -13,6 +13,8 @@ from .layout import ModelId, ModelLocation
 
 # The reason of a version unloaded on purpose (Triton's deleter sets the same text).
 UNLOADED = "unloaded"
+# Triton's reason for a model name found in several repositories (MODEL_READY_REASON_DUPLICATE).
+DUPLICATE = "model appears in two or more repositories"
 
 
 @dataclass(slots=True)
@@ -56,13 +58,21 @@ def refresh(record: ModelRecord) -> None:
 
 
 def index_rows(
-    records: Mapping[ModelId, ModelRecord], known: Iterable[ModelId], ready_only: bool
+    records: Mapping[ModelId, ModelRecord],
+    known: Iterable[ModelId],
+    ready_only: bool,
+    duplicates: AbstractSet[ModelId] = frozenset(),
 ) -> list[dict[str, str]]:
     """The repository index: one entry per model version (or per model that has none). A
-    name in several namespaces is listed once per namespace, by name only (as Triton's)."""
+    name in several namespaces is listed once per namespace, by name only (as Triton's). A
+    name in several repositories (``duplicates``) is one UNAVAILABLE row with Triton's
+    reason, even in the ready-only index (as Triton's RepositoryIndex)."""
     rows: list[dict[str, str]] = []
     for key in sorted(records.keys() | set(known), key=lambda k: (k.name, k.namespace)):
         name, record = key.name, records.get(key)
+        if key in duplicates:
+            rows.append({"name": name, "state": "UNAVAILABLE", "reason": DUPLICATE})
+            continue
         if record is None:  # on disk, never loaded (explicit mode)
             if not ready_only:
                 rows.append({"name": name})

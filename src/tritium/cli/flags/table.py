@@ -188,7 +188,8 @@ FLAGS: tuple[Flag, ...] = (
     _alias("model-store", "Model Repository", _S, "model-repository"),
     _on("model-repository", "Model Repository", _S,
         "repeatable; local directories only: a missing path, a file or a cloud URL (s3://, "
-        "gs://, as://) stops the start",
+        "gs://, as://) stops the start (with --exit-on-error=false a missing path or a file "
+        "leaves the server running not live, as Triton's)",
         "path of a model repository (repeatable)",
         Into("repository.paths", repositories), style=REPEAT, required=True),
     _on("exit-on-error", "Model Repository", _B, "exit if a model fails to load at start",
