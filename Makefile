@@ -248,7 +248,7 @@ fuzz: $(VENV)/.fuzz-installed
 
 # ruff on everything, mypy --strict on src/tritium (configured in pyproject.toml).
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff check src tests bench testkit examples
 	$(VENV)/bin/mypy
 
 clean:

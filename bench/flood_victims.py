@@ -1,5 +1,5 @@
 """The victims of bench/grpc_floods.py (issue 22, findings 1 and 2), and the floods, which
-live with the tests (bench/kit/h2_floods.py: hostile HTTP/2 clients of the gRPC port on raw
+live with the tests (testkit/h2_floods.py: hostile HTTP/2 clients of the gRPC port on raw
 sockets). A victim is a thread that repeats one request on its own connection (HTTP
 ``simple`` infer, gRPC ServerLive) with a generous timeout and records each latency; ``flood``
 summarises what the flooding connections saw."""
@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 from bench.raw_http import HOST, http_call, infer_json, infer_request
-from bench.kit.h2_floods import FLOODS, repeat  # noqa: F401 - FLOODS: grpc_floods.py's
+from testkit.h2_floods import FLOODS, repeat  # noqa: F401 - FLOODS: grpc_floods.py's
 
 VICTIM_TIMEOUT_S = 60.0
 

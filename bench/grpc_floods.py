@@ -4,7 +4,7 @@
         [--case-seconds 15] [--label after] [--server-arg=--flag=value]
 
 Issue 22, findings 1 and 2. Each case starts a fresh server over the example ``simple`` model
-and runs one flood from bench/kit/h2_floods.py (SETTINGS never read, SETTINGS read, PING + empty
+and runs one flood from testkit/h2_floods.py (SETTINGS never read, SETTINGS read, PING + empty
 DATA, WINDOW_UPDATE + PRIORITY bursts, 1 MiB DATA frames of empty ModelStreamInfer messages)
 for ``--case-seconds`` while two victims repeat their request on connections of their own: an
 HTTP ``simple`` infer and a gRPC ServerLive (60 s timeouts). Reported: the victims' p50/p99/max

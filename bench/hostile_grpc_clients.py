@@ -1,5 +1,5 @@
 """The hostile gRPC clients of the hostile-grpc suite (issue 22, findings 3 and 4), on raw
-sockets (bench/kit/h2client.py), and the latency poller of the other clients.
+sockets (testkit/h2client.py), and the latency poller of the other clients.
 
 Each case is ``run(ports, deadline) -> what it saw``: ``ports`` holds the server's ``http`` and
 ``grpc`` ports; the hostile sockets are held until ``deadline``.
@@ -32,7 +32,7 @@ from bench.raw_http import HOST, ResponseReader, request_head
 from bench.kit.grpc_raw import BIG_OUTPUT as BIG_OUTPUT  # re-exported
 from bench.kit.grpc_raw import big_output_request
 from bench.kit.grpc_raw import write_big_output as write_big_output
-from bench.kit.h2client import H2Client, StreamResult
+from testkit.h2client import H2Client, StreamResult
 
 MIB = 1 << 20
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -2,7 +2,7 @@
 
 ``frontends/http/protocol.py`` (``HttpProtocol`` → ``HttpConnection``), the HTTP/1.1 reader
 (httptools and the bounds) and ``cycle.py:RequestCycle`` on a fake transport
-(bench/kit/http_fakes.py), a handler that answers at once with a fixed small response:
+(testkit/http_fakes.py), a handler that answers at once with a fixed small response:
 ``data_received`` of one whole keep-alive request, its answer written at the end of the loop's
 turn. What it leaves out (the model, the codec, the socket) is what an end-to-end run adds and
 whose noise hides a change of a µs here; this isolates it. Compare two builds by running it
@@ -23,7 +23,7 @@ import time
 
 import uvloop
 
-from bench.kit.http_fakes import connect
+from testkit.http_fakes import connect
 from tritium import compiled_modules
 from tritium.frontends.http.messages import HttpRequest, HttpResponse
 

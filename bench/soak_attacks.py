@@ -1,7 +1,7 @@
 """Issue 22's attacks as hostile kinds of the soak suite (``attack_kinds``, appended to
 bench/hostile_clients.py ``hostile_kinds``), on the flood and hostile clients the tests and the
-other benches use (bench/kit/h2_floods.py, bench/kit/h2client.py,
-bench/hostile_grpc_clients.py) and the hostile models of bench/kit/hostile_models.py.
+other benches use (testkit/h2_floods.py, testkit/h2client.py,
+bench/hostile_grpc_clients.py) and the hostile models of testkit/hostile_models.py.
 
 Each is ``run(port, count) -> outcome``: a short text, or {what: how many} for the kinds made
 of many streams or sockets (the mixer tallies the keys seen and sums the numbers). Each is
@@ -48,7 +48,7 @@ from bench.hostile_clients import HostileKind
 from bench.hostile_grpc_clients import INFER, stream_outcomes
 from bench.raw_http import HOST, MIB
 from bench.kit.grpc_raw import big_output_request
-from bench.kit.h2_floods import (
+from testkit.h2_floods import (
     FLOODS,
     PING,
     PREFACE,
@@ -60,7 +60,7 @@ from bench.kit.h2_floods import (
     stream_headers,
     unread,
 )
-from bench.kit.h2client import H2Client
+from testkit.h2client import H2Client
 
 Outcome = str | dict[str, int]
 
@@ -89,7 +89,7 @@ def _url(port: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# Control-frame floods (bench/kit/h2_floods.py)
+# Control-frame floods (testkit/h2_floods.py)
 # ---------------------------------------------------------------------------------------------
 def flood_text(seen: dict[str, Any]) -> str:
     if seen.get("goaway"):
@@ -307,7 +307,7 @@ def unended_sequences(port: int, count: int) -> dict[str, int]:
 
 
 # ---------------------------------------------------------------------------------------------
-# Hostile models (bench/kit/hostile_models.py)
+# Hostile models (testkit/hostile_models.py)
 # ---------------------------------------------------------------------------------------------
 def _http_client(port: int) -> Any:
     import tritonclient.http as httpclient

@@ -5,7 +5,7 @@ The command line of the soak suite (issue 10, "Figures to report"). A fresh serv
 ``SERVER_ARGS``) over a repository holding the examples
 ``simple`` (ONNX) and ``add_sub_python`` (Python backend: one stub) for the normal load, and
 the models the hostile requests use (``soak_repository``: ``simple_sequence``, the hostile
-models of bench/kit/hostile_models.py with the children they call, ``big_output``, and
+models of testkit/hostile_models.py with the children they call, ``big_output``, and
 bench/soak_models.py's), in explicit model control mode with every model loaded by name.
 Server flags go through ``--server-arg`` (e.g. ``--server-arg=--workers=2``; this script's own
 ``--workers`` is its client coroutines). This process is the client:
@@ -81,7 +81,7 @@ from bench.kit.models import build_test_repository
 
 MODELS = ("simple", "add_sub_python")  # the normal load's
 # What the hostile requests use (bench/soak_attacks.py): an example sequence model, the
-# hostile Python models of bench/kit/hostile_models.py and the children they call.
+# hostile Python models of testkit/hostile_models.py and the children they call.
 EXAMPLE_HOSTILE_MODELS = (SEQUENCE_MODEL,)
 TEST_HOSTILE_MODELS = (
     "hostile_truncate",

@@ -46,7 +46,7 @@ from bench.soak_shared_state_attacks import (
     upload_kill_worker,
 )
 from bench.kit.grpc_raw import STREAM, big_output_request
-from bench.kit.h2client import H2Client, grpc_message, parse_messages
+from testkit.h2client import H2Client, grpc_message, parse_messages
 
 Outcome = dict[str, float]
 

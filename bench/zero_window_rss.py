@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         start_server,
         write_big_output,
     )
-    from bench.kit.h2client import H2Client
+    from testkit.h2client import H2Client
 
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp) / "repo"

@@ -1,6 +1,6 @@
-"""What the suites need of the tests' tooling, copied here because the bench imports nothing
-from ``tests`` (and the tests nothing from ``bench``): the raw HTTP/2 client (h2client), raw
-gRPC messages and the ``big_output`` model (grpc_raw), the HTTP/2 floods (h2_floods), the
-HTTP/1.1 protocol on a fake transport (http_fakes), the costly models (costly_models), and
-the test models the soak and the stall suites serve (models, hostile_models). Each is a copy
-of its ``tests/support`` namesake as of issue 38; fix a bug in both."""
+"""What the suites need of the tests' tooling that testkit/ (shared by tests/ and bench/) does
+not hold: raw gRPC messages and the ``big_output`` model (grpc_raw), the costly models
+(costly_models), and the few test models the soak and the stall suites serve (models). Each is
+a trimmed copy of its ``tests/support`` namesake (the bench imports nothing from ``tests``);
+the raw HTTP/2 client, the floods, the hostile models and the fake HTTP transport are in
+``testkit/``, imported by both."""

@@ -2,7 +2,7 @@
 tests/support/models.py): ``identity_fp32`` (Python identity, FP32 [-1]),
 ``identity_onnx_queued`` (ONNX Identity, FP32 [-1], max_batch_size 8, dynamic batching with
 a 2 s queue delay: a lone request waits in the queue) and the hostile Python models of
-bench/kit/hostile_models.py."""
+testkit/hostile_models.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from bench.kit.hostile_models import HOSTILE_SPECS
+from testkit.hostile_models import HOSTILE_SPECS
 
 ONNX_OPSET = 17
 ONNX_IR_VERSION = 8

@@ -23,7 +23,7 @@ from tests.support.grpc_raw import (
     start_server,
     write_big_output,
 )
-from tests.support.h2client import H2Client, StreamResult
+from testkit.h2client import H2Client, StreamResult
 from tritonclient.utils import InferenceServerException
 
 from tests.support.clients import add_sub_inputs, client

@@ -35,7 +35,7 @@ from tests.support.grpc_raw import (
     write_big_output,
 )
 from h2.settings import SettingCodes
-from tests.support.h2client import H2Client, grpc_message
+from testkit.h2client import H2Client, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.support.clients import add_sub_inputs, client

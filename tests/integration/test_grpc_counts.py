@@ -23,7 +23,7 @@ from tests.support.grpc_raw import (
     fp32_request,
     start_server,
 )
-from tests.support.h2client import H2Client, grpc_message
+from testkit.h2client import H2Client, grpc_message
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb

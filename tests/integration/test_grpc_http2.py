@@ -1,5 +1,5 @@
 """gRPC semantics on the wire (issue 12, items 2 and 5), driven by a raw-socket HTTP/2 client
-(tests/support/h2client.py, on ``h2``) so every frame boundary, header and flag is the test's
+(testkit/h2client.py, on ``h2``) so every frame boundary, header and flag is the test's
 choice:
 messages cut across DATA frames or packed several to a frame, trailers and Trailers-Only with
 percent-encoded grpc-message, grpc-timeout, RST_STREAM, message compression both ways, the
@@ -36,7 +36,7 @@ from tests.support.grpc_raw import (
     start_server,
     stream_responses,
 )
-from tests.support.h2client import H2Client, grpc_message
+from testkit.h2client import H2Client, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.support.server_process import ServerProcess

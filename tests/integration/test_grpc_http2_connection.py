@@ -1,5 +1,5 @@
 """HTTP/2 done properly by the gRPC transport (issue 12, items 3 and 5), seen from a raw
-socket (tests/support/h2client.py): flow control both ways, SETTINGS, an HPACK bomb, pings and the
+socket (testkit/h2client.py): flow control both ways, SETTINGS, an HPACK bomb, pings and the
 ping-strike policy, keepalive, GOAWAY on connection age and on shutdown, a bad preface and
 malformed frames. Every wait is bounded; nothing is timed."""
 
@@ -30,7 +30,7 @@ from tests.support.grpc_raw import (
     stream_responses,
 )
 from h2.settings import SettingCodes
-from tests.support.h2client import DATA, HEADERS, PREFACE, H2Client, grpc_message, raw_frame
+from testkit.h2client import DATA, HEADERS, PREFACE, H2Client, grpc_message, raw_frame
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.support.server_process import ServerProcess

@@ -1,5 +1,5 @@
 """Issue 22, findings 1 and 2: one hostile HTTP/2 client on the gRPC port must not stall the
-others. Each test floods (tests/support/h2_floods.py, raw sockets) for at least 10 s, on a new
+others. Each test floods (testkit/h2_floods.py, raw sockets) for at least 10 s, on a new
 connection whenever the server ends one (an attacker that reconnects), while tritonclient
 clients on connections of their own keep asking: HTTP readiness and a ``simple`` inference,
 gRPC ServerLive and a ``simple`` inference, with 30 s client timeouts. The flood goes on until
@@ -26,7 +26,7 @@ import tritonclient.http as httpclient
 
 from tests.support.clients import add_sub_inputs
 from tests.support.grpc_raw import ENHANCE_YOUR_CALM, start_server
-from tests.support.h2_floods import repeat
+from testkit.h2_floods import repeat
 
 from tests.support.server_process import ServerProcess
 

@@ -3,7 +3,7 @@
 Each scenario drives the real server with the official tritonclient over HTTP and gRPC and
 checks that the server is still there and serves other models, and that the hostile model's
 own requests fail with a clear error (its stub restarted) or are answered. Models:
-tests/support/hostile_models.py.
+testkit/hostile_models.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.support.clients import client, make_input
-from tests.support.hostile_models import HOSTILE_PUSH_BYTES
+from testkit.hostile_models import HOSTILE_PUSH_BYTES
 from tests.support.models import build_test_repository
 from tests.support.server_process import ServerProcess
 from tests.support.stub_procs import is_running, stub_pids, wait_until

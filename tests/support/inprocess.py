@@ -34,7 +34,7 @@ import h2.events
 from google.protobuf.message import Message
 
 from tests.support.grpc_memory import MemoryTransport
-from tests.support.http_fakes import FakeTransport, responses
+from testkit.http_fakes import FakeTransport, responses
 from tests.support.models import _onnx_bytes, _onnx_identity_fp32, _unary_config
 
 from tritium.frontends.grpc.listener import GrpcListener

@@ -123,7 +123,7 @@ seq_state_onnx       onnxruntime, direct, max_batch_size 4, no controls; INPUT0 
 classify_batched     the classification extension's model with a label file: see
                      tests/support/classify_models.py.
 BLS (Python models calling other models: ``bls_*``): tests/support/bls_models.py documents them.
-Hostile models (``hostile_*``: each may only hurt itself): tests/support/hostile_models.py.
+Hostile models (``hostile_*``: each may only hurt itself): testkit/hostile_models.py.
 What Triton's Python-backend QA relies on (``qa_*``): tests/support/qa_models.py documents them.
 """
 
@@ -133,7 +133,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from .classify_models import CLASSIFY_SPECS
-from .hostile_models import HOSTILE_SPECS
+from testkit.hostile_models import HOSTILE_SPECS
 from .bls_models import BLS_SPECS
 from .qa_models import QA_SPECS
 from .sequence_models import SEQUENCE_SPECS
@@ -932,7 +932,7 @@ _SPECS[RAGGED_MODEL] = lambda name: {
 
 # BLS (models calling models): tests/support/bls_models.py documents them.
 _SPECS.update(BLS_SPECS)
-# Hostile models (issue 22): tests/support/hostile_models.py documents them.
+# Hostile models (issue 22): testkit/hostile_models.py documents them.
 _SPECS.update(HOSTILE_SPECS)
 # What Triton's Python-backend QA relies on: tests/support/qa_models.py documents them.
 _SPECS.update(QA_SPECS)

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from tests.support.http_fakes import connect, responses, run, until, written
+from testkit.http_fakes import connect, responses, run, until, written
 
 from tritium.access.policy import ApiGroup, Restriction
 from tritium.cli.main import build_parser, options_from_args

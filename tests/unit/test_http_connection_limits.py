@@ -9,7 +9,7 @@ import json
 import zlib
 
 import pytest
-from tests.support.http_fakes import connect, responses, run, until, written
+from testkit.http_fakes import connect, responses, run, until, written
 
 from tritium.transport.http1.inflate import BodyRejected, Inflater
 from tritium.frontends.http.messages import HttpRequest, HttpResponse

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.support.http_fakes import connect, responses, run, until, written
+from testkit.http_fakes import connect, responses, run, until, written
 
 from tritium.frontends.http.messages import HttpRequest, HttpResponse, HttpStreamResponse
 from tritium.frontends.http.protocol import WRITE_SOON_MAX_BYTES

@@ -1,5 +1,5 @@
 """Hostile HTTP/2 clients of the gRPC port on raw sockets (issue 22, findings 1 and 2), for
-tests/integration/test_grpc_http2_floods.py (the bench has a copy, bench/kit/h2_floods.py).
+tests/integration/test_grpc_http2_floods.py.
 
 A flood is ``FLOODS[name](port, deadline) -> what one connection saw``: its frames are built
 once in 64 KiB blocks and written as fast as the socket takes them until the server ends the
