@@ -9,7 +9,7 @@ Each case is ``run(ports, deadline) -> what it saw``: ``ports`` holds the server
 - ``grpc_unfinished_messages``: unary ``ModelInfer`` calls on one connection whose messages
   declare 48 MiB and never finish (finding 4).
 - ``grpc_zero_window``: a client advertising a zero stream window, sending many small
-  requests to a model with a 1 MiB output (``big_output``, bench/kit/grpc_raw.py), and never
+  requests to a model with a 1 MiB output (``big_output``, testkit/grpc_raw.py), and never
   reading (finding 4).
 """
 
@@ -29,9 +29,9 @@ from tritonclient.grpc import service_pb2 as pb
 
 from bench.hostile_clients import hold_idle
 from bench.raw_http import HOST, ResponseReader, request_head
-from bench.kit.grpc_raw import BIG_OUTPUT as BIG_OUTPUT  # re-exported
-from bench.kit.grpc_raw import big_output_request
-from bench.kit.grpc_raw import write_big_output as write_big_output
+from testkit.grpc_raw import BIG_OUTPUT as BIG_OUTPUT  # re-exported
+from testkit.grpc_raw import big_output_request
+from testkit.grpc_raw import write_big_output as write_big_output
 from testkit.h2client import H2Client, StreamResult
 
 MIB = 1 << 20

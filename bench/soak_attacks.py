@@ -47,7 +47,7 @@ from bench import proctree
 from bench.hostile_clients import HostileKind
 from bench.hostile_grpc_clients import INFER, stream_outcomes
 from bench.raw_http import HOST, MIB
-from bench.kit.grpc_raw import big_output_request
+from testkit.grpc_raw import big_output_request
 from testkit.h2_floods import (
     FLOODS,
     PING,

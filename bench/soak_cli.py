@@ -76,7 +76,7 @@ from bench.soak_models import write_models
 from bench.soak_report import markdown, save
 from bench.soak_resource_attacks import resource_attack_kinds
 from bench.soak_shared_state_attacks import Target, crafted_hosts, metric
-from bench.kit.grpc_raw import BIG_OUTPUT, write_big_output
+from testkit.grpc_raw import BIG_OUTPUT, write_big_output
 from bench.kit.models import build_test_repository
 
 MODELS = ("simple", "add_sub_python")  # the normal load's

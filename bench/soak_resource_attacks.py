@@ -45,7 +45,7 @@ from bench.soak_shared_state_attacks import (
     crafted,
     upload_kill_worker,
 )
-from bench.kit.grpc_raw import STREAM, big_output_request
+from testkit.grpc_raw import STREAM, big_output_request
 from testkit.h2client import H2Client, grpc_message, parse_messages
 
 Outcome = dict[str, float]

@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from h2.settings import SettingCodes
 
-    from bench.kit.grpc_raw import (
+    from testkit.grpc_raw import (
         BIG_OUTPUT,
         INFER,
         big_output_request,

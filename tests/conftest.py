@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
 # examples/ is a folder of scripts that import each other by name (build_models.py imports

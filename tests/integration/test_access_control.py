@@ -34,7 +34,7 @@ from tests.support.identity_model import IDENTITY_FP32_CONFIG, IDENTITY_FP32_PY
 from tests.support.clients import client, make_input
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritium.access.audit import REFUSED_BURST
 from tritonclient.utils import InferenceServerException
 

@@ -19,7 +19,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 from tests.support.stub_procs import wait_until
 from tritonclient.utils import InferenceServerException
 

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support import clients
 from tests.support.prometheus_process import INSTALL_HINT, binary
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 yaml = pytest.importorskip("yaml")
 parser = pytest.importorskip("prometheus_client.parser")

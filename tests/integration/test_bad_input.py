@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input, module
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 

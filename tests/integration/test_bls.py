@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
 from tests.support.sequence_models import SEEN_FIELDS
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _BLS_MODELS = [
     "bls_double",

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from PIL import Image
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 ENSEMBLE, BLS = "image_classifier", "image_classifier_bls"

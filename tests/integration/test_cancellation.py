@@ -13,7 +13,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from tests.support.models import SLOW_SECONDS
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _PROBE_CONFIG = """\
 backend: "python"

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 from tests.support.clients import assert_simple_works, client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 from tritium.frontends.grpc.codec import set_parameters

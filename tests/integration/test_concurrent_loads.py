@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpc_aio
 from tests.support.clients import add_sub_inputs, client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT_S = 60.0  # loads queue behind each other on a busy two-core machine

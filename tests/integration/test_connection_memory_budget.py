@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from h2.settings import SettingCodes
-from tests.support.grpc_raw import (
+from testkit.grpc_raw import (
     BIG_OUTPUT,
     INFER,
     RESOURCE_EXHAUSTED,
@@ -27,7 +27,7 @@ from testkit.h2client import H2Client, StreamResult
 from tritonclient.utils import InferenceServerException
 
 from tests.support.clients import add_sub_inputs, client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MIB = 1 << 20
 BUDGET = 32 * MIB

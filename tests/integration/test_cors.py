@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MODEL = "identity_fp32"
 INFER = f"/v2/models/{MODEL}/infer"

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support import costly_models
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 pytest.importorskip("torch")
 

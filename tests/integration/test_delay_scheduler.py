@@ -14,7 +14,7 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 HELD = 3
 # COUNT: how many requests the execution that answered this one had.

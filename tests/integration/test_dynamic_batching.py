@@ -15,7 +15,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 from tritonclient.utils import InferenceServerException
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _MODEL_PY = """\
 import time

@@ -22,7 +22,7 @@ from tritonclient.grpc import model_config_pb2
 from tritonclient.utils import InferenceServerException
 
 from tests.support import clients
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 SIMPLE_IO = ["INPUT0", "INPUT1"], ["OUTPUT0", "OUTPUT1"]
 VERSIONED = {

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 TIMEOUT_S = 30.0

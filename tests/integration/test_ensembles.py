@@ -32,7 +32,7 @@ from build_models import composing_reference
 from tests.support.clients import client, make_input, module
 from tests.support.ensemble_models import WINDOW_SLEEP_S, build_ensemble_repository
 from PIL import Image
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 WAIT_S = 30.0  # upper bound of any single wait for an answer

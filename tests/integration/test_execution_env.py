@@ -35,7 +35,7 @@ from tests.support.python_envs import (
     pack,
     write_probe_model,
 )
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.stub_procs import stub_pids, wait_until
 from tritium.backends.python.execenv import NOT_AN_ENVIRONMENT
 from tritonclient.utils import InferenceServerException

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.support.grpc_raw import (
+from testkit.grpc_raw import (
     BIG_OUTPUT,
     DEADLINE_EXCEEDED,
     INFER,
@@ -39,7 +39,7 @@ from testkit.h2client import H2Client, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
 from tests.support.clients import add_sub_inputs, client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MIB = 1 << 20
 CANCEL = 8  # RST_STREAM CANCEL (RFC 9113 §7)

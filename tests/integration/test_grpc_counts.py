@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from tests.support.grpc_raw import (
+from testkit.grpc_raw import (
     INFER,
     MAX_INPUT,
     OK,
@@ -25,7 +25,7 @@ from tests.support.grpc_raw import (
 )
 from testkit.h2client import H2Client, grpc_message
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 INVALID_ARGUMENT = 3

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.support.grpc_raw import (
+from testkit.grpc_raw import (
     DEADLINE_EXCEEDED,
     GZIP,
     INFER,
@@ -39,7 +39,7 @@ from tests.support.grpc_raw import (
 from testkit.h2client import H2Client, grpc_message
 from tritonclient.grpc import service_pb2 as pb
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

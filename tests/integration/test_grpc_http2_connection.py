@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.support.grpc_raw import (
+from testkit.grpc_raw import (
     ENHANCE_YOUR_CALM,
     FRAME_SIZE_ERROR,
     INFER,
@@ -33,7 +33,7 @@ from h2.settings import SettingCodes
 from testkit.h2client import DATA, HEADERS, PREFACE, H2Client, grpc_message, raw_frame
 from tritonclient.grpc import service_pb2 as pb
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MAX_STREAMS = 64
 STREAM_INFLIGHT = 4

@@ -25,10 +25,10 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from tests.support.clients import add_sub_inputs
-from tests.support.grpc_raw import ENHANCE_YOUR_CALM, start_server
+from testkit.grpc_raw import ENHANCE_YOUR_CALM, start_server
 from testkit.h2_floods import repeat
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 FLOOD_S = 10.0
 VICTIM_ROUNDS = 5

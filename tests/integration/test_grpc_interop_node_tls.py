@@ -20,7 +20,7 @@ from tests.support.node_grpc import (  # noqa: F401 (grpc_js_installed: an autou
     grpc_js_installed,
     run_node,
 )
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 pytestmark = NEEDS_NODE

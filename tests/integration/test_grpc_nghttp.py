@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.support.grpc_raw import INFER, check_simple, simple_request, start_server
+from testkit.grpc_raw import INFER, check_simple, simple_request, start_server
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 NGHTTP, H2LOAD = shutil.which("nghttp"), shutil.which("h2load")
 pytestmark = pytest.mark.skipif(

@@ -31,7 +31,7 @@ from tests.support.clients import (
     simple_grpc_infer_client,
 )
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 # Forward my_header*, and try to forward what must never be: grpc's own metadata, te,

@@ -20,7 +20,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tests.support.certs import Certs, have_openssl, make_certs
 from tests.support.clients import add_sub_inputs, simple_grpc_infer_aio, simple_grpc_infer_client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 pytestmark = pytest.mark.skipif(not have_openssl(), reason="openssl makes the certificates")

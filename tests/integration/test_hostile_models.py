@@ -20,7 +20,7 @@ import pytest
 from tests.support.clients import client, make_input
 from testkit.hostile_models import HOSTILE_PUSH_BYTES
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.stub_procs import is_running, stub_pids, wait_until
 from tritonclient.utils import InferenceServerException
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tests.support.clients import assert_simple_works, client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 LIMIT = 1 << 20

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import tritonclient.http as httpclient
 from tests.support.clients import assert_simple_works
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import tritonclient.grpc.model_config_pb2 as mc
 from tests.support.clients import client, module
 from image_models import DENSENET_LABELS, INCEPTION_LABELS, densenet_reference
 from PIL import Image
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype

@@ -28,7 +28,7 @@ from tritonclient.utils import InferenceServerException, deserialize_bytes_tenso
 
 from tests.support import clients
 from tests.support.models import IDENTITY_MODELS
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 ADD_SUB_MODELS = ["simple", "add_sub_python", "async_add_sub"]
 

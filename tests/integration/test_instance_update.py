@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MODEL = "instance_counter"
 LOG_VARIABLE = "TRITIUM_TEST_INSTANCE_LOG"

@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import numpy as np
 import pytest
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2 as pb
 
 MIB = 1 << 20

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from tests.support.models import BAD_CONFIG_LINE, BAD_FIELD_LINE, build_test_repository
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 from tests.support.stub_procs import is_running, stub_pids
 from tritonclient.utils import InferenceServerException
 

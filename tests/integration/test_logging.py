@@ -24,7 +24,7 @@ import grpc
 import numpy as np
 import pytest
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 from tests.support.stub_procs import wait_until
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import InferenceServerException

@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.support import clients
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 
 TAGGED = "simple_tagged"
 CACHED = "simple_cached"

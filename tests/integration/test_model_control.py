@@ -31,7 +31,7 @@ import numpy as np
 import pytest
 from tests.support.clients import add_sub_inputs, client, make_input
 from tests.support.models import SLOW_SECONDS, build_test_repository, model_files
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from prometheus_client.parser import text_string_to_metric_families
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.stub_procs import wait_until
 from tritonclient.utils import InferenceServerException
 

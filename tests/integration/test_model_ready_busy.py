@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tests.support.clients import client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _MODEL = """\
 import time

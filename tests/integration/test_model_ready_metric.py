@@ -13,7 +13,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support import clients
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

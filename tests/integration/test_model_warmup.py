@@ -17,7 +17,7 @@ import pytest
 from tests.support.clients import client, make_input
 from tests.support.seq_clients import model_stats
 from tests.support.sequence_models import SEEN_FIELDS
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.warmup_models import (
     FILE_INPUT0,
     FILE_INPUT1,

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.support.clients import client, index_rows, make_input
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 # INPUT0 FP32 [batch, 4] -> OUTPUT0 FP32 [batch, 4] = INPUT0 * 2
 BATCHED = "batched"

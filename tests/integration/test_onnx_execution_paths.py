@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 ENV = "TRITIUM_ONNX_EXECUTION"
 SWITCH_ENV = "TRITIUM_SWITCH_INTERVAL_US"

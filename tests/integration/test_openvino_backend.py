@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 ov_models = pytest.importorskip("tests.support.openvino_models")
 
 from tests.support.clients import client, index_rows, make_input  # noqa: E402
-from tests.support.server_process import ServerProcess  # noqa: E402
+from testkit.server_process import ServerProcess  # noqa: E402
 
 TYPES = ov_models.TYPES
 BATCH_MODEL = ov_models.BATCH_MODEL

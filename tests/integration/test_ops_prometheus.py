@@ -24,7 +24,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support import clients
 from tests.support.models import build_test_repository
 from tests.support.prometheus_process import INSTALL_HINT, PrometheusProcess, binary
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "tritium.json"

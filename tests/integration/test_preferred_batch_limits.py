@@ -18,7 +18,7 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.stub_procs import wait_until
 
 # SIZE: the total batch size of the execution that answered the request.

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from tests.support.clients import client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.stub_procs import stub_pids, wait_until
 
 PROTOCOLS = ("http", "grpc")

@@ -15,7 +15,7 @@ import pytest
 from tritonclient.utils import InferenceServerException
 
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _CONFIG = """
 name: "{name}"

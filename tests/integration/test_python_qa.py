@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _MODELS = [
     "qa_argv",

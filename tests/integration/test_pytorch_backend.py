@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 torch_models = pytest.importorskip("tests.support.torch_models")
 
 from tests.support.clients import client, index_rows, make_input  # noqa: E402
-from tests.support.server_process import ServerProcess  # noqa: E402
+from testkit.server_process import ServerProcess  # noqa: E402
 
 TYPES = torch_models.TYPES
 BATCH_MODEL = torch_models.BATCH_MODEL

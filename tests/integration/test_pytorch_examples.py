@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support.clients import client, module
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 pytest.importorskip("torch")
 

@@ -16,7 +16,7 @@ import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
 from tests.support.models import RAGGED_MODEL, RAGGED_PREFERRED_BATCH, build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc.aio as grpcaio
 import tritonclient.http.aio as httpaio
 
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _PROBE_PY = """\
 import os

@@ -22,7 +22,7 @@ import pytest
 
 from tests.support.clients import client
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 PROTOCOLS = ("http", "grpc")
 GOOD = "identity_fp32"

@@ -20,7 +20,7 @@ import pytest
 from tests.support import clients
 from tests.support.certs import have_openssl, make_certs
 from tests.support.redis_server import REDIS_SERVER, SKIP_REASON, RedisServer, free_port
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason=SKIP_REASON)
 redis = pytest.importorskip("redis")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from tests.support.models import model_files
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 PROTOCOLS = ("http", "grpc")
 GOOD = "identity_fp32"

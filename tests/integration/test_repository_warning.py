@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 WARNING = "--model-control-mode=explicit leaves the model repository API open on"
 HTTP_RULE = "--http-restricted-api=model-repository:admin-key=secret"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 START, END = 1, 2  # TRITONSERVER_REQUEST_FLAG_SEQUENCE_START / _END
 

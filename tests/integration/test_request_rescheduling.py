@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 PROTOCOLS = ("http", "grpc")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support import clients
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _CONFIG = """\
 backend: "python"

@@ -30,7 +30,7 @@ from tests.support.seq_clients import (
     open_transport,
 )
 from tests.support.sequence_models import SEQ_SHORT_IDLE_US, SEQ_X2_INSTANCES
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MODELS = [
     "seq_echo_direct",

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from tests.support.seq_clients import TRANSPORTS, Transport, expect_error, open_transport, serving
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 MODELS = ["seq_echo_direct", "seq_echo_string", "seq_echo_oldest", "seq_one_slot", "seq_state_py"]

@@ -36,7 +36,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.support import clients
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 VALUES = [11, 7, 5, 3, 2, 0, 1]  # the examples' values
 WAIT_S = 60.0  # upper bound of any single wait for an answer

@@ -23,7 +23,7 @@ from tests.support.sequence_models import (
     SEQ_INITIAL_STATE,
     SEQ_SHORT_IDLE_US,
 )
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 MODELS = ["seq_state_py", "seq_state_file", "seq_state_onnx", "seq_abandon"]
 ABANDONED = 10_000  # sequences started and never ended, per round

@@ -30,7 +30,7 @@ import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input, module
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 

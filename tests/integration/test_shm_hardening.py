@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input, module
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
 
 SHM_DIR = Path("/dev/shm")

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 
 DRAIN_IDLE_DEFAULT = "--http-drain-idle-secs=5"  # the server's default, named
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess, server_command
+from testkit.server_process import ServerProcess, server_command
 from tritonclient.utils import InferenceServerException
 
 START_TIMEOUT_S = 120.0

@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.support import clients
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 BATCHES = {"http": [1, 1, 1, 1, 1, 4], "grpc": [1, 1, 1, 1, 1, 4]}
 RAISES = 3

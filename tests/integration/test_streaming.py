@@ -45,7 +45,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 STREAM_TEST_MODELS = [
     "decoupled_raises",

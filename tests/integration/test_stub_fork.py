@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from tests.support.clients import client, make_input
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 _ADD_SUB = """\
 import numpy as np

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from tests.support.clients import client, make_input
 from tests.support.models import CRASH_X2_INSTANCES, HANG_TIMEOUT_SECS, build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.stub_procs import stub_pids, wait_until
 from tritonclient.utils import InferenceServerException
 

@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support import clients
 from tests.support.ensemble_models import build_ensemble_repository
 from tests.support.otlp_collector import OtlpCollector, Span
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 from tests.support.trace_summary import load, merged, summarize
 
 PROTOCOLS = ["http", "grpc"]

@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 from tests.support.clients import add_sub_inputs, assert_simple_works, client, make_input
 from tests.support.identity_model import IDENTITY_FP32_CONFIG, IDENTITY_FP32_PY
 from tests.support.models import SLOW_SECONDS, build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 PROTOCOLS = ["http", "grpc"]
 _FRESH = 12  # calls on fresh connections per check

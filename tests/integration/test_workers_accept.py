@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.clients import assert_simple_works, client
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 PROTOCOLS = ["http", "grpc"]
 _CLIENTS = 8

@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 from tests.integration.test_access_control import _gate_model, _running
 from tests.support.clients import client, make_input
 from tests.support.models import build_test_repository
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 VICTIM = "127.0.0.1"
 ATTACKERS = 34

@@ -26,7 +26,7 @@ from tests.integration.test_access_control import _gate_model, _in_background, _
 from tests.support.clients import add_sub_inputs, client, make_input
 from tests.support.models import build_test_repository
 from tests.support.relay import Relay
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 PROTOCOLS = ["http", "grpc"]
 BOUND = 2

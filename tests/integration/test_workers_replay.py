@@ -23,7 +23,7 @@ import pytest
 
 from tests.integration.test_workers import _connect, _identity, _wait_workers
 from tests.support.identity_model import IDENTITY_FP32_CONFIG, IDENTITY_FP32_PY
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 UPLOADS = 5
 UPLOAD_BYTES = 8 << 20

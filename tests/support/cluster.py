@@ -21,7 +21,7 @@ from pathlib import Path
 
 from tests.support.prometheus_process import PrometheusProcess
 from tests.support.redis_server import RedisServer, free_port
-from tests.support.server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"

@@ -28,7 +28,7 @@ import tritonclient.http as httpclient
 import tritonclient.http.aio as httpaio
 from .sequence_models import SEEN_FIELDS
 from tritonclient.utils import InferenceServerException
-from .server_process import ServerProcess
+from testkit.server_process import ServerProcess
 
 WAIT_S = 60.0
 TRANSPORTS = ["http", "http_json", "grpc", "grpc_stream", "http_aio", "grpc_aio"]

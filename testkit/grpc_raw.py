@@ -8,12 +8,13 @@ from pathlib import Path
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from bench.process import ServerProcess
+from testkit.server_process import ServerProcess
 
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
 STREAM = SERVICE + "ModelStreamInfer"
 MAX_INPUT = 4 << 20  # the servers' --http-max-input-size: the largest message they accept
+GZIP = [("grpc-encoding", "gzip")]
 # GRPC status codes asserted on the wire.
 OK, CANCELLED, DEADLINE_EXCEEDED, NOT_FOUND = 0, 1, 4, 5
 RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 8, 12, 13
@@ -90,3 +91,39 @@ def simple_request(seed: int = 0, model: str = "simple", rid: str = "") -> bytes
     a = np.arange(16, dtype=np.int32) + seed
     message.raw_input_contents.extend([a.tobytes(), np.full(16, 3, np.int32).tobytes()])
     return message.SerializeToString()
+
+
+def check_simple(payload: bytes, seed: int = 0) -> pb.ModelInferResponse:
+    """The answer to ``simple_request(seed)``: OUTPUT0 = sum, OUTPUT1 = difference."""
+    response = pb.ModelInferResponse.FromString(payload)
+    outputs = {
+        out.name: np.frombuffer(raw, np.int32)
+        for out, raw in zip(response.outputs, response.raw_output_contents, strict=True)
+    }
+    a = np.arange(16, dtype=np.int32) + seed
+    np.testing.assert_array_equal(outputs["OUTPUT0"], a + 3)
+    np.testing.assert_array_equal(outputs["OUTPUT1"], a - 3)
+    return response
+
+
+def fp32_request(model: str, values: np.ndarray, rid: str = "") -> bytes:
+    """ModelInferRequest for an FP32 [-1] test model (identity_fp32, slow)."""
+    message = pb.ModelInferRequest(model_name=model, id=rid)
+    message.inputs.add(name="INPUT0", datatype="FP32", shape=[len(values)])
+    message.raw_input_contents.append(values.astype(np.float32).tobytes())
+    return message.SerializeToString()
+
+
+def fp32_output(response: pb.ModelInferResponse) -> np.ndarray:
+    assert [out.name for out in response.outputs] == ["OUTPUT0"]
+    return np.frombuffer(response.raw_output_contents[0], np.float32)
+
+
+def stream_responses(payloads: list[bytes]) -> list[pb.ModelInferResponse]:
+    """ModelStreamInferResponse payloads -> their infer_responses; none may carry an error."""
+    responses = []
+    for payload in payloads:
+        message = pb.ModelStreamInferResponse.FromString(payload)
+        assert message.error_message == "", message.error_message
+        responses.append(message.infer_response)
+    return responses
