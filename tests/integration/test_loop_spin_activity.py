@@ -33,7 +33,7 @@ def test_requests_in_flight_are_counted_until_answered(example_repo: Path) -> No
         seen = [ACTIVE.requests]
         try:
             running = asyncio.ensure_future(
-                server.infer(_add_sub(np.arange(16, dtype=np.int32)), "decoupled")
+                server.inference.infer(_add_sub(np.arange(16, dtype=np.int32)))
             )
             await asyncio.sleep(0)  # submitted: the stub has it
             seen.append(ACTIVE.requests)
@@ -41,7 +41,7 @@ def test_requests_in_flight_are_counted_until_answered(example_repo: Path) -> No
             assert response.error is None
             seen.append(ACTIVE.requests)
             with pytest.raises(ServerError):  # refused before any model: never counted
-                await server.infer(_add_sub(np.arange(8, dtype=np.int32), dims=8), "decoupled")
+                await server.inference.infer(_add_sub(np.arange(8, dtype=np.int32), dims=8))
             seen.append(ACTIVE.requests)
         finally:
             await server.stop()
