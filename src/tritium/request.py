@@ -98,6 +98,12 @@ class RequestState(enum.Enum):
 _ENDED: Final = (RequestState.DONE, RequestState.CANCELLED, RequestState.FAILED)
 
 
+# ``InferenceRequest.timing`` of a request a backend answered without running it (the
+# Python stub skips an execution whose requests were all cancelled while it waited): not an
+# execution in the statistics.
+NOT_EXECUTED: Final = (-1, -1, -1)
+
+
 class InferenceRequest:
     """The server's state for one inference (Triton core's InferenceRequest).
 

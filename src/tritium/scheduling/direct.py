@@ -24,7 +24,7 @@ from ..backends.base import (
     send_error,
 )
 from ..errors import internal
-from ..request import InferenceRequest
+from ..request import NOT_EXECUTED, InferenceRequest
 from .common import guarded, leaving, limited, rest, runnable
 from .rate_limiter import Gate
 
@@ -158,7 +158,9 @@ class DirectScheduler:
         """Statistics: each request of a group was one execution of its own."""
         for request in group:
             assert request.stats is not None  # set when it was queued
-            request.stats.executed(request.batch_size, request.timing or _NO_TIMING)
+            timing = request.timing
+            if timing != NOT_EXECUTED:  # (the backend skipped it: cancelled while queued)
+                request.stats.executed(request.batch_size, timing or _NO_TIMING)
 
     def _start(self, instance: ModelInstance, group: list[InferenceRequest]) -> None:
         task = asyncio.ensure_future(self._run(instance, group))

@@ -26,7 +26,7 @@ from ... import loop_spin
 from ...errors import ErrorKind, ServerError, cancelled, internal
 from ...logs.settings import about_model
 from ...config.spec import ModelSpec
-from ...request import InferenceRequest
+from ...request import NOT_EXECUTED, InferenceRequest
 from ...types import InferenceResponse
 from ..base import output_tensor, requested_names, send_error
 from . import ipc, shm_tensors
@@ -353,7 +353,14 @@ class PythonInstance:
         # here: the answers are made before anything that waits on the future runs.)
         if loop_spin.ACTIVE.requests > len(requests) and not future.done():
             future.set_result(None)
-        if error is not None:  # the stub's text, as Triton's stub words (and logs) it
+        if error == ipc.NOT_RUN:  # cancelled while queued behind others of its frame
+            gone = cancelled("the request was cancelled")
+            for request in requests:
+                request.timing = NOT_EXECUTED
+            self._answer_unfinished(
+                requests, finished, lambda r: send_error(r, self._version, gone)
+            )
+        elif error is not None:  # the stub's text, as Triton's stub words (and logs) it
             failure = internal(error)
             self._answer_unfinished(
                 requests, finished, lambda r: send_error(r, self._version, failure)

@@ -77,6 +77,16 @@ ResponseWire = tuple[list[tuple[str, SentArray]] | None, str | None, Any]
 # EXEC_DONE entry of one ``execute``: batch id, error message or None, responses or None,
 # the indices of the requests the model released with RESCHEDULE (to run again).
 ExecDone = tuple[int, str | None, list[ResponseWire | None] | None, tuple[int, ...]]
+# EXEC_DONE's error of an execution the stub did not run (``not_run``): its requests were all
+# cancelled while it waited behind the others of its frame.
+NOT_RUN: Final = "\x00not run: cancelled while queued"
+
+
+def not_run(batch_id: int) -> ExecDone:
+    """The EXEC_DONE entry of an execution the stub skipped (``NOT_RUN``)."""
+    return (batch_id, NOT_RUN, None, ())
+
+
 # RESPONSE (a response sender's): batch id, request index, the response or None, final flag.
 ResponseFrame = tuple[int, int, ResponseWire | None, bool]
 

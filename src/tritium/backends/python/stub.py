@@ -329,13 +329,31 @@ class Stub:
         """Several executions sent together (requests that queued up for this instance):
         each is its own ``execute`` call, in order; one frame carries every answer."""
         out = shm_tensors.FrameTensors(self._segments)
-        done = [self.execute(batch_id, wires, buffers, out) for batch_id, wires in executions]
+        done = [
+            ipc.not_run(batch_id)
+            if position and self._all_cancelled(batch_id, len(wires))
+            else self.execute(batch_id, wires, buffers, out)
+            for position, (batch_id, wires) in enumerate(executions)
+        ]
         try:
             self.send(ipc.EXEC_DONE, done, out.buffers)
         except ipc.FrameTooLarge as exc:  # over what the server accepts: say so instead
             out.rollback()
             message = f"the responses could not be sent: {exc}"
             self.send(ipc.EXEC_DONE, [(entry[0], message, None, ()) for entry in done])
+
+    def _all_cancelled(self, batch_id: int, count: int) -> bool:
+        """Whether every request of an execution waiting behind others of its frame was
+        cancelled meanwhile (a CANCEL read now counts): it is not run then, as Triton runs
+        no request cancelled while queued (the server answers them CANCELLED)."""
+        cancelled = self._cancelled
+        if not all((batch_id, i) in cancelled for i in range(count)):
+            self._mux.poll()
+            if not all((batch_id, i) in cancelled for i in range(count)):
+                return False
+        for index in range(count):
+            cancelled.discard((batch_id, index))
+        return True
 
     def _answer_ready(self) -> None:
         """IS_READY's answer, a READY_REPLY: the server may ask again before an answer
