@@ -52,6 +52,7 @@ from .traces import RECEIVED, SENT, identity, sample
 
 
 _EMPTY_FINAL = "triton_enable_empty_final_response"
+_NOBODY: tuple[str | None, str | None] = (None, None)  # the identity of a call that logs nothing
 # ModelStreamInfer's door of the inference call: decoupled models stream, gRPC's stamps.
 STREAM = Door("grpc", None, RECEIVED, SENT)
 
@@ -152,6 +153,7 @@ class StreamSession:
         self._input_done = False
         self._idle: asyncio.Future[None] | None = None
         self._inference = server.inference
+        self._quiet: InferenceCall | None = None  # the messages' shared call (see below)
 
     async def run(self) -> None:
         """Starts the requests ``consume`` left in the inbox until the client half-closes,
@@ -206,8 +208,15 @@ class StreamSession:
         return True
 
     def _inference_call(self, message: pb.ModelInferRequest | None, size: int) -> InferenceCall:
-        """A stream request's call (its trace and access-log line), the model as asked."""
+        """A stream request's call (its trace and access-log line), the model as asked. With
+        neither tracing nor the access log on (``Inference.inline``) a call holds nothing of
+        its request: the stream's messages share one."""
         call = self._call
+        if self._inference.inline():
+            quiet = self._quiet
+            if quiet is None:
+                quiet = self._quiet = self._inference.call(STREAM, call.peer, 0, _NOBODY, True)
+            return quiet
         inference_call = self._inference.call(STREAM, call.peer, size, identity(call), True)
         if message is not None:
             inference_call.asked(message.model_name, message.model_version, message.id)
@@ -227,7 +236,8 @@ class StreamSession:
         try:
             if isinstance(client, ServerError):
                 raise client
-            sample(inference_call, client, self._call)
+            if inference_call is not self._quiet:  # (a shared call samples nothing)
+                sample(inference_call, client, self._call)
             request = self._inference.prepare(client, inference_call)  # the one lookup
         except ServerError as exc:
             inference_call.sent(0, 0)
