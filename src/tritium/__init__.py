@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
 
+from . import _lazy_client
+
 PURE_ENV = "TRITIUM_PURE_PYTHON"
 _MANIFEST = Path(__file__).with_name("_native.json")
 _PACKAGE_ROOT = Path(__file__).parent
@@ -110,6 +112,7 @@ def describe_build() -> str:
 
 
 _guard()
+_lazy_client.defer()  # Triton's protobuf messages without the gRPC client library
 
 __version__ = "0.1.0"
 # The Triton release whose protocols tritium speaks; reported by server metadata.

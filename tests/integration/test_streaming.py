@@ -1121,3 +1121,12 @@ def test_http_async_infer(srv: ServerProcess) -> None:
             check_simple(result, *sent[i])
     finally:
         client.close()
+
+
+def test_the_server_process_does_not_load_the_grpc_library(srv: ServerProcess) -> None:
+    """tritium's gRPC transport is its own: serving gRPC (unary and streams, above) never
+    loads the gRPC client library's native module into the server (``_lazy_client.py``)."""
+    _stream_still_works(srv)
+    maps = Path(f"/proc/{srv.proc.pid}/maps").read_text()
+    assert "cygrpc" not in maps, "the server loaded grpc's native module"
+    assert "onnxruntime" in maps or "numpy" in maps  # (the maps are the server's own)
