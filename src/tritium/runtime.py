@@ -20,7 +20,7 @@ from .frontends.http.app import HttpApp
 from .frontends.http.metrics_app import MetricsApp
 from .frontends.http.limits import HttpLimits
 from .frontends.http.listener import HttpListener, https_context, serve_http
-from .frontends.sockets import BindError, Endpoint, bind, bound_port, port_collision
+from .frontends.sockets import BACKLOG, BindError, Endpoint, bind, bound_port, port_collision
 from .options import ServerOptions
 from .countdown import ExitCountdown
 from .server import InferenceServer
@@ -229,10 +229,12 @@ def endpoints(options: ServerOptions) -> dict[str, Endpoint]:
 async def bind_all(
     options: ServerOptions, reuse_group: bool = False
 ) -> dict[str, list[socket.socket]]:
-    """Listen on every enabled front-end's address, before any model loads; raises OSError
-    (``BindError``: the message names the flag and the address). ``reuse_group``: bind every
-    socket with SO_REUSEPORT and do not listen (``--worker-sockets reuseport``: the workers
-    listen on the ports, each with a socket of its own)."""
+    """Bind every enabled front-end's address, before any model loads (a port in use stops
+    the start at once); raises OSError (``BindError``: the message names the flag and the
+    address). The sockets do not listen yet: a connection is refused until the server serves
+    (``_serve``), as Triton's ports open once its startup models are loaded. ``reuse_group``:
+    bind every socket with SO_REUSEPORT (``--worker-sockets reuseport``: the workers listen on
+    the ports, each with a socket of its own)."""
     wanted = endpoints(options)
     collision = port_collision(list(wanted.values()))
     if collision:
@@ -241,10 +243,8 @@ async def bind_all(
     bound: dict[str, list[socket.socket]] = {}
     try:
         for name, endpoint in wanted.items():
-            if reuse_group:
-                bound[name] = await bind(endpoint, True, listen=False)
-            else:
-                bound[name] = await bind(endpoint, reuse.get(name, False))
+            reuse_port = True if reuse_group else reuse.get(name, False)
+            bound[name] = await bind(endpoint, reuse_port, listen=False)
     except BaseException:
         _close(bound)
         raise
@@ -279,6 +279,9 @@ async def _serve(
         balance.publish(0)  # accepting from now on
     where = endpoints(options)
     ports = {name: bound_port(socks) for name, socks in bound.items()}
+    for socks in bound.values():  # bound before the models loaded; connections from now on
+        for sock in socks:
+            sock.listen(BACKLOG)
     listeners: list[HttpListener] = []
     if "http" in bound:
         limits = HttpLimits.from_options(options)

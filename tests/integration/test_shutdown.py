@@ -11,6 +11,7 @@ import http.client
 import json
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -317,3 +318,37 @@ def test_sigint_during_the_startup_load(tmp_path: Path, hang: bool) -> None:
     else:
         assert marker.read_text() == "finalized", log
         _assert_core_lines(log)
+
+
+def test_ports_refuse_connections_until_the_startup_models_are_loaded(tmp_path: Path) -> None:
+    """As Triton's: the ports are bound before the models load (a port in use stops the start
+    at once) but accept connections only once the startup models are loaded, so a client
+    polling for readiness is refused during the load instead of hanging in a backlog."""
+    root, marker = tmp_path / "repo", tmp_path / "finalized"
+    extra = f'parameters {{ key: "MARKER" value {{ string_value: "{marker}" }} }}'
+    _write(root, "slow_load", _SLOW_LOAD_PY, extra)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = server_command([root], f"--http-port={port}")
+    with open(tmp_path / "server.log", "wb") as log_file:
+        proc = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + TIMEOUT_S
+            while not _children(proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)  # the model's stub process started: its load is under way
+            assert _children(proc.pid), (tmp_path / "server.log").read_text()
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S).close()
+            status = None
+            while status != 200 and time.monotonic() < deadline:
+                try:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT_S)
+                    status, _ = _infer(conn, "slow_load", [1.0, 2.0])
+                    conn.close()
+                except ConnectionRefusedError:
+                    time.sleep(0.1)  # still loading
+            assert status == 200, (tmp_path / "server.log").read_text()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=TIMEOUT_S)
