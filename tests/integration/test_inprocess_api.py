@@ -133,6 +133,20 @@ def test_explicit_load_and_unload(repo: Path) -> None:
         server.ready()
 
 
+def test_start_again_after_stop(repo: Path) -> None:
+    server = ts.Server(
+        model_repository=str(repo),
+        model_control_mode=ts.ModelControlMode.EXPLICIT,
+        startup_models=["simple"],
+    )
+    for _ in range(2):
+        server.start(wait_until_ready=True, timeout=WAIT_S)
+        np.testing.assert_array_equal(_simple(server)["OUTPUT1"], SIMPLE_IN * 0)
+        server.stop()
+        with pytest.raises(ts.InvalidArgumentError, match="Server not started"):
+            server.ready()
+
+
 def test_metrics(server: ts.Server) -> None:
     _simple(server)
     text = server.metrics()
@@ -315,8 +329,36 @@ def test_blocking_call_on_the_server_loop_is_refused(server: ts.Server) -> None:
         except ts.TritonError as exc:
             result.put(exc)
 
+    def infer_on_loop() -> None:
+        try:
+            server.model("simple").infer(inputs={"INPUT0": SIMPLE_IN, "INPUT1": SIMPLE_IN})
+            result.put(True)
+        except ts.TritonError as exc:
+            result.put(exc)
+
     loop.soon(on_loop)
     assert isinstance(result.get(timeout=WAIT_S), ts.UnsupportedError)
+    loop.soon(infer_on_loop)
+    assert isinstance(result.get(timeout=WAIT_S), ts.UnsupportedError)
+    assert server.ready()  # the loop goes on
+
+
+def test_callers_loop_closed_while_waiting(server: ts.Server) -> None:
+    """A caller's loop that closes while a response is on its way: the server goes on."""
+
+    async def leave_early() -> None:
+        iterator = server.model("cancellable").async_infer(inputs={"IN": np.array([0], np.int32)})
+        await iterator.__anext__()
+        with pytest.raises(TimeoutError):  # a wait cut short: its waiter is dropped
+            await asyncio.wait_for(_forever(iterator), 0.05)
+        iterator.cancel()
+
+    async def _forever(iterator: ts.AsyncResponseIterator) -> None:
+        async for _ in iterator:
+            pass
+
+    asyncio.run(leave_early())
+    assert _simple(server)["OUTPUT0"].shape == (1, 16)
 
 
 # -- Tensor --------------------------------------------------------------------------------------

@@ -100,7 +100,10 @@ class AsyncSink(Generic[Item]):
             self._items.append(item)
             waiter, self._waiter = self._waiter, None
         if waiter is not None:
-            waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            try:
+                waiter.get_loop().call_soon_threadsafe(_wake, waiter)
+            except RuntimeError:  # the caller's loop is closed: nobody waits any more
+                pass
 
     async def get(self) -> Item:
         while True:

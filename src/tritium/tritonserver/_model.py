@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._enums import ModelBatchFlag, ModelTxnPropertyFlag
+from ._errors import UnsupportedError
 from ._loop import AsyncSink, ThreadSink
 from ._request import InferenceRequest
 from ._response import AsyncResponseIterator, Handle, Item, ResponseIterator
@@ -60,6 +61,10 @@ class Model:
         )
         client = request._client()
         loop = self._server._loop_or_raise()
+        if loop.on_loop():
+            raise UnsupportedError(
+                "infer() on the server's own event loop thread would deadlock: use async_infer"
+            )
         handle = Handle(ThreadSink[Item](), announce=True)
         iterator = ResponseIterator(self, loop, handle, request, raise_on_error)
         self._server._dispatch(client, handle)
