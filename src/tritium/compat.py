@@ -2,9 +2,8 @@
 ``import tritonserver`` and ``import tritonfrontend`` give ``tritium.tritonserver`` and
 ``tritium.tritonfrontend``, so a script written for Triton's in-process API runs unchanged.
 
-It never shadows the real packages: a name is served only when no installed package
-provides it (``importlib.util.find_spec`` finds none at ``install()``), and the finder is
-appended to ``sys.meta_path``, after every other finder. Nothing happens on import of this
+It never shadows the real packages: a name (and its submodules) is served only when no
+installed package provides it (``importlib.util.find_spec`` finds none at ``install()``). Nothing happens on import of this
 module; ``uninstall()`` removes the finder (modules already imported stay imported)."""
 
 from __future__ import annotations
@@ -42,7 +41,10 @@ class _AliasLoader(importlib.abc.Loader):
 
 
 class AliasFinder(importlib.abc.MetaPathFinder):
-    """Finds the Triton names that no installed package provides (``served``)."""
+    """Finds the Triton names that no installed package provides (``served``), and their
+    submodules as tritium's (``tritonserver._api._response`` is
+    ``tritium.tritonserver._api._response``, the same module object: no second copy of a
+    class)."""
 
     def __init__(self, served: dict[str, str]) -> None:
         self.served = served
@@ -53,10 +55,14 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         path: Sequence[str] | None,
         target: ModuleType | None = None,
     ) -> importlib.machinery.ModuleSpec | None:
-        alias = self.served.get(fullname)
+        top, dot, rest = fullname.partition(".")
+        alias = self.served.get(top)
         if alias is None:
             return None
-        return importlib.util.spec_from_loader(fullname, _AliasLoader(alias))
+        name = alias + dot + rest  # tritonserver._api._server -> tritium.tritonserver._api...
+        if dot and importlib.util.find_spec(name) is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, _AliasLoader(name))
 
 
 def _installed() -> AliasFinder | None:
@@ -81,7 +87,10 @@ def install() -> list[str]:
         or name not in sys.modules
         and importlib.util.find_spec(name) is None
     }
-    sys.meta_path.append(AliasFinder(served))
+    # First, so that a submodule (``tritonserver._api``) is tritium's module rather than a
+    # second copy the path finder would load under the alias's name; it answers only for
+    # the names no installed package provided when install() ran.
+    sys.meta_path.insert(0, AliasFinder(served))
     return sorted(served)
 
 

@@ -45,6 +45,19 @@ def test_install_serves_triton_names() -> None:
     assert lines[2] == "tritium.tritonserver"  # tritium's own spec kept
 
 
+def test_submodules_are_tritiums_own() -> None:
+    out = _run(
+        "import tritium.compat\n"
+        "tritium.compat.install()\n"
+        "import tritonserver._api._response\n"
+        "from tritonserver._api._server import Server\n"
+        "import tritium.tritonserver as ours\n"
+        "print(tritonserver._api._response.InferenceResponse is ours.InferenceResponse,"
+        " Server is ours.Server)\n"
+    )
+    assert out == "True True"
+
+
 def test_a_real_package_is_never_shadowed(tmp_path: Path) -> None:
     real = tmp_path / "tritonserver"
     real.mkdir()
