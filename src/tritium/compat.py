@@ -3,8 +3,9 @@
 ``tritium.tritonfrontend``, so a script written for Triton's in-process API runs unchanged.
 
 It never shadows the real packages: a name (and its submodules) is served only when no
-installed package provides it (``importlib.util.find_spec`` finds none at ``install()``). Nothing happens on import of this
-module; ``uninstall()`` removes the finder (modules already imported stay imported)."""
+installed package provides it (``importlib.util.find_spec`` finds none at ``install()``).
+Nothing happens on import of this module; ``uninstall()`` removes the finder (modules
+already imported stay imported)."""
 
 from __future__ import annotations
 

@@ -224,6 +224,45 @@ def test_errors_are_triton_classes(server: ts.Server) -> None:
     assert issubclass(ts.CancelledError, ts.UnknownError)
 
 
+def test_error_response(server: ts.Server) -> None:
+    value = np.ones(2, np.float32)
+    (response,) = list(
+        server.model("error_response").infer(inputs={"INPUT0": value}, raise_on_error=False)
+    )
+    assert response.final and isinstance(response.error, ts.TritonError)
+    assert "bad things" in str(response.error.args[0])
+    assert response.error.args[-1] is response  # as Triton's: the error carries its response
+    with pytest.raises(ts.TritonError, match="bad things"):
+        list(server.model("error_response").infer(inputs={"INPUT0": value}))
+
+
+def test_fp16_and_bf16(server: ts.Server) -> None:
+    half = np.random.rand(100).astype(np.float16)
+    (response,) = list(server.model("identity_fp16").infer(inputs={"INPUT0": half}))
+    np.testing.assert_array_equal(np.from_dlpack(response.outputs["OUTPUT0"]), half)
+    bf16 = ts.DataType.BF16
+    import ml_dtypes
+
+    values = np.array([1.5, -2.0], dtype=ml_dtypes.bfloat16)
+    (response,) = list(server.model("identity_bf16").infer(inputs={"INPUT0": values}))
+    out = response.outputs["OUTPUT0"]
+    assert out.data_type is bf16
+    np.testing.assert_array_equal(np.asarray(out), values)  # numpy interop keeps bfloat16
+    with pytest.raises(ts.UnsupportedError, match="BF16"):
+        np.from_dlpack(out)  # numpy has no DLPack bfloat16
+
+
+def test_cancel_after_stop_is_harmless(repo: Path) -> None:
+    server = ts.Server(
+        model_repository=str(repo),
+        model_control_mode=ts.ModelControlMode.EXPLICIT,
+        startup_models=["square_int32"],
+    ).start(wait_until_ready=True)
+    iterator = server.model("square_int32").infer(inputs={"IN": np.array([2], np.int32)})
+    server.stop()
+    iterator.cancel()
+
+
 def test_response_queue(server: ts.Server) -> None:
     responses: queue.SimpleQueue[ts.InferenceResponse] = queue.SimpleQueue()
     inputs = {"INPUT0": SIMPLE_IN, "INPUT1": SIMPLE_IN}

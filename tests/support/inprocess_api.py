@@ -1,7 +1,8 @@
 """The repository the in-process API's tests serve (tests/integration/test_inprocess_api.py,
 test_inprocess_doors.py): ``simple`` (the examples' ONNX add/sub), ``add_sub_python`` (the
 examples' Python add/sub), ``square_int32`` (the examples' decoupled Python model: IN=n sends
-n responses), ``text_echo`` (BYTES), ``parameters_echo``, and ``cancellable``: a decoupled
+n responses), ``text_echo`` (BYTES), ``parameters_echo``, ``error_response`` (an INTERNAL error
+response), ``identity_bf16`` and ``identity_fp16``, and ``cancellable``: a decoupled
 Python model that sends a response every 20 ms until it is cancelled (then a CANCELLED error)
 or 10 s have passed."""
 
@@ -57,7 +58,9 @@ def api_repository(root: Path) -> Path:
     write_repository(root)  # simple, split
     for name in ("add_sub_python", "square_int32"):
         shutil.copytree(EXAMPLES / name, root / name)
-    build_test_repository(root, ["text_echo", "parameters_echo"])
+    build_test_repository(
+        root, ["text_echo", "parameters_echo", "error_response", "identity_bf16", "identity_fp16"]
+    )
     (root / "cancellable" / "1").mkdir(parents=True)
     (root / "cancellable" / "config.pbtxt").write_text(CANCELLABLE_CONFIG)
     (root / "cancellable" / "1" / "model.py").write_text(CANCELLABLE_PY)

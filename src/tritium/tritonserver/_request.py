@@ -87,7 +87,7 @@ def _input(name: str, value: Any) -> _CoreTensor:
         wire = _Wire.from_numpy(value.dtype)
         if wire is None:
             raise InvalidArgumentError(f"input '{name}': numpy dtype {value.dtype} not supported")
-        return _CoreTensor(name, wire, value.shape, value)
+        return _CoreTensor(name, wire, value.shape, np.ascontiguousarray(value))
     tensor = Tensor._from_object(value)
     wire = TO_WIRE.get(tensor.data_type)
     if wire is None:

@@ -87,17 +87,20 @@ class Handle:
 
 
 def convert(model: Model, item: tuple[_CoreResponse | None, bool]) -> InferenceResponse:
+    """The caller's response for tritium's (an error's ``args`` end with the response, as
+    Triton's do)."""
     response, final = item
     if response is None:
         return InferenceResponse(model, final=final)
-    error = triton_error(response.error) if response.error is not None else None
-    if error is not None:
-        error.args += (response,)
     outputs = {t.name: Tensor._from_values(t.datatype, t.shape, t.data) for t in response.outputs}
     parameters = dict(response.parameters)
     version = int(response.model_version) if response.model_version else model.version
     served = model._served(response.model_name, version)
-    return InferenceResponse(served, response.id or None, parameters, outputs, error, None, final)
+    result = InferenceResponse(served, response.id or None, parameters, outputs, None, None, final)
+    if response.error is not None:
+        result.error = triton_error(response.error)
+        result.error.args += (result,)
+    return result
 
 
 class _Iterator:
@@ -114,7 +117,10 @@ class _Iterator:
         """Cancel the request: a queued one is dropped, a running model is told
         (``is_cancelled()``); the iterator ends with a CANCELLED error response."""
         if not self._complete:
-            self._loop.soon(self._handle.cancel)
+            try:
+                self._loop.soon(self._handle.cancel)
+            except RuntimeError:  # the server has stopped: the request is over
+                pass
 
     def _taken(self, response: InferenceResponse) -> InferenceResponse:
         self._complete = response.final

@@ -111,7 +111,10 @@ class Server:
             raise InvalidArgumentError(_NOT_STARTED)
         try:
             for frontend in list(self._frontends):
-                frontend.stop()
+                try:
+                    frontend.stop()
+                except TritonError:  # its listener is closed with the loop below
+                    self._frontends.remove(frontend)
             loop.call(core.stop())
         finally:
             if self._log is not None:

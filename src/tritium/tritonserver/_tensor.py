@@ -89,17 +89,22 @@ class Tensor:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         """numpy interop (``numpy.asarray(tensor)``): a view for numeric tensors, the
         elements (``to_bytes_array``) for BYTES."""
-        array = self.to_bytes_array() if self.data_type == DataType.BYTES else self._array()
+        if self.data_type == DataType.BYTES:
+            array = self.to_bytes_array()
+        else:
+            array = self._array(dlpack=False)
         return array if dtype is None else array.astype(dtype, copy=bool(copy))
 
-    def _array(self) -> np.ndarray:
+    def _array(self, dlpack: bool = True) -> np.ndarray:
+        """A view of the data in the tensor's type and shape (``dlpack``: one numpy can
+        export: BF16 cannot be, numpy has no DLPack bfloat16)."""
         wire = TO_WIRE.get(self.data_type)
         if wire is None or wire is _Wire.BYTES:
             raise InvalidArgumentError(
                 f"Unsupported Triton server data type. Can't convert {self.data_type!r} to "
                 "DLPack data type"
             )
-        if wire is _Wire.BF16:
+        if dlpack and wire is _Wire.BF16:
             raise UnsupportedError("DLPack export of BF16 tensors is not supported by tritium")
         view = self.memory_buffer._bytes().view(wire.dtype)
         return view.reshape(tuple(int(d) for d in self.shape))
@@ -192,7 +197,7 @@ class Tensor:
         object array of bytes (BYTES)."""
         if self.data_type == DataType.BYTES:
             return self.to_bytes_array()
-        return self._array()
+        return self._array(dlpack=False)
 
     @staticmethod
     def _from_values(data_type: _Wire, shape: Sequence[int], data: np.ndarray) -> Tensor:
