@@ -258,9 +258,15 @@ def test_cancel_after_stop_is_harmless(repo: Path) -> None:
         model_control_mode=ts.ModelControlMode.EXPLICIT,
         startup_models=["square_int32"],
     ).start(wait_until_ready=True)
-    iterator = server.model("square_int32").infer(inputs={"IN": np.array([2], np.int32)})
+    model = server.model("square_int32")
+    iterator = model.infer(inputs={"IN": np.array([2], np.int32)})
+    loop = server._loop_or_raise()
     server.stop()
     iterator.cancel()
+    with pytest.raises(ts.InvalidArgumentError, match="Server not started"):
+        model.infer(inputs={"IN": np.array([2], np.int32)})
+    with pytest.raises(ts.UnavailableError, match="stopping"):
+        loop.soon(print)  # a stopped loop schedules nothing that could never run
 
 
 def test_response_queue(server: ts.Server) -> None:

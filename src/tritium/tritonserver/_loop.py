@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from ._errors import UnsupportedError
+from ._errors import UnavailableError, UnsupportedError
 
 T = TypeVar("T")
 Item = TypeVar("Item")
@@ -37,6 +37,10 @@ class ServerLoop:
 
     def __init__(self) -> None:
         self.loop = _new_loop()
+        # Set once ``close`` began: nothing more is scheduled, so that everything scheduled
+        # runs before the loop stops (a caller never waits for a callback that cannot run).
+        self._closing = False
+        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="tritium-server", daemon=True)
         self._thread.start()
 
@@ -58,15 +62,26 @@ class ServerLoop:
                 "a blocking in-process API call from the server's own event loop thread would "
                 "deadlock: call it from another thread, or use async_infer"
             )
-        return asyncio.run_coroutine_threadsafe(work, self.loop).result(timeout)
+        with self._lock:
+            if self._closing:
+                work.close()
+                raise UnavailableError("the in-process server is stopping")
+            future = asyncio.run_coroutine_threadsafe(work, self.loop)
+        return future.result(timeout)
 
     def soon(self, callback: Callable[..., None], *args: Any) -> None:
-        self.loop.call_soon_threadsafe(callback, *args)
+        """Run ``callback(*args)`` on the loop; UnavailableError once the server stops."""
+        with self._lock:
+            if self._closing:
+                raise UnavailableError("the in-process server is stopping")
+            self.loop.call_soon_threadsafe(callback, *args)
 
     def close(self) -> None:
-        if self.loop.is_closed():
-            return
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            self.loop.call_soon_threadsafe(self.loop.stop)
         if not self.on_loop():
             self._thread.join()
             self.loop.close()

@@ -119,7 +119,7 @@ class _Iterator:
         if not self._complete:
             try:
                 self._loop.soon(self._handle.cancel)
-            except RuntimeError:  # the server has stopped: the request is over
+            except TritonError:  # the server has stopped: the request is over
                 pass
 
     def _taken(self, response: InferenceResponse) -> InferenceResponse:
