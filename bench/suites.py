@@ -45,6 +45,7 @@ SUITES: tuple[Suite, ...] = (
     Suite("workers", "bench.workers", "--workers 1/2/3: throughput, CPU, latency, memory"),
     Suite("backends", "bench.backends", "ONNX Runtime, PyTorch, OpenVINO served vs in-process"),
     Suite("onnx-inline", "bench.onnx_inline", "ONNX inline vs thread vs auto, fast/throttled CPU"),
+    Suite("inprocess", "bench.inprocess", "in-process infer (tritonserver API) vs HTTP and gRPC"),
     Suite("inline-policy", "bench.costly_inline", "how long one costly request blocks others"),
     # Floors and micro-benchmarks (no model, or no server).
     Suite("grpc-transport", "bench.grpc_transport_cpu", "gRPC transport CPU per call, in memory"),

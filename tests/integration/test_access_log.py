@@ -198,9 +198,7 @@ def test_no_tensor_value_reaches_the_log(plain: tuple[Any, Path]) -> None:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_the_identity_is_named_and_no_secret_is(
-    guarded: tuple[Any, Path], protocol: str
-) -> None:
+def test_the_identity_is_named_and_no_secret_is(guarded: tuple[Any, Path], protocol: str) -> None:
     proc, path = guarded
     key = "infer-key" if protocol == "http" else "triton-grpc-protocol-infer-key"
     headers = {"authorization": f"Bearer {TOKEN}", key: KEY}

@@ -87,7 +87,10 @@ def test_tritium_exports_the_counters_the_rule_reads(exported: dict[str, dict[st
 def test_promtool_checks_the_rule() -> None:
     done = subprocess.run(
         [str(binary("promtool")), "check", "rules", str(RULES)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
 
@@ -95,16 +98,21 @@ def test_promtool_checks_the_rule() -> None:
 def test_the_ratio_per_pod(exported: dict[str, dict[str, str]], tmp_path: Path) -> None:
     """Pod a queues 500 µs/s for 1000 µs/s of compute (0.5), pod b 2000 for 1000 (2.0), pod c
     is idle (0, not NaN); samples every 15 s, as a ServiceMonitor would scrape."""
-    pods = {"a": ("0+7500x40", "0+15000x40"), "b": ("0+30000x40", "0+15000x40"),
-            "c": ("0x40", "0x40")}
+    pods = {
+        "a": ("0+7500x40", "0+15000x40"),
+        "b": ("0+30000x40", "0+15000x40"),
+        "c": ("0x40", "0x40"),
+    }
     inputs = []
     for pod, (queue, compute) in pods.items():
         where = {"namespace": "ml", "pod": f"tritium-{pod}", "job": "tritium"}
         inputs.append(_series(_QUEUE, {**exported[_QUEUE], **where}, queue))
         inputs.append(_series(_COMPUTE, {**exported[_COMPUTE], **where}, compute))
     expected = [
-        {"labels": f'tritium:queue_compute_ratio{{namespace="ml",pod="tritium-{pod}"}}',
-         "value": value}
+        {
+            "labels": f'tritium:queue_compute_ratio{{namespace="ml",pod="tritium-{pod}"}}',
+            "value": value,
+        }
         for pod, value in (("a", 0.5), ("b", 2.0), ("c", 0))
     ]
     tests = {
@@ -115,8 +123,11 @@ def test_the_ratio_per_pod(exported: dict[str, dict[str, str]], tmp_path: Path) 
                 "interval": "15s",
                 "input_series": inputs,
                 "promql_expr_test": [
-                    {"expr": "tritium:queue_compute_ratio", "eval_time": "5m",
-                     "exp_samples": expected},
+                    {
+                        "expr": "tritium:queue_compute_ratio",
+                        "eval_time": "5m",
+                        "exp_samples": expected,
+                    },
                 ],
             }
         ],
@@ -125,6 +136,9 @@ def test_the_ratio_per_pod(exported: dict[str, dict[str, str]], tmp_path: Path) 
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     done = subprocess.run(
         [str(binary("promtool")), "test", "rules", str(path)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr

@@ -200,8 +200,12 @@ def _run_sequence(client: Any, protocol: str, sequence_id: int, routed: bool) ->
         value = np.array([[step]], np.int32)  # a batch of one
         inputs = [clients.make_input(protocol, "INPUT0", value, "INT32")]
         result = client.infer(
-            "accumulate", inputs, sequence_id=sequence_id, sequence_start=step == 1,
-            sequence_end=step == 4, headers=headers,
+            "accumulate",
+            inputs,
+            sequence_id=sequence_id,
+            sequence_start=step == 1,
+            sequence_end=step == 4,
+            headers=headers,
         )
         totals.append(int(result.as_numpy("OUTPUT0").reshape(-1)[0]))
     return totals
@@ -231,8 +235,11 @@ def test_a_grpc_stream_stays_on_one_replica(balancer: dict[str, str]) -> None:
                 value = np.array([[step * (sequence_id - base)]], np.int32)
                 inputs[0].set_data_from_numpy(value)
                 client.async_stream_infer(
-                    "accumulate", inputs, sequence_id=sequence_id,
-                    sequence_start=step == 1, sequence_end=step == 4,
+                    "accumulate",
+                    inputs,
+                    sequence_id=sequence_id,
+                    sequence_start=step == 1,
+                    sequence_end=step == 4,
                 )
         got = [answers.get(timeout=30) for _ in range(12)]
     finally:

@@ -339,9 +339,7 @@ def test_reuse_grpc_port_lets_a_second_socket_bind_it(server: ServerProcess) -> 
 
 def test_two_servers_share_the_grpc_port(server: ServerProcess, options_repo: Path) -> None:
     port = str(server.ports["grpc"])
-    second = ServerProcess(
-        [options_repo], "--reuse-grpc-port", "--grpc-port", port
-    )
+    second = ServerProcess([options_repo], "--reuse-grpc-port", "--grpc-port", port)
     try:
         assert second.ports["grpc"] == server.ports["grpc"]
         for _ in range(4):  # the kernel spreads new connections over both listeners

@@ -454,9 +454,7 @@ def test_logging_is_tritons_restricted_group_and_audited(
 def verbose(repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Path]]:
     """A server started with --log-verbose=1, logging to its own file."""
     path = tmp_path_factory.mktemp("verbose") / "verbose.log"
-    proc = ServerProcess(
-        [repo], "--exit-on-error=false", "--log-verbose=1", f"--log-file={path}"
-    )
+    proc = ServerProcess([repo], "--exit-on-error=false", "--log-verbose=1", f"--log-file={path}")
     yield proc, path
     proc.stop()
 

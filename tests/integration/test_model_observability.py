@@ -28,7 +28,7 @@ PROTOCOLS = ("http", "grpc")
 MODEL = "obs_model"
 TIMEOUT_S = 30.0
 
-MODEL_PY = textwrap.dedent('''
+MODEL_PY = textwrap.dedent("""
     import numpy as np
     import triton_python_backend_utils as pb_utils
 
@@ -76,9 +76,9 @@ MODEL_PY = textwrap.dedent('''
                     output_tensors=[pb_utils.Tensor("OUTPUT0", np.array([count], np.float32))]
                 ))
             return responses
-''')
+""")
 
-FLOOD_PY = textwrap.dedent('''
+FLOOD_PY = textwrap.dedent("""
     import numpy as np
     import triton_python_backend_utils as pb_utils
 
@@ -94,9 +94,9 @@ FLOOD_PY = textwrap.dedent('''
                     output_tensors=[pb_utils.Tensor("OUTPUT0", np.array([n], np.float32))]
                 ))
             return responses
-''')
+""")
 
-CONFLICT_PY = textwrap.dedent('''
+CONFLICT_PY = textwrap.dedent("""
     import triton_python_backend_utils as pb_utils
 
 
@@ -106,7 +106,7 @@ CONFLICT_PY = textwrap.dedent('''
 
         def execute(self, requests):
             return []
-''')
+""")
 
 
 def _line_of(marker: str) -> int:

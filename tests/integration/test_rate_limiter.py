@@ -141,9 +141,7 @@ async def _all_at_once(protocol: str, proc: ServerProcess, wait: float, each: in
         await client.close()
 
 
-def test_models_sharing_a_resource_never_run_at_once(
-    limited: ServerProcess, protocol: str
-) -> None:
+def test_models_sharing_a_resource_never_run_at_once(limited: ServerProcess, protocol: str) -> None:
     seen = asyncio.run(_all_at_once(protocol, limited, 0.2, CONCURRENT))
     assert seen == [0] * (CONCURRENT * len(MODELS))
 

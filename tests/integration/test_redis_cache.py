@@ -106,9 +106,9 @@ def _infer(
     """One inference, checked: the answer is right whatever the cache did (x * 2, or x *
     ``scale`` sent as the request's parameter ``scale`` to the ``scaled`` model)."""
     http = protocol == "http"  # a hung inference fails the test instead of hanging it
-    client = clients.client(protocol, server.url(protocol), **(
-        {"network_timeout": 60.0} if http else {}
-    ))
+    client = clients.client(
+        protocol, server.url(protocol), **({"network_timeout": 60.0} if http else {})
+    )
     kwargs: dict[str, Any] = {} if http else {"client_timeout": 60.0}
     if scale is not None:
         kwargs["parameters"] = {"scale": scale}
@@ -151,7 +151,7 @@ def _metric(server: ServerProcess, name: str, model: str) -> str:
         text = response.read().decode()
     prefix = f'{name}{{model="{model}",version="1"}} '
     (line,) = [line for line in text.splitlines() if line.startswith(prefix)]
-    return line[len(prefix):]
+    return line[len(prefix) :]
 
 
 def test_an_entry_stored_by_one_server_is_a_hit_on_another(
@@ -166,10 +166,18 @@ def test_an_entry_stored_by_one_server_is_a_hit_on_another(
     for _ in range(3):
         _infer(second, protocol, model, x)
     assert _stats(first, model) == {
-        "hits": 0, "misses": 1, "executions": 1, "successes": 1, "failures": 0
+        "hits": 0,
+        "misses": 1,
+        "executions": 1,
+        "successes": 1,
+        "failures": 0,
     }
     assert _stats(second, model) == {
-        "hits": 3, "misses": 0, "executions": 0, "successes": 3, "failures": 0
+        "hits": 3,
+        "misses": 0,
+        "executions": 0,
+        "successes": 3,
+        "failures": 0,
     }
     assert _metric(second, "nv_cache_num_hits_per_model", model) == "3"
     assert _metric(first, "nv_cache_num_misses_per_model", model) == "1"
@@ -188,8 +196,15 @@ def test_an_entry_that_is_not_tritium_s_is_a_miss(
     _wait_for(lambda: set(client.keys("tritium:cache:v1:*")) - earlier, "the entry in Redis")
     (key,) = set(client.keys("tritium:cache:v1:*")) - earlier
     forged = (
-        b"TRC1" + struct.pack("<H", 1) + struct.pack("<H", 7) + b"OUTPUT0" + struct.pack("<B", 4)
-        + b"FP32" + struct.pack("<B", 1) + struct.pack("<q", 1000) + struct.pack("<Q", 8)
+        b"TRC1"
+        + struct.pack("<H", 1)
+        + struct.pack("<H", 7)
+        + b"OUTPUT0"
+        + struct.pack("<B", 4)
+        + b"FP32"
+        + struct.pack("<B", 1)
+        + struct.pack("<q", 1000)
+        + struct.pack("<Q", 8)
         + b"\0" * 8
     )
     try:

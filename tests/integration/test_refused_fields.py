@@ -106,8 +106,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     _write(root, LINE_MODEL, line_model)
     for name, (source, platform) in BAD_PLATFORMS.items():
         files = _variant(source, name, "")
-        config = re.sub(r'(backend|platform): "[^"]*"', f'platform: "{platform}"',
-                        str(files["config.pbtxt"]))
+        config = re.sub(
+            r'(backend|platform): "[^"]*"', f'platform: "{platform}"', str(files["config.pbtxt"])
+        )
         files["config.pbtxt"] = config
         _write(root, name, files)
     return root

@@ -945,19 +945,29 @@ def test_generate_missing_input_is_a_json_400(srv: ServerProcess) -> None:
 
 # (body, the text Triton's generate endpoint answers; L0_http generate_endpoint_test.py)
 _GENERATE_REFUSED = [
-    (b'{"text_input": "a", "stream": false, "text_input": "b"}',
-     "input 'text_input' already exists in request"),
-    (b'{"text_input": "a", "parameters": {"text_input": "b"}}',
-     "Converting keyword: 'parameters': input 'text_input' already exists in request"),
-    (b'{"text_\\u0069nput": "a", "text_input": "b"}',  # the same key, escaped
-     "input 'text_input' already exists in request"),
+    (
+        b'{"text_input": "a", "stream": false, "text_input": "b"}',
+        "input 'text_input' already exists in request",
+    ),
+    (
+        b'{"text_input": "a", "parameters": {"text_input": "b"}}',
+        "Converting keyword: 'parameters': input 'text_input' already exists in request",
+    ),
+    (
+        b'{"text_\\u0069nput": "a", "text_input": "b"}',  # the same key, escaped
+        "input 'text_input' already exists in request",
+    ),
     (b'{"text_input": 123}', "attempt to access JSON non-string as string"),
     (b'{"text_input": {"USER": "hi"}}', "attempt to access JSON non-string as string"),
     (b'{"text_input": "a", "parameters": 1}', "Expected JSON object for keyword: 'parameters'"),
-    (b'{"text_input": "a", "PARAMS": {"P": 0}}',
-     "parameter 'PARAMS' has invalid type. It should be either 'int', 'bool', or 'string'."),
-    (b'{"text_input": "a", "parameters": {"nested": {"twice": 1}}}',
-     "Converting keyword: 'parameters': parameter 'nested' has invalid type."),
+    (
+        b'{"text_input": "a", "PARAMS": {"P": 0}}',
+        "parameter 'PARAMS' has invalid type. It should be either 'int', 'bool', or 'string'.",
+    ),
+    (
+        b'{"text_input": "a", "parameters": {"nested": {"twice": 1}}}',
+        "Converting keyword: 'parameters': parameter 'nested' has invalid type.",
+    ),
 ]
 
 

@@ -387,7 +387,6 @@ def test_opentelemetry_settings_and_forced_propagation(otel: Any) -> None:
     assert c.get_trace_settings()["trace_count"] == "-1"
 
 
-
 def test_opentelemetry_bls_calls_are_children(example_repo: Path, tmp_path: Path) -> None:
     """A BLS model's calls (``bls_pipeline`` → ``simple``, then ``bls_double``) hang under the
     traced request that made them, as ensemble steps do."""

@@ -32,7 +32,10 @@ _FRESH = 12  # calls on fresh connections per check
 
 
 def _start(
-    repos: list[Path], workers: int, *models: str, extra: tuple[str, ...] = (),
+    repos: list[Path],
+    workers: int,
+    *models: str,
+    extra: tuple[str, ...] = (),
     env: dict[str, str] | None = None,
 ) -> ServerProcess:
     loads = [arg for m in models for arg in ("--load-model", m)]
@@ -59,7 +62,13 @@ def slow_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def two(example_repo: Path, slow_repo: Path) -> Iterator[ServerProcess]:
     proc = _start(
-        [example_repo, slow_repo], 2, "simple", "slow", "bls_double", "bls_pipeline", "two_tower",
+        [example_repo, slow_repo],
+        2,
+        "simple",
+        "slow",
+        "bls_double",
+        "bls_pipeline",
+        "two_tower",
         # the server's default drain (test servers close idle connections at once): the SIGTERM
         # test's clients may still be between connecting and sending when the signal lands
         extra=("--http-drain-idle-secs=5",),
@@ -375,9 +384,7 @@ def _ready_everywhere(server: ServerProcess, name: str, ready: bool) -> bool:
     return True
 
 
-def test_poll_mode_is_polled_once_for_every_worker(
-    example_repo: Path, tmp_path: Path
-) -> None:
+def test_poll_mode_is_polled_once_for_every_worker(example_repo: Path, tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
     _copy_model(example_repo / "simple", repo / "simple")
@@ -439,13 +446,17 @@ def test_bls_and_ensembles_in_every_worker(two: ServerProcess, protocol: str) ->
         c = _connect(protocol, two)
         try:
             a, b = np.arange(16, dtype=np.int32), np.full(16, 3, dtype=np.int32)
-            inputs = [make_input(protocol, "INPUT0", a, "INT32"),
-                      make_input(protocol, "INPUT1", b, "INT32")]
+            inputs = [
+                make_input(protocol, "INPUT0", a, "INT32"),
+                make_input(protocol, "INPUT1", b, "INT32"),
+            ]
             result = c.infer("bls_pipeline", inputs)  # BLS: simple, then bls_double
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * (a + b))
             np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
-            towers = [make_input(protocol, "USER_FEATURES", features, "FP32"),
-                      make_input(protocol, "ITEM_FEATURES", features[:, ::-1].copy(), "FP32")]
+            towers = [
+                make_input(protocol, "USER_FEATURES", features, "FP32"),
+                make_input(protocol, "ITEM_FEATURES", features[:, ::-1].copy(), "FP32"),
+            ]
             scores.append(c.infer("two_tower", towers).as_numpy("SCORE"))
         finally:
             c.close()
@@ -475,8 +486,10 @@ def test_log_settings_apply_to_every_worker(three: ServerProcess, protocol: str)
         finally:
             c.close()
         settings = settings.get("settings", settings)
-        shown = {k: (v.get("uint32_param", v.get("bool_param")) if isinstance(v, dict) else v)
-                 for k, v in settings.items()}
+        shown = {
+            k: (v.get("uint32_param", v.get("bool_param")) if isinstance(v, dict) else v)
+            for k, v in settings.items()
+        }
         assert shown["log_verbose_level"] == verbose
         assert shown["log_info"] is False
     c = _connect(protocol, three)
@@ -493,8 +506,9 @@ def test_trace_settings_apply_to_every_worker(three: ServerProcess, protocol: st
     for other in PROTOCOLS * 4:
         c = _connect(other, three)
         try:
-            shown = c.get_trace_settings(model_name="simple", **(
-                {} if other == "http" else {"as_json": True}))
+            shown = c.get_trace_settings(
+                model_name="simple", **({} if other == "http" else {"as_json": True})
+            )
         finally:
             c.close()
         value = shown["trace_rate"] if other == "http" else shown["settings"]["trace_rate"]
@@ -521,8 +535,10 @@ def test_system_shared_memory_is_every_workers(three: ServerProcess, protocol: s
             try:
                 status = c.get_system_shared_memory_status(name)
                 assert name in str(status)
-                inputs = [make_input(other, "INPUT0", a, "INT32"),
-                          make_input(other, "INPUT1", b, "INT32")]
+                inputs = [
+                    make_input(other, "INPUT0", a, "INT32"),
+                    make_input(other, "INPUT1", b, "INT32"),
+                ]
                 inputs[0].set_shared_memory(name, _SHM_BYTES)
                 inputs[1].set_shared_memory(name, _SHM_BYTES, offset=_SHM_BYTES)
                 result = c.infer("simple", inputs)
@@ -612,8 +628,11 @@ def test_python_sequence_model_across_workers(three: ServerProcess) -> None:
             try:
                 inp = make_input(protocol, "INPUT", np.array([[value]], dtype=np.int32), "INT32")
                 result = c.infer(
-                    "simple_sequence", [inp], sequence_id=seq,
-                    sequence_start=i == 0, sequence_end=i == 2,
+                    "simple_sequence",
+                    [inp],
+                    sequence_id=seq,
+                    sequence_start=i == 0,
+                    sequence_end=i == 2,
                 )
                 assert int(result.as_numpy("OUTPUT")[0][0]) == value + (1 if i == 0 else 0)
             finally:
@@ -691,7 +710,10 @@ def _drain_refusal(text: str) -> bool:
     # by the kernel before the server ever read from it
     lowered = text.lower()
     refusals = (
-        "not ready", "shutting down", "connection refused", "failed to connect",
+        "not ready",
+        "shutting down",
+        "connection refused",
+        "failed to connect",
         "connection closed",
     )
     return any(k in lowered for k in refusals)
@@ -754,8 +776,9 @@ def test_forward_sockets_refuse_outsiders(three: ServerProcess) -> None:
         assert answer == b""  # closed unread
     assert "a connection from outside this server closed" in three.log_text()
     for ident in (991, 992, 993):  # the workers still forward to each other
-        total = _sum_step("grpc", three, np.ones(4), sequence_id=ident, sequence_start=True,
-                          sequence_end=True)
+        total = _sum_step(
+            "grpc", three, np.ones(4), sequence_id=ident, sequence_start=True, sequence_end=True
+        )
         assert np.allclose(total, 1.0)
 
 

@@ -127,8 +127,10 @@ def test_a_killed_workers_slots_come_back(bounded: tuple[ServerProcess, Path, in
         thread.join(TIMEOUT_S)
         assert outcome and isinstance(outcome[0], Exception), outcome  # reset with its worker
     gate.touch()
-    _wait_for(lambda: len(_workers(proc) - before) == workers and proc_ready(proc),
-              "every worker started again")
+    _wait_for(
+        lambda: len(_workers(proc) - before) == workers and proc_ready(proc),
+        "every worker started again",
+    )
     for protocol in PROTOCOLS:
         _wait_for(lambda p=protocol: _served(p, proc.url(p)), f"{protocol} served again")
 
@@ -161,9 +163,9 @@ _LIMITED_GROUP = (
 
 
 @pytest.fixture(scope="module")
-def whole(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
-    tuple[ServerProcess, Path, Path]
-]:
+def whole(
+    example_repo: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, Path, Path]]:
     """2 workers: the gate model rate-limited (two instances per worker, each needing one R;
     R:2 for the server), ``simple``, an access log rotated at 2 KiB and a Triton trace
     file. Its last test stops it."""
@@ -172,8 +174,11 @@ def whole(example_repo: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     repo.mkdir()
     _gate_model(repo, gate)
     config = repo / "gate" / "config.pbtxt"
-    config.write_text(config.read_text().replace(
-        "instance_group [ { count: 2, kind: KIND_CPU } ]\n", _LIMITED_GROUP))
+    config.write_text(
+        config.read_text().replace(
+            "instance_group [ { count: 2, kind: KIND_CPU } ]\n", _LIMITED_GROUP
+        )
+    )
     log, trace = base / "access.jsonl", base / "trace.json"
     proc = ServerProcess(
         [repo, example_repo], "--workers", "2", "--model-control-mode", "explicit",
@@ -193,8 +198,9 @@ def test_rate_limiter_resources_are_the_servers(whole: tuple[ServerProcess, Path
     own two instances)."""
     proc, gate, _ = whole
     gate.unlink(missing_ok=True)
-    held = [_in_background(lambda p=p: _infer(p, proc.url(p), "gate"))
-            for p in PROTOCOLS * 4]  # fresh connections: both workers get some
+    held = [
+        _in_background(lambda p=p: _infer(p, proc.url(p), "gate")) for p in PROTOCOLS * 4
+    ]  # fresh connections: both workers get some
     _wait_for(lambda: _running(gate) == 2, "two executions")
     time.sleep(1.0)  # the others stay waiting for R, whichever worker they reached
     assert _running(gate) == 2

@@ -140,8 +140,14 @@ def start_cluster(repo: Path, size: int = 3) -> Cluster:
     prometheus = PrometheusProcess(targets, [])
     haproxy, http_port, grpc_port = _haproxy(replicas, Path(workdir.name))
     cluster = Cluster(
-        replicas, redis, prometheus, haproxy, f"127.0.0.1:{http_port}",
-        f"127.0.0.1:{grpc_port}", Path(workdir.name) / "haproxy.log", workdir,
+        replicas,
+        redis,
+        prometheus,
+        haproxy,
+        f"127.0.0.1:{http_port}",
+        f"127.0.0.1:{grpc_port}",
+        Path(workdir.name) / "haproxy.log",
+        workdir,
     )
     wait_routed(cluster, [r.name for r in replicas])
     return cluster

@@ -98,9 +98,7 @@ class OtlpCollector:
             self.requests += path == "/v1/traces"
             self.spans.extend(received)
 
-    def wait_for(
-        self, done: Callable[[list[Span]], bool], timeout: float = 30.0
-    ) -> list[Span]:
+    def wait_for(self, done: Callable[[list[Span]], bool], timeout: float = 30.0) -> list[Span]:
         """The spans received, once ``done(spans)`` holds (AssertionError after timeout)."""
         deadline = time.monotonic() + timeout
         while True:

@@ -37,8 +37,20 @@ class RedisServer:
     def start(self, timeout: float = 20.0) -> None:
         assert REDIS_SERVER is not None
         command = [
-            REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-            "--appendonly", "no", "--dir", self._dir.name, "--protected-mode", "no", *self.extra,
+            REDIS_SERVER,
+            "--port",
+            str(self.port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            self._dir.name,
+            "--protected-mode",
+            "no",
+            *self.extra,
         ]
         log = open(Path(self._dir.name) / "redis.log", "ab")  # noqa: SIM115 - redis keeps it
         self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)

@@ -35,9 +35,7 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 def merged(entries: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     """Every trace by id: model name/version, parent id, {timestamp name: ns}, tensors."""
-    traces: dict[int, dict[str, Any]] = defaultdict(
-        lambda: {"timestamps": {}, "tensors": []}
-    )
+    traces: dict[int, dict[str, Any]] = defaultdict(lambda: {"timestamps": {}, "tensors": []})
     for entry in sorted(entries, key=lambda e: e.get("id", -1)):
         trace = traces[entry["id"]]
         for key in ("model_name", "model_version", "parent_id", "request_id"):

@@ -92,9 +92,7 @@ def test_lines_are_written_in_batches_by_drain(tmp_path: Path) -> None:
     access.close()
 
 
-def test_a_full_buffer_drops_and_counts(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_full_buffer_drops_and_counts(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "access.jsonl"
     access = AccessLog(path, buffer_lines=2, start=False)
     for _ in range(5):

@@ -143,7 +143,6 @@ def test_compute_time_per_inference_from_the_statistics() -> None:
     assert "compute_total_us" not in stats_delta(start, older)
 
 
-
 def test_models_written_into_the_bench_repository(tmp_path: Path) -> None:
     bls.build_models(tmp_path)
     for model in (bls.PARENT, bls.PYTHON_CHILD):

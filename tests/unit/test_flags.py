@@ -206,9 +206,7 @@ def test_model_config_name_must_be_a_name() -> None:
 def test_response_cache_byte_size_is_the_local_cache() -> None:
     assert options_from_args(_parse("--response-cache-byte-size=4096")).response_cache_size == 4096
     with pytest.raises(SystemExit, match="Incompatible flags"):
-        options_from_args(
-            _parse("--response-cache-byte-size=1", "--cache-config=local,size=2")
-        )
+        options_from_args(_parse("--response-cache-byte-size=1", "--cache-config=local,size=2"))
 
 
 def test_backend_config_settings() -> None:

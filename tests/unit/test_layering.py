@@ -71,9 +71,10 @@ def _allowed_for_frontends(module: str) -> bool:
 
 
 # The transport's side: the protocol cores (``transport/``: httptools under HTTP/1.1), the
-# front-ends, the runtime that binds them, the command line's entry point (uvloop) and
+# front-ends, the runtime that binds them, the command line's entry point (uvloop), the
+# in-process API's server loop (uvloop, tritonserver/_loop.py) and
 # ``python -m tritium``.
-NOT_CORE = {"runtime.py", "cli/main.py", "__main__.py"}
+NOT_CORE = {"runtime.py", "cli/main.py", "__main__.py", "tritonserver/_loop.py"}
 CORE = [
     p
     for p in SRC.rglob("*.py")
@@ -177,11 +178,12 @@ LAYERS: list[set[str]] = [
     {"api"},  # the one inference call (model lookup, cache, forwarding, tracing, access log)
     {"shutdown"},  # the server's stop: in-flight inferences drained, models unloaded
     {"server"},  # the facade
-    {"frontends"},
-    {"runtime"},
+    # the front-ends; Triton's in-process API over the server (tritonserver)
+    {"frontends", "tritonserver"},
+    {"runtime", "tritonfrontend"},  # tritonfrontend: the front-ends on an in-process server
     {"workers"},  # --workers N: the supervisor, a worker's control plane, totals
     {"cli"},  # tritium serve, the flag table
-    {"__main__"},
+    {"__main__", "compat"},  # compat: Triton's module names, opt-in (imports by name only)
 ]
 LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
 

@@ -133,9 +133,7 @@ def test_scan_with_namespacing_keeps_each_repository_copy(tmp_path: Path) -> Non
     make_dirs(tmp_path / "b", "dup")
     locations = scan([tmp_path / "a", tmp_path / "b"], namespacing=True)
     a, b = str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve())
-    assert sorted(locations) == sorted(
-        [ModelId(a, "dup"), ModelId(a, "only_a"), ModelId(b, "dup")]
-    )
+    assert sorted(locations) == sorted([ModelId(a, "dup"), ModelId(a, "only_a"), ModelId(b, "dup")])
     assert locations[ModelId(b, "dup")].path == (tmp_path / "b" / "dup").resolve()
     assert locations[ModelId(b, "dup")].key == ModelId(b, "dup")
     assert all(loc.problem == "" for loc in locations.values())

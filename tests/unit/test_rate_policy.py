@@ -310,8 +310,13 @@ def test_rate_limit_flags_reach_the_options() -> None:
 
 @pytest.mark.parametrize(
     "flag",
-    ["--rate-limit=sometimes", "--rate-limit-resource=R", "--rate-limit-resource=R:x",
-     "--rate-limit-resource=R:1:2:3", "--rate-limit-resource=:1"],
+    [
+        "--rate-limit=sometimes",
+        "--rate-limit-resource=R",
+        "--rate-limit-resource=R:x",
+        "--rate-limit-resource=R:1:2:3",
+        "--rate-limit-resource=:1",
+    ],
 )
 def test_bad_rate_limit_flags_stop_the_server(
     flag: str, capsys: pytest.CaptureFixture[str]

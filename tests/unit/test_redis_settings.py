@@ -49,7 +49,10 @@ def test_triton_keys_are_read() -> None:
     ).redis
     assert options is not None
     assert (options.host, options.port, options.user, options.password) == (
-        "cache.local", 6380, "alice", "secret"
+        "cache.local",
+        6380,
+        "alice",
+        "secret",
     )
     assert (options.db, options.pool_size, options.max_entry_bytes) == (3, 2, 4096)
     assert (options.connect_timeout_ms, options.socket_timeout_ms) == (250, 300)
@@ -118,9 +121,14 @@ def _header(count: int) -> bytes:
 
 def _tensor(name: bytes, wire: bytes, shape: tuple[int, ...], data: bytes) -> bytes:
     return (
-        struct.pack("<H", len(name)) + name + struct.pack("<B", len(wire)) + wire
-        + struct.pack("<B", len(shape)) + struct.pack(f"<{len(shape)}q", *shape)
-        + struct.pack("<Q", len(data)) + data
+        struct.pack("<H", len(name))
+        + name
+        + struct.pack("<B", len(wire))
+        + wire
+        + struct.pack("<B", len(shape))
+        + struct.pack(f"<{len(shape)}q", *shape)
+        + struct.pack("<Q", len(data))
+        + data
     )
 
 

@@ -55,8 +55,7 @@ def test_a_module_level_exception_lists_frames_innermost_first(tmp_path: Path) -
     exc, path = _failed_import(tmp_path, source)
     failure = describe(exc, path)
     assert failure.reason == (
-        "ValueError: bad module state\n\n"
-        f"At:\n  {path}(2): helper\n  {path}(5): <module>\n"
+        f"ValueError: bad module state\n\nAt:\n  {path}(2): helper\n  {path}(5): <module>\n"
     )
     assert failure.where == f"{path}:2"
     assert "stub.py" not in failure.traceback  # the server's frames are not the model's
@@ -69,7 +68,7 @@ def test_a_syntax_error_points_at_the_offending_line(tmp_path: Path) -> None:
     exc, path = _failed_import(tmp_path, "class TritonPythonModel:\n    def execute(self, r)\n")
     failure = describe(exc, path)
     assert failure.reason == (
-        "SyntaxError: expected ':' (model.py, line 2)\n\n" f"At:\n  {path}(2): <module>\n"
+        f"SyntaxError: expected ':' (model.py, line 2)\n\nAt:\n  {path}(2): <module>\n"
     )
     assert failure.where == f"{path}:2"
     assert f'File "{path}", line 2' in failure.traceback
@@ -92,8 +91,7 @@ def test_a_library_the_model_imports_comes_first_then_the_model(tmp_path: Path) 
         sys.path.remove(str(path.parent.parent))
     failure = describe(caught.value, str(path))
     assert failure.reason == (
-        "RuntimeError: library broke\n\n"
-        f"At:\n  {helper}(1): <module>\n  {path}(2): <module>\n"
+        f"RuntimeError: library broke\n\nAt:\n  {helper}(1): <module>\n  {path}(2): <module>\n"
     )
     assert failure.where == f"{path}:2"  # the model's own line, not the library's
 

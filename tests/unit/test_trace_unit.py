@@ -174,9 +174,19 @@ def _one_trace(manager: TraceManager, model: str = "m") -> None:
     trace.model_name, trace.model_version = model, 1
     now = time.perf_counter_ns()
     for offset, name in enumerate(
-        ("HTTP_RECV_START", "HTTP_RECV_END", "REQUEST_START", "QUEUE_START", "COMPUTE_START",
-         "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END",
-         "HTTP_SEND_START", "HTTP_SEND_END")
+        (
+            "HTTP_RECV_START",
+            "HTTP_RECV_END",
+            "REQUEST_START",
+            "QUEUE_START",
+            "COMPUTE_START",
+            "COMPUTE_INPUT_END",
+            "COMPUTE_OUTPUT_START",
+            "COMPUTE_END",
+            "REQUEST_END",
+            "HTTP_SEND_START",
+            "HTTP_SEND_END",
+        )
     ):
         trace.stamp(name, now + offset * 1000)
     child = trace.child()
@@ -251,8 +261,15 @@ def test_tensor_entries_as_triton_writes_them() -> None:
 # -- flags ---------------------------------------------------------------------------------------
 def test_trace_config_flags() -> None:
     config = trace_config(
-        ["triton,file=/tmp/t.json", "level=TIMESTAMPS", "level=TENSORS", "rate=4", "count=6",
-         "triton,log-frequency=50", "mode=triton"],
+        [
+            "triton,file=/tmp/t.json",
+            "level=TIMESTAMPS",
+            "level=TENSORS",
+            "rate=4",
+            "count=6",
+            "triton,log-frequency=50",
+            "mode=triton",
+        ],
         NO_DEPRECATED,
     )
     assert config.values == TraceValues(
@@ -261,8 +278,13 @@ def test_trace_config_flags() -> None:
 
 
 def test_trace_config_over_deprecated_flags() -> None:
-    deprecated = {"level": ["TIMESTAMPS"], "file": "old.json", "rate": 7, "count": 3,
-                  "log-frequency": 2}
+    deprecated = {
+        "level": ["TIMESTAMPS"],
+        "file": "old.json",
+        "rate": 7,
+        "count": 3,
+        "log-frequency": 2,
+    }
     config = trace_config(["rate=9", "triton,file=new.json"], deprecated)
     assert config.values == TraceValues(TraceLevel.TIMESTAMPS, 9, 3, 2, "new.json")
     off = trace_config(["level=OFF", "level=TIMESTAMPS"], NO_DEPRECATED)
@@ -271,8 +293,12 @@ def test_trace_config_over_deprecated_flags() -> None:
 
 def test_opentelemetry_flags() -> None:
     config = trace_config(
-        ["mode=opentelemetry", "opentelemetry,url=http://127.0.0.1:9/v1/traces",
-         "opentelemetry,resource=service.name=x", "opentelemetry,bsp_schedule_delay=10"],
+        [
+            "mode=opentelemetry",
+            "opentelemetry,url=http://127.0.0.1:9/v1/traces",
+            "opentelemetry,resource=service.name=x",
+            "opentelemetry,bsp_schedule_delay=10",
+        ],
         NO_DEPRECATED,
     )
     assert config.values.mode is TraceMode.OPENTELEMETRY
@@ -309,9 +335,21 @@ def test_serve_flags_reach_server_options() -> None:
     from tritium.cli.main import build_parser, options_from_args
 
     args = build_parser().parse_args(
-        ["serve", "--model-repository", "/m", "--trace-file", "/tmp/x.json", "--trace-level",
-         "TIMESTAMPS", "--trace-rate", "3", "--trace-config", "count=5",
-         "--trace-config", "triton,log-frequency=10"]
+        [
+            "serve",
+            "--model-repository",
+            "/m",
+            "--trace-file",
+            "/tmp/x.json",
+            "--trace-level",
+            "TIMESTAMPS",
+            "--trace-rate",
+            "3",
+            "--trace-config",
+            "count=5",
+            "--trace-config",
+            "triton,log-frequency=10",
+        ]
     )
     assert options_from_args(args).tracing.values == TraceValues(
         TraceLevel.TIMESTAMPS, 3, 5, 10, "/tmp/x.json"

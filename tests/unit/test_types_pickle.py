@@ -29,8 +29,13 @@ def _tensor(name: str) -> Tensor:
 
 def test_a_client_request_round_trips() -> None:
     request = ClientRequest(
-        "m", 2, "id-1", (_tensor("IN"),), (RequestedOutput("OUT", {"x": True}),),
-        {"sequence_id": 7}, True,
+        "m",
+        2,
+        "id-1",
+        (_tensor("IN"),),
+        (RequestedOutput("OUT", {"x": True}),),
+        {"sequence_id": 7},
+        True,
     )
     back = pickle.loads(pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL))
     assert (back.model_name, back.model_version, back.id, back.uses_shm) == ("m", 2, "id-1", True)
@@ -47,7 +52,10 @@ def test_a_response_and_the_options_round_trip() -> None:
     response = InferenceResponse("m", "1", "r", [_tensor("OUT")], {"p": "v"})
     back = pickle.loads(pickle.dumps(response))
     assert (back.model_name, back.model_version, back.id, back.parameters) == (
-        "m", "1", "r", {"p": "v"},
+        "m",
+        "1",
+        "r",
+        {"p": "v"},
     )
     assert back.outputs[0].name == "OUT" and back.error is None
     options = RequestOptions(3, 100, "seq", 1)
@@ -68,7 +76,10 @@ def test_the_value_classes_constructors() -> None:
     assert RequestedOutput("O") != RequestedOutput("O", {"x": 1})
     request = ClientRequest("m", inputs=(first,))
     assert (request.model_version, request.id, request.outputs, dict(request.parameters)) == (
-        -1, "", (), {},
+        -1,
+        "",
+        (),
+        {},
     )
     other = request.with_parameters({"p": 1})
     assert dict(other.parameters) == {"p": 1} and other.inputs is request.inputs

@@ -79,20 +79,24 @@ class GrpcNotices:
 
 
 class GrpcListener:
-    """``pool``: the server's live connections of every listener (a new one by default)."""
+    """``pool``: the server's live connections of every listener (a new one by default).
+    ``options``: the front-end's settings when they are not the server's (an in-process
+    server's ``tritonfrontend.KServeGrpc`` brings its own)."""
 
     def __init__(
         self,
         server: InferenceServer,
         access: AccessControl | None,
         pool: Connections | None = None,
+        options: ServerOptions | None = None,
     ) -> None:
-        options = server.options
+        options = options if options is not None else server.options
         self.options: ServerOptions = options
         self.pool = pool if pool is not None else Connections(options.connection_memory_bytes)
         guard = RpcGuard(access) if access is not None and access.guards_grpc else None
         settings = grpc_settings(options)
-        dispatch = Dispatcher(method_table(server), settings.compression, guard, status_of)
+        methods = method_table(server, options.grpc.header_forward_pattern)
+        dispatch = Dispatcher(methods, settings.compression, guard, status_of)
         pool = self.pool
         # the transport's side: what its connections share, and the seams of transport/host.py
         self.endpoint = GrpcEndpoint(

@@ -92,9 +92,10 @@ def _log_value(value: Any) -> Any:
 
 
 class InferenceService:
-    def __init__(self, server: InferenceServer) -> None:
+    def __init__(self, server: InferenceServer, pattern: str | None = None) -> None:
         self._server = server
-        pattern = server.options.grpc.header_forward_pattern
+        if pattern is None:
+            pattern = server.options.grpc.header_forward_pattern
         self._forward = compile_forward_pattern(pattern)  # Triton's reading: see metadata
 
     def forwarded(self, call: ServerCall) -> dict[str, str] | None:
@@ -313,11 +314,12 @@ def _table(prefix: str, descriptor: Any, module: Any, servicer: Any) -> dict[str
     return methods
 
 
-def method_table(server: InferenceServer) -> dict[str, Method]:
-    """Every RPC of both services by its path."""
+def method_table(server: InferenceServer, pattern: str | None = None) -> dict[str, Method]:
+    """Every RPC of both services by its path (``pattern``: the header forward pattern, when
+    not the server's)."""
     inference = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     health = health_pb2.DESCRIPTOR.services_by_name["Health"]
     return {
-        **_table(SERVICE, inference, pb, InferenceService(server)),
+        **_table(SERVICE, inference, pb, InferenceService(server, pattern)),
         **_table(HEALTH_SERVICE, health, health_pb2, HealthService(server)),
     }

@@ -73,15 +73,23 @@ _VERSION = "/v2/models/{model}/versions/{version}"
 class HttpApp:
     """Maps (method, path) to the server facade through the route table."""
 
-    def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        server: InferenceServer,
+        access: AccessControl | None = None,
+        forward_pattern: str | None = None,
+    ) -> None:
+        """``forward_pattern``: the header forward pattern when not the server's (an
+        in-process server's ``tritonfrontend.KServeHttp`` brings its own)."""
         self.server = server
         self.router = Router(self._routes())
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
         # --http-header-forward-pattern: matching request headers become string parameters.
-        pattern = server.options.http.header_forward_pattern if server is not None else ""
-        self._forward = compile_forward_pattern(pattern)
+        if forward_pattern is None:
+            forward_pattern = server.options.http.header_forward_pattern if server else ""
+        self._forward = compile_forward_pattern(forward_pattern)
         # --http-cors-*: browsers' preflights answered here, the origin's headers added to
         # every answer by the request cycle (HttpConnection reads this attribute).
         self.cors = cors_policy(server.options) if server is not None else None
