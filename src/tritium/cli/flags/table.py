@@ -113,7 +113,11 @@ _VERTEX = "tritium has no Vertex AI front-end"
 _ADDRESS = (
     "a host or address; Triton's ipv6:[::1] form (and [::1]) binds that IPv6 address only"
 )
-_PORT = "bound before the models load: a port in use stops the start, naming this flag"
+_PORT = (
+    "bound before the models load: a port in use stops the start, naming this flag; "
+    "connections are accepted once the startup models are loaded (refused before, as "
+    "Triton's port opens then)"
+)
 _THREADS = "tritium serves {} on its one event loop; Triton's thread count only sizes a pool"
 _TRACE_DEPRECATED = "read as --trace-config (which wins)"
 
