@@ -22,6 +22,8 @@ _BACKENDS = {
     "openvino": (".openvino", "OpenVinoBackend"),
     "python": (".python.backend", "PythonBackend"),
     "ensemble": (".ensemble", "EnsembleBackend"),
+    # functions bound in this process (tritium.pytriton)
+    "pytriton": (".bound", "BoundBackend"),
 }
 
 # The optional extras (pyproject.toml) that bring a backend's framework: a model of a backend
