@@ -14,6 +14,7 @@ import bisect
 import contextvars
 import dataclasses
 import functools
+import importlib
 import inspect
 import itertools
 import operator
@@ -133,7 +134,19 @@ class _Decorated:
         return _Decorated(self._impl, bound, self._options)
 
     def __reduce__(self) -> tuple[Any, ...]:
+        """By name where the module holds this very object (a decorated module-level
+        function: its inner function's name leads here, not to the function); else by parts."""
+        module, name = getattr(self, "__module__", None), getattr(self, "__qualname__", "")
+        if module and "<" not in name and _lookup(module, name) is self:
+            return (_lookup, (module, name))
         return (_Decorated, (self._impl, self.__wrapped__, self._options))
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    found: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
 
 
 def _decorator(impl: Impl, options: tuple[Any, ...] = ()) -> Callable[[Any], _Decorated]:
