@@ -180,6 +180,8 @@ LAYERS: list[set[str]] = [
     {"runtime"},
     {"workers"},  # --workers N: the supervisor, a worker's control plane, totals
     {"cli"},  # tritium serve, the flag table
+    # PyTriton's API served in the caller's process (its TritonConfig read by cli's flag table)
+    {"pytriton"},
     {"__main__"},
 ]
 LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}
