@@ -280,28 +280,30 @@ def _check_output(model: str, key: Any, value: Any) -> None:
 def _check_strict(
     config: TritonModelConfig, specs: dict[str, TensorSpec], key: str, value: np.ndarray
 ) -> None:
+    """PyTriton's ``_validate_output_dtype_and_shape``, its messages."""
     model = config.model_name
     spec = specs.get(key)
     if spec is None:
         raise ValueError(
             f"Returned output `{key}` is not defined in model config for model `{model}`."
         )
-    allowed = {np.dtype(spec.dtype).kind} | (
-        {"O", "S", "U"} if np.dtype(spec.dtype).kind in "OSU" else set()
-    )
-    if value.dtype.kind not in allowed or (
-        value.dtype.kind not in "OSU" and value.dtype != np.dtype(spec.dtype)
+    objects = (bytes, object, np.bytes_, np.object_)
+    if (value.dtype.kind not in "OSU" and not np.issubdtype(value.dtype, spec.dtype)) or (
+        value.dtype.kind in "OSU" and spec.dtype not in objects
     ):
         raise ValueError(
-            f"Returned output `{key}` for model `{model}` has invalid dtype. "
-            f"Expected {np.dtype(spec.dtype)}, got {value.dtype}."
+            f"Returned output `{key}` for model `{model}` has invalid type. "
+            f"Returned: {value.dtype} ({value.dtype.kind}). Expected: {spec.dtype}."
         )
     dims = value.shape[1:] if config.batching else value.shape
     expected = tuple(spec.shape)
-    if len(dims) != len(expected) or any(
-        e != -1 and d != e for d, e in zip(dims, expected, strict=True)
-    ):
+    if len(dims) != len(expected):
         raise ValueError(
-            f"Returned output `{key}` for model `{model}` has invalid shape. "
-            f"Expected {expected}, got {dims}."
+            f"Returned output `{key}` for model `{model}` has invalid shapes. "
+            f"Returned: {dims}. Expected: {expected}."
+        )
+    if any(d != e != -1 for d, e in zip(dims, expected, strict=True)):
+        raise ValueError(
+            f"Returned output `{key}` for model `{model}` has invalid shapes at one or more "
+            f"positions. Returned: {dims}. Expected: {expected}."
         )
