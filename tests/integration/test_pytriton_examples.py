@@ -21,6 +21,7 @@ from tritonclient.utils import InferenceServerException
 import pytriton_add_sub
 import pytriton_identity
 import pytriton_streaming
+from tests.support import pytriton_callables
 from tests.support.clients import client, make_input
 from tritium.pytriton.exceptions import PyTritonBadParameterError
 from tritium.pytriton.model_config import ModelConfig, Tensor
@@ -50,6 +51,11 @@ def fails(requests: list[Any]) -> list[dict[str, np.ndarray]]:
     return [{"y": r["x"] * 2} for r in requests]
 
 
+def echo_parameter(requests: list[Any]) -> list[dict[str, np.ndarray]]:
+    """Answers its request's ``greeting`` parameter (PyTriton's ``Request.parameters``)."""
+    return [{"y": np.array([str(r.parameters.get("greeting", "")).encode()])} for r in requests]
+
+
 @pytest.fixture(scope="module")
 def triton() -> Iterator[Triton]:
     with Triton(config=PORTS) as served:
@@ -69,6 +75,21 @@ def triton() -> Iterator[Triton]:
             ],
             config=ModelConfig(max_batch_size=8),
             pool="process",
+        )
+        served.bind(
+            "exits",
+            pytriton_callables.exits_on_negative,
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+            outputs=[Tensor(name="y", dtype=np.float32, shape=(1,))],
+            config=ModelConfig(batching=False),
+            pool="process",
+        )
+        served.bind(
+            "parameters",
+            echo_parameter,
+            inputs=[Tensor(name="x", dtype=np.float32, shape=(1,))],
+            outputs=[Tensor(name="y", dtype=np.bytes_, shape=(1,))],
+            config=ModelConfig(batching=False),
         )
         served.bind(
             "fails",
@@ -189,6 +210,39 @@ def test_a_failing_callable_fails_its_request_only(triton: Triton, protocol: str
         c.infer("fails", bad)
     good = [make_input(protocol, "x", np.array([4.0], np.float32), "FP32")]
     np.testing.assert_array_equal(c.infer("fails", good).as_numpy("y"), [8.0])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_process_that_dies_fails_one_execution(triton: Triton, protocol: str) -> None:
+    """pool='process': the callable's process exits; that request fails, the next request
+    gets a new process."""
+    c = client(protocol, f"127.0.0.1:{triton.ports[protocol]}")
+    bad = [make_input(protocol, "x", np.array([-1.0], np.float32), "FP32")]
+    with pytest.raises(InferenceServerException, match="process running its callable exited"):
+        c.infer("exits", bad)
+    good = [make_input(protocol, "x", np.array([2.5], np.float32), "FP32")]
+    np.testing.assert_array_equal(c.infer("exits", good).as_numpy("y"), [5.0])
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_request_parameters_reach_the_callable(triton: Triton, protocol: str) -> None:
+    c = client(protocol, f"127.0.0.1:{triton.ports[protocol]}")
+    x = [make_input(protocol, "x", np.array([1.0], np.float32), "FP32")]
+    result = c.infer("parameters", x, parameters={"greeting": "hello"})
+    assert result.as_numpy("y").tolist() == [b"hello"]
+
+
+def test_run_and_stop_without_a_with_block() -> None:
+    served = Triton(config=PORTS)
+    pytriton_add_sub.bind(served)  # bound before the server runs: loaded by run()
+    served.run()
+    try:
+        c = client("grpc", f"127.0.0.1:{served.ports['grpc']}")
+        assert c.is_model_ready("add_sub")
+    finally:
+        assert served.stop()
+    assert not served.is_alive()
+    assert not served.stop()  # stopped once
 
 
 def test_unbind_unloads_the_model() -> None:

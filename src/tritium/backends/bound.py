@@ -22,6 +22,7 @@ import multiprocessing
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,10 @@ def unregister(model_dir: Path) -> None:
         _BINDINGS.pop(_key(model_dir), None)
 
 
+def _process_pool() -> Executor:
+    return ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+
+
 def _materialised(job: Job, calls: list[Call]) -> list[Answer]:
     """A job run to its end (in a pool process: a generator does not cross processes)."""
     return list(job(calls))
@@ -105,10 +110,7 @@ class BoundInstance:
         self._version = str(version)
         self._job = job
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"tritium-bound-{name}")
-        self._process: Executor | None = None
-        if processes:
-            spawn = multiprocessing.get_context("spawn")
-            self._process = ProcessPoolExecutor(1, mp_context=spawn)
+        self._process: Executor | None = _process_pool() if processes else None
 
     async def execute(self, requests: list[InferenceRequest]) -> None:
         loop = asyncio.get_running_loop()
@@ -140,9 +142,18 @@ class BoundInstance:
 
     # -- on the instance thread ------------------------------------------------------------
     def _run(self, calls: list[Call]) -> Iterable[Answer]:
-        if self._process is not None:
+        if self._process is None:
+            return self._job(calls)
+        try:
             return self._process.submit(_materialised, self._job, calls).result()
-        return self._job(calls)
+        except BrokenProcessPool:
+            # the callable's process died (os._exit, a crash, killed): this execution fails,
+            # the next one gets a new process
+            self._process.shutdown(wait=False)
+            self._process = _process_pool()
+            raise internal(
+                f"model '{self._spec.name}': the process running its callable exited"
+            ) from None
 
     def _answers(
         self, requests: list[InferenceRequest], calls: list[Call]
