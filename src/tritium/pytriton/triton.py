@@ -12,6 +12,7 @@ the same reason (``PyTritonBadParameterError``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import io
@@ -30,10 +31,12 @@ from ..backends import bound
 from ..cli.main import build_parser
 from ..cli.flags.build import options_from_args
 from ..logs.settings import LogSettings
+from ..errors import ServerError
 from ..options import ServerOptions
 from ._binding import binding, model_config, write_model
 from ._embedded import EmbeddedServer
 from .exceptions import (
+    PyTritonModelConfigError,
     PyTritonBadParameterError,
     PyTritonInvalidOperationError,
     PyTritonValidationError,
@@ -313,6 +316,7 @@ class Triton:
         self._cv = threading.Condition()
         self._connected = False
         self._stopped = True
+        self._finished = False  # stopped after running: cannot run again
 
     # -- PyTriton's API ----------------------------------------------------------------------
     def bind(  # noqa: PLR0913  # PyTriton's signature, and tritium's pool
@@ -353,7 +357,16 @@ class Triton:
         bound.register(folder, binding(callables, served, strict, chosen == "process"))
         self._models[model_name] = _Bound(served, folder)
         if self.is_connected():
-            self._load(model_name)
+            try:
+                self._load(model_name)
+            except PyTritonModelConfigError:
+                self._forget(model_name)
+                raise
+
+    def _forget(self, model_name: str) -> None:
+        model = self._models.pop(model_name)
+        bound.unregister(model.folder)
+        shutil.rmtree(model.folder, ignore_errors=True)
 
     def unbind(self, model_name: str) -> None:
         """Unload a bound model and forget it (PyTriton has no way to)."""
@@ -363,12 +376,16 @@ class Triton:
         if model.loaded and self._server is not None and self._server.alive():
             assert self._server.server is not None
             self._server.call(self._server.server.unload_model(model_name))
-        bound.unregister(model.folder)
-        shutil.rmtree(model.folder, ignore_errors=True)
+        self._models[model_name] = model
+        self._forget(model_name)
 
     def connect(self) -> None:
         """Load every bound model not loaded yet (the server starts first if it has not)."""
         with self._cv:
+            if self._finished:
+                raise PyTritonInvalidOperationError(
+                    "this Triton was stopped (its workspace is cleaned): create a new one"
+                )
             self._start()
             for name, model in self._models.items():
                 if not model.loaded:
@@ -395,8 +412,10 @@ class Triton:
             if self._stopped:
                 return False
             self._stopped = True
+            self._finished = True
             self._connected = False
             self._cv.notify_all()
+        atexit.unregister(self.stop)
         if self._server is not None:
             self._server.stop()
             self._server = None
@@ -438,10 +457,14 @@ class Triton:
         server.start()
         self._server = server
         self._stopped = False
+        atexit.register(self.stop)  # as PyTriton: the server stops when the program ends
 
     def _load(self, name: str) -> None:
         assert self._server is not None and self._server.server is not None
-        self._server.call(self._server.server.load_model(name))
+        try:
+            self._server.call(self._server.server.load_model(name))
+        except ServerError as exc:
+            raise PyTritonModelConfigError(f"model {name} failed to load: {exc}") from None
         self._models[name].loaded = True
 
 
