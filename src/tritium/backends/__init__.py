@@ -26,6 +26,10 @@ _BACKENDS = {
     "pytriton": (".bound", "BoundBackend"),
 }
 
+# Served only for models a process bound itself (tritium.pytriton): not offered to a
+# repository's models, so not named among the backends a model may ask for.
+_IN_PROCESS_ONLY = frozenset({"pytriton"})
+
 # The optional extras (pyproject.toml) that bring a backend's framework: a model of a backend
 # whose framework is missing fails its load naming the extra to install.
 _EXTRAS = {"pytorch": "pytorch", "openvino": "openvino"}
@@ -41,7 +45,7 @@ def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
         )
     return (
         f"unable to find backend '{name}' for model '{model}': tritium's backends are built in "
-        f"({', '.join(sorted(served))}); it loads no backend libraries"
+        f"({', '.join(sorted(set(served) - _IN_PROCESS_ONLY))}); it loads no backend libraries"
     )
 
 
