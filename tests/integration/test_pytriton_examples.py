@@ -311,3 +311,38 @@ def test_install_never_shadows_a_real_pytriton(tmp_path: Path) -> None:
         [sys.executable, "-c", env_script], capture_output=True, text=True, check=True
     )
     assert real.stdout.split() == ["False", "pytriton.triton", "pytriton.decorators"]
+
+
+PYTRITON_SCRIPT = """
+import numpy as np
+from tritium.pytriton.compat import install
+assert install()
+from pytriton.decorators import batch
+from pytriton.model_config import ModelConfig, Tensor
+from pytriton.triton import Triton, TritonConfig
+import tritonclient.http as httpclient
+
+@batch
+def infer(x):
+    return {"y": x * 3}
+
+config = TritonConfig(http_port=0, grpc_port=0, metrics_port=0, http_address="127.0.0.1",
+                      grpc_address="127.0.0.1")
+with Triton(config=config) as triton:
+    triton.bind("triple", infer, inputs=[Tensor(name="x", dtype=np.float32, shape=(-1,))],
+                outputs=[Tensor(name="y", dtype=np.float32, shape=(-1,))],
+                config=ModelConfig(max_batch_size=4))
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{triton.ports['http']}")
+    x = httpclient.InferInput("x", [1, 2], "FP32")
+    x.set_data_from_numpy(np.array([[1.0, 2.0]], np.float32))
+    print(client.infer("triple", [x]).as_numpy("y").tolist())
+"""
+
+
+def test_a_pytriton_script_runs_under_install() -> None:
+    """A script written against ``pytriton``'s module names, after ``install()``."""
+    done = subprocess.run(
+        [sys.executable, "-c", PYTRITON_SCRIPT], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[[3.0, 6.0]]"

@@ -169,3 +169,20 @@ def test_config_is_pytritons() -> None:
     assert served["instance_group"] == [{"count": 1, "kind": "KIND_CPU"}]
     assert served["input"][1] == {"name": "k", "dims": [1], "data_type": "TYPE_INT32"}
     assert "dynamic_batching" not in config_dict(_config(batching=False))
+
+
+def test_async_callables_run_to_their_answers() -> None:
+    served = _config(max_batch_size=8, decoupled=True)
+    calls = [({"x": np.ones((1, 2), np.float32), "k": np.ones((1, 1), np.int32)}, {}, None)]
+
+    async def once(requests: list[Request]) -> list[dict[str, np.ndarray]]:
+        return [{"y": r["x"] + 1} for r in requests]
+
+    async def steps(requests: list[Request]) -> Any:
+        for i in range(3):
+            yield [{"y": r["x"] * i} for r in requests]
+
+    (answer,) = list(run_callable(once, served, False, calls))
+    np.testing.assert_array_equal(answer[0]["y"], [[2.0, 2.0]])
+    answers = list(run_callable(steps, served, False, calls))
+    assert [float(a[0]["y"][0, 0]) for a in answers] == [0.0, 1.0, 2.0]
