@@ -72,8 +72,9 @@ def _allowed_for_frontends(module: str) -> bool:
 
 # The transport's side: the protocol cores (``transport/``: httptools under HTTP/1.1), the
 # front-ends, the runtime that binds them, the command line's entry point (uvloop) and
-# ``python -m tritium``.
-NOT_CORE = {"runtime.py", "cli/main.py", "__main__.py"}
+# ``python -m tritium``; tritium.pytriton's embedded runner (the server on a thread's own
+# uvloop loop, as the command line runs it).
+NOT_CORE = {"runtime.py", "cli/main.py", "__main__.py", "pytriton/_embedded.py"}
 CORE = [
     p
     for p in SRC.rglob("*.py")
