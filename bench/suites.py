@@ -37,6 +37,7 @@ SUITES: tuple[Suite, ...] = (
     Suite("scenarios", "bench.cli", "the scenario lists above that `make bench` runs, one server"),
     # Against NVIDIA Triton.
     Suite("vs-triton", "bench.vs_triton", "tritium vs Triton 2.51, same model.py, perf_analyzer"),
+    Suite("pytriton", "bench.pytriton_vs", "tritium.pytriton vs PyTriton 0.7, a bound function"),
     Suite("loop-spin", "bench.loop_spin", "the event loop's spin on and off, vs Triton"),
     # Server CPU per inference with h2load (no Python client in the way).
     Suite("grpc-cpu", "bench.h2load_grpc", "server CPU per unary gRPC ModelInfer (h2load)"),

@@ -72,9 +72,15 @@ def _allowed_for_frontends(module: str) -> bool:
 
 # The transport's side: the protocol cores (``transport/``: httptools under HTTP/1.1), the
 # front-ends, the runtime that binds them, the command line's entry point (uvloop), the
-# in-process API's server loop (uvloop, tritonserver/_loop.py) and
-# ``python -m tritium``.
-NOT_CORE = {"runtime.py", "cli/main.py", "__main__.py", "tritonserver/_loop.py"}
+# in-process API's server loop (uvloop, tritonserver/_loop.py), tritium.pytriton's embedded
+# runner (the server on a thread's own uvloop loop) and ``python -m tritium``.
+NOT_CORE = {
+    "runtime.py",
+    "cli/main.py",
+    "__main__.py",
+    "tritonserver/_loop.py",
+    "pytriton/_embedded.py",
+}
 CORE = [
     p
     for p in SRC.rglob("*.py")
@@ -183,6 +189,8 @@ LAYERS: list[set[str]] = [
     {"runtime", "tritonfrontend"},  # tritonfrontend: the front-ends on an in-process server
     {"workers"},  # --workers N: the supervisor, a worker's control plane, totals
     {"cli"},  # tritium serve, the flag table
+    # PyTriton's API served in the caller's process (its TritonConfig read by cli's flag table)
+    {"pytriton"},
     {"__main__", "compat"},  # compat: Triton's module names, opt-in (imports by name only)
 ]
 LAYER_OF = {unit: index for index, units in enumerate(LAYERS) for unit in units}

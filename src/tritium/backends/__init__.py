@@ -22,7 +22,13 @@ _BACKENDS = {
     "openvino": (".openvino", "OpenVinoBackend"),
     "python": (".python.backend", "PythonBackend"),
     "ensemble": (".ensemble", "EnsembleBackend"),
+    # functions bound in this process (tritium.pytriton)
+    "pytriton": (".bound", "BoundBackend"),
 }
+
+# Served only for models a process bound itself (tritium.pytriton): not offered to a
+# repository's models, so not named among the backends a model may ask for.
+_IN_PROCESS_ONLY = frozenset({"pytriton"})
 
 # The optional extras (pyproject.toml) that bring a backend's framework: a model of a backend
 # whose framework is missing fails its load naming the extra to install.
@@ -39,7 +45,7 @@ def unknown_backend(name: str, model: str, served: Iterable[str]) -> str:
         )
     return (
         f"unable to find backend '{name}' for model '{model}': tritium's backends are built in "
-        f"({', '.join(sorted(served))}); it loads no backend libraries"
+        f"({', '.join(sorted(set(served) - _IN_PROCESS_ONLY))}); it loads no backend libraries"
     )
 
 

@@ -187,7 +187,11 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     "optimization.eager_batching": (_G, f"recognised only by the TensorRT backend; {_NO_GPU}"),
     **_tree(
         "dynamic_batching",
-        (_I, "the dynamic batcher (scheduling/batch_policy.py)"),
+        (
+            _I,
+            "the dynamic batcher (scheduling/batch_policy.py); refused at load where Triton "
+            "refuses it (config/dynamic_batching.py)",
+        ),
         "preferred_batch_size",
         "max_queue_delay_microseconds",
         "preserve_ordering",

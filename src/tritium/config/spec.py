@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .dynamic_batching import check_dynamic_batching
 from ..extensions.classification import read_labels
 from ..types import DataType
 from .model_config import (
@@ -232,6 +233,7 @@ def build_spec(
         raise problem.error("version_policy", "latest.num_versions must be >= 1")
     if policy.HasField("specific") and not policy.specific.versions:
         raise problem.error("version_policy", "specific.versions must list at least one version")
+    check_dynamic_batching(config, problem)
     inputs = _io_specs(config.input, "input", problem)
     outputs = _io_specs(config.output, "output", problem)
     batch_inputs, batch_outputs = batch_io(config, problem)
