@@ -331,5 +331,5 @@ def test_ensemble_bad_image(c: Any, protocol: str) -> None:
     with pytest.raises(InferenceServerException) as caught:
         c.infer("preprocess_inception_ensemble", inputs)
     message = str(caught.value)
-    assert "in ensemble 'preprocess_inception_ensemble', model 'inception_preprocess'" in message
-    assert "INPUT[0] (12 bytes) is not a JPEG or PNG image" in message
+    want = "in ensemble 'preprocess_inception_ensemble', inception_preprocess: INPUT[0] (12 bytes)"
+    assert want + " is not a JPEG or PNG image" in message, message

@@ -1,7 +1,8 @@
 """Find the Python-model stub processes of a server through /proc (Linux), and wait on them.
 
-A stub's command line is ``python -m tritium.backends.python.stub <fd> <server pid>
-<instance name>``, so a stub is recognised by its module, its server and its instance.
+A stub's command line is ``python .../triton_python_backend_stub.py
+tritium.backends.python.stub <fd> <server pid> <instance name> <token>``, so a stub is
+recognised by its module, its server and its instance.
 """
 
 from __future__ import annotations

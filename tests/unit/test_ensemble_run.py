@@ -173,7 +173,7 @@ def test_a_failing_step_cancels_the_others_and_names_its_model() -> None:
     [(response, final)] = collector.sent
     assert final and response is not None and response.error is not None
     assert response.error.kind is ErrorKind.INTERNAL
-    assert response.error.message == "in ensemble 'ens', model 'a': boom"
+    assert response.error.message == "in ensemble 'ens', boom"
     assert models.waiting == []  # the join never started
 
 

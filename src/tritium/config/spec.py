@@ -133,9 +133,20 @@ def normalize(config: ModelConfig, model_name: str, problem: ConfigProblem) -> N
         and config.sequence_batching.max_sequence_idle_microseconds == 0
     ):
         config.sequence_batching.max_sequence_idle_microseconds = 1_000_000
-    config.optimization.input_pinned_memory.enable = True
-    config.optimization.output_pinned_memory.enable = True
+    _normalize_pinned_memory(config)
     _normalize_instance_groups(config, problem)
+
+
+def _normalize_pinned_memory(config: ModelConfig) -> None:
+    """Triton (NormalizeModelConfig): pinned memory on where the config does not say, and
+    nothing added to an ensemble; what the user wrote (``enable: false``) is kept."""
+    if config.HasField("ensemble_scheduling"):
+        return
+    optimization = config.optimization
+    if not optimization.HasField("input_pinned_memory"):
+        optimization.input_pinned_memory.enable = True
+    if not optimization.HasField("output_pinned_memory"):
+        optimization.output_pinned_memory.enable = True
 
 
 def _normalize_instance_groups(config: ModelConfig, problem: ConfigProblem) -> None:

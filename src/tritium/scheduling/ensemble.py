@@ -261,9 +261,9 @@ class _Run:
             return
         kind = error.kind if isinstance(error, ServerError) else ErrorKind.INTERNAL
         message = error.message if isinstance(error, ServerError) else str(error)
-        self.error = ServerError(
-            kind, f"in ensemble '{self.owner.plan.name}', model '{step.model_name}': {message}"
-        )
+        # Triton (EnsembleContext::FinishEnsemble): "in ensemble 'E', " + the step's own
+        # error, without the step's model name (qa/L0_sequence_batcher checks the prefix).
+        self.error = ServerError(kind, f"in ensemble '{self.owner.plan.name}', {message}")
         for sub in list(self.live):  # what still runs or waits is no longer needed
             sub.cancel()
 

@@ -25,6 +25,12 @@ gets one of the batcher's own, with START; the model may release a request with
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE (the backend calls ``request.reschedule``): it goes
 back to its sequence's slot, flags cleared, to run again; once it runs without being
 rescheduled, its sequence ends (the slot is released after it, as the reaper releases one).
+
+Triton's testing hooks (sequence_batch_scheduler.cc, set by its qa/L0_sequence_batcher):
+with ``TRITONSERVER_DELAY_SCHEDULER=N`` the direct workers start nothing until N requests are
+queued on the slots of all instances together, and with ``TRITONSERVER_BACKLOG_DELAY_SCHEDULER
+=M`` as well until M requests wait in the backlog (the second only matters with the first);
+then they run as usual. The oldest strategy ignores both, as Triton's OldestSequenceBatch does.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import os
 import time
 from collections.abc import Sequence
 
@@ -42,6 +49,7 @@ from ..config.spec import ModelSpec
 from ..errors import ServerError, internal, unavailable
 from ..logs.settings import about_model
 from ..request import InferenceRequest, RequestState
+from .dynamic import DELAY_VARIABLE, delay_count
 from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, add_controls, add_state
 from .sequence_inputs import check, state_capture
@@ -81,6 +89,9 @@ class SequenceScheduler:
         self._reaper_at = 0
         self._closed = False
         self._ids = itertools.count(1)  # iterative_sequence: the IDs the batcher gives
+        self._hold, self._backlog_hold = _held_counts(spec.name, config.oldest)
+        for worker in self._workers:
+            worker.held = bool(self._hold)
 
     # -- arrival -------------------------------------------------------------------------------
     def submit(self, request: InferenceRequest) -> None:
@@ -162,7 +173,21 @@ class SequenceScheduler:
             )
         if slot is not None:
             self._workers[slot.instance].enqueue(slot.index, request)
+        if self._hold:
+            self._look_at_hold()
         self._arm()
+
+    def _look_at_hold(self) -> None:
+        """The testing hooks (``_held_counts``): once the slots hold N requests together (and
+        the backlog M), every worker starts running what it holds."""
+        if sum(worker.queued() for worker in self._workers) < self._hold:
+            return
+        if self._backlog_hold and self._slots.backlogged_requests() < self._backlog_hold:
+            return
+        self._hold = 0
+        for worker in self._workers:
+            worker.held = False
+            worker.pump()
 
     # -- the instance set ----------------------------------------------------------------------
     async def update(
@@ -178,6 +203,7 @@ class SequenceScheduler:
         for position, instance in enumerate(added):
             worker = self._kind(self, len(self._workers), instance)
             worker.gate = gates[position] if gates else None
+            worker.held = bool(self._hold)
             self._workers.append(worker)
             for slot in self._slots.added(worker.index):
                 self.release(slot)
@@ -238,6 +264,8 @@ class SequenceScheduler:
             self._workers[slot.instance].enqueue(slot.index, Release(cid))
         for backlog in self._slots.expired(now):
             self._reject(backlog)
+        if self._hold:
+            self._look_at_hold()
         self._arm()
 
     def _reject(self, backlog: Backlog[InferenceRequest]) -> None:
@@ -286,3 +314,20 @@ class SequenceScheduler:
             request.extra_outputs = config.state_outputs
             assert request.sender is not None
             request.sender.capture = state_capture(config, state, request, self._spec.outputs)
+
+
+BACKLOG_DELAY_VARIABLE = "TRITONSERVER_BACKLOG_DELAY_SCHEDULER"
+
+
+def _held_counts(model: str, oldest: bool) -> tuple[int, int]:
+    """Triton's testing hooks, read when the batcher is made: (requests queued on the slots,
+    requests in the backlog) that the direct workers wait for before running anything."""
+    backlog = delay_count(os.environ.get(BACKLOG_DELAY_VARIABLE))
+    if backlog:
+        log.info("Delaying scheduler until %d backlog queued requests...", backlog)
+    held = 0 if oldest else delay_count(os.environ.get(DELAY_VARIABLE))
+    if held:
+        log.debug(
+            "Delaying the sequence batcher of model '%s' until %d queued requests", model, held
+        )
+    return held, backlog

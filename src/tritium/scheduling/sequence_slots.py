@@ -87,6 +87,10 @@ class SequenceSlots(Generic[R]):
     def backlogged(self) -> int:
         return len(self._backlog)
 
+    def backlogged_requests(self) -> int:
+        """Requests waiting in the backlog, all sequences together."""
+        return sum(len(backlog.requests) for backlog in self._backlog)
+
     @property
     def tracked(self) -> int:
         """Correlation IDs the reaper still watches (a bound on what is kept per ID)."""

@@ -79,6 +79,13 @@ class Worker:
         self._running: set[asyncio.Task[None]] = set()
         self._closed = False
         self.gate: Gate | None = None  # the rate limiter's, when it is on
+        # Triton's TRITONSERVER_DELAY_SCHEDULER: run nothing until the scheduler lets go
+        # (sequence.py:_look_at_hold; the direct strategy only).
+        self.held = False
+
+    def queued(self) -> int:
+        """Entries waiting on this instance's slots (Triton's DelayScheduler count)."""
+        return sum(len(lane) for lane in self._lanes)
 
     def enqueue(self, slot: int, entry: Entry, pump: bool = True) -> None:
         self._lanes[slot].append(entry)
@@ -195,7 +202,7 @@ class Worker:
 
 class DirectWorker(Worker):
     def pump(self) -> None:
-        if self._busy or self._closed:
+        if self._busy or self._closed or self.held:
             return
         heads = []
         for slot in range(len(self._lanes)):

@@ -47,6 +47,9 @@ NOT_AN_ENVIRONMENT = (
     "an environment directory with bin/python3 (the server's log says what was found)"
 )
 _BOOT = Path(__file__).with_name("envboot.py")
+# The launcher of a stub under the server's own interpreter: its command line names Triton's
+# stub (``ps``, ``pgrep -f triton_python_backend_stub``) and the stub module.
+LAUNCHER = Path(__file__).with_name("triton_python_backend_stub.py")
 STUB_MODULE = "tritium.backends.python.stub"  # named on the command line, as with -m
 _PROBE_TIMEOUT_S = 120.0
 _PROBE = """\

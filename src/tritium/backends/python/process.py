@@ -27,7 +27,7 @@ from mypy_extensions import mypyc_attr
 
 from ...errors import ServerError, internal, unavailable
 from . import ipc, shm_tensors
-from .execenv import PythonEnv
+from .execenv import LAUNCHER, PythonEnv
 
 if TYPE_CHECKING:
     from .bls_host import BlsHost
@@ -86,7 +86,7 @@ class StubProcess(asyncio.Protocol):
             token = shm_tensors.server_token()  # in the names of the pair's segments
             args = [str(child.fileno()), str(os.getpid()), self.name, token]
             if self.env is None:
-                command = [sys.executable, "-m", STUB_MODULE, *args]
+                command = [sys.executable, str(LAUNCHER), STUB_MODULE, *args]
                 environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
             else:
                 command, environ = self.env.command(args), self.env.environ()

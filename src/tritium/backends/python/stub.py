@@ -1,7 +1,9 @@
 """The stub process that hosts one instance of a Triton Python model.
 
-Run as ``python -m tritium.backends.python.stub <fd> <server pid> <instance name> <token>``
-(the token: the server's, in its segments' names, ``shm_tensors``); it speaks
+Run as ``python .../triton_python_backend_stub.py tritium.backends.python.stub <fd> <server
+pid> <instance name> <token>`` (the launcher beside this file, which runs this module as
+``python -m`` would and gives the process Triton's stub's name in ``ps``; the token: the
+server's, in its segments' names, ``shm_tensors``); it speaks
 the frames of ``ipc`` over the socket ``fd``. The model runs here, isolated: if it raises, the
 error goes back as a response; if it crashes, only this process dies and the server notices the
 closed socket. The stub never outlives the server: on Linux the kernel kills it when the server

@@ -6,11 +6,19 @@ there: an RPC tritium does not serve answers UNIMPLEMENTED with its name. ModelI
 ModelStreamInfer take their request bytes undecoded: ``wire`` parses them, so that a message
 protobuf refuses is answered INVALID_ARGUMENT with a clear message and a large one is parsed
 in short steps off the event loop.
+
+``TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC=N`` (Triton's testing hook, read at start by its
+grpc_server.cc for its CommonHandler; qa/L0_client_timeout sets it): every answer of an RPC
+other than ModelInfer and ModelStreamInfer, errors included, is written N seconds after the
+RPC has run, so that a client's deadline expires. The wait is a timer (``asyncio.sleep``),
+never a sleep on the loop: unlike Triton's one handler thread, calls are not serialized by it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import time
 from typing import Any, Final
 
@@ -28,6 +36,7 @@ from ...server import (
     check_load_keys,
     grpc_update,
 )
+from ...scheduling.dynamic import delay_count
 from ...types import InferenceResponse
 from ...transport.grpc.call import ServerCall
 from ...transport.grpc.dispatch import Kind, Method
@@ -48,6 +57,7 @@ _DECOUPLED = "ModelInfer RPC doesn't support models with decoupled transaction p
 # gRPC ModelInfer's door of the inference call: its refusal of decoupled models, its stamps.
 UNARY: Final = Door("grpc", _DECOUPLED, RECEIVED, SENT)
 _NOT_YET: frozenset[str] = frozenset()
+RESPONSE_DELAY_VARIABLE: Final = "TRITONSERVER_SERVER_DELAY_GRPC_RESPONSE_SEC"
 _KINDS = {
     (False, False): Kind.UNARY,
     (False, True): Kind.SERVER_STREAM,
@@ -293,7 +303,20 @@ def _unimplemented(name: str) -> Any:
     return method
 
 
-def _table(prefix: str, descriptor: Any, module: Any, servicer: Any) -> dict[str, Method]:
+async def _delayed(handler: Any, seconds: int, request: Any, call: ServerCall) -> Any:
+    """``handler``'s answer (or error), written ``seconds`` after it ran (the testing hook)."""
+    try:
+        answer = await handler(request, call)
+    except Exception:
+        await asyncio.sleep(seconds)
+        raise
+    await asyncio.sleep(seconds)
+    return answer
+
+
+def _table(
+    prefix: str, descriptor: Any, module: Any, servicer: Any, delay: int = 0
+) -> dict[str, Method]:
     methods = {}
     for method in descriptor.methods:
         name = method.name
@@ -304,6 +327,8 @@ def _table(prefix: str, descriptor: Any, module: Any, servicer: Any) -> dict[str
         if handler is None or name in _NOT_YET:
             handler = _unimplemented(name)
         fast = servicer.model_infer_now if name == "ModelInfer" else None
+        if delay and not raw and kind is Kind.UNARY:
+            handler = functools.partial(_delayed, handler, delay)
         methods[prefix + name] = Method(
             kind,
             handler,
@@ -319,7 +344,8 @@ def method_table(server: InferenceServer, pattern: str | None = None) -> dict[st
     not the server's)."""
     inference = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
     health = health_pb2.DESCRIPTOR.services_by_name["Health"]
+    delay = delay_count(os.environ.get(RESPONSE_DELAY_VARIABLE))
     return {
-        **_table(SERVICE, inference, pb, InferenceService(server, pattern)),
-        **_table(HEALTH_SERVICE, health, health_pb2, HealthService(server)),
+        **_table(SERVICE, inference, pb, InferenceService(server, pattern), delay),
+        **_table(HEALTH_SERVICE, health, health_pb2, HealthService(server), delay),
     }
