@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,3 +211,11 @@ class ServerOptions:
     backends: BackendOptions = BackendOptions()
     rate_limit: RateLimitOptions = RateLimitOptions()
     tracing: TraceConfig = TraceConfig()  # --trace-config (tracing/)
+
+
+def delay_count(value: str | None) -> int:
+    """A count from one of Triton's test hooks in the environment (the requests a batcher
+    waits for at start, the seconds a gRPC answer is held): the variable's leading integer,
+    as C's atoi reads it (0 when unset, not a number or negative)."""
+    found = re.match(r"\s*[+-]?\d+", value or "")
+    return max(int(found.group()), 0) if found else 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tritium.scheduling.dynamic import delay_count
+from tritium.options import delay_count
 
 
 def test_delay_count_reads_the_leading_integer_as_atoi() -> None:

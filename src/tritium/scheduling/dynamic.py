@@ -15,13 +15,13 @@ import asyncio
 import functools
 import logging
 import os
-import re
 import time
 from collections.abc import Awaitable, Sequence
 from typing import Final, cast
 
 from ..backends.base import BatchStartedInstance, ModelInstance, send_error, starts_batches
 from ..errors import ServerError, internal, unavailable
+from ..options import delay_count
 from ..request import InferenceRequest
 from .batch_policy import TIMER_SLACK_NS, BatchConfig, DynamicBatchPolicy, timer_delay
 from .common import guarded, leaving, limited, rest, runnable
@@ -30,13 +30,6 @@ from .rate_limiter import Gate
 _NO_TIMING: Final = (0, 0, 0)
 DELAY_VARIABLE = "TRITONSERVER_DELAY_SCHEDULER"
 log = logging.getLogger(__name__)
-
-
-def delay_count(value: str | None) -> int:
-    """The queued requests a batcher waits for at start: the variable's leading integer, as
-    C's atoi reads it (0, no wait, when unset, not a number or negative)."""
-    found = re.match(r"\s*[+-]?\d+", value or "")
-    return max(int(found.group()), 0) if found else 0
 
 
 class DynamicBatcher:

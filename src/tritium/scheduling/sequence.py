@@ -49,7 +49,8 @@ from ..config.spec import ModelSpec
 from ..errors import ServerError, internal, unavailable
 from ..logs.settings import about_model
 from ..request import InferenceRequest, RequestState
-from .dynamic import DELAY_VARIABLE, delay_count
+from ..options import delay_count
+from .dynamic import DELAY_VARIABLE
 from .rate_limiter import Gate
 from .sequence_inputs import END_FLAG, START_FLAG, SequenceState, add_controls, add_state
 from .sequence_inputs import check, state_capture

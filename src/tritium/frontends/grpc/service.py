@@ -36,7 +36,7 @@ from ...server import (
     check_load_keys,
     grpc_update,
 )
-from ...scheduling.dynamic import delay_count
+from ...options import delay_count
 from ...types import InferenceResponse
 from ...transport.grpc.call import ServerCall
 from ...transport.grpc.dispatch import Kind, Method
