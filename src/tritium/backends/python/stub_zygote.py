@@ -47,6 +47,12 @@ import sys
 
 from . import stub
 
+# The stub imports asyncio (and ssl with it) with a model's first coroutine (stub_loop): a
+# spawned stub of a model without one never pays for it. Here it is imported once, shared by
+# every forked stub: a coroutine then costs its stub nothing of its own (a fork importing it
+# measured +4.1 MiB PSS), for 0.7 MiB PSS per stub of the zygote's pages.
+import asyncio  # noqa: E402, F401  # isort: skip
+
 STUB_MODULE = "tritium.backends.python.stub"
 MAX_MESSAGE = 4096
 _FD_SPACE = socket.CMSG_SPACE(4)
