@@ -131,7 +131,9 @@ class StubZygote:
             self._send(("reap", pid))  # the status is recorded: the pid may go
         elif kind in ("spawned", "failed") and self._pending:
             future = self._pending.popleft()
-            if future.done():
+            if future.done():  # the start was cancelled: its stub is not wanted (unreaped)
+                if kind == "spawned":
+                    _kill(int(message[1]))
                 return
             if kind == "spawned":
                 future.set_result(int(message[1]))
@@ -159,11 +161,7 @@ class StubZygote:
                 future.set_exception(OSError("the stub zygote exited"))
         children, self._children = self._children, {}
         for pid, child in children.items():
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
+            _kill(pid)
             child.exited(-signal.SIGKILL)
         self._reap()
 
@@ -176,6 +174,15 @@ class StubZygote:
         if self.alive:
             self._proc.kill()
             self._lost()
+
+
+def _kill(pid: int) -> None:
+    """SIGKILL a stub and its group."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _fd_bytes(fd: int) -> bytes:
