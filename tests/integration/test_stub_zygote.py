@@ -8,6 +8,7 @@ Processes are read through /proc (``stub_procs``); requests go through the offic
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -106,3 +107,44 @@ def test_a_killed_zygote_takes_its_stubs_and_their_children_and_they_come_back(
     assert not set(stub_pids(server.proc.pid)) & old_stubs
     np.testing.assert_array_equal(infer(server, "http", "identity_fp32", [1.0, 2.0]), [1, 2])
     assert _fork_pids(server, "http")[2] != stub
+
+
+_DRAWS_MODEL = """\
+import json, os, random
+import numpy as np
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        path = os.path.join(args["model_repository"], "draws-" + args["model_instance_name"])
+        with open(path, "w") as f:
+            json.dump([random.random(), *np.random.rand(2).tolist()], f)
+
+    def execute(self, requests):
+        return []
+"""
+_DRAWS_CONFIG = """\
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN", data_type: TYPE_INT32, dims: [ 1 ] } ]
+output [ { name: "OUT", data_type: TYPE_INT32, dims: [ 1 ] } ]
+instance_group [ { count: 3, kind: KIND_CPU } ]
+"""
+
+
+def test_forked_stubs_draw_their_own_random_numbers(tmp_path: Path) -> None:
+    """Three stubs forked from one zygote: ``random`` and numpy's global generator give each
+    its own numbers, as three spawned interpreters would."""
+    model = tmp_path / "repo" / "draws"
+    (model / "1").mkdir(parents=True)
+    (model / "1" / "model.py").write_text(_DRAWS_MODEL)
+    (model / "config.pbtxt").write_text(_DRAWS_CONFIG)
+    server = ServerProcess([tmp_path / "repo"])
+    try:
+        draws = [json.loads(p.read_text()) for p in sorted(model.glob("1/draws-*"))]
+        draws += [json.loads(p.read_text()) for p in sorted(model.glob("draws-*"))]
+    finally:
+        server.stop()
+    assert len(draws) == 3, draws
+    for position in range(3):
+        assert len({d[position] for d in draws}) == 3, draws

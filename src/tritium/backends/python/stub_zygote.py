@@ -31,7 +31,11 @@ stub exits. A stub forked here keeps every guarantee of one the server spawns
   over the zygote's own (``_retitle``); a stub whose line does not fit is spawned instead.
 
 Environment, working directory and interpreter are the server's, as for a spawned stub; a
-model with its own environment (``EXECUTION_ENV_PATH``) is always spawned.
+model with its own environment (``EXECUTION_ENV_PATH``) is always spawned. What a fork shares
+that a spawn did not: the zygote's string-hash seed (``PYTHONHASHSEED``; set iteration order is
+the same in every stub), nothing else: random state is reseeded (``_reseed``), threads and
+locks are the stub's own (the zygote has no thread). The zygote lives as long as its server
+process (or the event loop it was started on: ``zygote.for_loop``).
 """
 
 from __future__ import annotations
@@ -147,6 +151,7 @@ class Zygote:
         self._children = {}
         stub._die_with_parent(parent)
         _retitle(title)
+        _reseed()
         return _Spawn(fd, self._server_pid, title[5], title[6])
 
     def _exited(self, pidfd: int) -> None:
@@ -162,6 +167,15 @@ class Zygote:
             self._control.send(marshal.dumps(message))
         except OSError:  # the server is gone: the poll sees it
             pass
+
+
+def _reseed() -> None:
+    """A stub's random state is its own, as a spawned stub's: ``random`` reseeds itself at a
+    fork; numpy's global generator is seeded when ``numpy.random`` is first imported, which
+    the zygote does not do, but were it imported here every stub would draw the same numbers."""
+    generator = sys.modules.get("numpy.random")
+    if generator is not None:
+        generator.seed()
 
 
 def _receive(control: socket.socket) -> tuple[bytes, list[int]]:
