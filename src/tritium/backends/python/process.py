@@ -84,8 +84,9 @@ class StubProcess(asyncio.Protocol):
         return None if self._proc is None else self._proc.pid
 
     async def start(self) -> None:
-        """Spawn the stub; its command line names the server (so it dies with it) and the
-        instance (so an operator can tell the stubs apart in ``ps``)."""
+        """Start the stub (forked from the zygote, or spawned); its command line names the
+        server (so it dies with it) and the instance (so an operator can tell the stubs
+        apart in ``ps``)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         token = shm_tensors.server_token()  # in the names of the pair's segments
         try:
@@ -96,6 +97,9 @@ class StubProcess(asyncio.Protocol):
         except OSError as exc:
             parent.close()
             raise unavailable(f"stub process '{self.name}' does not start: {exc}") from None
+        except asyncio.CancelledError:  # while the zygote forked it (which then kills it)
+            parent.close()
+            raise
         finally:
             child.close()
         self.segments = shm_tensors.SegmentPool(
