@@ -62,6 +62,7 @@ SUITES: tuple[Suite, ...] = (
     Suite("large-request", "bench.large_decode", "one large request must not stall the others"),
     Suite("repeated-fields", "bench.repeated_fields", "many empty repeated entries: no stall"),
     Suite("zero-window", "bench.zero_window_rss", "clients that read nothing: server RSS"),
+    Suite("memory", "bench.memory_rest", "idle memory (RSS, PSS) per process vs Triton 2.51"),
 )
 
 BY_NAME: dict[str, Suite] = {suite.name: suite for suite in SUITES}

@@ -5,13 +5,13 @@ threads, gRPC from asyncio. Two loads at once used to race in the manager (Inval
 Loads and unloads of one name now run one at a time, in arrival order (Triton blocks a load
 that conflicts with one in progress and retries it: core model_repository_manager.cc
 ``LoadUnloadModel``). Stub processes are counted through /proc: children of the server whose
-command line runs ``tritium.backends.python.stub``.
+command line runs ``tritium.backends.python.stub`` for this server (the stubs are the
+server's stub zygote's children, not the server's: tests/support/stub_procs.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import threading
 import time
@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpc_aio
+from tests.support import stub_procs
 from tests.support.clients import add_sub_inputs, client
 from testkit.server_process import ServerProcess
 from tritonclient.utils import InferenceServerException
@@ -43,20 +44,7 @@ def server(tmp_path: Path, example_repo: Path) -> Iterator[ServerProcess]:
 
 def stub_pids(server: ServerProcess) -> set[int]:
     """The server's Python stub processes, read from /proc."""
-    pids = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                command = f.read()
-        except (OSError, IndexError, ValueError):
-            continue  # gone meanwhile
-        if ppid == server.proc.pid and b"tritium.backends.python.stub" in command:
-            pids.add(int(entry))
-    return pids
+    return set(stub_procs.stub_pids(server.proc.pid))
 
 
 def wait_until(predicate: Callable[[], bool], what: str) -> None:

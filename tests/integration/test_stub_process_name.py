@@ -33,9 +33,11 @@ def server(tmp_path: Path, example_repo: Path) -> Iterator[ServerProcess]:
 
 
 def _pgrep(server: ServerProcess) -> list[int]:
-    """What the QA suite runs, limited to this server's children (other servers run here)."""
+    """What the QA suite runs, limited to this server's stubs (other servers run here): a
+    stub's arguments name the server's pid after the descriptor it serves."""
+    pattern = rf"triton_python_backend_stub\S* \S+ [0-9]+ {server.proc.pid} "
     found = subprocess.run(
-        ["pgrep", "-P", str(server.proc.pid), "-f", "triton_python_backend_stub"],
+        ["pgrep", "-f", pattern],
         capture_output=True,
         text=True,
         check=False,

@@ -8,7 +8,6 @@ tritium does not have fails with ``unknown_backend``'s reason.
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -93,6 +92,8 @@ class BackendRegistry(Mapping[str, Any]):
         if name in self._loaded or name not in _BACKENDS:
             return
         try:
+            import asyncio  # here: the Python stub imports this package, and needs none
+
             await asyncio.to_thread(importlib.import_module, _BACKENDS[name][0], __name__)
         except ImportError as exc:
             raise unavailable(missing_framework(name, exc)) from None

@@ -19,16 +19,18 @@ frames into ``pb_utils.InferenceResponse`` objects; ``exec(decoupled=True)`` ret
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import threading
 from collections import deque
 from collections.abc import Callable
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...types import DataType
 from . import ipc, pb_utils, shm_tensors
+
+if TYPE_CHECKING:  # imported by a model's coroutine, not by the stub (stub_loop)
+    import asyncio
 
 # The batch id of the ``execute`` call running in this context (-1: none known, e.g. a thread
 # the model started): the server cancels a child when its parent batch is cancelled.
@@ -350,6 +352,8 @@ class BlsClient:
         if not isinstance(started, tuple):
             return started
         call_id, call = started
+        import asyncio  # imported by the loop that runs this (lazily in the stub: stub_loop)
+
         loop = asyncio.get_running_loop()
         self._watch(loop)
         try:

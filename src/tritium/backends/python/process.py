@@ -8,6 +8,11 @@ without blocking and reports the death. A socket closed under a live stub kills 
 so does a frame the server cannot trust (``ipc.MalformedFrame``, or one whose handling
 fails): the model may only hurt itself. Large tensors travel in shared-memory segments the
 server copies out of (``shm_tensors``, ``segments``).
+
+A stub of the server's own interpreter is forked from the server's stub zygote (``zygote``,
+``stub_zygote``: the stubs share its imported modules); the zygote reports its exit, having
+killed its group, and reaps it once the server has the status. A model with an environment
+of its own (``EXECUTION_ENV_PATH``), or a server without a zygote, spawns its stub.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from mypy_extensions import mypyc_attr
 
 from ...errors import ServerError, internal, unavailable
-from . import ipc, shm_tensors
+from . import ipc, shm_tensors, zygote
 from .execenv import LAUNCHER, PythonEnv
 
 if TYPE_CHECKING:
@@ -51,7 +56,7 @@ class StubProcess(asyncio.Protocol):
         self.env = env  # EXECUTION_ENV_PATH: run under that environment's interpreter
         self._reader = ipc.FrameReader()
         self._transport: asyncio.Transport | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | zygote.ZygoteChild | None = None
         self._call_lock = asyncio.Lock()
         self._reply: asyncio.Future[tuple[bool, Any]] | None = None
         self._ready: asyncio.Future[tuple[bool, Any]] | None = None  # IS_READY in flight
@@ -79,23 +84,22 @@ class StubProcess(asyncio.Protocol):
         return None if self._proc is None else self._proc.pid
 
     async def start(self) -> None:
-        """Spawn the stub; its command line names the server (so it dies with it) and the
-        instance (so an operator can tell the stubs apart in ``ps``)."""
+        """Start the stub (forked from the zygote, or spawned); its command line names the
+        server (so it dies with it) and the instance (so an operator can tell the stubs
+        apart in ``ps``)."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        token = shm_tensors.server_token()  # in the names of the pair's segments
         try:
-            token = shm_tensors.server_token()  # in the names of the pair's segments
-            args = [str(child.fileno()), str(os.getpid()), self.name, token]
-            if self.env is None:
-                command = [sys.executable, str(LAUNCHER), STUB_MODULE, *args]
-                environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            else:
-                command, environ = self.env.command(args), self.env.environ()
-            self._proc = subprocess.Popen(
-                command, pass_fds=(child.fileno(),), env=environ, process_group=0
-            )
+            if self.env is None:  # forked from the server's zygote where it can
+                self._proc = await self._fork(child, token)
+            if self._proc is None:
+                self._proc = self._spawn(child, token)
         except OSError as exc:
             parent.close()
             raise unavailable(f"stub process '{self.name}' does not start: {exc}") from None
+        except asyncio.CancelledError:  # while the zygote forked it (which then kills it)
+            parent.close()
+            raise
         finally:
             child.close()
         self.segments = shm_tensors.SegmentPool(
@@ -109,9 +113,28 @@ class StubProcess(asyncio.Protocol):
             raise unavailable(self._unhealthy())
         self.alive = True
 
+    async def _fork(self, child: socket.socket, token: str) -> zygote.ZygoteChild | None:
+        forker = zygote.for_loop(asyncio.get_running_loop())
+        return None if forker is None else await forker.spawn(child, self.name, token)
+
+    def _spawn(self, child: socket.socket, token: str) -> subprocess.Popen[bytes]:
+        """A stub of its own interpreter (a model's environment, or no zygote)."""
+        args = [str(child.fileno()), str(os.getpid()), self.name, token]
+        if self.env is None:
+            command = [sys.executable, str(LAUNCHER), STUB_MODULE, *args]
+            environ = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        else:
+            command, environ = self.env.command(args), self.env.environ()
+        return subprocess.Popen(command, pass_fds=(child.fileno(),), env=environ, process_group=0)
+
     # the process --------------------------------------------------------------------------
     def _watch_exit(self, loop: asyncio.AbstractEventLoop) -> None:
         assert self._proc is not None
+        if isinstance(self._proc, zygote.ZygoteChild):  # the zygote reports its exit
+            self._proc.on_exit = self._on_exit
+            if self._proc.returncode is not None:
+                loop.call_soon(self._on_exit)
+            return
         try:
             self._pidfd = os.pidfd_open(self._proc.pid)
             loop.add_reader(self._pidfd, self._on_exit)
@@ -120,7 +143,7 @@ class StubProcess(asyncio.Protocol):
             loop.call_later(_EXIT_POLL_S, self._poll_exit)
 
     def _poll_exit(self) -> None:
-        assert self._proc is not None
+        assert isinstance(self._proc, subprocess.Popen)
         if self._proc.returncode is not None:
             return
         if _exited(self._proc.pid):

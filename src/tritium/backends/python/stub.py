@@ -548,16 +548,22 @@ def main() -> None:
     if len(sys.argv) > 2:
         stub_group.start(int(sys.argv[2]))
         _die_with_parent(int(sys.argv[2]))
+    server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
+    name = sys.argv[3] if len(sys.argv) > 3 else "stub"
+    token = sys.argv[4] if len(sys.argv) > 4 else ""
+    run(int(sys.argv[1]), server_pid, name, token)
+
+
+def run(fd: int, server_pid: int, name: str, token: str) -> None:
+    """Serve the model over socket ``fd`` (the process is already tied to the server:
+    ``main``, or ``stub_zygote`` for a stub forked from the zygote)."""
     # Ctrl-C in a terminal reaches the whole process group: the server shuts its stubs down
     # itself (finalize, then kill), so a stub must not die of it first and look crashed.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _batch_scheduling()
-    sock = socket.socket(fileno=int(sys.argv[1]))
+    sock = socket.socket(fileno=fd)
     sys.modules["triton_python_backend_utils"] = pb_utils
     sys.modules["c_python_backend_utils"] = pb_c_utils  # Triton's C++ module, as models see it
-    server_pid = int(sys.argv[2]) if len(sys.argv) > 2 else os.getppid()
-    name = sys.argv[3] if len(sys.argv) > 3 else "stub"
-    token = sys.argv[4] if len(sys.argv) > 4 else ""
     # The model sees the argv of Triton's embedded interpreter, not the stub's command line
     # (``unittest.main()`` and ``argparse`` read it; ``ps`` still shows the command line).
     sys.argv = [""]

@@ -22,8 +22,7 @@ only: the stub imports it.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
+import importlib.util
 import os
 import traceback as _traceback
 from dataclasses import dataclass
@@ -31,10 +30,18 @@ from pathlib import Path
 
 MAX_FRAMES = 30
 _OWN = str(Path(__file__).resolve().parents[2]) + "/"  # the tritium package
+
+
+def _package_dir(name: str) -> str | None:
+    """Where package ``name`` is, without importing it (the stub imports asyncio lazily)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None or spec.origin is None:
+        return None
+    return str(Path(spec.origin).resolve().parent) + os.sep
+
+
 _CARRIERS = tuple(
-    str(Path(m.__file__).resolve().parent) + os.sep
-    for m in (asyncio, concurrent.futures)
-    if m.__file__
+    d for d in (_package_dir("asyncio"), _package_dir("concurrent.futures")) if d is not None
 )
 
 

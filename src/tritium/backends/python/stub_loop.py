@@ -20,11 +20,13 @@ only (the stub may run under a model's own interpreter).
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Awaitable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # asyncio (and ssl with it) is imported by the first coroutine: a stub
+    import asyncio  # of a model without one never pays for it (issue 43, memory at rest)
+    import concurrent.futures
 
 MAX_BACKGROUND = 1024
 
@@ -48,6 +50,8 @@ class StubLoop:
     def _get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
+                import asyncio
+
                 loop = asyncio.new_event_loop()
                 asyncio.set_event_loop(loop)  # as Triton: the thread that made it sees it
                 thread = threading.Thread(
@@ -59,12 +63,18 @@ class StubLoop:
 
     def run(self, awaitable: Awaitable[Any]) -> Any:
         """Run ``awaitable`` on the loop and wait for its result (or its exception)."""
-        return asyncio.run_coroutine_threadsafe(_awaited(awaitable), self._get()).result()
+        loop = self._get()
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop).result()
 
     def start(self, coroutine: Coroutine[Any, Any, None]) -> None:
         """Run ``coroutine`` in the background; first wait while ``limit`` of them run."""
         self._slots.acquire()
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._get())
+        loop = self._get()
+        import asyncio
+
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         self._running.add(future)
         future.add_done_callback(self._ended)
 
