@@ -46,6 +46,9 @@ class HttpOptions:
     ssl_key: str = ""  # PEM private key file of ssl_cert
     header_forward_pattern: str = ""  # regex; matching headers become request parameters
     cors: CorsOptions = CorsOptions()
+    # the OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions) on this
+    # listener (frontends/openai)
+    openai: bool = True
 
 
 @dataclass(frozen=True, slots=True)

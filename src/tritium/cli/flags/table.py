@@ -525,6 +525,10 @@ FLAGS: tuple[Flag, ...] = (
          "CORS: pages may send cookies and HTTP authentication (not with origin *)", CORS,
          "tritium: let pages send cookies and HTTP authentication along (not with origin *)",
          default=False),
+    _own("openai", "HTTP", _B,
+         "the OpenAI-compatible API (/v1/...) on the HTTP port", "http.openai",
+         "tritium: serve the OpenAI-compatible API (/v1/models, /v1/completions, "
+         "/v1/chat/completions) on the HTTP port (docs/openai.md)"),
     _own("model-instance-max-restarts", "Backend", _I,
          "restarts of a crashed Python model instance within the window",
          "backends.instance_max_restarts",

@@ -26,6 +26,7 @@ from ...server import (
 )
 from ...types import ClientRequest, InferenceResponse
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
+from ..openai.app import OpenAIRoutes
 from .access import HttpGuard
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .cors import cors_policy
@@ -147,6 +148,8 @@ class HttpApp:
                 Route("POST", base + "/generate", self._generate_once, g.INFERENCE),
                 Route("POST", base + "/generate_stream", self._generate_stream, g.INFERENCE),
             ]
+        if self.server is not None and self.server.options.http.openai:  # --openai
+            routes += OpenAIRoutes(self.server).routes()
         return routes
 
     def _named_repository_routes(self) -> list[Route]:
