@@ -25,6 +25,7 @@ from ...server import (
     http_update,
 )
 from ...types import ClientRequest, InferenceResponse
+from ...transport.http1.inflate import BodyRejected
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
 from ..openai.app import OpenAIRoutes
 from .access import HttpGuard
@@ -76,6 +77,9 @@ class HttpApp:
 
     def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
         self.server = server
+        # --openai: the OpenAI-compatible routes (frontends/openai) on this listener
+        on = server is not None and server.options.http.openai
+        self._openai = OpenAIRoutes(server) if on else None
         self.router = Router(self._routes())
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
@@ -101,6 +105,14 @@ class HttpApp:
         if self._guard is not None:
             return self._guard(request, self._awaited_route)
         return self._route(request)
+
+    def refusal(self, reason: BodyRejected) -> HttpResponse | None:
+        """A body the transport refused (its size, its encoding), answered in the format of
+        the door it was sent to: an OpenAI route's in OpenAI's (413 for its size); None:
+        Triton's 400."""
+        if self._openai is None:
+            return None
+        return self._openai.refusal(reason.target, reason.message, reason.too_large)
 
     def _awaited_route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
         """``_route`` for the access guard, which awaits what a route returns: never a
@@ -148,8 +160,8 @@ class HttpApp:
                 Route("POST", base + "/generate", self._generate_once, g.INFERENCE),
                 Route("POST", base + "/generate_stream", self._generate_stream, g.INFERENCE),
             ]
-        if self.server is not None and self.server.options.http.openai:  # --openai
-            routes += OpenAIRoutes(self.server).routes()
+        if self._openai is not None:
+            routes += self._openai.routes()
         return routes
 
     def _named_repository_routes(self) -> list[Route]:

@@ -23,7 +23,7 @@ from ..http.messages import HttpRequest, HttpResponse, HttpStreamResponse, Resul
 from ..http.routes import ApiGroup, Route
 from ..tensors import decode_off_loop
 from .choice import Choice
-from .errors import error_event, error_response, model_not_found
+from .errors import OpenAIError, error_event, error_response, model_not_found
 from .formats import ModelFormat
 from .schema import Generation, parse_body
 
@@ -50,6 +50,15 @@ class OpenAIRoutes:
             Route("POST", "/v1/completions", self._completions, g.INFERENCE),
             Route("POST", "/v1/chat/completions", self._chat, g.INFERENCE),
         ]
+
+    @staticmethod
+    def refusal(target: str, message: str, too_large: bool) -> HttpResponse | None:
+        """A refused body of a request to ``target`` (HttpApp.refusal): OpenAI's error for
+        the ``/v1/`` routes, 413 when it is too large; None for every other path."""
+        if not target.startswith("/v1/"):
+            return None
+        error = OpenAIError(message, None, None, 413 if too_large else 400)
+        return error_response(error)
 
     # -- models --------------------------------------------------------------------------------
     def _models(self, request: HttpRequest) -> HttpResponse:

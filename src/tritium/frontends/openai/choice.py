@@ -25,6 +25,7 @@ class Choice:
         "_held",
         "_max_tokens",
         "_prefix",
+        "_cut",
     )
 
     def __init__(
@@ -39,6 +40,7 @@ class Choice:
         self._held = ""  # text that may begin a stop sequence, held back until it is known
         self._max_tokens = max_tokens
         self._prefix = prefix  # echo applied by the server: sent before the first text
+        self._cut = False  # a stop sequence ended the text
 
     def feed(self, response: InferenceResponse) -> str:
         """The text this response adds (to send now)."""
@@ -68,7 +70,7 @@ class Choice:
 
     def stopped(self) -> bool:
         """Whether a stop sequence ended the text (its model's request is not needed)."""
-        return self.done
+        return self._cut
 
     def finish_reason(self) -> str:
         if self.finish is not None:
@@ -87,7 +89,7 @@ class Choice:
                 cut = at
         if cut != -1:
             self._held = ""
-            self.done = True
+            self.done = self._cut = True
             self.finish = "stop"
             return buffer[:cut]
         keep = 0

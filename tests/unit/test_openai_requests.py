@@ -1,0 +1,317 @@
+"""The OpenAI front-end's pure parts: a request body read and checked (schema.py), a model's
+request format and the tensors it gets (formats.py), a choice's text cut at stop sequences
+(choice.py). The real server is driven in tests/integration/test_openai_api.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tritium.config.model_config import ConfigProblem, parse_config_text
+from tritium.config.spec import build_spec, normalize
+from tritium.frontends.openai.choice import Choice
+from tritium.frontends.openai.errors import OpenAIError, as_openai
+from tritium.errors import not_found
+from tritium.frontends.openai.formats import PLAIN, TRTLLM, VLLM, ModelFormat
+from tritium.frontends.openai.schema import Generation, parse_body
+from tritium.types import DataType, InferenceResponse, Tensor
+
+
+def _body(**doc: object) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def _refusal(body: bytes, chat: bool = False) -> OpenAIError:
+    with pytest.raises(OpenAIError) as info:
+        parse_body(body, chat)
+    assert info.value.status == 400
+    return info.value
+
+
+# -- schema ------------------------------------------------------------------------------------
+def test_completion_body_is_read_whole() -> None:
+    gen = parse_body(
+        _body(
+            model="m",
+            prompt="hi",
+            stream=True,
+            stream_options={"include_usage": True},
+            n=3,
+            stop="x",
+            max_tokens=7,
+            seed=-1,
+            temperature=0.5,
+            top_p=1,
+            echo=True,
+            logprobs=None,
+        ),
+        chat=False,
+    )
+    assert gen == Generation(
+        False, "m", "hi", True, True, 3, ("x",), 7, -1, 0.5, 1.0, None, None, True
+    )
+
+
+def test_chat_messages_become_the_default_template_prompt() -> None:
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+    ]
+    gen = parse_body(
+        _body(model="m", messages=messages, max_completion_tokens=4, max_tokens=9), True
+    )
+    assert gen.prompt == "system: be brief\nuser: ab\nassistant:"
+    assert gen.max_tokens == 4  # max_completion_tokens wins over the deprecated max_tokens
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "code"),
+    [
+        (b"{nope", None, None),
+        (b"[1]", None, None),
+        (_body(prompt="x"), "model", "invalid_value"),
+        (_body(model="m", prompt=""), "prompt", "invalid_value"),
+        (_body(model="m", prompt=["a", "b"]), "prompt", "unsupported_parameter"),
+        (_body(model="m", prompt=[1, 2]), "prompt", "unsupported_parameter"),
+        (_body(model="m", prompt="x", frobnicate=1), "frobnicate", None),
+        (_body(model="m", prompt="x", logprobs=2), "logprobs", "unsupported_parameter"),
+        (_body(model="m", prompt="x", best_of=2), "best_of", "unsupported_parameter"),
+        (_body(model="m", prompt="x", suffix="s"), "suffix", "unsupported_parameter"),
+        (_body(model="m", prompt="x", user="u"), "user", "unsupported_parameter"),
+        (_body(model="m", prompt="x", n=0), "n", "invalid_value"),
+        (_body(model="m", prompt="x", n=17), "n", "invalid_value"),
+        (_body(model="m", prompt="x", n=True), "n", "invalid_value"),
+        (_body(model="m", prompt="x", max_tokens=0), "max_tokens", "invalid_value"),
+        (_body(model="m", prompt="x", max_tokens=1.5), "max_tokens", "invalid_value"),
+        (_body(model="m", prompt="x", temperature=2.5), "temperature", "invalid_value"),
+        (_body(model="m", prompt="x", top_p="1"), "top_p", "invalid_value"),
+        (_body(model="m", prompt="x", stop=["a", "b", "c", "d", "e"]), "stop", "invalid_value"),
+        (_body(model="m", prompt="x", stop=[""]), "stop", "invalid_value"),
+        (_body(model="m", prompt="x", stream=1), "stream", "invalid_value"),
+        (
+            _body(model="m", prompt="x", stream_options={"include_usage": True}),
+            "stream_options",
+            "invalid_value",
+        ),
+        (_body(model="m", prompt="x", seed=1 << 64), "seed", "invalid_value"),
+    ],
+)
+def test_completion_refusals(body: bytes, param: str | None, code: str | None) -> None:
+    error = _refusal(body)
+    assert (error.param, error.code) == (param, code)
+    assert error.document()["error"]["type"] == "invalid_request_error"
+
+
+@pytest.mark.parametrize(
+    ("doc", "param"),
+    [
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+        ({"model": "m", "messages": [{"role": "user", "content": 3}]}, "messages[0].content"),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+            "messages[0].content",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": "x", "tool_calls": [1]}]},
+            "messages[0].tool_calls",
+        ),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "tools": [{}]}, "tools"),
+        ({"model": "m", "messages": [{"role": "user", "content": "x"}], "echo": True}, "echo"),
+        (
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": "x"}],
+                "response_format": {"type": "json_object"},
+            },
+            "response_format",
+        ),
+    ],
+)
+def test_chat_refusals(doc: dict[str, object], param: str) -> None:
+    assert _refusal(json.dumps(doc).encode(), chat=True).param == param
+
+
+def test_values_that_leave_a_feature_off_are_accepted() -> None:
+    doc = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "x", "name": "ann"}],
+        "logprobs": False,
+        "tools": [],
+        "tool_choice": "none",
+        "response_format": {"type": "text"},
+        "store": False,
+        "user": None,
+    }
+    assert parse_body(json.dumps(doc).encode(), chat=True).prompt == "user: x\nassistant:"
+
+
+def test_server_errors_map_to_openai_statuses() -> None:
+    error = as_openai(not_found("gone"))
+    assert (error.status, error.kind, error.message) == (404, "invalid_request_error", "gone")
+
+
+# -- formats -----------------------------------------------------------------------------------
+def _spec(
+    inputs: str,
+    outputs: str = '{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }',
+    batch: int = 0,
+):
+    head = f'name: "m"\nbackend: "python"\nmax_batch_size: {batch}\n'
+    text = f"{head}input [ {inputs} ]\noutput [ {outputs} ]\n"
+    path = Path("/nowhere/m/config.pbtxt")
+    config = parse_config_text(text, path)
+    problem = ConfigProblem("m", path, text)
+    normalize(config, "m", problem)
+    return build_spec(config, problem)
+
+
+_TEXT = '{ name: "text_input" data_type: TYPE_STRING dims: [ 1 ] }'
+_COUNTS = (
+    '{ name: "text_output" data_type: TYPE_STRING dims: [ -1 ] },'
+    '{ name: "num_input_tokens" data_type: TYPE_UINT32 dims: [ 1 ] },'
+    '{ name: "num_output_tokens" data_type: TYPE_UINT32 dims: [ 1 ] }'
+)
+
+
+def _gen(**fields: object) -> Generation:
+    base: dict[str, object] = {"chat": False, "model": "m", "prompt": "hello"}
+    base.update(fields)
+    return Generation(**base)  # type: ignore[arg-type]
+
+
+def _values(tensors: tuple[Tensor, ...]) -> dict[str, list[object]]:
+    return {t.name: t.data.reshape(-1).tolist() for t in tensors}
+
+
+def test_plain_model_takes_the_prompt_and_refuses_sampling_settings() -> None:
+    fmt = ModelFormat(_spec(_TEXT))
+    assert fmt.kind == PLAIN and not fmt.takes_stop and not fmt.takes_echo
+    tensors = fmt.tensors(_gen(stop=("x",), echo=True))  # stop and echo: applied by the server
+    assert _values(tensors) == {"text_input": [b"hello"]}
+    assert tensors[0].shape == (1,) and tensors[0].datatype is DataType.BYTES
+    for key, value in [("temperature", 0.3), ("top_p", 0.9), ("seed", 1), ("max_tokens", 5)]:
+        with pytest.raises(OpenAIError) as info:
+            fmt.tensors(_gen(**{key: value}))
+        assert (info.value.param, info.value.code) == (key, "unsupported_parameter")
+        assert f"declares no input '{key}'" in info.value.message
+    with pytest.raises(OpenAIError) as info:
+        fmt.tensors(_gen(stream=True, include_usage=True))
+    assert info.value.param == "stream_options"
+
+
+def test_tensorrt_llm_model_gets_each_setting_as_its_own_tensor() -> None:
+    inputs = ",".join(
+        [
+            _TEXT,
+            '{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+            '{ name: "max_tokens" data_type: TYPE_INT32 dims: [ 1 ] }',
+            '{ name: "temperature" data_type: TYPE_FP32 dims: [ 1 ] optional: true }',
+            '{ name: "seed" data_type: TYPE_UINT64 dims: [ 1 ] optional: true }',
+            '{ name: "stop_words" data_type: TYPE_STRING dims: [ -1 ] optional: true }',
+            '{ name: "return_num_input_tokens" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+        ]
+    )
+    fmt = ModelFormat(_spec(inputs, _COUNTS, batch=4))
+    assert fmt.kind == TRTLLM and fmt.takes_stop and fmt.counts_tokens
+    tensors = fmt.tensors(
+        _gen(stream=True, max_tokens=3, temperature=0.5, seed=9, stop=("a", "bb"))
+    )
+    assert _values(tensors) == {
+        "text_input": [b"hello"],
+        "stream": [True],
+        "return_num_input_tokens": [True],
+        "max_tokens": [3],
+        "temperature": [0.5],
+        "seed": [9],
+        "stop_words": [b"a", b"bb"],
+    }
+    shapes = {t.name: t.shape for t in tensors}
+    assert shapes["stop_words"] == (1, 2) and shapes["text_input"] == (1, 1)  # batched: [1, ...]
+    with pytest.raises(OpenAIError) as info:
+        fmt.tensors(_gen(top_p=0.5))
+    assert info.value.param == "top_p"
+    with pytest.raises(Exception, match="seed"):  # UINT64 cannot hold a negative seed
+        fmt.tensors(_gen(seed=-1))
+
+
+def test_vllm_model_gets_one_sampling_parameters_string() -> None:
+    inputs = ",".join(
+        [
+            _TEXT,
+            '{ name: "stream" data_type: TYPE_BOOL dims: [ 1 ] }',
+            '{ name: "sampling_parameters" data_type: TYPE_STRING dims: [ 1 ] optional: true }',
+            '{ name: "exclude_input_in_output" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+            '{ name: "return_finish_reason" data_type: TYPE_BOOL dims: [ 1 ] optional: true }',
+        ]
+    )
+    fmt = ModelFormat(_spec(inputs))
+    assert fmt.kind == VLLM and fmt.takes_stop and fmt.takes_echo
+    values = _values(fmt.tensors(_gen(echo=True, max_tokens=2, top_p=0.25, stop=("z",), seed=4)))
+    sampling = json.loads(values.pop("sampling_parameters")[0])
+    assert sampling == {"max_tokens": 2, "top_p": 0.25, "seed": 4, "stop": ["z"]}
+    assert values == {
+        "text_input": [b"hello"],
+        "stream": [False],
+        "exclude_input_in_output": [False],
+        "return_finish_reason": [True],
+    }
+
+
+@pytest.mark.parametrize(
+    ("inputs", "outputs", "needle"),
+    [
+        (
+            '{ name: "prompt" data_type: TYPE_STRING dims: [ 1 ] }',
+            None,
+            "needs an input 'text_input'",
+        ),
+        ('{ name: "text_input" data_type: TYPE_INT32 dims: [ 1 ] }', None, "TYPE_STRING"),
+        (
+            _TEXT + ', { name: "secret" data_type: TYPE_FP32 dims: [ 1 ] }',
+            None,
+            "needs input 'secret'",
+        ),
+    ],
+)
+def test_models_that_cannot_serve_completions_say_why(
+    inputs: str, outputs: str | None, needle: str
+) -> None:
+    fmt = ModelFormat(_spec(inputs) if outputs is None else _spec(inputs, outputs))
+    with pytest.raises(OpenAIError, match=needle) as info:
+        fmt.tensors(_gen())
+    assert info.value.status == 400 and info.value.param == "model"
+
+
+# -- choice ------------------------------------------------------------------------------------
+def _response(text: str, **counts: int) -> InferenceResponse:
+    outputs = [Tensor("text_output", DataType.BYTES, (1,), np.array([text.encode()], dtype=object))]
+    for name, value in counts.items():
+        outputs.append(Tensor(name, DataType.INT32, (1,), np.array([value], dtype=np.int32)))
+    return InferenceResponse("m", "1", outputs=outputs)
+
+
+def test_stop_sequence_split_across_responses_is_cut_and_never_sent() -> None:
+    choice = Choice(0, ("END",), None)
+    sent = [choice.feed(_response(t)) for t in ("one E", "N", "Dtwo")]
+    assert sent == ["one ", "", ""] and choice.stopped() and choice.finish_reason() == "stop"
+
+
+def test_held_text_that_is_no_stop_is_sent_at_the_end() -> None:
+    choice = Choice(0, ("xyz",), None, prefix="P:")
+    assert choice.feed(_response("abx")) == "P:ab"
+    assert choice.feed(_response("y")) == ""
+    assert choice.end() == "xy"
+    assert choice.done and not choice.stopped() and choice.finish_reason() == "stop"
+
+
+def test_usage_and_finish_reason_from_counts() -> None:
+    choice = Choice(0, (), 2)
+    choice.feed(_response("a ", num_input_tokens=5, num_output_tokens=1))
+    choice.feed(_response("b ", num_input_tokens=5, num_output_tokens=1))
+    assert (choice.prompt_tokens, choice.completion_tokens) == (5, 2)
+    assert choice.finish_reason() == "length"
+    assert Choice(0, (), 3).finish_reason() == "stop"
