@@ -3,10 +3,11 @@
 module's ``vllm_echo`` (vLLM format: it answers the settings it was given) and ``probe_llm``
 (records cancellations in a folder; fails on request).
 
-The official ``openai`` package is not installed in this environment: the clients are raw HTTP
-(``http.client``, sync) and aiohttp (async), reading the wire format the package reads
-(JSON documents, server-sent events ``data: {...}`` ending ``data: [DONE]``, OpenAI's error
-document). Expected texts are computed from the prompts sent."""
+The clients: the official ``openai`` package, sync and async (the test extra; its tests skip
+where it is not installed), and raw HTTP (``http.client``; aiohttp for many streams at once)
+reading the wire format itself (JSON documents, server-sent events ``data: {...}`` ending
+``data: [DONE]``, OpenAI's error document). Expected texts are computed from the prompts
+sent."""
 
 from __future__ import annotations
 
@@ -507,3 +508,60 @@ def test_openai_off_by_flag(openai_repo: Path) -> None:
             assert status == 404, data
     finally:
         proc.stop()
+
+
+# -- the official client -----------------------------------------------------------------------
+def test_official_client_sync(srv: ServerProcess) -> None:
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=f"http://{srv.http_url}/v1", api_key="unused", max_retries=0)
+    assert "mock_llm" in [m.id for m in client.models.list()]
+    assert client.models.retrieve("echo_text").id == "echo_text"
+    prompt = "left right up down"
+    done = client.completions.create(model="mock_llm", prompt=prompt, max_tokens=2)
+    assert done.choices[0].text == "left right " and done.choices[0].finish_reason == "length"
+    assert done.usage is not None and done.usage.completion_tokens == 2
+    chat = client.chat.completions.create(
+        model="mock_llm", messages=[{"role": "user", "content": "yes no"}], n=2
+    )
+    expected = _chat_prompt(("user", "yes no"))
+    assert [c.message.content for c in chat.choices] == [expected, expected]
+    stream = client.chat.completions.create(
+        model="mock_llm",
+        messages=[{"role": "user", "content": "yes no"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = list(stream)
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+    assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == len(_words(expected))
+    with pytest.raises(openai.BadRequestError) as bad:
+        client.completions.create(model="echo_text", prompt="x", temperature=0.1)
+    assert bad.value.code == "unsupported_parameter" and bad.value.param == "temperature"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.APIError, match="failed on purpose"):
+        list(client.completions.create(model="probe_llm", prompt="FAIL x", stream=True))
+
+
+def test_official_client_async(srv: ServerProcess) -> None:
+    openai = pytest.importorskip("openai")
+
+    async def one(client: Any, i: int) -> str:
+        prompt = f"async client {i}"
+        stream = await client.completions.create(model="mock_llm", prompt=prompt, stream=True)
+        text = "".join([chunk.choices[0].text async for chunk in stream])
+        assert text == prompt
+        return text
+
+    async def main() -> None:
+        client = openai.AsyncOpenAI(
+            base_url=f"http://{srv.http_url}/v1", api_key="unused", max_retries=0
+        )
+        texts = await asyncio.gather(*(one(client, i) for i in range(16)))
+        assert len(set(texts)) == 16
+        done = await client.completions.create(model="echo_text", prompt="hey")
+        assert done.choices[0].text == "echo: hey"
+        await client.close()
+
+    asyncio.run(main())
