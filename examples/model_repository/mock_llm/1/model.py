@@ -8,10 +8,13 @@ parameter) apart, else one response with all of them after the same total delay.
 (the prompt's tokens), ``num_output_tokens`` (the tokens in this response) and
 ``finish_reason`` ("" until the last: "length" when max_tokens cut the text, else "stop").
 
-Each request is served by a thread of its own, so one instance streams many requests at once;
-a cancelled request (the client went away) stops at the next token with the final flag.
+One thread sends every request's tokens, each when it is due (a schedule ordered by time), so
+one instance streams many requests at once at little cost; a cancelled request (the client
+went away) is dropped when its next token is due, with the final flag.
 """
 
+import heapq
+import itertools
 import json
 import re
 import threading
@@ -24,81 +27,96 @@ _FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 _TOKEN = re.compile(r"\S+\s*")
 
 
+class _Job:
+    """One request's tokens still to send."""
+
+    def __init__(self, sender, tokens, reason, prompt_tokens, stream):
+        self.sender = sender
+        self.tokens = tokens
+        self.reason = reason
+        self.prompt_tokens = prompt_tokens
+        self.stream = stream
+        self.sent = 0
+
+    def step(self):
+        """Send what is due now; True when more tokens follow."""
+        sender = self.sender
+        if sender.is_cancelled():
+            sender.send(flags=_FINAL)
+            return False
+        if not self.stream:
+            text = "".join(self.tokens)
+            response = _response(text, self.prompt_tokens, len(self.tokens), self.reason)
+            sender.send(response, flags=_FINAL)
+            return False
+        if not self.tokens:
+            sender.send(_response("", self.prompt_tokens, 0, self.reason), flags=_FINAL)
+            return False
+        token = self.tokens[self.sent]
+        self.sent += 1
+        last = self.sent == len(self.tokens)
+        sender.send(_response(token, self.prompt_tokens, 1, self.reason if last else ""))
+        if last:
+            sender.send(flags=_FINAL)
+        return not last
+
+
 class TritonPythonModel:
     def initialize(self, args):
         config = json.loads(args["model_config"])
         params = config.get("parameters", {})
         delay = params.get("token_delay_ms", {}).get("string_value", "0")
         self.delay_s = float(delay) / 1000.0
-        self.stopping = threading.Event()
-        self.threads = set()
-        self.lock = threading.Lock()
+        self.schedule = []  # (due, order, job)
+        self.order = itertools.count()
+        self.wakeup = threading.Condition()
+        self.stopping = False
+        self.thread = threading.Thread(target=self._send_loop, daemon=True)
+        self.thread.start()
 
     def execute(self, requests):
+        now = time.monotonic()
+        jobs = []
         for request in requests:
             prompt = _input(request, "text_input", b"").decode("utf-8", "replace")
             stream = bool(_input(request, "stream", False))
             limit = _input(request, "max_tokens", None)
-            sender = request.get_response_sender()
-            thread = threading.Thread(
-                target=self._generate, args=(sender, prompt, stream, limit), daemon=True
-            )
-            with self.lock:
-                self.threads.add(thread)
-            thread.start()
-        return None
-
-    def _generate(self, sender, prompt, stream, limit):
-        try:
             tokens = _TOKEN.findall(prompt)
-            reason = "stop"
+            prompt_tokens, reason = len(tokens), "stop"
             if limit is not None and len(tokens) > int(limit):
                 tokens, reason = tokens[: int(limit)], "length"
-            if stream:
-                self._stream(sender, tokens, reason, len(_TOKEN.findall(prompt)))
-            else:
-                if self._wait(sender, self.delay_s * len(tokens)):
-                    sender.send(
-                        _response(
-                            "".join(tokens), len(_TOKEN.findall(prompt)), len(tokens), reason
-                        ),
-                        flags=_FINAL,
-                    )
-                else:
-                    sender.send(flags=_FINAL)
-        finally:
-            with self.lock:
-                self.threads.discard(threading.current_thread())
+            job = _Job(request.get_response_sender(), tokens, reason, prompt_tokens, stream)
+            wait = self.delay_s if stream else self.delay_s * len(tokens)
+            jobs.append((now + wait, job))
+        with self.wakeup:
+            for due, job in jobs:
+                heapq.heappush(self.schedule, (due, next(self.order), job))
+            self.wakeup.notify()
+        return None
 
-    def _stream(self, sender, tokens, reason, prompt_tokens):
-        if not tokens:
-            sender.send(_response("", prompt_tokens, 0, reason), flags=_FINAL)
-            return
-        for i, token in enumerate(tokens):
-            if not self._wait(sender, self.delay_s):
-                sender.send(flags=_FINAL)  # cancelled: nothing more
-                return
-            last = i == len(tokens) - 1
-            sender.send(_response(token, prompt_tokens, 1, reason if last else ""))
-        sender.send(flags=_FINAL)
-
-    def _wait(self, sender, seconds):
-        """Sleep ``seconds``; False when the request was cancelled or the model unloads."""
-        end = time.monotonic() + seconds
+    def _send_loop(self):
         while True:
-            if sender.is_cancelled() or self.stopping.is_set():
-                return False
-            left = end - time.monotonic()
-            if left <= 0:
-                return True
-            time.sleep(min(left, 0.05))
+            with self.wakeup:
+                while not self.stopping:
+                    wait = self.schedule[0][0] - time.monotonic() if self.schedule else None
+                    if wait is not None and wait <= 0:
+                        break
+                    self.wakeup.wait(wait)
+                if self.stopping:
+                    return
+                due, _, job = heapq.heappop(self.schedule)
+            if job.step():
+                with self.wakeup:
+                    heapq.heappush(self.schedule, (due + self.delay_s, next(self.order), job))
 
     def finalize(self):
-        self.stopping.set()
-        with self.lock:
-            threads = list(self.threads)
-        for thread in threads:
-            thread.join(timeout=5)
+        with self.wakeup:
+            self.stopping = True
+            self.wakeup.notify()
+            left, self.schedule = self.schedule, []
+        self.thread.join(timeout=5)
+        for _, _, job in left:
+            job.sender.send(flags=_FINAL)
 
 
 def _input(request, name, default):

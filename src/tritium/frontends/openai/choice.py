@@ -105,10 +105,11 @@ class Choice:
 def _text(tensor: Tensor) -> str:
     if tensor.datatype is not DataType.BYTES:
         return ""
-    return "".join(
-        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
-        for v in tensor.data.reshape(-1)
-    )
+    flat = tensor.data.reshape(-1)
+    if flat.size == 1:  # the usual answer: one string
+        one = flat[0]
+        return one.decode("utf-8", "replace") if isinstance(one, bytes) else str(one)
+    return "".join(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in flat)
 
 
 def _count(tensor: Tensor) -> int:
