@@ -16,8 +16,7 @@ import orjson
 
 from ...api import Door, Inference
 from ...errors import ServerError
-from ...request import InferenceRequest, ResponseSender
-from ...server import InferenceServer
+from ...server import InferenceRequest, InferenceServer, ResponseSender
 from ...types import ClientRequest, InferenceResponse, Tensor
 from ..http.messages import HttpRequest, HttpResponse, HttpStreamResponse, Result
 from ..http.routes import ApiGroup, Route

@@ -24,12 +24,12 @@ fill cannot be served and says so.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping, Set
+from typing import Final, Protocol
 
 import numpy as np
 import orjson
 
-from ...config.spec import IOSpec, ModelSpec
 from ...types import DataType, Tensor
 from ..tensors import numeric_array
 from .errors import OpenAIError, unsupported_parameter
@@ -57,6 +57,33 @@ _FILLED: Final = frozenset(
     + _FLAGS_FALSE
     + tuple(_SEPARATE.values())
 )
+
+
+class IOSpec(Protocol):
+    """What a format reads of one input or output of a model's config (config/spec.py)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def datatype(self) -> DataType: ...
+    @property
+    def dims(self) -> tuple[int, ...]: ...
+
+
+class ModelSpec(Protocol):
+    """What a format reads of a model's config (``config/spec.py:ModelSpec``, which a
+    front-end does not import: it gets one from ``Inference.model``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def max_batch_size(self) -> int: ...
+    @property
+    def inputs(self) -> Mapping[str, IOSpec]: ...
+    @property
+    def outputs(self) -> Mapping[str, IOSpec]: ...
+    @property
+    def required_inputs(self) -> Set[str]: ...
 
 
 class ModelFormat:
