@@ -565,3 +565,34 @@ def test_official_client_async(srv: ServerProcess) -> None:
         await client.close()
 
     asyncio.run(main())
+
+
+def test_restricted_api_covers_the_openai_routes(openai_repo: Path) -> None:
+    proc = ServerProcess(
+        [openai_repo],
+        "--http-restricted-api=inference:infer-key=secret",
+        "--http-restricted-api=metadata:meta-key=secret",
+        "--model-control-mode=explicit",
+        "--load-model=echo_text",
+    )
+    try:
+        body = {"model": "echo_text", "prompt": "x"}
+        for method, path in [
+            ("POST", "/v1/completions"),
+            ("POST", "/v1/chat/completions"),
+            ("GET", "/v1/models"),
+            ("GET", "/v1/models/echo_text"),
+        ]:
+            status, _, data = _request(proc, method, path, body)
+            assert status == 403, (path, data)
+            assert b"This API is restricted" in data
+        host, port = proc.http_url.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=WAIT_S)
+        headers = {"Content-Type": "application/json", "infer-key": "secret"}
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers=headers)
+        response = conn.getresponse()
+        assert response.status == 200
+        assert json.loads(response.read())["choices"][0]["text"] == "echo: x"
+        conn.close()
+    finally:
+        proc.stop()
