@@ -155,6 +155,13 @@ def openai_repo(tmp_path_factory: pytest.TempPathFactory, probe_dir: Path) -> Pa
         shutil.copytree(EXAMPLES / name, repo / name)
     config = repo / "mock_llm" / "config.pbtxt"  # 2 ms a token: quick tests
     config.write_text(config.read_text().replace('string_value: "10"', 'string_value: "2"'))
+    shutil.copytree(EXAMPLES / "echo_text", repo / "echo_chat")  # with a template of its own
+    config = repo / "echo_chat" / "config.pbtxt"
+    config.write_text(
+        config.read_text().replace('name: "echo_text"', 'name: "echo_chat"')
+        + 'parameters { key: "chat_template" value: { string_value: "<|{role}|>{content}\\n" } }\n'
+        + 'parameters { key: "chat_generation_prompt" value: { string_value: "<|assistant|>" } }\n'
+    )
     _model(repo, "vllm_echo", VLLM_CONFIG, VLLM_MODEL)
     _model(repo, "probe_llm", PROBE_CONFIG % probe_dir, PROBE_MODEL)
     return repo
@@ -233,7 +240,8 @@ def test_models_are_listed_and_found(srv: ServerProcess) -> None:
     doc = json.loads(data)
     assert doc["object"] == "list"
     ids = [m["id"] for m in doc["data"]]
-    assert ids == sorted(["mock_llm", "echo_text", "add_sub_python", "vllm_echo", "probe_llm"])
+    expected = ["mock_llm", "echo_text", "echo_chat", "add_sub_python", "vllm_echo", "probe_llm"]
+    assert ids == sorted(expected)
     assert all(m["object"] == "model" and m["owned_by"] == "tritium" for m in doc["data"])
     status, _, data = _request(srv, "GET", "/v1/models/mock_llm")
     assert status == 200 and json.loads(data)["id"] == "mock_llm"
@@ -391,6 +399,15 @@ def test_chat_stream_role_first_then_content(srv: ServerProcess) -> None:
         "finish_reason": "stop",
     }
     assert usage["usage"]["prompt_tokens"] == len(_words(_chat_prompt(("user", "a b c"))))
+
+
+def test_chat_template_of_the_model(srv: ServerProcess) -> None:
+    messages = [{"role": "system", "content": "s {x}"}, {"role": "user", "content": "u"}]
+    doc = _post(srv, "/v1/chat/completions", {"model": "echo_chat", "messages": messages})
+    content = doc["choices"][0]["message"]["content"]
+    assert content == "echo: <|system|>s {x}\n<|user|>u\n<|assistant|>"
+    doc = _post(srv, "/v1/chat/completions", {"model": "echo_text", "messages": messages})
+    assert doc["choices"][0]["message"]["content"] == "echo: system: s {x}\nuser: u\nassistant:"
 
 
 # -- refusals ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import pytest
 
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.spec import build_spec, normalize
+from tritium.frontends.openai.chat import DEFAULT_TEMPLATE, ChatTemplate, Message, template_of
 from tritium.frontends.openai.choice import Choice
 from tritium.frontends.openai.errors import OpenAIError, as_openai
 from tritium.errors import not_found
@@ -63,7 +64,8 @@ def test_chat_messages_become_the_default_template_prompt() -> None:
     gen = parse_body(
         _body(model="m", messages=messages, max_completion_tokens=4, max_tokens=9), True
     )
-    assert gen.prompt == "system: be brief\nuser: ab\nassistant:"
+    assert gen.messages == (Message("system", "be brief"), Message("user", "ab"))
+    assert DEFAULT_TEMPLATE.render(gen.messages) == "system: be brief\nuser: ab\nassistant:"
     assert gen.max_tokens == 4  # max_completion_tokens wins over the deprecated max_tokens
 
 
@@ -146,7 +148,7 @@ def test_values_that_leave_a_feature_off_are_accepted() -> None:
         "store": False,
         "user": None,
     }
-    assert parse_body(json.dumps(doc).encode(), chat=True).prompt == "user: x\nassistant:"
+    assert parse_body(json.dumps(doc).encode(), chat=True).messages == (Message("user", "x"),)
 
 
 def test_server_errors_map_to_openai_statuses() -> None:
@@ -159,9 +161,10 @@ def _spec(
     inputs: str,
     outputs: str = '{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }',
     batch: int = 0,
+    extra: str = "",
 ):
     head = f'name: "m"\nbackend: "python"\nmax_batch_size: {batch}\n'
-    text = f"{head}input [ {inputs} ]\noutput [ {outputs} ]\n"
+    text = f"{head}input [ {inputs} ]\noutput [ {outputs} ]\n{extra}\n"
     path = Path("/nowhere/m/config.pbtxt")
     config = parse_config_text(text, path)
     problem = ConfigProblem("m", path, text)
@@ -315,3 +318,51 @@ def test_usage_and_finish_reason_from_counts() -> None:
     assert (choice.prompt_tokens, choice.completion_tokens) == (5, 2)
     assert choice.finish_reason() == "length"
     assert Choice(0, (), 3).finish_reason() == "stop"
+
+
+# -- chat templates ----------------------------------------------------------------------------
+def _params(**values: str) -> dict[str, object]:
+    return {key: {"string_value": value} for key, value in values.items()}
+
+
+def test_model_chat_template_from_its_parameters() -> None:
+    found = template_of(
+        _params(
+            chat_template="<|{role}|>{content}<|end|>\n", chat_generation_prompt="<|assistant|>"
+        )
+    )
+    assert found == ChatTemplate("<|{role}|>{content}<|end|>\n", "<|assistant|>")
+    messages = (Message("system", "s {x}"), Message("user", "u"))
+    rendered = found.render(messages)  # a message's braces are text, not fields
+    assert rendered == "<|system|>s {x}<|end|>\n<|user|>u<|end|>\n<|assistant|>"
+    assert template_of({}) is DEFAULT_TEMPLATE
+    assert template_of(_params(other="x")) is DEFAULT_TEMPLATE
+
+
+@pytest.mark.parametrize(
+    ("params", "needle"),
+    [
+        (_params(chat_template="{role}{content}"), "without the other"),
+        (_params(chat_template="{role} {secret}", chat_generation_prompt=""), "{secret}"),
+        (_params(chat_template="{content.__class__}", chat_generation_prompt=""), "only {role}"),
+        (_params(chat_template="{role!r}", chat_generation_prompt=""), "only {role}"),
+        (_params(chat_template="{role:>9}", chat_generation_prompt=""), "only {role}"),
+        (_params(chat_template="{role", chat_generation_prompt=""), "not a valid template"),
+    ],
+)
+def test_bad_chat_templates_are_refused_for_chat(params: dict[str, object], needle: str) -> None:
+    problem = template_of(params)
+    assert isinstance(problem, str) and needle in problem
+    config = (
+        "parameters [ "
+        + ", ".join(
+            f'{{ key: "{k}" value: {{ string_value: {json.dumps(v["string_value"])} }} }}'  # type: ignore[index]
+            for k, v in params.items()
+        )
+        + " ]"
+    )
+    fmt = ModelFormat(_spec(_TEXT, extra=config))
+    with pytest.raises(OpenAIError, match="cannot serve chat completions") as info:
+        fmt.tensors(_gen(chat=True, prompt="", messages=(Message("user", "x"),)))
+    assert info.value.param == "model"
+    assert _values(fmt.tensors(_gen())) == {"text_input": [b"hello"]}  # completions still served

@@ -98,9 +98,11 @@ class OpenAIRoutes:
 
     async def _generate(self, request: HttpRequest, chat: bool) -> Result:
         try:
-            gen = await decode_off_loop(len(request.body), parse_body, request.body, chat)
+            size = len(request.body)  # a large body is read and rendered off the loop
+            gen = await decode_off_loop(size, parse_body, request.body, chat)
             model = self._lookup(gen.model)
-            job = Job(self.server.inference, gen, model, model.tensors(gen))
+            inputs = await decode_off_loop(size, model.tensors, gen)
+            job = Job(self.server.inference, gen, model, inputs)
         except Exception as exc:
             return error_response(exc)
         if gen.stream:

@@ -25,13 +25,14 @@ fill cannot be served and says so.
 from __future__ import annotations
 
 from collections.abc import Mapping, Set
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import numpy as np
 import orjson
 
 from ...types import DataType, Tensor
 from ..tensors import numeric_array
+from .chat import ChatTemplate, template_of
 from .errors import OpenAIError, unsupported_parameter
 from .schema import Generation
 
@@ -84,13 +85,15 @@ class ModelSpec(Protocol):
     def outputs(self) -> Mapping[str, IOSpec]: ...
     @property
     def required_inputs(self) -> Set[str]: ...
+    @property
+    def config_json(self) -> dict[str, Any]: ...
 
 
 class ModelFormat:
     """One model's request format (see the module's doc); ``problem``: why the model cannot
     serve completions at all ("" when it can)."""
 
-    __slots__ = ("name", "kind", "problem", "_inputs", "_batched", "counts_tokens")
+    __slots__ = ("name", "kind", "problem", "_inputs", "_batched", "counts_tokens", "_template")
 
     def __init__(self, spec: ModelSpec) -> None:
         self.name = spec.name
@@ -99,6 +102,7 @@ class ModelFormat:
         outputs = spec.outputs
         self.counts_tokens = "num_input_tokens" in outputs and "num_output_tokens" in outputs
         self.problem = _problem(spec)
+        self._template = template_of(spec.config_json.get("parameters", {}))
         if "sampling_parameters" in spec.inputs:
             self.kind = VLLM
         elif any(name in spec.inputs for name in _SEPARATE.values()):
@@ -116,9 +120,22 @@ class ModelFormat:
         """Whether the model applies ``echo`` itself (else the server does)."""
         return "exclude_input_in_output" in self._inputs
 
+    def prompt(self, gen: Generation) -> str:
+        """The prompt: a completion's own, a chat's messages through the model's template."""
+        if not gen.chat:
+            return gen.prompt
+        template = self._template
+        if not isinstance(template, ChatTemplate):
+            raise OpenAIError(
+                f"model '{self.name}' cannot serve chat completions: {template}",
+                "model",
+                "model_not_supported",
+            )
+        return template.render(gen.messages)
+
     def tensors(self, gen: Generation) -> tuple[Tensor, ...]:
-        """The input tensors of one choice of ``gen``; a setting the model cannot receive
-        raises ``OpenAIError``."""
+        """The input tensors of one choice of ``gen`` (a chat's prompt rendered here); a
+        setting the model cannot receive raises ``OpenAIError``."""
         if self.problem:
             raise OpenAIError(self.problem, "model", "model_not_supported")
         if gen.include_usage and not self.counts_tokens:
@@ -127,7 +144,7 @@ class ModelFormat:
                 f"model '{self.name}' does not count tokens (no outputs 'num_input_tokens' and "
                 "'num_output_tokens'): usage cannot be included",
             )
-        values: dict[str, list[object]] = {"text_input": [gen.prompt]}
+        values: dict[str, list[object]] = {"text_input": [self.prompt(gen)]}
         inputs = self._inputs
         if "stream" in inputs:
             values["stream"] = [gen.stream]

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from .chat import Message, render_prompt
+from .chat import Message
 from .errors import OpenAIError, invalid_value, unsupported_parameter
 
 MAX_N: Final = 16  # choices per request: each is one inference
@@ -72,7 +72,7 @@ class Generation:
 
     chat: bool
     model: str
-    prompt: str
+    prompt: str  # a completion's ("" for a chat: its messages, rendered by the model's template)
     stream: bool = False
     include_usage: bool = False
     n: int = 1
@@ -84,6 +84,7 @@ class Generation:
     frequency_penalty: float | None = None
     presence_penalty: float | None = None
     echo: bool = False
+    messages: tuple[Message, ...] = ()
 
 
 def parse_body(body: bytes | bytearray, chat: bool) -> Generation:
@@ -98,7 +99,8 @@ def parse_body(body: bytes | bytearray, chat: bool) -> Generation:
     model = doc.get("model")
     if not isinstance(model, str) or not model:
         raise invalid_value("model", "'model' must be a non-empty string")
-    prompt = _messages_prompt(doc.get("messages")) if chat else _prompt(doc.get("prompt"))
+    messages = _messages(doc.get("messages")) if chat else ()
+    prompt = "" if chat else _prompt(doc.get("prompt"))
     stream = _bool(doc, "stream")
     return Generation(
         chat,
@@ -115,6 +117,7 @@ def parse_body(body: bytes | bytearray, chat: bool) -> Generation:
         _number(doc, "frequency_penalty", -2.0, 2.0),
         _number(doc, "presence_penalty", -2.0, 2.0),
         False if chat else _bool(doc, "echo"),
+        messages,
     )
 
 
@@ -142,10 +145,10 @@ def _prompt(value: Any) -> str:
     return value
 
 
-def _messages_prompt(value: Any) -> str:
+def _messages(value: Any) -> tuple[Message, ...]:
     if not isinstance(value, list) or not value:
         raise invalid_value("messages", "'messages' must be a non-empty array")
-    return render_prompt([_message(i, m) for i, m in enumerate(value)])
+    return tuple(_message(i, m) for i, m in enumerate(value))
 
 
 def _message(index: int, doc: Any) -> Message:
