@@ -479,6 +479,24 @@ def test_client_gone_mid_stream_cancels_the_request(srv: ServerProcess, probe_di
     assert doc["choices"][0]["text"] == "still here"
 
 
+def test_client_gone_before_an_unstreamed_answer_cancels_it(
+    srv: ServerProcess, probe_dir: Path
+) -> None:
+    host, port = srv.http_url.split(":")
+    words = " ".join(["unstreamed"] + [f"w{i}" for i in range(400)])
+    body = json.dumps({"model": "probe_llm", "prompt": words}).encode()
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as sock:
+        sock.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body)
+        )
+        time.sleep(0.3)  # the model is sending its words (into the server's answer)
+    deadline = time.monotonic() + WAIT_S
+    while not (probe_dir / "cancelled-unstreamed").exists():
+        assert time.monotonic() < deadline, "the model's request was never cancelled"
+        time.sleep(0.05)
+
+
 async def _stream_async(session: aiohttp.ClientSession, url: str, prompt: str) -> tuple[str, float]:
     started = time.perf_counter()
     first = 0.0
