@@ -12,7 +12,8 @@ for ``--seconds``. Per request: the time from writing the request to reading the
 with content (time to first token, TTFT; the model itself waits ``--delay-ms`` before its
 first token, reported apart as "TTFT over the model's delay"), and the content events (one
 per token). Per level: TTFT p50/p99, tokens per second over all clients, and the server's CPU
-(server and its Python stub, from /proc) per token. Results: bench/results/openai.md/.json.
+(server and its Python stub, from /proc) per token. Results: bench/results/openai.md/.json
+(``openai-delay<N>ms.*`` for another ``--delay-ms``).
 
 Baselines (``--no-baselines`` leaves them out), on the same model.py: tritium's own
 ``generate_stream`` (what the OpenAI layer adds), and Triton 2.51's ``generate_stream`` when
@@ -43,6 +44,7 @@ from testkit.server_process import ServerProcess
 ROOT = Path(__file__).resolve().parent.parent
 CONTENT = b'"delta":{"content":"'  # one per token of a chat stream
 TEXT = b'"text_output"'  # one per token of a generate_stream
+DEFAULT_DELAY_MS = 10.0  # results: openai.md; another delay: openai-delay<N>ms.md
 END = b"\r\n0\r\n\r\n"
 
 
@@ -224,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         "--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16, 64]
     )
     parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--delay-ms", type=float, default=10.0)
+    parser.add_argument("--delay-ms", type=float, default=DEFAULT_DELAY_MS)
     parser.add_argument("--words", type=int, default=30)
     parser.add_argument(
         "--no-baselines",
@@ -237,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = _run(_repository(Path(tmp), args.delay_ms), Path(tmp), args)
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     doc = {"args": vars(args), "machine": machine_info(), "rows": rows}
-    (RESULTS_DIR / "openai.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (RESULTS_DIR / "openai.md").write_text(_report(rows, args))
+    name = "openai" if args.delay_ms == DEFAULT_DELAY_MS else f"openai-delay{args.delay_ms:g}ms"
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(doc, indent=2) + "\n")
+    (RESULTS_DIR / f"{name}.md").write_text(_report(rows, args))
     return 0
