@@ -631,3 +631,51 @@ def test_restricted_api_covers_the_openai_routes(openai_repo: Path) -> None:
         conn.close()
     finally:
         proc.stop()
+
+
+def _log_lines(path: Path, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        lines = path.read_text().splitlines() if path.exists() else []
+        if len(lines) >= count or time.monotonic() > deadline:
+            return [json.loads(line) for line in lines]
+        time.sleep(0.05)
+
+
+def test_access_log_has_a_line_per_choice(openai_repo: Path, tmp_path: Path) -> None:
+    log = tmp_path / "access.jsonl"
+    proc = ServerProcess([openai_repo], "--access-log-file", str(log))
+    try:
+        proc.wait_live(90.0, endpoint="ready")
+        doc = _post(proc, "/v1/completions", {"model": "mock_llm", "prompt": "a b"})
+        events = _events(
+            proc,
+            "/v1/chat/completions",
+            {"model": "mock_llm", "messages": [{"role": "user", "content": "c"}], "n": 2},
+        )
+        _error(proc, "/v1/completions", {"model": "nope", "prompt": "x"}, 404)
+        _error(proc, "/v1/completions", {"model": "probe_llm", "prompt": "FAIL x"}, 500)
+        lines = _log_lines(log, 5)
+    finally:
+        proc.stop()
+    assert len(lines) == 5, lines
+    once, chat0, chat1, missing, failed = lines
+    assert (once["model"], once["status"], once["code"], once["stream"]) == (
+        "mock_llm",
+        "SUCCESS",
+        200,
+        False,
+    )
+    assert once["request_id"] == doc["id"] + "-0" and once["protocol"] == "http"
+    assert once["bytes_out"] == len(json.dumps(doc, separators=(",", ":")))
+    assert once["bytes_in"] > 0 and once["compute_us"] is not None
+    assert {chat0["request_id"], chat1["request_id"]} == {
+        events[0]["id"] + "-0",
+        events[0]["id"] + "-1",
+    }
+    assert all(
+        c["stream"] and c["status"] == "SUCCESS" and c["code"] == 200 for c in (chat0, chat1)
+    )
+    assert chat0["bytes_out"] + chat1["bytes_out"] > 0
+    assert (missing["model"], missing["status"], missing["code"]) == ("nope", "NOT_FOUND", 404)
+    assert (failed["model"], failed["status"], failed["code"]) == ("probe_llm", "INTERNAL", 500)

@@ -1,35 +1,33 @@
 """The OpenAI routes of the HTTP listener (docs/openai.md): each handler is decode → the one
-inference call (``Inference.prepare`` + ``submit``, once per choice) → encode, answered at once
-or as server-sent events. Every refusal is OpenAI's error document (errors.py); a client
-that goes away cancels its requests (the request cycle cancels the task or the stream)."""
+inference call (``Inference.prepare`` + ``submit``, once per choice: job.py) → encode,
+answered at once or as server-sent events. Every refusal is OpenAI's error document
+(errors.py); a client that goes away cancels its requests (the request cycle cancels the task
+or closes the stream). Each choice's inference has its ``InferenceCall`` (api/call.py): its
+trace when the tracer samples it, its access-log line when the log is on."""
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from functools import partial
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
-from uuid import uuid4
 
 import orjson
 
-from ...api import Door, Inference
+from ...api import InferenceCall
 from ...errors import ServerError
-from ...server import InferenceRequest, InferenceServer, ResponseSender
-from ...types import ClientRequest, InferenceResponse, Tensor
-from ..http.messages import HttpRequest, HttpResponse, HttpStreamResponse, Result
+from ...server import InferenceServer
+from ..http.messages import HttpRequest, HttpResponse, HttpStreamResponse, Result, body_length
 from ..http.routes import ApiGroup, Route
 from ..tensors import decode_off_loop
-from .choice import Choice
-from .errors import OpenAIError, error_event, error_response, model_not_found
+from .errors import OpenAIError, as_openai, error_response, model_not_found
 from .formats import ModelFormat
-from .schema import Generation, parse_body
+from .job import OPENAI, Job, answer, events
+from .schema import parse_body
 
-# The OpenAI door of the inference call: decoupled models stream; no trace stamps of its own.
-OPENAI: Final = Door("http", None, ("HTTP_RECV_START", "HTTP_RECV_END"), ("", ""))
-DONE: Final = b"data: [DONE]\n\n"
 OWNER: Final = "tritium"
+# An OpenAI error's status as the access log's (Triton's error kinds)
+_KIND_OF_STATUS: Final = {404: "NOT_FOUND", 500: "INTERNAL", 503: "UNAVAILABLE"}
 
 
 class OpenAIRoutes:
@@ -56,8 +54,7 @@ class OpenAIRoutes:
         the ``/v1/`` routes, 413 when it is too large; None for every other path."""
         if not target.startswith("/v1/"):
             return None
-        error = OpenAIError(message, None, None, 413 if too_large else 400)
-        return error_response(error)
+        return error_response(OpenAIError(message, None, None, 413 if too_large else 400))
 
     # -- models --------------------------------------------------------------------------------
     def _models(self, request: HttpRequest) -> HttpResponse:
@@ -97,172 +94,96 @@ class OpenAIRoutes:
         return self._generate(request, True)
 
     async def _generate(self, request: HttpRequest, chat: bool) -> Result:
+        size = len(request.body)  # a large body is read and rendered off the loop
         try:
-            size = len(request.body)  # a large body is read and rendered off the loop
             gen = await decode_off_loop(size, parse_body, request.body, chat)
+        except Exception as exc:
+            return _failed([self._call(request, 0, False)], exc)
+        calls = [self._call(request, i, gen.stream, gen.model) for i in range(gen.n)]
+        try:
             model = self._lookup(gen.model)
             inputs = await decode_off_loop(size, model.tensors, gen)
-            job = Job(self.server.inference, gen, model, inputs)
+            job = Job(self.server.inference, gen, model, inputs, calls)
         except Exception as exc:
-            return error_response(exc)
+            return _failed(calls, exc)
         if gen.stream:
-            return HttpStreamResponse(_events(job))
-        try:
-            return await _answer(job)
-        except Exception as exc:
-            return error_response(exc)
+            for call in calls:
+                call.outcome("SUCCESS", 200)
+            return HttpStreamResponse(_logged_events(job, calls))
+        return await _answered(job, calls)
+
+    def _call(
+        self, request: HttpRequest, index: int, stream: bool, model: str = ""
+    ) -> InferenceCall:
+        """Choice ``index``'s call (the request's bytes on the first one's line)."""
+        size = len(request.body) if index == 0 else 0
+        identity = (request.identity, request.api_key)
+        call = self.server.inference.call(OPENAI, request.peer, size, identity, stream)
+        call.asked(model, "")
+        headers = request.headers
+        parent, state = _header(headers, b"traceparent"), _header(headers, b"tracestate")
+        call.sample(model, parent, state, request.received)
+        return call
 
 
-class Job:
-    """One completion's requests, one per choice, their responses merged into one queue (in
-    the order they come) and read by ``events``; ``cancel`` ends the ones still running."""
-
-    def __init__(
-        self, inference: Inference, gen: Generation, model: ModelFormat, inputs: tuple[Tensor, ...]
-    ) -> None:
-        self.gen = gen
-        self.id = ("chatcmpl-" if gen.chat else "cmpl-") + uuid4().hex
-        self.created = int(time.time())
-        self.counts_tokens = model.counts_tokens
-        stops = () if model.takes_stop else gen.stop
-        prefix = gen.prompt if gen.echo and not model.takes_echo else ""
-        self.choices = [Choice(i, stops, gen.max_tokens, prefix) for i in range(gen.n)]
-        self._queue: asyncio.Queue[tuple[int, InferenceResponse | None, bool]] = asyncio.Queue()
-        self._requests: list[InferenceRequest] = []
-        try:
-            for i in range(gen.n):
-                client = ClientRequest(gen.model, -1, f"{self.id}-{i}", inputs)
-                started = inference.prepare(client, OPENAI)
-                inference.submit(started, ResponseSender(partial(self._on_response, i)))
-                self._requests.append(started)
-        except BaseException:
-            self.cancel()
-            raise
-
-    def _on_response(self, index: int, response: InferenceResponse | None, final: bool) -> None:
-        self._queue.put_nowait((index, response, final))
-
-    def cancel(self) -> None:
-        for request in self._requests:
-            request.cancel()
-
-    async def events(self) -> AsyncIterator[tuple[Choice, str | None]]:
-        """``(choice, text)`` as each choice's text comes, ``(choice, None)`` when it ends;
-        a failed response raises its error."""
-        live = len(self.choices)
-        while live:
-            index, response, final = await self._queue.get()
-            choice = self.choices[index]
-            if choice.done:
-                continue  # cut at a stop sequence: the rest is not read
-            if response is not None:
-                if response.error is not None:
-                    raise response.error
-                text = choice.feed(response)
-                if text:
-                    yield choice, text
-                if choice.stopped():  # at a stop sequence the server applies
-                    self._requests[index].cancel()
-                    final = True
-            if final:
-                rest = choice.end()
-                if rest:
-                    yield choice, rest
-                live -= 1
-                yield choice, None
-
-    def usage(self) -> dict[str, int] | None:
-        if not self.counts_tokens:
-            return None
-        prompt = self.choices[0].prompt_tokens or 0
-        completion = sum(c.completion_tokens for c in self.choices)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-
-    def document(self, texts: list[str]) -> dict[str, Any]:
-        """The whole answer (no stream)."""
-        choices: list[dict[str, Any]] = []
-        for choice, text in zip(self.choices, texts, strict=True):
-            doc: dict[str, Any] = {"index": choice.index}
-            if self.gen.chat:
-                doc["message"] = {"role": "assistant", "content": text}
-            else:
-                doc["text"] = text
-            doc["logprobs"] = None
-            doc["finish_reason"] = choice.finish_reason()
-            choices.append(doc)
-        kind = "chat.completion" if self.gen.chat else "text_completion"
-        return self._head(kind, choices, self.usage())
-
-    def chunk(self, index: int, text: str | None, delta: dict[str, str] | None = None) -> bytes:
-        """One event: ``text`` of choice ``index`` (None: its end, with its finish reason)."""
-        finish = None if text is not None else self.choices[index].finish_reason()
-        doc: dict[str, Any] = {"index": index}
-        if self.gen.chat:
-            if delta is None:
-                delta = {} if text is None else {"content": text}
-            doc["delta"] = delta
-        else:
-            doc["text"] = text or ""
-        doc["logprobs"] = None
-        doc["finish_reason"] = finish
-        return self._event(self._head(self._chunk_kind, [doc], None, self.gen.include_usage))
-
-    def usage_chunk(self) -> bytes:
-        return self._event(self._head(self._chunk_kind, [], self.usage()))
-
-    @property
-    def _chunk_kind(self) -> str:
-        return "chat.completion.chunk" if self.gen.chat else "text_completion"
-
-    def _head(
-        self, kind: str, choices: list[dict[str, Any]], usage: object, with_usage: bool = True
-    ) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "id": self.id,
-            "object": kind,
-            "created": self.created,
-            "model": self.gen.model,
-            "choices": choices,
-        }
-        if with_usage:
-            doc["usage"] = usage
-        return doc
-
-    @staticmethod
-    def _event(doc: dict[str, Any]) -> bytes:
-        return b"data: " + orjson.dumps(doc) + b"\n\n"
+def _kind(exc: BaseException) -> str:
+    """An error as the access log's status (Triton's error kinds)."""
+    if isinstance(exc, ServerError):
+        return exc.kind.value
+    return _KIND_OF_STATUS.get(as_openai(exc).status, "INVALID_ARG")
 
 
-async def _answer(job: Job) -> HttpResponse:
-    texts: list[list[str]] = [[] for _ in job.choices]
+def _failed(calls: Sequence[InferenceCall], exc: BaseException) -> HttpResponse:
+    """The error's answer; every call's trace ends and its line is written with it."""
+    response = error_response(exc)
+    calls[0].count(body_length(response.body))
+    kind = _kind(exc)
+    for call in calls:
+        call.failed(kind, response.status)
+    return response
+
+
+async def _answered(job: Job, calls: Sequence[InferenceCall]) -> HttpResponse:
     try:
-        async for choice, text in job.events():
-            if text is not None:
-                texts[choice.index].append(text)
-    finally:
-        job.cancel()
-    doc = job.document(["".join(parts) for parts in texts])
-    return HttpResponse(200, [orjson.dumps(doc)])
-
-
-async def _events(job: Job) -> AsyncIterator[bytes]:
-    """The server-sent events of a streamed completion, ``data: [DONE]`` last; an error
-    after the 200 went out is one error event. Closing it (the client went away) cancels
-    the requests."""
-    try:
-        if job.gen.chat:  # the first event of each choice gives its role
-            for choice in job.choices:
-                yield job.chunk(choice.index, "", {"role": "assistant", "content": ""})
-        async for choice, text in job.events():
-            yield job.chunk(choice.index, text)
-        if job.gen.include_usage:
-            yield job.usage_chunk()
+        doc = await answer(job)
+    except asyncio.CancelledError:  # the client went away: nothing is answered
+        for call in calls:
+            call.failed("CANCELLED", None)
+        raise
     except Exception as exc:
-        yield error_event(exc)
+        return _failed(calls, exc)
+    calls[0].count(len(doc))
+    for call in calls:
+        call.outcome("SUCCESS", 200)
+        call.sent(0, 0)  # a choice cut at a stop sequence had no final response: its trace ends
+        call.logged()
+    return HttpResponse(200, [doc])
+
+
+async def _logged_events(job: Job, calls: Sequence[InferenceCall]) -> AsyncIterator[bytes]:
+    """``events``, counted into the first call's line; every line is written when they end
+    (a failed response's kind on each), or with CANCELLED when the client went away."""
+    first = calls[0]
+    chunks = events(job)
+    try:
+        async for chunk in chunks:
+            first.count(len(chunk))
+            yield chunk
+    except BaseException:
+        for call in calls:
+            call.outcome("CANCELLED", 200)
+        raise
     finally:
-        job.cancel()
-    yield DONE
+        job.cancel()  # at once (closing ``chunks`` below does it too)
+        await chunks.aclose()
+        error = job.error
+        for call in calls:
+            if error is not None:
+                call.first_error(_kind(error))
+            call.sent(0, 0)
+            call.logged()
+
+
+def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
+    value = headers.get(name)
+    return None if value is None else value.decode("latin-1")
