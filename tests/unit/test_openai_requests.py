@@ -74,6 +74,14 @@ def test_chat_messages_become_the_default_template_prompt() -> None:
     [
         (b"{nope", None, None),
         (b"[1]", None, None),
+        (b'{"model": "m", "prompt": ' + b"[" * 5000 + b"]" * 5000 + b"}", None, None),  # depth
+        (b'{"model": "m", "prompt": "x", "temperature": 1e400}', None, None),  # infinity
+        (b'{"model": "m", "prompt": "\\ud800"}', None, None),  # a lone surrogate
+        (
+            b'{"model": "m", "prompt": "x", "seed": 123456789012345678901234567890}',
+            "seed",
+            "invalid_value",
+        ),
         (_body(prompt="x"), "model", "invalid_value"),
         (_body(model="m", prompt=""), "prompt", "invalid_value"),
         (_body(model="m", prompt=["a", "b"]), "prompt", "unsupported_parameter"),
