@@ -18,6 +18,7 @@ import re
 import shutil
 import socket
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -679,3 +680,40 @@ def test_access_log_has_a_line_per_choice(openai_repo: Path, tmp_path: Path) -> 
     assert chat0["bytes_out"] + chat1["bytes_out"] > 0
     assert (missing["model"], missing["status"], missing["code"]) == ("nope", "NOT_FOUND", 404)
     assert (failed["model"], failed["status"], failed["code"]) == ("probe_llm", "INTERNAL", 500)
+
+
+def _samples(srv: ServerProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    url = f"http://127.0.0.1:{srv.ports['metrics']}/metrics"
+    with urllib.request.urlopen(url, timeout=WAIT_S) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("tritium_openai_")
+    }
+
+
+def test_metrics_per_route_and_token_times(srv: ServerProcess) -> None:
+    before = _samples(srv)
+    _request(srv, "GET", "/v1/models/nope")
+    body = {"model": "mock_llm", "messages": [{"role": "user", "content": "a b c"}]}
+    events = _events(srv, "/v1/chat/completions", body)
+    tokens = len([e for e in events if e["choices"][0]["delta"].get("content")])
+    assert tokens == len(_words(_chat_prompt(("user", "a b c"))))
+    after = _samples(srv)
+
+    def grew(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    assert grew("tritium_openai_requests_total", route="model", code="404") == 1
+    assert grew("tritium_openai_requests_total", route="chat_completions", code="200") == 1
+    first = "tritium_openai_time_to_first_token_seconds"
+    assert grew(f"{first}_count", model="mock_llm") == 1
+    assert grew(f"{first}_bucket", model="mock_llm", le="+Inf") == 1
+    assert grew(f"{first}_sum", model="mock_llm") > 0
+    per = "tritium_openai_time_per_output_token_seconds_count"
+    assert grew(per, model="mock_llm") == tokens - 1

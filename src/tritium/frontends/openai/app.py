@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any, Final
 
 import orjson
@@ -35,6 +35,7 @@ class OpenAIRoutes:
 
     def __init__(self, server: InferenceServer) -> None:
         self.server = server
+        self._metrics = server.openai_metrics  # requests per route, token times
         self.created = int(time.time())  # what /v1/models says of every model
         # model name -> its format, with the spec it was read from (a reload makes a new one)
         self._formats: dict[str, tuple[object, ModelFormat]] = {}
@@ -60,15 +61,18 @@ class OpenAIRoutes:
     def _models(self, request: HttpRequest) -> HttpResponse:
         names = sorted({m["name"] for m in self.server.repository_index(True)})
         data = [self._model_doc(name) for name in names]
+        self._metrics.answered("models", 200)
         return HttpResponse(200, [orjson.dumps({"object": "list", "data": data})])
 
     def _model(self, request: HttpRequest) -> HttpResponse:
         name = request.params["model"]
         try:
             self._lookup(name)
+            response = HttpResponse(200, [orjson.dumps(self._model_doc(name))])
         except Exception as exc:
-            return error_response(exc)
-        return HttpResponse(200, [orjson.dumps(self._model_doc(name))])
+            response = error_response(exc)
+        self._metrics.answered("model", response.status)
+        return response
 
     def _model_doc(self, name: str) -> dict[str, Any]:
         return {"id": name, "object": "model", "created": self.created, "owned_by": OWNER}
@@ -88,12 +92,19 @@ class OpenAIRoutes:
 
     # -- completions ---------------------------------------------------------------------------
     def _completions(self, request: HttpRequest) -> Any:
-        return self._generate(request, False)
+        return self._counted("completions", self._generate(request, False))
 
     def _chat(self, request: HttpRequest) -> Any:
-        return self._generate(request, True)
+        return self._counted("chat_completions", self._generate(request, True))
+
+    async def _counted(self, route: str, answer: Coroutine[Any, Any, Result]) -> Result:
+        """The answer, counted by route and status (a stream by its 200)."""
+        result = await answer
+        self._metrics.answered(route, result.status)
+        return result
 
     async def _generate(self, request: HttpRequest, chat: bool) -> Result:
+        started = time.perf_counter()
         size = len(request.body)  # a large body is read and rendered off the loop
         try:
             gen = await decode_off_loop(size, parse_body, request.body, chat)
@@ -106,6 +117,7 @@ class OpenAIRoutes:
             job = Job(self.server.inference, gen, model, inputs, calls)
         except Exception as exc:
             return _failed(calls, exc)
+        job.metrics, job.started = self._metrics, started
         if gen.stream:
             for call in calls:
                 call.outcome("SUCCESS", 200)

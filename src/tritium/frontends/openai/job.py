@@ -13,7 +13,7 @@ from uuid import uuid4
 import orjson
 
 from ...api import Door, Inference, InferenceCall
-from ...server import InferenceRequest, ResponseSender
+from ...server import InferenceRequest, OpenAIMetrics, ResponseSender
 from ...types import ClientRequest, InferenceResponse, Tensor
 from .choice import Choice
 from .errors import error_event
@@ -49,6 +49,10 @@ class Job:
         self._queue: asyncio.Queue[tuple[int, InferenceResponse | None, bool]] = asyncio.Queue()
         self._requests: list[InferenceRequest] = []
         self.error: Exception | None = None  # the response error that ended it
+        # --metrics: the client-side token times (set by the route; None: not recorded)
+        self.metrics: OpenAIMetrics | None = None
+        self.started = time.perf_counter()  # the route sets the request's arrival
+        self._last = [0.0] * gen.n  # each choice's last token (perf_counter; 0: none yet)
         try:
             for i, call in enumerate(calls):
                 client = ClientRequest(gen.model, -1, f"{self.id}-{i}", inputs)
@@ -83,6 +87,7 @@ class Job:
                     raise response.error
                 text = choice.feed(response)
                 if text:
+                    self._timed(index)
                     yield choice, text
                 if choice.stopped():  # at a stop sequence the server applies
                     self._requests[index].cancel()
@@ -90,9 +95,24 @@ class Job:
             if final:
                 rest = choice.end()
                 if rest:
+                    self._timed(index)
                     yield choice, rest
                 live -= 1
                 yield choice, None
+
+    def _timed(self, index: int) -> None:
+        """A token of choice ``index`` goes out: the first of the request, or the next of
+        its choice (OpenAIMetrics)."""
+        metrics = self.metrics
+        if metrics is None:
+            return
+        now = time.perf_counter()
+        last = self._last
+        if not any(last):
+            metrics.token(self.gen.model, now - self.started, True)
+        elif last[index]:
+            metrics.token(self.gen.model, now - last[index], False)
+        last[index] = now
 
     def usage(self) -> dict[str, int] | None:
         if not self.counts_tokens:
