@@ -12,6 +12,8 @@ sent."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import http.client
 import json
 import re
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 
 from testkit.server_process import ServerProcess
@@ -152,7 +155,7 @@ def probe_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def openai_repo(tmp_path_factory: pytest.TempPathFactory, probe_dir: Path) -> Path:
     repo = tmp_path_factory.mktemp("openai") / "repo"
     repo.mkdir()
-    for name in ("mock_llm", "echo_text", "add_sub_python"):
+    for name in ("mock_llm", "echo_text", "add_sub_python", "embed_text"):
         shutil.copytree(EXAMPLES / name, repo / name)
     config = repo / "mock_llm" / "config.pbtxt"  # 2 ms a token: quick tests
     config.write_text(config.read_text().replace('string_value: "10"', 'string_value: "2"'))
@@ -242,6 +245,7 @@ def test_models_are_listed_and_found(srv: ServerProcess) -> None:
     assert doc["object"] == "list"
     ids = [m["id"] for m in doc["data"]]
     expected = ["mock_llm", "echo_text", "echo_chat", "add_sub_python", "vllm_echo", "probe_llm"]
+    expected.append("embed_text")
     assert ids == sorted(expected)
     assert all(m["object"] == "model" and m["owned_by"] == "tritium" for m in doc["data"])
     status, _, data = _request(srv, "GET", "/v1/models/mock_llm")
@@ -411,6 +415,60 @@ def test_chat_template_of_the_model(srv: ServerProcess) -> None:
     assert doc["choices"][0]["message"]["content"] == "echo: system: s {x}\nuser: u\nassistant:"
 
 
+# -- embeddings --------------------------------------------------------------------------------
+def _embedding(text: str, size: int = 32) -> tuple[list[float], int]:
+    """embed_text's vector, computed here from its documented rule."""
+    vector = np.zeros(32)
+    words = re.findall(r"[0-9a-z]+", text.lower())
+    for word in words:
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        vector[digest[0] % 32] += 1.0 if digest[1] & 1 else -1.0
+    vector = vector[:size]
+    norm = np.linalg.norm(vector)
+    return list(vector / norm if norm else vector), len(words)
+
+
+def test_embeddings_float_base64_and_dimensions(srv: ServerProcess) -> None:
+    texts = ["The cat sat", "a dog ran far away"]
+    doc = _post(srv, "/v1/embeddings", {"model": "embed_text", "input": texts})
+    assert doc["object"] == "list" and doc["model"] == "embed_text"
+    expected = [_embedding(t) for t in texts]
+    assert [d["index"] for d in doc["data"]] == [0, 1]
+    for item, (vector, _) in zip(doc["data"], expected, strict=True):
+        assert item["object"] == "embedding"
+        assert np.allclose(item["embedding"], vector, atol=1e-6)
+    words = sum(n for _, n in expected)
+    assert doc["usage"] == {"prompt_tokens": words, "total_tokens": words}
+    packed = _post(
+        srv,
+        "/v1/embeddings",
+        {"model": "embed_text", "input": texts[0], "encoding_format": "base64"},
+    )
+    raw = np.frombuffer(base64.b64decode(packed["data"][0]["embedding"]), dtype="<f4")
+    assert np.allclose(raw, expected[0][0], atol=1e-6)
+    short = _post(
+        srv, "/v1/embeddings", {"model": "embed_text", "input": texts[1], "dimensions": 8}
+    )
+    assert np.allclose(short["data"][0]["embedding"], _embedding(texts[1], 8)[0], atol=1e-6)
+
+
+def test_embeddings_refusals(srv: ServerProcess) -> None:
+    error = _error(srv, "/v1/embeddings", {"model": "embed_text", "input": [[1, 2]]}, 400)
+    assert (error["param"], error["code"]) == ("input", "unsupported_parameter")
+    error = _error(srv, "/v1/embeddings", {"model": "embed_text", "input": ["x"] * 65}, 400)
+    assert error["param"] == "input"
+    error = _error(srv, "/v1/embeddings", {"model": "mock_llm", "input": "x"}, 400)
+    assert error["code"] == "model_not_supported" and "'embedding'" in error["message"]
+    error = _error(
+        srv, "/v1/embeddings", {"model": "embed_text", "input": "x", "dimensions": 40}, 400
+    )
+    assert "dimensions must be between 1 and 32" in error["message"]
+    error = _error(srv, "/v1/embeddings", {"model": "nope", "input": "x"}, 404)
+    assert error["code"] == "model_not_found"
+    error = _error(srv, "/v1/embeddings", {"model": "embed_text", "input": "x", "user": "u"}, 400)
+    assert error["param"] == "user"
+
+
 # -- refusals ----------------------------------------------------------------------------------
 def test_refusals_in_openai_error_format(srv: ServerProcess) -> None:
     error = _error(srv, "/v1/completions", None, 400, raw=b"{not json")
@@ -576,6 +634,9 @@ def test_official_client_sync(srv: ServerProcess) -> None:
     with pytest.raises(openai.NotFoundError) as missing:
         client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}])
     assert missing.value.code == "model_not_found"
+    vectors = client.embeddings.create(model="embed_text", input=["red fox", "blue sky"])
+    assert [len(d.embedding) for d in vectors.data] == [32, 32]  # the client asks for base64
+    assert np.allclose(vectors.data[0].embedding, _embedding("red fox")[0], atol=1e-6)
     with pytest.raises(openai.APIError, match="failed on purpose"):
         list(client.completions.create(model="probe_llm", prompt="FAIL x", stream=True))
 

@@ -406,7 +406,8 @@ HTTP_ROUTES = [
     ("GET", "/v1/models/m%2Fx", ApiGroup.METADATA, "openai_models", "m/x", False),
     ("POST", "/v1/completions", ApiGroup.INFERENCE, "openai_completions", "", False),
     ("POST", "/v1/chat/completions", ApiGroup.INFERENCE, "openai_chat_completions", "", False),
-    ("POST", "/v1/embeddings", None, "unknown", "", False),
+    ("POST", "/v1/embeddings", ApiGroup.INFERENCE, "openai_embeddings", "", False),
+    ("POST", "/v1/files", None, "unknown", "", False),
 ]
 
 

@@ -62,6 +62,7 @@ def _router() -> Router:
         ("GET", "/v1/models/m%2Fx", ApiGroup.METADATA, {"model": "m/x"}),
         ("POST", "/v1/completions", ApiGroup.INFERENCE, {}),
         ("POST", "/v1/chat/completions", ApiGroup.INFERENCE, {}),
+        ("POST", "/v1/embeddings", ApiGroup.INFERENCE, {}),
     ],
 )
 def test_routes_and_their_groups(method: str, path: str, group: ApiGroup, params: Any) -> None:
@@ -94,7 +95,8 @@ def test_openai_false_drops_the_v1_routes() -> None:
         ("DELETE", "/v2/models/m", 405),
         ("PUT", "/v2", 405),
         ("GET", "/v1/completions", 405),
-        ("GET", "/v1/embeddings", 404),
+        ("GET", "/v1/embeddings", 405),
+        ("POST", "/v1/files", 404),
     ],
 )
 def test_no_route(method: str, path: str, status: int) -> None:

@@ -14,6 +14,7 @@ from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.spec import build_spec, normalize
 from tritium.frontends.openai.chat import DEFAULT_TEMPLATE, ChatTemplate, Message, template_of
 from tritium.frontends.openai.choice import Choice
+from tritium.frontends.openai.embeddings import EmbeddingModel, EmbeddingsRequest, parse_embeddings
 from tritium.frontends.openai.errors import OpenAIError, as_openai
 from tritium.errors import not_found
 from tritium.frontends.openai.formats import PLAIN, TRTLLM, VLLM, ModelFormat
@@ -374,3 +375,47 @@ def test_bad_chat_templates_are_refused_for_chat(params: dict[str, object], need
         fmt.tensors(_gen(chat=True, prompt="", messages=(Message("user", "x"),)))
     assert info.value.param == "model"
     assert _values(fmt.tensors(_gen())) == {"text_input": [b"hello"]}  # completions still served
+
+
+# -- embeddings --------------------------------------------------------------------------------
+_VECTOR = '{ name: "embedding" data_type: TYPE_FP32 dims: [ -1 ] }'
+
+
+def test_embeddings_body_is_read_and_checked() -> None:
+    asked = parse_embeddings(_body(model="e", input="a", encoding_format="base64", dimensions=4))
+    assert asked == EmbeddingsRequest("e", ("a",), True, 4)
+    assert parse_embeddings(_body(model="e", input=["a", "b"])).texts == ("a", "b")
+    for doc, param in [
+        ({"model": "e", "input": [1, 2]}, "input"),
+        ({"model": "e", "input": []}, "input"),
+        ({"model": "e", "input": [""]}, "input"),
+        ({"model": "e", "input": ["a"] * 65}, "input"),
+        ({"model": "e", "input": "a", "encoding_format": "int8"}, "encoding_format"),
+        ({"model": "e", "input": "a", "dimensions": 0}, "dimensions"),
+        ({"model": "e", "input": "a", "stream": True}, "stream"),
+    ]:
+        with pytest.raises(OpenAIError) as info:
+            parse_embeddings(json.dumps(doc).encode())
+        assert info.value.param == param and info.value.status == 400
+
+
+def test_embedding_model_contract() -> None:
+    model = EmbeddingModel(_spec(_TEXT, _VECTOR, batch=8))
+    assert model.problem == "" and not model.counts_tokens
+    (tensor,) = model.tensors(EmbeddingsRequest("m", ("x",)), "hi")
+    assert tensor.shape == (1, 1) and tensor.data.reshape(-1).tolist() == [b"hi"]
+    with pytest.raises(OpenAIError, match="declares no input 'dimensions'") as info:
+        model.tensors(EmbeddingsRequest("m", ("x",), False, 8), "hi")
+    assert info.value.code == "unsupported_parameter"
+    sized = EmbeddingModel(
+        _spec(_TEXT + ', { name: "dimensions" data_type: TYPE_INT64 dims: [ 1 ] }', _VECTOR)
+    )
+    values = _values(sized.tensors(EmbeddingsRequest("m", ("x",), False, 8), "hi"))
+    assert values == {"text_input": [b"hi"], "dimensions": [8]}
+    for inputs, outputs, needle in [
+        (_TEXT, '{ name: "text_output" data_type: TYPE_STRING dims: [ 1 ] }', "'embedding'"),
+        (_TEXT, '{ name: "embedding" data_type: TYPE_STRING dims: [ 1 ] }', "numeric"),
+        (_TEXT + ', { name: "mask" data_type: TYPE_INT32 dims: [ 1 ] }', _VECTOR, "'mask'"),
+    ]:
+        with pytest.raises(OpenAIError, match=needle):
+            EmbeddingModel(_spec(inputs, outputs)).tensors(EmbeddingsRequest("m", ("x",)), "x")

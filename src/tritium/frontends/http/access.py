@@ -91,6 +91,8 @@ def _openai_api(rest: list[str]) -> HttpApi:
         return HttpApi(ApiGroup.INFERENCE, "openai_completions")
     if rest == ["chat", "completions"]:
         return HttpApi(ApiGroup.INFERENCE, "openai_chat_completions")
+    if rest == ["embeddings"]:
+        return HttpApi(ApiGroup.INFERENCE, "openai_embeddings")
     return _UNKNOWN
 
 

@@ -11,16 +11,19 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any, Final
+from uuid import uuid4
 
 import orjson
 
 from ...api import InferenceCall
 from ...errors import ServerError
 from ...server import InferenceServer
+from ...types import ClientRequest, InferenceResponse, Tensor
 from ..http.messages import HttpRequest, HttpResponse, HttpStreamResponse, Result, body_length
 from ..http.routes import ApiGroup, Route
 from ..tensors import decode_off_loop
 from .errors import OpenAIError, as_openai, error_response, model_not_found
+from .embeddings import EmbeddingModel, document, parse_embeddings
 from .formats import ModelFormat
 from .job import OPENAI, Job, answer, events
 from .schema import parse_body
@@ -39,6 +42,7 @@ class OpenAIRoutes:
         self.created = int(time.time())  # what /v1/models says of every model
         # model name -> its format, with the spec it was read from (a reload makes a new one)
         self._formats: dict[str, tuple[object, ModelFormat]] = {}
+        self._embedders: dict[str, tuple[object, EmbeddingModel]] = {}
 
     def routes(self) -> list[Route]:
         g = ApiGroup
@@ -47,6 +51,7 @@ class OpenAIRoutes:
             Route("GET", "/v1/models/{model}", self._model, g.METADATA),
             Route("POST", "/v1/completions", self._completions, g.INFERENCE),
             Route("POST", "/v1/chat/completions", self._chat, g.INFERENCE),
+            Route("POST", "/v1/embeddings", self._embeddings, g.INFERENCE),
         ]
 
     @staticmethod
@@ -78,7 +83,7 @@ class OpenAIRoutes:
         return {"id": name, "object": "model", "created": self.created, "owned_by": OWNER}
 
     def _lookup(self, name: str) -> ModelFormat:
-        """The ready model's format (read once per loaded config)."""
+        """The ready model's formats (read once per loaded config)."""
         try:
             spec = self.server.inference.model(name, -1).spec
         except ServerError:
@@ -88,6 +93,19 @@ class OpenAIRoutes:
             return known[1]
         found = ModelFormat(spec)
         self._formats[name] = (spec, found)
+        return found
+
+    def _embedding_model(self, name: str) -> EmbeddingModel:
+        """The ready model's embedding contract (read once per loaded config)."""
+        try:
+            spec = self.server.inference.model(name, -1).spec
+        except ServerError:
+            raise model_not_found(name) from None
+        known = self._embedders.get(name)
+        if known is not None and known[0] is spec:
+            return known[1]
+        found = EmbeddingModel(spec)
+        self._embedders[name] = (spec, found)
         return found
 
     # -- completions ---------------------------------------------------------------------------
@@ -123,6 +141,49 @@ class OpenAIRoutes:
                 call.outcome("SUCCESS", 200)
             return HttpStreamResponse(_logged_events(job, calls))
         return await _answered(job, calls)
+
+    # -- embeddings ----------------------------------------------------------------------------
+    def _embeddings(self, request: HttpRequest) -> Any:
+        return self._counted("embeddings", self._embed(request))
+
+    async def _embed(self, request: HttpRequest) -> HttpResponse:
+        size = len(request.body)  # a large body is read off the loop
+        try:
+            asked = await decode_off_loop(size, parse_embeddings, request.body)
+        except Exception as exc:
+            return _failed([self._call(request, 0, False)], exc)
+        calls = [self._call(request, i, False, asked.model) for i in range(len(asked.texts))]
+        try:
+            model = self._embedding_model(asked.model)
+            inputs = [model.tensors(asked, text) for text in asked.texts]
+            responses = await self._infer_all(asked.model, inputs, calls)
+        except asyncio.CancelledError:  # the client went away: nothing is answered
+            for call in calls:
+                call.failed("CANCELLED", None)
+            raise
+        except Exception as exc:
+            return _failed(calls, exc)
+        body = orjson.dumps(document(asked, model, responses))
+        _succeeded(calls, len(body))
+        return HttpResponse(200, [body])
+
+    async def _infer_all(
+        self, model: str, inputs: list[tuple[Tensor, ...]], calls: Sequence[InferenceCall]
+    ) -> list[InferenceResponse]:
+        """One inference per text, at once; the first failure cancels the others."""
+        inference = self.server.inference
+        prefix = "emb-" + uuid4().hex
+        tasks = []
+        for i, (tensors, call) in enumerate(zip(inputs, calls, strict=True)):
+            client = ClientRequest(model, -1, f"{prefix}-{i}", tensors)
+            call.asked(model, "", client.id)
+            tasks.append(asyncio.ensure_future(inference.infer(client, call)))
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            raise
 
     def _call(
         self, request: HttpRequest, index: int, stream: bool, model: str = ""
@@ -164,12 +225,18 @@ async def _answered(job: Job, calls: Sequence[InferenceCall]) -> HttpResponse:
         raise
     except Exception as exc:
         return _failed(calls, exc)
-    calls[0].count(len(doc))
+    _succeeded(calls, len(doc))
+    return HttpResponse(200, [doc])
+
+
+def _succeeded(calls: Sequence[InferenceCall], size: int) -> None:
+    """A whole answer of ``size`` bytes is out: every call's line says so (its trace ends:
+    a choice cut at a stop sequence had no final response)."""
+    calls[0].count(size)
     for call in calls:
         call.outcome("SUCCESS", 200)
-        call.sent(0, 0)  # a choice cut at a stop sequence had no final response: its trace ends
+        call.sent(0, 0)
         call.logged()
-    return HttpResponse(200, [doc])
 
 
 async def _logged_events(job: Job, calls: Sequence[InferenceCall]) -> AsyncIterator[bytes]:

@@ -176,17 +176,23 @@ class ModelFormat:
                 )
 
     def _tensor(self, name: str, values: list[object]) -> Tensor:
-        spec = self._inputs[name]
-        shape = _shape(spec, len(values), self._batched)
-        datatype = spec.datatype
-        if datatype is DataType.BYTES:
-            array = np.empty(len(values), dtype=object)
-            array[:] = [_text(v) for v in values]
-        elif datatype is DataType.BOOL:
-            array = np.array([bool(v) for v in values], dtype=np.bool_)
-        else:
-            array = numeric_array(values, datatype, name)
-        return Tensor(name, datatype, shape, array.reshape(shape))
+        return input_tensor(self._inputs[name], values, self._batched)
+
+
+def input_tensor(spec: IOSpec, values: list[object], batched: bool) -> Tensor:
+    """``values`` as the input ``spec`` declares it: its datatype, its shape (with the batch
+    dimension, one request, when the model batches)."""
+    name = spec.name
+    shape = _shape(spec, len(values), batched)
+    datatype = spec.datatype
+    if datatype is DataType.BYTES:
+        array = np.empty(len(values), dtype=object)
+        array[:] = [_text(v) for v in values]
+    elif datatype is DataType.BOOL:
+        array = np.array([bool(v) for v in values], dtype=np.bool_)
+    else:
+        array = numeric_array(values, datatype, name)
+    return Tensor(name, datatype, shape, array.reshape(shape))
 
 
 def _problem(spec: ModelSpec) -> str:

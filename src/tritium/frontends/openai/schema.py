@@ -89,16 +89,9 @@ class Generation:
 
 def parse_body(body: bytes | bytearray, chat: bool) -> Generation:
     """The request body as a ``Generation`` (run off the loop for a large body)."""
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise OpenAIError(f"We could not parse the JSON body of your request: {exc}") from None
-    if not isinstance(doc, dict):
-        raise OpenAIError("The request body must be a JSON object")
-    _check_keys(doc, _CHAT if chat else _COMPLETION)
-    model = doc.get("model")
-    if not isinstance(model, str) or not model:
-        raise invalid_value("model", "'model' must be a non-empty string")
+    doc = load_object(body)
+    check_keys(doc, _CHAT if chat else _COMPLETION)
+    model = model_name(doc)
     messages = _messages(doc.get("messages")) if chat else ()
     prompt = "" if chat else _prompt(doc.get("prompt"))
     stream = _bool(doc, "stream")
@@ -108,10 +101,10 @@ def parse_body(body: bytes | bytearray, chat: bool) -> Generation:
         prompt,
         stream,
         _include_usage(doc.get("stream_options"), stream),
-        _int(doc, "n", 1, MAX_N) or 1,
+        int_value(doc, "n", 1, MAX_N) or 1,
         _stop(doc.get("stop")),
         _max_tokens(doc, chat),
-        _int(doc, "seed", -(1 << 63), (1 << 64) - 1),
+        int_value(doc, "seed", -(1 << 63), (1 << 64) - 1),
         _number(doc, "temperature", 0.0, 2.0),
         _number(doc, "top_p", 0.0, 1.0),
         _number(doc, "frequency_penalty", -2.0, 2.0),
@@ -121,7 +114,26 @@ def parse_body(body: bytes | bytearray, chat: bool) -> Generation:
     )
 
 
-def _check_keys(doc: dict[str, Any], known: frozenset[str]) -> None:
+def load_object(body: bytes | bytearray) -> dict[str, Any]:
+    """The body's JSON object."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise OpenAIError(f"We could not parse the JSON body of your request: {exc}") from None
+    if not isinstance(doc, dict):
+        raise OpenAIError("The request body must be a JSON object")
+    return doc
+
+
+def model_name(doc: dict[str, Any]) -> str:
+    model = doc.get("model")
+    if not isinstance(model, str) or not model:
+        raise invalid_value("model", "'model' must be a non-empty string")
+    return model
+
+
+def check_keys(doc: dict[str, Any], known: frozenset[str]) -> None:
+    """Every key is ``known``, null, or one of ``_OFF`` with the value that leaves it off."""
     for key, value in doc.items():
         if key in known or value is None:
             continue
@@ -189,7 +201,7 @@ def _bool(doc: dict[str, Any], key: str) -> bool:
     return value
 
 
-def _int(doc: dict[str, Any], key: str, low: int, high: int) -> int | None:
+def int_value(doc: dict[str, Any], key: str, low: int, high: int) -> int | None:
     value = doc.get(key)
     if value is None:
         return None
@@ -213,8 +225,8 @@ def _number(doc: dict[str, Any], key: str, low: float, high: float) -> float | N
 
 def _max_tokens(doc: dict[str, Any], chat: bool) -> int | None:
     if chat and doc.get("max_completion_tokens") is not None:  # max_tokens is deprecated
-        return _int(doc, "max_completion_tokens", 1, MAX_TOKENS)
-    return _int(doc, "max_tokens", 1, MAX_TOKENS)
+        return int_value(doc, "max_completion_tokens", 1, MAX_TOKENS)
+    return int_value(doc, "max_tokens", 1, MAX_TOKENS)
 
 
 def _stop(value: Any) -> tuple[str, ...]:
