@@ -778,3 +778,39 @@ def test_metrics_per_route_and_token_times(srv: ServerProcess) -> None:
     assert grew(f"{first}_sum", model="mock_llm") > 0
     per = "tritium_openai_time_per_output_token_seconds_count"
     assert grew(per, model="mock_llm") == tokens - 1
+
+
+def test_openai_port_of_its_own(openai_repo: Path) -> None:
+    proc = ServerProcess(
+        [openai_repo],
+        "--openai-port",
+        "0",
+        "--model-control-mode=explicit",
+        "--load-model=echo_text",
+    )
+    try:
+
+        def ask(port: int, method: str, path: str, body: Any = None) -> tuple[int, bytes]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=WAIT_S)
+            try:
+                data = None if body is None else json.dumps(body).encode()
+                conn.request(method, path, body=data)
+                response = conn.getresponse()
+                return response.status, response.read()
+            finally:
+                conn.close()
+
+        openai_port, http_port = proc.ports["openai"], proc.ports["http"]
+        assert openai_port not in (http_port, proc.ports["grpc"], proc.ports["metrics"])
+        status, data = ask(openai_port, "GET", "/v1/models")
+        assert status == 200 and [m["id"] for m in json.loads(data)["data"]] == ["echo_text"]
+        body = {"model": "echo_text", "messages": [{"role": "user", "content": "hi"}]}
+        status, data = ask(openai_port, "POST", "/v1/chat/completions", body)
+        assert status == 200
+        assert json.loads(data)["choices"][0]["message"]["content"] == "echo: user: hi\nassistant:"
+        assert ask(openai_port, "GET", "/v2/health/ready")[0] == 404  # KServe stays on its port
+        assert ask(http_port, "GET", "/v1/models")[0] == 404  # and OpenAI on its own
+        assert ask(http_port, "GET", "/v2/health/ready")[0] == 200
+        assert f"Started OpenAI Service at 127.0.0.1:{openai_port}" in proc.log_text()
+    finally:
+        proc.stop()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tritium.cli.main import build_parser, options_from_args
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.spec import build_spec, normalize
 from tritium.frontends.openai.chat import DEFAULT_TEMPLATE, ChatTemplate, Message, template_of
@@ -19,6 +20,8 @@ from tritium.frontends.openai.errors import OpenAIError, as_openai
 from tritium.errors import not_found
 from tritium.frontends.openai.formats import PLAIN, TRTLLM, VLLM, ModelFormat
 from tritium.frontends.openai.schema import Generation, parse_body
+from tritium.options import ServerOptions
+from tritium.runtime import endpoints
 from tritium.types import DataType, InferenceResponse, Tensor
 
 
@@ -419,3 +422,34 @@ def test_embedding_model_contract() -> None:
     ]:
         with pytest.raises(OpenAIError, match=needle):
             EmbeddingModel(_spec(inputs, outputs)).tensors(EmbeddingsRequest("m", ("x",)), "x")
+
+
+# -- flags -------------------------------------------------------------------------------------
+def _flags(*flags: str) -> ServerOptions:
+    return options_from_args(
+        build_parser().parse_args(["serve", "--model-repository", "r", *flags])
+    )
+
+
+def test_openai_flags() -> None:
+    assert (_flags().http.openai, _flags().http.openai_port) == (True, -1)
+    assert _flags("--openai=false").http.openai is False
+    assert _flags("--openai-port", "9000").http.openai_port == 9000
+    assert "openai" in endpoints(_flags("--openai-port", "0"))
+    assert "openai" not in endpoints(_flags())
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--openai=false", "--openai-port", "9000"), "needs --openai=true"),
+        (("--openai-port", "70000"), "TCP port"),
+        (("--openai-port", "-1"), "integer >= 0"),
+    ],
+)
+def test_openai_flags_refused(
+    flags: tuple[str, ...], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as info:
+        _flags(*flags)
+    assert message in str(info.value.code) + capsys.readouterr().err

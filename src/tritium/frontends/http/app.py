@@ -75,12 +75,20 @@ _VERSION = "/v2/models/{model}/versions/{version}"
 class HttpApp:
     """Maps (method, path) to the server facade through the route table."""
 
-    def __init__(self, server: InferenceServer, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        server: InferenceServer,
+        access: AccessControl | None = None,
+        openai_only: bool = False,
+    ) -> None:
         self.server = server
-        # --openai: the OpenAI-compatible routes (frontends/openai) on this listener
-        on = server is not None and server.options.http.openai
+        # --openai: the OpenAI-compatible routes (frontends/openai) on this listener, unless
+        # --openai-port gives them one of their own (``openai_only``: that listener's app)
+        http = server.options.http if server is not None else None
+        on = http is not None and http.openai and (openai_only or http.openai_port < 0)
         self._openai = OpenAIRoutes(server) if on else None
-        self.router = Router(self._routes())
+        routes = self._openai.routes() if openai_only and self._openai else self._routes()
+        self.router = Router(routes)
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
