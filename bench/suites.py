@@ -36,6 +36,7 @@ SUITES: tuple[Suite, ...] = (
     _scenarios("handoff", "the server <-> Python stub hand-off per request"),
     Suite("scenarios", "bench.cli", "the scenario lists above that `make bench` runs, one server"),
     # Against NVIDIA Triton.
+    Suite("openai", "bench.openai_stream", "OpenAI streaming chat: TTFT, tokens/s at c1/16/64"),
     Suite("vs-triton", "bench.vs_triton", "tritium vs Triton 2.51, same model.py, perf_analyzer"),
     Suite("pytriton", "bench.pytriton_vs", "tritium.pytriton vs PyTriton 0.7, a bound function"),
     Suite("loop-spin", "bench.loop_spin", "the event loop's spin on and off, vs Triton"),

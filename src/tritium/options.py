@@ -47,6 +47,11 @@ class HttpOptions:
     ssl_key: str = ""  # PEM private key file of ssl_cert
     header_forward_pattern: str = ""  # regex; matching headers become request parameters
     cors: CorsOptions = CorsOptions()
+    # the OpenAI-compatible API (/v1/models, /v1/completions, /v1/chat/completions,
+    # /v1/embeddings: frontends/openai), on this listener or, with openai_port >= 0, on a
+    # listener of its own at this address (Triton's two-port layout)
+    openai: bool = True
+    openai_port: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -219,6 +219,11 @@ def endpoints(options: ServerOptions) -> dict[str, Endpoint]:
         found["metrics"] = Endpoint(
             "Metrics", flag, "--metrics-port", address, options.metrics.port
         )
+    if options.http.openai and options.http.openai_port >= 0:  # --openai-port
+        found["openai"] = Endpoint(
+            "OpenAI", "--http-address", "--openai-port", options.http.address,
+            options.http.openai_port,
+        )  # fmt: skip
     if options.grpc.enabled:
         found["grpc"] = Endpoint(
             "GRPC", "--grpc-address", "--grpc-port", options.grpc.address, options.grpc.port
@@ -289,6 +294,11 @@ async def _serve(
         listeners.append(serve_http(bound["http"], app, limits, http_tls, pool))
         scheme = "HTTPS" if http_tls is not None else "HTTP"
         log.info("Started %sService at %s:%d", scheme, where["http"].address, ports["http"])
+    if "openai" in bound:  # --openai-port: the OpenAI routes alone
+        openai = HttpApp(server, access, openai_only=True)
+        limits = HttpLimits.from_options(options)
+        listeners.append(serve_http(bound["openai"], openai, limits, http_tls, pool, "OpenAI"))
+        log.info("Started OpenAI Service at %s:%d", where["openai"].address, ports["openai"])
     if "metrics" in bound:
         limits = replace(HttpLimits.from_options(options), max_body=1 << 16)
         metrics = MetricsApp(server)

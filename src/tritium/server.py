@@ -37,6 +37,7 @@ from .logs.settings import (
 )
 from .logs.table import model_table, terminal_width
 from .countdown import ExitCountdown
+from .metrics.openai import OpenAIMetrics
 from .metrics.render import FAMILY_NAMES
 from .repository.model import Model
 from .options import ServerOptions
@@ -69,6 +70,7 @@ __all__ = [
     "InferenceRequest",
     "InferenceServer",
     "LogUpdate",
+    "OpenAIMetrics",
     "ResponseCallback",
     "ResponseSender",
     "Trace",
@@ -145,6 +147,7 @@ class InferenceServer:
         )
         # Python models' pb_utils.MetricFamily values (shown on /metrics) and log levels.
         self.custom_metrics = CustomMetrics(reserved=FAMILY_NAMES)
+        self.openai_metrics = OpenAIMetrics()  # the OpenAI-compatible routes' own families
         self.logging = _log_settings(options)
         self._model_levels = ModelLogLevels(self.logging.model_levels())
         observability = Observability(self.custom_metrics, self._model_levels)

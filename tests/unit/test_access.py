@@ -401,6 +401,13 @@ HTTP_ROUTES = [
     ("GET", "/v2/models/m/bogus", None, "unknown", "m", False),
     ("GET", "/metrics", None, "unknown", "", False),
     ("GET", "/v2/bogus", None, "unknown", "", False),
+    # the OpenAI-compatible API (frontends/openai): the model is named in the body
+    ("GET", "/v1/models", ApiGroup.METADATA, "openai_models", "", False),
+    ("GET", "/v1/models/m%2Fx", ApiGroup.METADATA, "openai_models", "m/x", False),
+    ("POST", "/v1/completions", ApiGroup.INFERENCE, "openai_completions", "", False),
+    ("POST", "/v1/chat/completions", ApiGroup.INFERENCE, "openai_chat_completions", "", False),
+    ("POST", "/v1/embeddings", ApiGroup.INFERENCE, "openai_embeddings", "", False),
+    ("POST", "/v1/files", None, "unknown", "", False),
 ]
 
 

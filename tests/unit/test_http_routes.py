@@ -12,7 +12,8 @@ from tritium.frontends.http.app import HttpApp
 from tritium.frontends.http.errors import STATUS, render_error
 from tritium.frontends.http.messages import HttpResponse
 from tritium.frontends.http.routes import MATCHED_MAX, ApiGroup, Route, Router
-from tritium.options import ServerOptions
+from tritium.frontends.http.access import http_api
+from tritium.options import HttpOptions, ServerOptions
 from tritium.server import InferenceServer
 
 
@@ -57,6 +58,11 @@ def _router() -> Router:
             ApiGroup.SHARED_MEMORY,
             {"rest": "region/r/register"},
         ),
+        ("GET", "/v1/models", ApiGroup.METADATA, {}),
+        ("GET", "/v1/models/m%2Fx", ApiGroup.METADATA, {"model": "m/x"}),
+        ("POST", "/v1/completions", ApiGroup.INFERENCE, {}),
+        ("POST", "/v1/chat/completions", ApiGroup.INFERENCE, {}),
+        ("POST", "/v1/embeddings", ApiGroup.INFERENCE, {}),
     ],
 )
 def test_routes_and_their_groups(method: str, path: str, group: ApiGroup, params: Any) -> None:
@@ -64,6 +70,15 @@ def test_routes_and_their_groups(method: str, path: str, group: ApiGroup, params
     assert isinstance(found, tuple), found
     route, captured = found
     assert route.group is group and captured == params
+    assert http_api(method, path).group is group  # the access guard sees the same group
+
+
+def test_openai_false_drops_the_v1_routes() -> None:
+    options = ServerOptions(http=HttpOptions(openai=False))
+    router = HttpApp(InferenceServer(options)).router
+    for method, path in [("GET", "/v1/models"), ("POST", "/v1/chat/completions")]:
+        found = router.match(method, path)
+        assert isinstance(found, HttpResponse) and found.status == 404
 
 
 @pytest.mark.parametrize(
@@ -79,6 +94,9 @@ def test_routes_and_their_groups(method: str, path: str, group: ApiGroup, params
         ("POST", "/v2/health/live", 405),
         ("DELETE", "/v2/models/m", 405),
         ("PUT", "/v2", 405),
+        ("GET", "/v1/completions", 405),
+        ("GET", "/v1/embeddings", 405),
+        ("POST", "/v1/files", 404),
     ],
 )
 def test_no_route(method: str, path: str, status: int) -> None:

@@ -15,6 +15,7 @@ from tritium.metrics import render as prometheus
 from tritium.config.model_config import ConfigProblem, parse_config_text
 from tritium.config.model_metrics import MetricSpec, metric_spec
 from tritium.errors import ServerError, internal
+from tritium.metrics.openai import OpenAIMetrics
 from tritium.metrics.settings import MetricsSettings
 from tritium.metrics.stats import ModelStats
 from tritium.request import InferenceRequest, RequestState
@@ -76,9 +77,19 @@ def _stats(name: str, settings: MetricsSettings, cache: bool) -> ModelStats:
     return stats
 
 
+def _openai() -> OpenAIMetrics:
+    """The OpenAI routes' families with a request and two tokens of a stream recorded."""
+    metrics = OpenAIMetrics()
+    metrics.answered("chat_completions", 200)
+    metrics.token("plain", 0.012, True)
+    metrics.token("plain", 0.01, False)
+    return metrics
+
+
 def render(settings: MetricsSettings, cpu: bool = True) -> dict[str, Any]:
     models = [_stats("plain", settings, False), _stats("cached", settings, True)]
-    text = prometheus.render(models, prometheus.CpuSampler() if cpu else None).decode()
+    sampler = prometheus.CpuSampler() if cpu else None
+    text = prometheus.render(models, sampler, openai=_openai()).decode()
     return {f.name: f for f in text_string_to_metric_families(text)}
 
 
@@ -95,7 +106,7 @@ def test_every_rendered_family_has_the_documented_type_help_and_labels() -> None
         assert family.documentation == row["help"], name
         for sample in family.samples:
             labels = set(sample.labels)
-            if "model" in labels:  # the tags ride on every per-model series
+            if {"model", "version"} <= labels:  # the tags ride on every per-version series
                 assert {"_team", "_tier"} <= labels, sample
                 labels -= {"_team", "_tier"}
             extra = {"le"} if sample.name.endswith("_bucket") else set()

@@ -14,6 +14,8 @@ from .custom import HISTOGRAM, TYPE_NAMES, CustomMetrics, Family
 from .render_latency import number as _number
 from .render_latency import render_first_response as _first_response
 from .render_latency import render_summaries as _summaries
+from .openai import NAMES as OPENAI_NAMES
+from .openai import OpenAIMetrics
 from .stats import DURATION_BUCKETS_US, ModelStats, labels_with
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
@@ -90,6 +92,7 @@ FAMILY_NAMES = frozenset(
     [name for name, _, _ in _COUNTERS + _CACHE]
     + ["nv_inference_request_failure", "nv_inference_pending_request_count", _HISTOGRAM]
     + [_RESTARTS, _BACKLOG, "tritium_model_ready", *_CPU, "nv_model_load_duration_secs"]
+    + list(OPENAI_NAMES)
     + [
         "nv_inference_first_response_histogram_ms",
         *(f"nv_inference_{k}_summary_us" for k in _LATENCY_KINDS),
@@ -108,11 +111,13 @@ def render(
     cpu: CpuSampler | None = None,
     custom: CustomMetrics | None = None,
     index: Iterable[Mapping[str, str]] = (),
+    openai: OpenAIMetrics | None = None,
 ) -> bytes:
     """The exposition, in Triton's family order (the order its registry has them), then
     tritium's own families, then the models' custom ones (pb_utils.MetricFamily). A family
     with no series is left out, as prometheus-cpp does. ``index``: the repository index rows
-    (``InferenceServer.repository_index``), for ``tritium_model_ready``."""
+    (``InferenceServer.repository_index``), for ``tritium_model_ready``. ``openai``: the
+    OpenAI-compatible API's families (metrics/openai.py)."""
     models = list(models)
     lines: list[str] = []
     _counters(lines, models)
@@ -124,6 +129,8 @@ def render(
     _restarts(lines, models)
     _backlog(lines, models)
     _readiness(lines, index)
+    if openai is not None:
+        openai.render(lines)
     if cpu is not None:
         cpu.render(lines)
     if custom is not None:

@@ -354,7 +354,8 @@ class Member:
         """This worker's exposition and the window sketches of its summaries."""
         server = self._here()
         models = server.stats_snapshot()
-        text = render(models, self._cpu, server.custom_metrics, server.repository_index())
+        index = server.repository_index()
+        text = render(models, self._cpu, server.custom_metrics, index, server.openai_metrics)
         now = time.perf_counter_ns()
         sketches: dict[str, Any] = {}
         for stats in models:

@@ -176,6 +176,17 @@ def _metrics_served(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _openai(args: argparse.Namespace) -> dict[str, Any]:
+    """``--openai`` and ``--openai-port`` together: a port for an API that is off would do
+    nothing (refused)."""
+    port = args.openai_port
+    if port is not None and not args.openai:
+        raise SystemExit("error: --openai-port needs --openai=true (the OpenAI API is off)")
+    if port is not None and port > 65535:
+        raise SystemExit(f"error: --openai-port must be a TCP port (0-65535), got {port}")
+    return {"http.openai": args.openai, "http.openai_port": -1 if port is None else port}
+
+
 def _response_cache(args: argparse.Namespace) -> dict[str, Any]:
     """``--cache-config`` values, with the deprecated ``--response-cache-byte-size`` read as
     ``local,size=<bytes>``; both at once is Triton's error."""
@@ -219,6 +230,7 @@ GRPC_TLS: Combine = Combine(_grpc_tls)
 CORS: Combine = Combine(_cors)
 AUTO_COMPLETE: Combine = Combine(_auto_complete)
 METRICS_SERVED: Combine = Combine(_metrics_served)
+OPENAI: Combine = Combine(_openai)
 RESPONSE_CACHE: Combine = Combine(_response_cache)
 TRACING: Combine = Combine(_tracing)
 

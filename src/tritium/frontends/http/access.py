@@ -58,6 +58,8 @@ _UNKNOWN = HttpApi(None, "unknown")
 def http_api(method: str, path: str) -> HttpApi:
     """The API a path belongs to, split exactly as HttpApp routes it."""
     parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "v1":
+        return _openai_api(parts[1:])
     if parts[0] != "v2":
         return _UNKNOWN
     if len(parts) == 1:
@@ -75,6 +77,22 @@ def http_api(method: str, path: str) -> HttpApi:
         return HttpApi(ApiGroup.TRACE, "trace_setting", "", method == "POST")
     if head == "logging":
         return HttpApi(ApiGroup.LOGGING, "log_settings", "", method == "POST")
+    return _UNKNOWN
+
+
+def _openai_api(rest: list[str]) -> HttpApi:
+    """The OpenAI-compatible routes (frontends/openai/app.py:OpenAIRoutes.routes); the
+    completions name their model in the body, not the path."""
+    if rest == ["models"]:
+        return HttpApi(ApiGroup.METADATA, "openai_models")
+    if len(rest) == 2 and rest[0] == "models":
+        return HttpApi(ApiGroup.METADATA, "openai_models", unquote(rest[1]))
+    if rest == ["completions"]:
+        return HttpApi(ApiGroup.INFERENCE, "openai_completions")
+    if rest == ["chat", "completions"]:
+        return HttpApi(ApiGroup.INFERENCE, "openai_chat_completions")
+    if rest == ["embeddings"]:
+        return HttpApi(ApiGroup.INFERENCE, "openai_embeddings")
     return _UNKNOWN
 
 

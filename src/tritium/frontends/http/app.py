@@ -25,7 +25,9 @@ from ...server import (
     http_update,
 )
 from ...types import ClientRequest, InferenceResponse
+from ...transport.http1.inflate import BodyRejected
 from ..grpc.metadata import compile_forward_pattern, forwarded_parameters
+from ..openai.app import OpenAIRoutes
 from .access import HttpGuard
 from ..tensors import OFFLOAD_BYTES, decode_off_loop
 from .cors import cors_policy
@@ -78,11 +80,19 @@ class HttpApp:
         server: InferenceServer,
         access: AccessControl | None = None,
         forward_pattern: str | None = None,
+        openai_only: bool = False,
     ) -> None:
         """``forward_pattern``: the header forward pattern when not the server's (an
-        in-process server's ``tritonfrontend.KServeHttp`` brings its own)."""
+        in-process server's ``tritonfrontend.KServeHttp`` brings its own); ``openai_only``:
+        the app of ``--openai-port``'s listener (the OpenAI-compatible routes only)."""
         self.server = server
-        self.router = Router(self._routes())
+        # --openai: the OpenAI-compatible routes (frontends/openai) on this listener, unless
+        # --openai-port gives them one of their own (``openai_only``: that listener's app)
+        http = server.options.http if server is not None else None
+        on = http is not None and http.openai and (openai_only or http.openai_port < 0)
+        self._openai = OpenAIRoutes(server) if on else None
+        routes = self._openai.routes() if openai_only and self._openai else self._routes()
+        self.router = Router(routes)
         self.render_error = render_error
         # Access control and audit (tritium.access), only when a feature asks for it.
         self._guard = HttpGuard(access) if access is not None and access.guards_http else None
@@ -108,6 +118,14 @@ class HttpApp:
         if self._guard is not None:
             return self._guard(request, self._awaited_route)
         return self._route(request)
+
+    def refusal(self, reason: BodyRejected) -> HttpResponse | None:
+        """A body the transport refused (its size, its encoding), answered in the format of
+        the door it was sent to: an OpenAI route's in OpenAI's (413 for its size); None:
+        Triton's 400."""
+        if self._openai is None:
+            return None
+        return self._openai.refusal(reason.target, reason.message, reason.too_large)
 
     def _awaited_route(self, request: HttpRequest) -> HttpResponse | Coroutine[Any, Any, Result]:
         """``_route`` for the access guard, which awaits what a route returns: never a
@@ -155,6 +173,8 @@ class HttpApp:
                 Route("POST", base + "/generate", self._generate_once, g.INFERENCE),
                 Route("POST", base + "/generate_stream", self._generate_stream, g.INFERENCE),
             ]
+        if self._openai is not None:
+            routes += self._openai.routes()
         return routes
 
     def _named_repository_routes(self) -> list[Route]:

@@ -28,7 +28,11 @@ class MetricsApp:
         if server.cluster is not None:  # --workers N: the totals over every worker
             return self._total(server.cluster)
         body = render(
-            server.stats_snapshot(), self._cpu, server.custom_metrics, server.repository_index()
+            server.stats_snapshot(),
+            self._cpu,
+            server.custom_metrics,
+            server.repository_index(),
+            server.openai_metrics,
         )
         return HttpResponse(200, [body], CONTENT_TYPE)
 

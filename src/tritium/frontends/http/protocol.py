@@ -18,6 +18,7 @@ import asyncio
 import asyncio.protocols  # noqa: F401  # mypyc's code for the base class below refers to it
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Final
 
 from mypy_extensions import mypyc_attr
@@ -75,6 +76,11 @@ class HttpConnection:
         # The server's TraceManager when the handler serves inferences: while it traces,
         # each request's read times are taken (HTTP_RECV_START/END).
         self._tracer = getattr(handler, "tracer", _NO_TRACING)
+        # The handler's answer to a refused body in its door's own format (HttpApp.refusal;
+        # None, or None from it: Triton's 400).
+        self._refusal: Callable[[BodyRejected], HttpResponse | None] | None = getattr(
+            handler, "refusal", None
+        )
         self._recv_ns = 0
         # The limits read per request, as fields (``HttpLimits`` is an interpreted object).
         self._max_pipelined = limits.max_pipelined
@@ -230,7 +236,10 @@ class HttpConnection:
 
     def on_refused(self, reason: BodyRejected, keep_alive: bool) -> None:
         keep_alive = keep_alive and not reason.close
-        self._enqueue(RequestCycle(self, None, keep_alive, error_response(400, reason.message)))
+        answer = self._refusal(reason) if self._refusal is not None else None
+        if answer is None:
+            answer = error_response(400, reason.message)
+        self._enqueue(RequestCycle(self, None, keep_alive, answer))
 
     # pipelining ----------------------------------------------------------------------------
     def _enqueue(self, cycle: RequestCycle) -> None:

@@ -10,12 +10,17 @@ import zlib
 
 class BodyRejected(Exception):
     """A request body the server refuses; ``message`` is what the client reads (400).
-    ``close``: the client is likely still sending it, so the connection ends after."""
+    ``close``: the client is likely still sending it, so the connection ends after.
+    ``too_large``: refused for its size (before or after inflation). ``target``: the
+    request's target, set by the reader when it reports the refusal (a door with its own
+    error format answers it in that format: the OpenAI API's 413)."""
 
-    def __init__(self, message: str, close: bool = False) -> None:
+    def __init__(self, message: str, close: bool = False, too_large: bool = False) -> None:
         super().__init__(message)
         self.message = message
         self.close = close
+        self.too_large = too_large
+        self.target = ""
 
 
 def too_large(size: int, limit: int, what: str = "request") -> BodyRejected:
@@ -23,6 +28,7 @@ def too_large(size: int, limit: int, what: str = "request") -> BodyRejected:
         f"{what} size {size} exceeds the maximum allowed value of {limit} bytes; "
         "use --http-max-input-size to increase the limit",
         close=what == "request",
+        too_large=True,
     )
 
 

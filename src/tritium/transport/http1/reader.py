@@ -231,6 +231,7 @@ class RequestReader:
             except BodyRejected as exc:
                 rejected = exc
         if rejected is not None:
+            rejected.target = self._url.decode("latin-1")
             self.drop()
             self._events.on_refused(rejected, keep_alive)
             return
