@@ -15,19 +15,10 @@ from ..frontends.http.listener import https_context
 from ..options import ServerOptions
 from ..runtime import _serve, _shutdown, bind_all
 from ..server import InferenceServer
+from ..tritonserver._loop import new_loop
 
 T = TypeVar("T")
 _START_S = 120.0  # PyTriton's DEFAULT_TRITON_STARTUP_TIMEOUT_S
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop where it is installed (as ``tritium serve`` runs), else asyncio's."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.new_event_loop()
-    loop: asyncio.AbstractEventLoop = uvloop.new_event_loop()
-    return loop
 
 
 class EmbeddedServer:
@@ -38,7 +29,7 @@ class EmbeddedServer:
         self.options = options
         self.ports: dict[str, int] = {}
         self.server: InferenceServer | None = None
-        self._loop = _new_loop()
+        self._loop = new_loop()
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._main, name="tritium-pytriton", daemon=True)
         self._started = threading.Event()

@@ -23,7 +23,9 @@ T = TypeVar("T")
 Item = TypeVar("Item")
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
+def new_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop for a server run on a thread of its own (the in-process API's,
+    tritium.pytriton's): uvloop's where it is installed, as ``tritium serve`` runs."""
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency
@@ -36,7 +38,7 @@ class ServerLoop:
     """An event loop running on a daemon thread until ``close``."""
 
     def __init__(self) -> None:
-        self.loop = _new_loop()
+        self.loop = new_loop()
         # Set once ``close`` began: nothing more is scheduled, so that everything scheduled
         # runs before the loop stops (a caller never waits for a callback that cannot run).
         self._closing = False
