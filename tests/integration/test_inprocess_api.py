@@ -263,6 +263,14 @@ def test_errors_are_triton_classes(server: ts.Server) -> None:
     assert issubclass(ts.CancelledError, ts.UnknownError)
 
 
+def test_an_input_name_that_is_not_a_string_is_a_type_error(server: ts.Server) -> None:
+    # Triton's bindings take input names as str (pybind raises TypeError); Triton's OpenAI
+    # front-end sends a None name to a model with no exclude_input_in_output input.
+    inputs = {"INPUT0": SIMPLE_IN, "INPUT1": SIMPLE_IN, None: SIMPLE_IN}
+    with pytest.raises(TypeError, match="input name"):
+        server.model("simple").infer(inputs=inputs)
+
+
 def test_error_response(server: ts.Server) -> None:
     value = np.ones(2, np.float32)
     (response,) = list(
