@@ -9,7 +9,8 @@
 # looks for vllm / tensorrt_llm and raises "Unknown test environment". TEST_BACKEND=vllm is
 # only the request format main.py is told to use; the cases selected send no inference
 # through it. TEST_TOKENIZER empty: main.py starts with no tokenizer.
-# TRITIUM_OPENAI_TIMEOUT (s, default 1200) bounds the run.
+# TRITIUM_OPENAI_TIMEOUT (s, default 1200) bounds the run. TRITIUM_SRC=/path/to/src runs
+# another tritium tree (a before/after comparison) instead of the editable install.
 set -uo pipefail
 H=$(cd "$(dirname "$0")" && pwd)
 # The files whose cases use only the GPU-free test models (tests/test_models: mock_llm,
@@ -27,12 +28,12 @@ SELECTION=(tests/test_observability.py tests/test_model_management.py tests/test
   # TRT-LLM engine) and vLLM/TRT-LLM LoRA models
   -k "not LoRATest and not (test_validate_lora_path_trtllm and False-None) and not model.lora_weights.npy")
 [ $# -gt 0 ] && SELECTION=("$@")
-export PATH="$H/venv/bin:$PATH" PYTHONPATH="$H/shim" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PATH="$H/venv/bin:$PATH" PYTHONPATH="$H/shim${TRITIUM_SRC:+:$TRITIUM_SRC}" HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TEST_BACKEND=${TEST_BACKEND-vllm} TEST_MODEL=${TEST_MODEL-mock_llm}
 export TEST_MODEL_REPOSITORY=${TEST_MODEL_REPOSITORY-$H/openai/tests/test_models}
 export TEST_TOKENIZER=${TEST_TOKENIZER-}
 cd "$H/openai" || exit 2
 echo "triton python/openai at $(cat "$H/triton-commit"); tritium from $(cat "$H/tritium-checkout")"
-python3 -c 'import tritonserver, tritonfrontend; print("tritonserver is", tritonserver.__name__)'
+python3 -c 'import tritonserver, tritonfrontend; print("tritonserver is", tritonserver.__name__, "from", tritonserver.__file__)'
 timeout "${TRITIUM_OPENAI_TIMEOUT:-1200}" python3 -m pytest -p no:cacheprovider -rA \
   --junitxml="$H/last-junit.xml" "${SELECTION[@]}"
