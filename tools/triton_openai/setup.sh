@@ -3,7 +3,7 @@
 # python/openai) UNMODIFIED over tritium.tritonserver, with its GPU-free test models
 # (mock_llm, identity_py), and its own test-suite (issue 39; bench/results/triton_openai.md).
 #   bash tools/triton_openai/setup.sh        # venv + Triton's python/openai at $TRITON_COMMIT
-#   bash /tmp/tritonopenai/run.sh            # the GPU-free cases (run.sh -h: options)
+#   bash /tmp/tritonopenai/run.sh            # the GPU-free cases (see run.sh for options)
 # Needs: the server repository mirrored at $MIRROR (a git dir), network for PyPI.
 # Nothing of Triton's is copied into this repository: python/openai is extracted to
 # /tmp/tritonopenai/openai at the pinned commit. The venv (/tmp/tritonopenai/venv) is the
