@@ -232,7 +232,7 @@ class InferenceServer:
         await self.control.start()
         table = model_table(self.repository.index(), terminal_width())
         log.info("%s", table, extra=raw_message())  # as Triton: tables unescaped
-        failures = self.repository.failures()
+        failures = self.control.startup_failures + self.repository.failures()
         if failures and self.options.exit_on_error:
             await self.repository.unload_all()
             raise RuntimeError("failed to load all models:\n  " + "\n  ".join(failures))

@@ -10,6 +10,7 @@ import asyncio
 import gc
 import json
 import queue
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -133,6 +134,44 @@ def test_explicit_load_and_unload(repo: Path) -> None:
         server.ready()
 
 
+@pytest.mark.parametrize(
+    ("startup", "expected"),
+    [
+        (["nonexistent_model"], "failed to poll model 'nonexistent_model': model not found"),
+        (["simple", "nonexistent_model"], "model not found in any model repository"),
+        (["*", "simple"], "Wildcard model name '*' must be the ONLY startup model"),
+    ],
+)
+def test_startup_models_that_cannot_load_fail_the_start(
+    repo: Path, startup: list[str], expected: str
+) -> None:
+    # Triton's manager refuses "*" beside other names and a startup model no repository
+    # holds; with exit_on_error (the default) the start fails (Triton's OpenAI front-end's
+    # test_model_management checks these texts).
+    server = ts.Server(
+        model_repository=str(repo),
+        model_control_mode=ts.ModelControlMode.EXPLICIT,
+        startup_models=startup,
+    )
+    with pytest.raises(ts.InternalError, match=re.escape(expected)):
+        server.start(wait_until_ready=True, timeout=WAIT_S)
+    with pytest.raises(ts.InvalidArgumentError, match="Server not started"):
+        server.ready()
+
+
+def test_unknown_startup_model_without_exit_on_error_loads_the_others(repo: Path) -> None:
+    server = ts.Server(
+        model_repository=str(repo),
+        model_control_mode=ts.ModelControlMode.EXPLICIT,
+        startup_models=["simple", "nonexistent_model"],
+        exit_on_error=False,
+    ).start(wait_until_ready=True, timeout=WAIT_S)
+    try:
+        assert server.model("simple").ready()
+    finally:
+        server.stop()
+
+
 def test_start_again_after_stop(repo: Path) -> None:
     server = ts.Server(
         model_repository=str(repo),
@@ -222,6 +261,14 @@ def test_errors_are_triton_classes(server: ts.Server) -> None:
             inputs={"INPUT0": SIMPLE_IN, "INPUT1": SIMPLE_IN}, output_memory_type="gpu"
         )
     assert issubclass(ts.CancelledError, ts.UnknownError)
+
+
+def test_an_input_name_that_is_not_a_string_is_a_type_error(server: ts.Server) -> None:
+    # Triton's bindings take input names as str (pybind raises TypeError); Triton's OpenAI
+    # front-end sends a None name to a model with no exclude_input_in_output input.
+    inputs = {"INPUT0": SIMPLE_IN, "INPUT1": SIMPLE_IN, None: SIMPLE_IN}
+    with pytest.raises(TypeError, match="input name"):
+        server.model("simple").infer(inputs=inputs)
 
 
 def test_error_response(server: ts.Server) -> None:

@@ -70,3 +70,16 @@ def test_a_real_package_is_never_shadowed(tmp_path: Path) -> None:
         tmp_path,
     )
     assert out.splitlines() == ["['tritonfrontend']", "True"]
+
+
+def test_private_api_package_is_an_attribute_after_import() -> None:
+    # Triton's __init__ imports from tritonserver._api.*, so `import tritonserver` alone binds
+    # `tritonserver._api._response` (Triton's OpenAI front-end annotates with it at import).
+    out = _run(
+        "import tritium.compat\n"
+        "tritium.compat.install()\n"
+        "import tritonserver\n"
+        "print(tritonserver._api._response.InferenceResponse is tritonserver.InferenceResponse,"
+        " tritonserver._api._server.Server is tritonserver.Server)\n"
+    )
+    assert out == "True True"

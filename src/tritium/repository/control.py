@@ -24,6 +24,7 @@ log = logging.getLogger("tritium")
 T = TypeVar("T")
 
 NOT_EXPLICIT = "explicit model load / unload is not allowed if polling is enabled"
+WILDCARD_ALONE = "Wildcard model name '*' must be the ONLY startup model if specified at all."
 
 
 class ModelControl:
@@ -46,20 +47,40 @@ class ModelControl:
         # leaves no empty directory behind (one killed with some: the next start sweeps it)
         self._scratch: Scratch | None = None
         self._requests: set[asyncio.Task[Any]] = set()  # loads/unloads asked for by clients
+        # what made the startup models fail before any load (Triton's manager creation
+        # errors): the server's start reports them with the models that failed to load
+        self.startup_failures: list[str] = []
         # poll mode's own timer; --workers turns it off: the supervisor polls for all
         self.own_poller = True
 
     async def start(self) -> None:
         await asyncio.to_thread(sweep, "overrides")  # those of servers killed (-9)
         if self.mode == "explicit":
-            names = set(self._startup)
-            await self.manager.load_all(None if "*" in names else names)
+            await self._load_startup()
         else:
             await self.manager.load_all()
         if self.mode == "poll":
             self._signatures = self._snapshot()
             if self.own_poller:
                 self._poller = asyncio.ensure_future(self._poll())
+
+    async def _load_startup(self) -> None:
+        """Explicit mode's startup models, as Triton's manager takes them: "*" (alone) loads
+        every model; "*" with other names loads none; a name no repository holds is logged
+        and makes the start fail (with --exit-on-error), the others still load."""
+        names = set(self._startup)
+        if "*" in names:
+            if len(names) > 1:
+                self.startup_failures.append(WILDCARD_ALONE)
+                return
+            await self.manager.load_all(None)
+            return
+        known = {key.name for key in self.manager.scan()}
+        for name in sorted(names - known):
+            message = f"failed to poll model '{name}': model not found in any model repository."
+            log.error("%s", message)
+            self.startup_failures.append(message)
+        await self.manager.load_all(names & known)
 
     def in_flight(self) -> int:
         """Loads and unloads clients asked for, not done yet (Triton's in-flight

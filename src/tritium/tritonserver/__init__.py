@@ -38,6 +38,11 @@ from ._response import AsyncResponseIterator, InferenceResponse, ResponseIterato
 from ._server import ModelDictionary, Server
 from ._tensor import MemoryBuffer, Tensor
 
+# Triton's __init__ imports its classes from tritonserver._api.*, which binds ``_api`` (and
+# ``_api._response``, ...) on the package: code written for Triton names
+# ``tritonserver._api._response.InferenceResponse`` after a plain ``import tritonserver``.
+from . import _api as _api  # after the classes its modules re-export
+
 __all__ = [
     "AlreadyExistsError",
     "AsyncResponseIterator",

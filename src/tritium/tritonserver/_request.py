@@ -82,7 +82,10 @@ class InferenceRequest:
 
 
 def _input(name: str, value: Any) -> _CoreTensor:
-    """tritium's tensor for one input: a numeric numpy array as it is (no copy)."""
+    """tritium's tensor for one input: a numeric numpy array as it is (no copy). A name
+    that is not a str is a TypeError, as in Triton's bindings."""
+    if not isinstance(name, str):
+        raise TypeError(f"input name must be str, got {name!r}")
     if isinstance(value, np.ndarray) and value.dtype.kind not in "OSUV":
         wire = _Wire.from_numpy(value.dtype)
         if wire is None:
