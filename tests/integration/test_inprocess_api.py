@@ -507,3 +507,19 @@ def test_tensor_conversions() -> None:
     assert tensor.to_device("cpu") is tensor
     with pytest.raises(ts.UnsupportedError):
         tensor.to_device("gpu:0")
+
+
+def test_python_models_load_in_a_server_started_after_another_stopped(repo: Path) -> None:
+    """Each in-process server runs on a loop of its own, and its Python stubs are forked from
+    a zygote tied to that loop: one left by a stopped server (its loop closed) is put away
+    and a new one serves the next server's models (it failed with 'Event loop is closed')."""
+    for _ in range(4):
+        server = ts.Server(
+            model_repository=str(repo),
+            model_control_mode=ts.ModelControlMode.EXPLICIT,
+            startup_models=["square_int32"],
+        ).start(wait_until_ready=True)
+        try:
+            assert server.model("square_int32").ready()
+        finally:
+            server.stop()

@@ -36,6 +36,7 @@ STUB_MODULE: Final = "tritium.backends.python.stub"
 # The stub launcher named on a stub's command line (``pgrep -f triton_python_backend_stub``),
 # as on a spawned stub's (execenv.LAUNCHER).
 LAUNCHER: Final = os.path.join(os.path.dirname(__file__), "triton_python_backend_stub.py")
+_REAP_S: Final = 2.0  # how long a zygote killed with its closed loop is waited for
 TITLE_ROOM: Final = 1024  # bytes of command line a forked stub can have (``stub_zygote``)
 _MAX_MESSAGE: Final = 4096
 
@@ -155,6 +156,9 @@ class StubZygote:
         if not self.alive:
             return
         self.alive = False
+        if self._loop.is_closed():  # its server's loop ended (an in-process server stopped)
+            self._abandon()
+            return
         self._loop.remove_reader(self._control.fileno())
         self._control.close()
         log.warning("the stub zygote (pid %d) exited; its stubs are killed", self._proc.pid)
@@ -167,6 +171,19 @@ class StubZygote:
             _kill(pid)
             child.exited(-signal.SIGKILL)
         self._reap()
+
+    def _abandon(self) -> None:
+        """Gone with a loop that is closed: nothing is scheduled on it any more; its stubs
+        are killed and the zygote reaped here (it was killed: that is at once)."""
+        self._control.close()
+        self._pending.clear()
+        children, self._children = self._children, {}
+        for pid in children:
+            _kill(pid)
+        try:
+            self._proc.wait(_REAP_S)
+        except subprocess.TimeoutExpired:
+            pass
 
     def _reap(self) -> None:
         if self._proc.poll() is None:
