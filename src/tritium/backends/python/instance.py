@@ -278,10 +278,18 @@ class PythonInstance:
             request.correlation_id,
             request.flags,
             request.timeout_us,
-            [(t.name, ipc.pack_array(t.data, buffers)) for t in request.inputs],
+            [(t.name, self._pack_input(t.data, buffers)) for t in request.inputs],
             requested_names(self._spec, request),
             params,
         )
+
+    def _pack_input(self, data: np.ndarray, buffers: ipc.Buffers) -> shm_tensors.PackedTensor:
+        """An input for the EXECUTE frame: inline, or (a large one) copied into a segment the
+        stub maps (``shm_tensors.InputSegments``: one copy, not two through the socket)."""
+        inputs = self._stub.inputs
+        if inputs is None or data.nbytes < shm_tensors.INPUT_MIN_BYTES:
+            return ipc.pack_array(data, buffers)
+        return shm_tensors.pack_input(data, buffers, inputs)
 
     def _canceller(self, batch_id: int, index: int) -> Callable[[], None]:
         def cancel() -> None:
