@@ -126,3 +126,28 @@ def test_inputs_of_a_request_not_run_are_given_back() -> None:
     server.free(stub.take_free())
     assert server.lent == 0
     server.close()
+
+
+def test_a_segment_that_comes_back_is_written_without_a_new_mapping(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The stub's outputs: a segment the server copied out and handed back (RELEASED) is
+    written again through the mapping the stub kept (an mmap per output cost as much as the
+    copy at 4 MiB); one unlinked for being over the bound loses its mapping too."""
+    names = shm_tensors.SegmentNames(os.getpid(), 41008)
+    stub = shm_tensors.SegmentPool(names)
+    server = shm_tensors.SegmentPool(
+        shm_tensors.SegmentNames(os.getpid(), 41008), peer_trusted=False
+    )
+    mapped = []
+    real_map = shm_tensors._map
+    monkeypatch.setattr(shm_tensors, "_map", lambda *a: mapped.append(a[2]) or real_map(*a))
+    big = np.arange(MIN // 4, dtype=np.float32)
+    for step in range(5):
+        packed = shm_tensors.pack(big + step, [], stub)
+        np.testing.assert_array_equal(
+            shm_tensors.unpack(packed, [], server, keep=False), big + step
+        )
+        stub.adopt(server.take_returned())
+    assert len(mapped) == 1  # made (and mapped) once, written five times
+    stub.close()
+    server.close()
+    assert names.sweep() == 0

@@ -118,7 +118,10 @@ class SegmentPool:
     a view; when that view is gone the segment joins the reader's free list, ready for the
     reader's next write in the other direction. Pages are faulted in once per segment, not
     once per tensor (first-touch faults cost more than the copy itself on a VM). At most
-    ``keep_bytes`` of free segments are kept; others are unlinked.
+    ``keep_bytes`` of free segments are kept; others are unlinked. The writer keeps its
+    mapping of each segment it wrote (at most ``keep_bytes`` of them, the least recently used
+    unmapped beyond), so a segment that comes back is written again without a new mapping
+    (``mmap`` with MAP_POPULATE and ``munmap`` cost about as much as the copy itself).
 
     ``peer_trusted=False`` (the server's pool: the peer is a model): reads copy the tensor
     into the reader's own memory with ``pread`` (the segment is free again at once) and
@@ -135,6 +138,8 @@ class SegmentPool:
         self._returned: list[str] = []  # read with keep=False: to give back to the peer
         self._lock = threading.Lock()
         self._closed = False
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()  # written, kept mapped
+        self._mapped = 0
 
     def write(self, data: Any, nbytes: int) -> tuple[str, int]:
         """Copy ``data`` (a buffer of ``nbytes``) into a segment: (its name, byte size)."""
@@ -146,12 +151,54 @@ class SegmentPool:
             mapped = _create(name, max(nbytes, SHM_MIN_BYTES))
         else:
             name = entry[0]
-            mapped = entry[1] if entry[1] is not None else _map_or_create(name, nbytes)
+            mapped = entry[1] if entry[1] is not None else self._mapping(name, nbytes)
         target = np.frombuffer(mapped, dtype=np.uint8, count=nbytes)
         target[:] = np.frombuffer(data, dtype=np.uint8)
         del target
-        _unmap(mapped)  # the reader owns it now
+        self._keep_mapped(name, mapped)  # the reader owns it now; our mapping waits for it
         return name, nbytes
+
+    def _mapping(self, name: str, nbytes: int) -> mmap.mmap:
+        """The mapping kept of a segment this side wrote before (if it still fits), else a
+        new one (``_map_or_create``)."""
+        with self._lock:
+            mapped = self._maps.pop(name, None)
+            if mapped is not None:
+                self._mapped -= len(mapped)
+        if mapped is not None:
+            if len(mapped) >= nbytes:
+                return mapped
+            _unmap(mapped)
+        return _map_or_create(name, nbytes)
+
+    def _keep_mapped(self, name: str, mapped: mmap.mmap) -> None:
+        dropped = []
+        with self._lock:
+            if self._closed:
+                dropped.append(mapped)
+            else:
+                previous = self._maps.pop(name, None)  # mapped again since (a read)
+                if previous is not None:
+                    self._mapped -= len(previous)
+                    if previous is not mapped:
+                        dropped.append(previous)
+                self._maps[name] = mapped
+                self._mapped += len(mapped)
+                while self._mapped > self._keep and len(self._maps) > 1:
+                    oldest = self._maps.popitem(last=False)[1]
+                    self._mapped -= len(oldest)
+                    dropped.append(oldest)
+        for old in dropped:
+            _unmap(old)
+
+    def forget(self, name: str) -> None:
+        """Unmap the kept mapping of ``name`` (a segment being unlinked)."""
+        with self._lock:
+            mapped = self._maps.pop(name, None)
+            if mapped is not None:
+                self._mapped -= len(mapped)
+        if mapped is not None:
+            _unmap(mapped)
 
     def _pwrite(self, data: Any, nbytes: int) -> tuple[str, int]:
         """``write`` without a mapping: a free segment the peer may have truncated, removed
@@ -276,6 +323,9 @@ class SegmentPool:
                 self._free.append((size, name, mapped))
                 self._free_bytes += size
                 return
+        if mapped is not None:
+            _unmap(mapped)
+        self.forget(name)
         _unlink(name)
 
     def close(self) -> None:
@@ -283,6 +333,9 @@ class SegmentPool:
         with self._lock:
             self._closed = True
             free, self._free, self._free_bytes = self._free, [], 0
+            kept, self._maps, self._mapped = list(self._maps.values()), OrderedDict(), 0
+        for old in kept:
+            _unmap(old)
         for _, name, mapped in free:
             if mapped is not None:
                 _unmap(mapped)
@@ -330,6 +383,7 @@ class FrameTensors:
         self.inline = mark[1]
         if self.pool is not None:
             for name in self.written[mark[2] :]:
+                self.pool.forget(name)
                 _unlink(name)
         del self.written[mark[2] :]
 
