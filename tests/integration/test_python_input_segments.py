@@ -52,7 +52,7 @@ class TritonPythonModel:
         return out
 """
 # A model that misbehaves with the segments of its pair (request parameter "mode"): keeps
-# every input forever ("hoard"), or truncates / unlinks every segment file of its server.
+# every input forever ("hoard"), or truncates / unlinks every segment file of its pair.
 _VANDAL_PY = """\
 import json
 import os
@@ -74,7 +74,8 @@ class TritonPythonModel:
             elif mode in ("truncate", "unlink"):
                 prefix = "tritium-bls-%d." % os.getppid()
                 for name in os.listdir("/dev/shm"):
-                    if name.startswith(prefix) and not name.endswith(".lock"):
+                    mine = name.startswith(prefix) and "-%d-" % os.getpid() in name
+                    if mine and not name.endswith(".lock"):
                         path = os.path.join("/dev/shm", name)
                         if mode == "truncate":
                             os.truncate(path, 0)
@@ -224,15 +225,19 @@ def _serves(server: ServerProcess) -> None:
 
 def test_a_stub_that_hoards_its_inputs_does_not_grow_dev_shm(server: ServerProcess) -> None:
     """A model keeping every input forever never gives a segment back: past the server's
-    bound on lent bytes its inputs go inline, and /dev/shm stops growing."""
+    bound on lent bytes (128 MiB per stub) its inputs go inline, and /dev/shm stops growing."""
     data = np.arange(4 * INPUT_MIN_BYTES // 4, dtype=np.float32)
-    for _ in range(48):  # 192 MiB of inputs, over the bound
+    first = sum(_segments(server).values())
+    for i in range(48):  # 192 MiB of inputs, over the bound
+        if i == 40:
+            bounded = _segments(server)
         result = _infer(server, "http", "input_vandal", data, "FP32", parameters={"mode": "hoard"})
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
-    total = sum(_segments(server).values())
-    print(f"after hoarding: {total >> 20} MiB of segments")
-    assert total <= (128 + 64) * INPUT_MIN_BYTES  # the lent bound, and the outputs' pools
-    _serves(server)
+    after = _segments(server)
+    grown = sum(after.values()) - first
+    print(f"hoarding grew /dev/shm by {grown >> 20} MiB")
+    assert grown <= (128 + 16) * INPUT_MIN_BYTES  # the lent bound, and its outputs' segments
+    assert set(after) <= set(bounded)  # the last 8 requests' inputs went inline
 
 
 @pytest.mark.parametrize("mode", ["truncate", "unlink"])

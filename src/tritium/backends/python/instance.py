@@ -402,9 +402,12 @@ class PythonInstance:
             if payload is None or finished[index]:  # its sender answers (or has answered) it
                 continue
             request = requests[index]
-            finished[index] = True
             began = time.perf_counter_ns()
+            # Made before the request counts as answered: a response the server cannot use
+            # (a segment the stub truncated or removed) kills the stub as malformed, and
+            # ``fail_all`` then answers this request too instead of leaving it open forever.
             response = self._make_response(request, payload, buffers)
+            finished[index] = True
             request.timing = (self._input_ns, infer_ns, time.perf_counter_ns() - began)
             assert request.sender is not None
             request.sender.send(response, True)
