@@ -151,3 +151,26 @@ def test_a_segment_that_comes_back_is_written_without_a_new_mapping(monkeypatch)
     stub.close()
     server.close()
     assert names.sweep() == 0
+
+
+@pytest.mark.parametrize("vandalism", ["unlink", "truncate"])
+def test_a_kept_mapping_of_a_segment_removed_or_cut_since_is_not_written(vandalism: str) -> None:
+    """A segment of the stub's that was unlinked (or cut) after it came back is made anew on
+    the next write, not written through the stale mapping (the server, which reads by name,
+    would find nothing, or the stub would fault)."""
+    names = shm_tensors.SegmentNames(os.getpid(), 41009)
+    stub = shm_tensors.SegmentPool(names)
+    server = shm_tensors.SegmentPool(
+        shm_tensors.SegmentNames(os.getpid(), 41009), peer_trusted=False
+    )
+    big = np.arange(MIN // 4, dtype=np.float32)
+    packed = shm_tensors.pack(big, [], stub)
+    shm_tensors.unpack(packed, [], server, keep=False)
+    stub.adopt(server.take_returned())
+    path = shm_tensors._DIR / packed[2][0]
+    os.unlink(path) if vandalism == "unlink" else os.truncate(path, 0)
+    again = shm_tensors.pack(big + 1, [], stub)
+    np.testing.assert_array_equal(shm_tensors.unpack(again, [], server, keep=False), big + 1)
+    stub.close()
+    server.close()
+    names.sweep()

@@ -138,7 +138,9 @@ class SegmentPool:
         self._returned: list[str] = []  # read with keep=False: to give back to the peer
         self._lock = threading.Lock()
         self._closed = False
-        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()  # written, kept mapped
+        # Written, kept mapped, with the file's inode: a segment removed or replaced since
+        # (by the model, by someone cleaning /dev/shm) is mapped anew, as before the cache.
+        self._maps: OrderedDict[str, tuple[mmap.mmap, int]] = OrderedDict()
         self._mapped = 0
 
     def write(self, data: Any, nbytes: int) -> tuple[str, int]:
@@ -162,30 +164,31 @@ class SegmentPool:
         """The mapping kept of a segment this side wrote before (if it still fits), else a
         new one (``_map_or_create``)."""
         with self._lock:
-            mapped = self._maps.pop(name, None)
-            if mapped is not None:
-                self._mapped -= len(mapped)
-        if mapped is not None:
-            if len(mapped) >= nbytes:
-                return mapped
-            _unmap(mapped)
+            kept = self._maps.pop(name, None)
+            if kept is not None:
+                self._mapped -= len(kept[0])
+        if kept is not None:
+            if len(kept[0]) >= nbytes and _inode(name, nbytes) == kept[1]:
+                return kept[0]
+            _unmap(kept[0])
         return _map_or_create(name, nbytes)
 
     def _keep_mapped(self, name: str, mapped: mmap.mmap) -> None:
         dropped = []
+        inode = _inode(name, 0)
         with self._lock:
-            if self._closed:
+            if self._closed or inode is None:
                 dropped.append(mapped)
             else:
                 previous = self._maps.pop(name, None)  # mapped again since (a read)
                 if previous is not None:
-                    self._mapped -= len(previous)
-                    if previous is not mapped:
-                        dropped.append(previous)
-                self._maps[name] = mapped
+                    self._mapped -= len(previous[0])
+                    if previous[0] is not mapped:
+                        dropped.append(previous[0])
+                self._maps[name] = (mapped, inode)
                 self._mapped += len(mapped)
                 while self._mapped > self._keep and len(self._maps) > 1:
-                    oldest = self._maps.popitem(last=False)[1]
+                    oldest = self._maps.popitem(last=False)[1][0]
                     self._mapped -= len(oldest)
                     dropped.append(oldest)
         for old in dropped:
@@ -194,11 +197,11 @@ class SegmentPool:
     def forget(self, name: str) -> None:
         """Unmap the kept mapping of ``name`` (a segment being unlinked)."""
         with self._lock:
-            mapped = self._maps.pop(name, None)
-            if mapped is not None:
-                self._mapped -= len(mapped)
-        if mapped is not None:
-            _unmap(mapped)
+            kept = self._maps.pop(name, None)
+            if kept is not None:
+                self._mapped -= len(kept[0])
+        if kept is not None:
+            _unmap(kept[0])
 
     def _pwrite(self, data: Any, nbytes: int) -> tuple[str, int]:
         """``write`` without a mapping: a free segment the peer may have truncated, removed
@@ -334,7 +337,7 @@ class SegmentPool:
             self._closed = True
             free, self._free, self._free_bytes = self._free, [], 0
             kept, self._maps, self._mapped = list(self._maps.values()), OrderedDict(), 0
-        for old in kept:
+        for old, _ in kept:
             _unmap(old)
         for _, name, mapped in free:
             if mapped is not None:
@@ -718,6 +721,15 @@ def _map(fd: int, size: int, name: str) -> mmap.mmap:
         raise ValueError(
             f"shared-memory segment '{name}' was truncated while it was mapped"
         ) from None
+
+
+def _inode(name: str, nbytes: int) -> int | None:
+    """The inode of segment ``name`` if it is a regular file of ``nbytes`` or more."""
+    try:
+        info = os.stat(_DIR / name, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_ino if stat.S_ISREG(info.st_mode) and info.st_size >= nbytes else None
 
 
 def _map_or_create(name: str, nbytes: int) -> mmap.mmap:
