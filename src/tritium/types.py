@@ -13,8 +13,15 @@ import numpy as np
 from .datatypes import BY_WIRE, DataType  # re-exported: front-ends import types, not datatypes
 
 __all__ = [
-    "BY_WIRE", "ClientRequest", "DataType", "InferenceResponse", "RequestFlag", "RequestOptions",
-    "RequestedOutput", "ShmRef", "Tensor",
+    "BY_WIRE",
+    "ClientRequest",
+    "DataType",
+    "InferenceResponse",
+    "RequestFlag",
+    "RequestOptions",
+    "RequestedOutput",
+    "ShmRef",
+    "Tensor",
 ]
 
 

@@ -99,8 +99,7 @@ def scatter_output(
     start = 0
     for shape in shapes:
         dims = tuple(
-            shape[i] if d == -1 and i < len(shape) else d
-            for i, d in enumerate(batch_output.dims)
+            shape[i] if d == -1 and i < len(shape) else d for i, d in enumerate(batch_output.dims)
         )
         stop = start + prod(dims)
         if stop > flat.size:

@@ -107,6 +107,4 @@ def _known_source(
     name: str, inputs: set[str], field: str, problem: ConfigProblem, suffix: str
 ) -> None:
     if name not in inputs:
-        raise problem.error(
-            f"{field}.source_input", f"unknown source input name '{name}'{suffix}"
-        )
+        raise problem.error(f"{field}.source_input", f"unknown source input name '{name}'{suffix}")

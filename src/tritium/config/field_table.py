@@ -69,7 +69,7 @@ _TABLE: dict[str, tuple[Decision, str]] = {
         _R,
         "choosing a backend library ('runtime') is not supported by tritium: it serves its own "
         "onnxruntime, pytorch and python backends; the PyTorch 2 Python runtime (backend "
-        "pytorch with runtime \"model.py\") is not served: export the module to TorchScript "
+        'pytorch with runtime "model.py") is not served: export the module to TorchScript '
         "(model.pt), or serve it as a Python model",
     ),
     **_tree(
@@ -108,7 +108,7 @@ _TABLE: dict[str, tuple[Decision, str]] = {
     "output.label_filename": (
         _I,
         "read from the model directory at load (a missing file fails the load); the "
-        "classification extension appends the labels to its \"score:index\" strings",
+        'classification extension appends the labels to its "score:index" strings',
     ),
     "output.is_shape_tensor": (_R, "shape tensors are only supported for TensorRT platform"),
     "output.is_non_linear_format_io": (
@@ -418,22 +418,37 @@ _PYTORCH_PARAMETERS = {
 _OPENVINO_PARAMETERS = {
     ("openvino", key): FieldRule(_I, reason)
     for key, reason in (
-        ("NUM_STREAMS", "the compiled model's streams (AUTO, NUMA or a number); default one per "
-         "instance, so the instances run side by side"),
+        (
+            "NUM_STREAMS",
+            "the compiled model's streams (AUTO, NUMA or a number); default one per "
+            "instance, so the instances run side by side",
+        ),
         ("PERFORMANCE_HINT", "LATENCY, THROUGHPUT or CUMULATIVE_THROUGHPUT, given to OpenVINO"),
-        ("INFERENCE_NUM_THREADS", "OpenVINO's inference threads; default one per instance "
-         "unless NUM_STREAMS or PERFORMANCE_HINT is set"),
-        ("COMPILATION_NUM_THREADS", "given to OpenVINO, whose CPU plugin (2026) refuses it: "
-         "the load fails saying so, as in Triton"),
+        (
+            "INFERENCE_NUM_THREADS",
+            "OpenVINO's inference threads; default one per instance "
+            "unless NUM_STREAMS or PERFORMANCE_HINT is set",
+        ),
+        (
+            "COMPILATION_NUM_THREADS",
+            "given to OpenVINO, whose CPU plugin (2026) refuses it: "
+            "the load fails saying so, as in Triton",
+        ),
         ("HINT_BF16", "YES: bfloat16 inference precision"),
-        ("SKIP_OV_DYNAMIC_BATCHSIZE", "YES: the batch dimension is fixed at max_batch_size "
-         "(a smaller batch fails unless ENABLE_BATCH_PADDING); otherwise it is dynamic"),
+        (
+            "SKIP_OV_DYNAMIC_BATCHSIZE",
+            "YES: the batch dimension is fixed at max_batch_size "
+            "(a smaller batch fails unless ENABLE_BATCH_PADDING); otherwise it is dynamic",
+        ),
         ("ENABLE_BATCH_PADDING", "YES: each batch is padded with zeros to max_batch_size"),
         ("RESHAPE_IO_LAYERS", "YES: the inputs take the configured dims (-1: dynamic)"),
         ("CPU_EXTENSION_PATH", "a library of custom CPU layers, added to OpenVINO's core"),
         ("TARGET_DEVICE", "the OpenVINO device the model is compiled for (default CPU)"),
-        ("INFERENCE_PRECISION_HINT", "F32, BF16 or F16 (tritium's addition): OpenVINO's CPU "
-         "plugin computes in bfloat16 by default where the CPU has it; F32 keeps float32"),
+        (
+            "INFERENCE_PRECISION_HINT",
+            "F32, BF16 or F16 (tritium's addition): OpenVINO's CPU "
+            "plugin computes in bfloat16 by default where the CPU has it; F32 keeps float32",
+        ),
         ("CACHE_DIR", "OpenVINO's compiled-model cache directory (tritium's addition)"),
     )
 }

@@ -308,8 +308,7 @@ def _readiness(lines: list[str], index: Iterable[Mapping[str, str]]) -> None:
     lines.append(f"# TYPE {name} gauge")
     for row in rows:
         labels = (
-            f'model="{escape_label(row["name"])}",'
-            f'version="{escape_label(row.get("version", ""))}"'
+            f'model="{escape_label(row["name"])}",version="{escape_label(row.get("version", ""))}"'
         )
         lines.append(f"{name}{{{labels}}} {1 if row['state'] == 'READY' else 0}")
 

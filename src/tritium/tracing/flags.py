@@ -132,5 +132,5 @@ def _trace_int(setting: str, text: str) -> int:
         return int(text)
     except ValueError:
         raise ValueError(
-            f'Bad option: "--trace-config {setting}": expected an integer, got \'{text}\''
+            f"Bad option: \"--trace-config {setting}\": expected an integer, got '{text}'"
         ) from None

@@ -139,8 +139,10 @@ class SequenceOwner:
                 return
             error = None if response is None or response.error is None else response.error
             sent = None if response is None else _without_error(response)
-            _write(writer, ("response", ident, sent, None if error is None else error_doc(error),
-                            final))
+            _write(
+                writer,
+                ("response", ident, sent, None if error is None else error_doc(error), final),
+            )
 
         try:
             request = self._server.request(client)
@@ -171,18 +173,23 @@ class Forwarder:
         try:
             writer, waiting = await self._link(owner)
         except OSError as exc:
-            sender.send(_failed(request, f"the worker that keeps sequence "
-                                         f"{request.options.correlation_id} is not serving "
-                                         f"({exc.strerror or exc})"), True)
+            sender.send(
+                _failed(
+                    request,
+                    f"the worker that keeps sequence "
+                    f"{request.options.correlation_id} is not serving "
+                    f"({exc.strerror or exc})",
+                ),
+                True,
+            )
             return
         waiting[ident] = sender
-        request.on_cancel = lambda: None if writer.is_closing() else _write(
-            writer, ("cancel", ident))
+        request.on_cancel = lambda: (
+            None if writer.is_closing() else _write(writer, ("cancel", ident))
+        )
         _write(writer, ("request", ident, request.client))
 
-    async def _link(
-        self, owner: int
-    ) -> tuple[asyncio.StreamWriter, dict[int, ResponseSender]]:
+    async def _link(self, owner: int) -> tuple[asyncio.StreamWriter, dict[int, ResponseSender]]:
         while owner not in self._links:
             if owner in self._opening:
                 await asyncio.shield(self._opening[owner])
@@ -223,8 +230,12 @@ class Forwarder:
                 link[0].close()
             for sender in waiting.values():
                 if sender.request is not None and not sender.finished:
-                    sender.send(_failed(sender.request, "the worker that kept this sequence's "
-                                                        "state stopped"), True)
+                    sender.send(
+                        _failed(
+                            sender.request, "the worker that kept this sequence's state stopped"
+                        ),
+                        True,
+                    )
             waiting.clear()
 
 

@@ -367,7 +367,8 @@ class Member:
                     continue
                 cells = [[k, c, t] for k, (c, t) in summary.window(now).items()]
                 sketches[f"{name}{{{stats.labels}"] = {
-                    "quantiles": list(summary.quantile_points), "cells": cells,
+                    "quantiles": list(summary.quantile_points),
+                    "cells": cells,
                 }
         return {"text": text.decode(), "sketches": sketches}
 

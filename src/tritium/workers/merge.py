@@ -135,4 +135,3 @@ def _merged_quantiles(parts: list[dict[str, Any]]) -> dict[str, float]:
         for q, value in zip(qs, quantiles_of(cells[series], tuple(qs)), strict=True):
             found[f'{series},quantile="{_number(q)}"}}'] = value
     return found
-

@@ -15,8 +15,11 @@ def single_refusal(options: ServerOptions) -> str:
         for flag, given, usual in (
             ("--worker-sockets", options.worker_sockets, default.worker_sockets),
             ("--worker-affinity", options.worker_affinity, default.worker_affinity),
-            ("--worker-heartbeat-secs", options.worker_heartbeat_secs,
-             default.worker_heartbeat_secs),
+            (
+                "--worker-heartbeat-secs",
+                options.worker_heartbeat_secs,
+                default.worker_heartbeat_secs,
+            ),
         )
         if given != usual
     ]

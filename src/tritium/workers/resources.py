@@ -150,8 +150,9 @@ class SharedPolicy(RateLimitPolicy):
         scores = self._table.values(self._shared.row(_SCORE))
         arrivals = self._table.values(self._shared.row(_ARRIVAL))
         me = self._table.index
-        waiting = [(s, a) for i, (s, a) in enumerate(zip(scores, arrivals, strict=True))
-                   if a and i != me]
+        waiting = [
+            (s, a) for i, (s, a) in enumerate(zip(scores, arrivals, strict=True)) if a and i != me
+        ]
         return min(waiting, default=None)
 
 

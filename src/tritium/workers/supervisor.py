@@ -134,15 +134,23 @@ class Supervisor:
         fds = {name: [s.fileno() for s in socks] for name, socks in self._bound.items()}
         env = dict(os.environ)
         env[ENV] = orjson.dumps(
-            {"index": worker.index, "count": len(self._workers), "channel": theirs.fileno(),
-             "sockets": fds, "parent": os.getpid(), "forward": self._forward_name,
-             "reuseport": self.options.worker_sockets == "reuseport",
-             "clients": self._clients.fd if self._clients else None, "locks": self._locks,
-             "client_rows": self._client_rows, "client_key": self._client_key.hex(),
-             "uploads": str(self._uploads.path) if self._uploads else None,
-             "resources": self._resources.fd if self._resources else None,
-             "accepting": self._accepting.fd if self._accepting else None,
-             "cpu": self._cpus[worker.index % len(self._cpus)] if self._cpus else None}
+            {
+                "index": worker.index,
+                "count": len(self._workers),
+                "channel": theirs.fileno(),
+                "sockets": fds,
+                "parent": os.getpid(),
+                "forward": self._forward_name,
+                "reuseport": self.options.worker_sockets == "reuseport",
+                "clients": self._clients.fd if self._clients else None,
+                "locks": self._locks,
+                "client_rows": self._client_rows,
+                "client_key": self._client_key.hex(),
+                "uploads": str(self._uploads.path) if self._uploads else None,
+                "resources": self._resources.fd if self._resources else None,
+                "accepting": self._accepting.fd if self._accepting else None,
+                "cpu": self._cpus[worker.index % len(self._cpus)] if self._cpus else None,
+            }
         ).decode()
         passed = [theirs.fileno(), self._locks, *(fd for group in fds.values() for fd in group)]
         tables = (self._clients, self._resources, self._accepting)
@@ -167,8 +175,11 @@ class Supervisor:
         """Serve one worker's channel until it closes (the process exited or is exiting),
         then reap it and, unless the server stops, start it again."""
         channel = await Channel.open(sock)
-        peer = Peer(channel, lambda a, args: self._on_call(worker, a, args),
-                    lambda note: self._on_note(worker, note))
+        peer = Peer(
+            channel,
+            lambda a, args: self._on_call(worker, a, args),
+            lambda note: self._on_note(worker, note),
+        )
         worker.peer = peer
         try:
             await peer.serve()
@@ -209,8 +220,12 @@ class Supervisor:
         quick = time.monotonic() - worker.started_at < 10.0
         worker.crashes = worker.crashes + 1 if quick else 0
         delay = _RESTART_DELAY_S[min(worker.crashes, len(_RESTART_DELAY_S) - 1)]
-        log.error("worker %d (pid %d) %s: its requests in flight failed; starting it again",
-                  worker.index, pid, reason)
+        log.error(
+            "worker %d (pid %d) %s: its requests in flight failed; starting it again",
+            worker.index,
+            pid,
+            reason,
+        )
         self._restarts += 1
         loop = asyncio.get_running_loop()
         loop.call_later(delay, lambda: None if self._stopping else self._spawn(worker))
@@ -226,14 +241,22 @@ class Supervisor:
                     continue
                 allowed = limit if worker.serving else limit + _START_GRACE_S
                 if now - worker.last_beat > allowed:
-                    log.error("worker %d (pid %d) sent no heartbeat for %.1fs: killing it",
-                              worker.index, proc.pid, now - worker.last_beat)
+                    log.error(
+                        "worker %d (pid %d) sent no heartbeat for %.1fs: killing it",
+                        worker.index,
+                        proc.pid,
+                        now - worker.last_beat,
+                    )
                     worker.serving = False
                     proc.kill()
                 elif worker.deadline and now > worker.deadline and not worker.serving:
-                    log.error("worker %d (pid %d) made no progress replaying the model control "
-                              "actions (%d of them) for too long: killing it",
-                              worker.index, proc.pid, len(worker.replay))
+                    log.error(
+                        "worker %d (pid %d) made no progress replaying the model control "
+                        "actions (%d of them) for too long: killing it",
+                        worker.index,
+                        proc.pid,
+                        len(worker.replay),
+                    )
                     worker.deadline = 0.0
                     proc.kill()
 
@@ -383,9 +406,11 @@ class Supervisor:
         await asyncio.to_thread(sweep, "uploads")  # those of supervisors killed (-9)
         for worker in self._workers:
             self._spawn(worker)
-        waiting = {asyncio.ensure_future(self._all_serving.wait()),
-                   asyncio.ensure_future(self._failed.wait()),
-                   asyncio.ensure_future(stop.wait())}
+        waiting = {
+            asyncio.ensure_future(self._all_serving.wait()),
+            asyncio.ensure_future(self._failed.wait()),
+            asyncio.ensure_future(stop.wait()),
+        }
         await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         for task in waiting:
             task.cancel()
@@ -437,14 +462,15 @@ class Supervisor:
         limit = self.options.exit_timeout_secs + _STOP_GRACE_S
         started = [w for w in self._workers if w.proc is not None]
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(w.done.wait() for w in started)), limit
-            )
+            await asyncio.wait_for(asyncio.gather(*(w.done.wait() for w in started)), limit)
         except TimeoutError:
             for worker in started:
                 if worker.proc is not None and worker.proc.poll() is None:
-                    log.error("worker %d (pid %d) still running at the exit timeout: killed",
-                              worker.index, worker.proc.pid)
+                    log.error(
+                        "worker %d (pid %d) still running at the exit timeout: killed",
+                        worker.index,
+                        worker.proc.pid,
+                    )
                     worker.proc.kill()
             await asyncio.gather(*(w.done.wait() for w in started))
         if self._uploads is not None:
@@ -477,4 +503,3 @@ async def supervise(options: ServerOptions, argv: list[str]) -> int:
     await supervisor.stop()
     log.info("server stopped")
     return 0
-

@@ -278,10 +278,18 @@ class PythonInstance:
             request.correlation_id,
             request.flags,
             request.timeout_us,
-            [(t.name, ipc.pack_array(t.data, buffers)) for t in request.inputs],
+            [(t.name, self._pack_input(t.data, buffers)) for t in request.inputs],
             requested_names(self._spec, request),
             params,
         )
+
+    def _pack_input(self, data: np.ndarray, buffers: ipc.Buffers) -> shm_tensors.PackedTensor:
+        """An input for the EXECUTE frame: inline, or (a large one) copied into a segment the
+        stub maps (``shm_tensors.InputSegments``: one copy, not two through the socket)."""
+        inputs = self._stub.inputs
+        if inputs is None or data.nbytes < shm_tensors.INPUT_MIN_BYTES:
+            return ipc.pack_array(data, buffers)
+        return shm_tensors.pack_input(data, buffers, inputs)
 
     def _canceller(self, batch_id: int, index: int) -> Callable[[], None]:
         def cancel() -> None:
@@ -394,9 +402,12 @@ class PythonInstance:
             if payload is None or finished[index]:  # its sender answers (or has answered) it
                 continue
             request = requests[index]
-            finished[index] = True
             began = time.perf_counter_ns()
+            # Made before the request counts as answered: a response the server cannot use
+            # (a segment the stub truncated or removed) kills the stub as malformed, and
+            # ``fail_all`` then answers this request too instead of leaving it open forever.
             response = self._make_response(request, payload, buffers)
+            finished[index] = True
             request.timing = (self._input_ns, infer_ns, time.perf_counter_ns() - began)
             assert request.sender is not None
             request.sender.send(response, True)

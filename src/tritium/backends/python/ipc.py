@@ -59,6 +59,7 @@ CALL_REPLY = 40  # observability (stub_observe): the answer to a CALL
 REPLY, EXEC_DONE, RESPONSE = range(10, 13)
 BLS_REQUEST, BLS_CANCEL, BLS_CONTROL = 13, 14, 15  # BLS: a child request; cancel it; load etc.
 READY_REPLY = 16  # the answer to IS_READY, (ok, ready or error): apart from REPLY (its own thread)
+INPUTS_FREE = 17  # one-way: input segments the stub is done with, back to the server (shm_tensors)
 OBSERVE, CALL = 41, 42  # observability: logs and metric updates (one-way); a call to the server
 # server → stub, one-way (logging extension): the pb_utils.Logger levels now on, as INIT's
 # "log_levels" (INFO, WARNING, ERROR, VERBOSE); sent to running stubs when they change.
@@ -67,8 +68,10 @@ LOG_LEVELS = 50
 Buffers = list[Any]
 # The payloads' shapes (marshal keeps tuples). A tensor: (datatype, shape, buffer index).
 PackedArray = tuple[str, tuple[int, ...], int]
-# A request for ``execute``: id, correlation id, flags, timeout (us), inputs, outputs, parameters.
-RequestWire = tuple[str, int | str, int, int, list[tuple[str, PackedArray]], list[str], str]
+# A request for ``execute``: id, correlation id, flags, timeout (us), inputs, outputs, parameters;
+# a large input's ``where`` is (segment name, byte size), a segment the server lent the stub
+# (shm_tensors.InputSegments).
+RequestWire = tuple[str, int | str, int, int, list[tuple[str, Any]], list[str], str]
 # A response's tensor: as PackedArray, but its ``where`` may also be (segment name, byte size)
 # for a tensor sent in shared memory (shm_tensors.FrameTensors).
 SentArray = tuple[str, tuple[int, ...], Any]

@@ -946,4 +946,3 @@ class Logger:
     @staticmethod
     def log_verbose(message: object) -> None:
         _log(message, LogLevel.VERBOSE, 1)
-

@@ -74,6 +74,7 @@ class StubProcess(asyncio.Protocol):
         self.observer: StubObserver | None = None  # the model's logs and metrics
         self.bls: BlsHost | None = None  # the model's BLS requests (from its start)
         self.segments: shm_tensors.SegmentPool | None = None  # the pair's, from the start
+        self.inputs: shm_tensors.InputSegments | None = None  # large inputs lent to the stub
         self.alive = False
         # Whether readiness is the model's to say (its is_ready(), INIT's reply): else the
         # stub is ready while it is alive and is not asked.
@@ -102,9 +103,9 @@ class StubProcess(asyncio.Protocol):
             raise
         finally:
             child.close()
-        self.segments = shm_tensors.SegmentPool(
-            shm_tensors.SegmentNames(os.getpid(), self._proc.pid, token), peer_trusted=False
-        )
+        names = shm_tensors.SegmentNames(os.getpid(), self._proc.pid, token)
+        self.segments = shm_tensors.SegmentPool(names, peer_trusted=False)
+        self.inputs = shm_tensors.InputSegments(names)
         loop = asyncio.get_running_loop()
         self._exited = loop.create_future()
         self._watch_exit(loop)
@@ -216,6 +217,8 @@ class StubProcess(asyncio.Protocol):
         return f"exit code {code}"
 
     def _close_segments(self) -> None:
+        if self.inputs is not None:
+            self.inputs.close()
         if self.segments is None:
             return
         self.segments.close()
@@ -262,6 +265,8 @@ class StubProcess(asyncio.Protocol):
             self._ready.set_result((bool(ok), value))
         elif kind in (ipc.OBSERVE, ipc.CALL):
             self._observed(kind, body)
+        elif kind == ipc.INPUTS_FREE and self.inputs is not None:
+            self.inputs.free(body)
         elif ipc.BLS_REQUEST <= kind <= ipc.BLS_CONTROL and self.bls is not None:
             self.bls.on_frame(kind, body, buffers)
 

@@ -40,8 +40,9 @@ import secrets
 import stat
 import threading
 import weakref
+from collections import OrderedDict, deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -117,7 +118,10 @@ class SegmentPool:
     a view; when that view is gone the segment joins the reader's free list, ready for the
     reader's next write in the other direction. Pages are faulted in once per segment, not
     once per tensor (first-touch faults cost more than the copy itself on a VM). At most
-    ``keep_bytes`` of free segments are kept; others are unlinked.
+    ``keep_bytes`` of free segments are kept; others are unlinked. The writer keeps its
+    mapping of each segment it wrote (at most ``keep_bytes`` of them, the least recently used
+    unmapped beyond), so a segment that comes back is written again without a new mapping
+    (``mmap`` with MAP_POPULATE and ``munmap`` cost about as much as the copy itself).
 
     ``peer_trusted=False`` (the server's pool: the peer is a model): reads copy the tensor
     into the reader's own memory with ``pread`` (the segment is free again at once) and
@@ -134,6 +138,10 @@ class SegmentPool:
         self._returned: list[str] = []  # read with keep=False: to give back to the peer
         self._lock = threading.Lock()
         self._closed = False
+        # Written, kept mapped, with the file's inode: a segment removed or replaced since
+        # (by the model, by someone cleaning /dev/shm) is mapped anew, as before the cache.
+        self._maps: OrderedDict[str, tuple[mmap.mmap, int]] = OrderedDict()
+        self._mapped = 0
 
     def write(self, data: Any, nbytes: int) -> tuple[str, int]:
         """Copy ``data`` (a buffer of ``nbytes``) into a segment: (its name, byte size)."""
@@ -145,12 +153,55 @@ class SegmentPool:
             mapped = _create(name, max(nbytes, SHM_MIN_BYTES))
         else:
             name = entry[0]
-            mapped = entry[1] if entry[1] is not None else _map_or_create(name, nbytes)
+            mapped = entry[1] if entry[1] is not None else self._mapping(name, nbytes)
         target = np.frombuffer(mapped, dtype=np.uint8, count=nbytes)
         target[:] = np.frombuffer(data, dtype=np.uint8)
         del target
-        _unmap(mapped)  # the reader owns it now
+        self._keep_mapped(name, mapped)  # the reader owns it now; our mapping waits for it
         return name, nbytes
+
+    def _mapping(self, name: str, nbytes: int) -> mmap.mmap:
+        """The mapping kept of a segment this side wrote before (if it still fits), else a
+        new one (``_map_or_create``)."""
+        with self._lock:
+            kept = self._maps.pop(name, None)
+            if kept is not None:
+                self._mapped -= len(kept[0])
+        if kept is not None:
+            if len(kept[0]) >= nbytes and _inode(name, nbytes) == kept[1]:
+                return kept[0]
+            _unmap(kept[0])
+        return _map_or_create(name, nbytes)
+
+    def _keep_mapped(self, name: str, mapped: mmap.mmap) -> None:
+        dropped = []
+        inode = _inode(name, 0)
+        with self._lock:
+            if self._closed or inode is None:
+                dropped.append(mapped)
+            else:
+                previous = self._maps.pop(name, None)  # mapped again since (a read)
+                if previous is not None:
+                    self._mapped -= len(previous[0])
+                    if previous[0] is not mapped:
+                        dropped.append(previous[0])
+                self._maps[name] = (mapped, inode)
+                self._mapped += len(mapped)
+                while self._mapped > self._keep and len(self._maps) > 1:
+                    oldest = self._maps.popitem(last=False)[1][0]
+                    self._mapped -= len(oldest)
+                    dropped.append(oldest)
+        for old in dropped:
+            _unmap(old)
+
+    def forget(self, name: str) -> None:
+        """Unmap the kept mapping of ``name`` (a segment being unlinked)."""
+        with self._lock:
+            kept = self._maps.pop(name, None)
+            if kept is not None:
+                self._mapped -= len(kept[0])
+        if kept is not None:
+            _unmap(kept[0])
 
     def _pwrite(self, data: Any, nbytes: int) -> tuple[str, int]:
         """``write`` without a mapping: a free segment the peer may have truncated, removed
@@ -275,6 +326,9 @@ class SegmentPool:
                 self._free.append((size, name, mapped))
                 self._free_bytes += size
                 return
+        if mapped is not None:
+            _unmap(mapped)
+        self.forget(name)
         _unlink(name)
 
     def close(self) -> None:
@@ -282,6 +336,9 @@ class SegmentPool:
         with self._lock:
             self._closed = True
             free, self._free, self._free_bytes = self._free, [], 0
+            kept, self._maps, self._mapped = list(self._maps.values()), OrderedDict(), 0
+        for old, _ in kept:
+            _unmap(old)
         for _, name, mapped in free:
             if mapped is not None:
                 _unmap(mapped)
@@ -329,6 +386,7 @@ class FrameTensors:
         self.inline = mark[1]
         if self.pool is not None:
             for name in self.written[mark[2] :]:
+                self.pool.forget(name)
                 _unlink(name)
         del self.written[mark[2] :]
 
@@ -341,6 +399,200 @@ def discard_segments(tensors: Any, pool: SegmentPool | None) -> None:
         where = entry[1][2] if isinstance(entry, (list, tuple)) and len(entry) == 2 else None
         if isinstance(where, (list, tuple)) and where:
             pool.discard(where[0])
+
+
+# A request's input tensor of INPUT_MIN_BYTES or more goes to the stub in a segment the
+# server lends it (``InputSegments`` / ``InputMaps``), smaller ones inline in the frame.
+INPUT_MIN_BYTES: Final = SHM_MIN_BYTES
+
+
+class InputSegments:
+    """The server's segments for a stub's large inputs: written by the server, lent to the
+    stub for one request, given back by it (``INPUTS_FREE``) and written again.
+
+    The server keeps each segment's descriptor and never reads one back (nothing the stub
+    can change there reaches the server), and writes with ``pwrite`` (a segment the stub
+    truncated is extended; one it unlinked is written through the descriptor, so only the
+    stub's own request misses it). The total size of the segments is bounded (``cap_bytes``,
+    counted whether lent or free): a stub that never gives its inputs back only makes later
+    inputs travel inline. Full ``/dev/shm`` (ENOSPC): inline too. A segment is a power of
+    two in size, so segments fit the next tensors; free ones are dropped (unlinked) to make
+    room for a size that none fits."""
+
+    def __init__(self, names: SegmentNames, cap_bytes: int = 128 << 20) -> None:
+        self.names = names
+        self._cap = cap_bytes
+        self._fds: dict[str, tuple[int, int]] = {}  # name → (descriptor, size)
+        self._free: list[tuple[int, str]] = []  # (size, name)
+        self._lent: set[str] = set()
+        self._total = 0
+        self._closed = False
+
+    @property
+    def lent(self) -> int:
+        return len(self._lent)
+
+    @property
+    def total_bytes(self) -> int:
+        return self._total
+
+    def write(self, data: Any, nbytes: int) -> tuple[str, int] | None:
+        """Copy ``data`` (``nbytes``) into a segment lent to the stub: (its name, byte
+        size); None when it must go inline (no room under the cap, no /dev/shm)."""
+        if self._closed or not self.names.enabled:
+            return None
+        name = self._take(nbytes)
+        if name is None:
+            return None
+        fd = self._fds[name][0]
+        try:
+            with memoryview(data) as view, view.cast("B") as raw:
+                done = 0
+                while done < nbytes:
+                    done += os.pwrite(fd, raw[done:nbytes], done)
+        except OSError:  # /dev/shm is full: this one goes inline, and the segment away
+            self._drop(name)
+            return None
+        self._lent.add(name)
+        return name, nbytes
+
+    def _take(self, nbytes: int) -> str | None:
+        fits = [entry for entry in self._free if entry[0] >= nbytes]
+        if fits:
+            best = min(fits)
+            self._free.remove(best)
+            return best[1]
+        size = max(1 << (nbytes - 1).bit_length(), INPUT_MIN_BYTES)
+        self._free.sort()
+        while self._free and self._total + size > self._cap:
+            self._drop(self._free.pop(0)[1])
+        if self._total + size > self._cap:
+            return None
+        name = self.names.new()
+        try:
+            fd = os.open(_DIR / name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _NO_FOLLOW, 0o600)
+        except OSError:
+            return None
+        try:
+            os.ftruncate(fd, size)  # sparse: the pages come with the first write
+        except OSError:
+            os.close(fd)
+            _unlink(name)
+            return None
+        self._fds[name] = (fd, size)
+        self._total += size
+        return name
+
+    def _drop(self, name: str) -> None:
+        fd, size = self._fds.pop(name)
+        self._total -= size
+        self._lent.discard(name)
+        os.close(fd)
+        _unlink(name)
+
+    def free(self, names: Any) -> None:
+        """The stub is done with these segments (its INPUTS_FREE): free for the next inputs.
+        Names that are not lent (anything a stub makes up) are ignored."""
+        for name in names if isinstance(names, (list, tuple)) else ():
+            if type(name) is str and name in self._lent:
+                self._lent.remove(name)
+                self._free.append((self._fds[name][1], name))
+
+    def close(self) -> None:
+        """Close and unlink every segment (the stub stopped or died)."""
+        self._closed = True
+        for name in list(self._fds):
+            self._drop(name)
+        self._free.clear()
+
+
+def pack_input(array: Any, buffers: list[Any], segments: InputSegments) -> PackedTensor:
+    """A request's input for an EXECUTE frame: in a lent segment when it is large (and
+    one can be had), else inline (an out-of-band buffer of the frame)."""
+    datatype = DataType.from_numpy(array.dtype)
+    if datatype is None:
+        raise TypeError(f"unsupported numpy dtype {array.dtype}")
+    data = raw_bytes(array, datatype)
+    nbytes = len(data) if isinstance(data, bytes) else data.nbytes
+    if nbytes >= INPUT_MIN_BYTES:
+        where = segments.write(data, nbytes)
+        if where is not None:
+            return (datatype.wire, tuple(array.shape), where)
+    buffers.append(data)
+    return (datatype.wire, tuple(array.shape), len(buffers) - 1)
+
+
+class InputMaps:
+    """The stub's side of ``InputSegments``: each lent segment is mapped once and the
+    mapping kept (reused each time the server lends it again; at most ``keep_bytes`` of
+    mappings, the least recently used unmapped beyond); an input is a view of it. When the
+    model has let go of the view, the segment's name is queued for the server
+    (``take_free``), which may then write it again."""
+
+    def __init__(self, names: SegmentNames, keep_bytes: int = 256 << 20) -> None:
+        self.names = names
+        self._keep = keep_bytes
+        self._maps: OrderedDict[str, mmap.mmap] = OrderedDict()
+        self._mapped = 0
+        self._free: deque[str] = deque()  # appended by finalizers, in any thread
+
+    def unpack(self, packed: PackedTensor, buffers: list[Any]) -> np.ndarray:
+        """The array of an input: inline (``ipc.unpack_array``) or a view of its segment."""
+        where = packed[2]
+        if type(where) is int:
+            return ipc.unpack_array(packed, buffers)
+        wire, shape, (name, nbytes) = packed
+        datatype = DataType.from_wire(wire)
+        if datatype is None or not self.names.owns(name):
+            self._free.append(name)
+            raise ValueError(f"an input names '{name}', not a segment of this stub's server")
+        view = np.frombuffer(self._mapping(name, nbytes), dtype=np.uint8, count=nbytes)
+        if datatype is DataType.BYTES:  # copied out as Python objects: free at once
+            self._free.append(name)
+            return object_array(deserialize_bytes(view.data, "tensor"), tuple(shape))
+        weakref.finalize(view, self._free.append, name)
+        return view.view(datatype.dtype).reshape(shape)
+
+    def _mapping(self, name: str, nbytes: int) -> mmap.mmap:
+        mapped = self._maps.get(name)
+        if mapped is not None and len(mapped) >= nbytes:
+            self._maps.move_to_end(name)
+            return mapped
+        if mapped is not None:
+            self._unmap(name)
+        fd = os.open(_DIR / name, os.O_RDWR | _NO_FOLLOW)
+        try:
+            size = os.fstat(fd).st_size
+            if size < nbytes:
+                raise ValueError(f"shared-memory segment '{name}' is smaller than {nbytes} bytes")
+            mapped = _map(fd, size, name)
+        finally:
+            os.close(fd)
+        self._maps[name] = mapped
+        self._mapped += size
+        while self._mapped > self._keep and len(self._maps) > 1:
+            self._unmap(next(iter(self._maps)))
+        return mapped
+
+    def _unmap(self, name: str) -> None:
+        mapped = self._maps.pop(name)
+        self._mapped -= len(mapped)
+        _unmap(mapped)  # a view still alive keeps its pages mapped until it goes
+
+    def skip(self, inputs: Any) -> None:
+        """Inputs of a request that is not run (cancelled while queued): their segments
+        are free at once."""
+        for _, packed in inputs:
+            if type(packed[2]) is not int:
+                self._free.append(packed[2][0])
+
+    def take_free(self) -> list[str]:
+        """The names freed since the last call (to send to the server)."""
+        free = self._free
+        taken = []
+        while free:
+            taken.append(free.popleft())
+        return taken
 
 
 _SERVER = r"-([0-9]+)(?:\.([0-9a-f]{8}))?"  # a server's pid, and its token (older: none)
@@ -469,6 +721,15 @@ def _map(fd: int, size: int, name: str) -> mmap.mmap:
         raise ValueError(
             f"shared-memory segment '{name}' was truncated while it was mapped"
         ) from None
+
+
+def _inode(name: str, nbytes: int) -> int | None:
+    """The inode of segment ``name`` if it is a regular file of ``nbytes`` or more."""
+    try:
+        info = os.stat(_DIR / name, follow_symlinks=False)
+    except OSError:
+        return None
+    return info.st_ino if stat.S_ISREG(info.st_mode) and info.st_size >= nbytes else None
 
 
 def _map_or_create(name: str, nbytes: int) -> mmap.mmap:

@@ -54,6 +54,7 @@ class Stub:
         names = shm_tensors.SegmentNames(server_pid, os.getpid(), token)
         segments = shm_tensors.SegmentPool(names)
         self._segments = segments  # large outputs go to the server through them too
+        self._inputs = shm_tensors.InputMaps(names)  # large inputs the server lends
         self._bls = bls_client.BlsClient(self._mux, self.send, segments, name)
         self._name = name  # the instance's name (INIT says it again: Triton's messages)
         pb_utils._set_bls(self._bls)
@@ -83,6 +84,8 @@ class Stub:
         self._send_lock = threading.Lock()
         self._mux.reattach(link)
         self._bls.reattach()
+        # The parent's inputs are the parent's to give back: none from here.
+        self._inputs = shm_tensors.InputMaps(self._inputs.names)
         self._loop.after_fork()
         self._outbox.after_fork()
         self._outbox.start_flusher(self.flush)
@@ -97,6 +100,9 @@ class Stub:
         observed = self._outbox.take()
         if observed is not None:
             self._channel.send(ipc.OBSERVE, observed)
+        free = self._inputs.take_free()
+        if free:  # input segments the model let go of: the server writes them again
+            self._channel.send(ipc.INPUTS_FREE, free)
 
     def send(self, kind: int, body: Any, buffers: ipc.Buffers | None = None) -> None:
         with self._send_lock:
@@ -177,7 +183,7 @@ class Stub:
     ) -> pb_utils.InferenceRequest:
         request_id, correlation_id, flags, timeout_us, inputs, outputs, params = wire
         tensors = [
-            pb_utils.Tensor._wrap(name, ipc.unpack_array(t, buffers), _TYPE_CODE[t[0]])
+            pb_utils.Tensor._wrap(name, self._inputs.unpack(t, buffers), _TYPE_CODE[t[0]])
             for name, t in inputs
         ]
         decoupled = self._decoupled
@@ -332,7 +338,7 @@ class Stub:
         each is its own ``execute`` call, in order; one frame carries every answer."""
         out = shm_tensors.FrameTensors(self._segments)
         done = [
-            ipc.not_run(batch_id)
+            self._not_run(batch_id, wires)
             if position and self._all_cancelled(batch_id, len(wires))
             else self.execute(batch_id, wires, buffers, out)
             for position, (batch_id, wires) in enumerate(executions)
@@ -343,6 +349,11 @@ class Stub:
             out.rollback()
             message = f"the responses could not be sent: {exc}"
             self.send(ipc.EXEC_DONE, [(entry[0], message, None, ()) for entry in done])
+
+    def _not_run(self, batch_id: int, wires: list[ipc.RequestWire]) -> ipc.ExecDone:
+        for wire in wires:  # their input segments go back unread
+            self._inputs.skip(wire[4])
+        return ipc.not_run(batch_id)
 
     def _all_cancelled(self, batch_id: int, count: int) -> bool:
         """Whether every request of an execution waiting behind others of its frame was

@@ -69,8 +69,7 @@ def split_setting(text: str) -> tuple[str, str, str]:
     setting, value = text[comma + 1 : equals], text[equals + 1 :]
     if equals < 0 or not setting or not value:
         raise ValueError(
-            "--backend-config option format is '<backend name>,<setting>=<value>'. "
-            f"Got {text}"
+            f"--backend-config option format is '<backend name>,<setting>=<value>'. Got {text}"
         )
     return backend, setting, value
 
@@ -113,7 +112,6 @@ def _refusal(backend: str, setting: str) -> str:
         return f"tritium has no settings for backend '{backend}' (it has: {', '.join(known)})"
     honoured = sorted(s for b, s in SETTINGS if b == backend)
     where = f"backend '{backend}'" if backend else "all backends (no backend name)"
-    return (
-        f"tritium does not honour the setting '{setting}' for {where}; it honours: "
-        + ", ".join(honoured)
+    return f"tritium does not honour the setting '{setting}' for {where}; it honours: " + ", ".join(
+        honoured
     )

@@ -111,9 +111,7 @@ _B, _I, _S, _F = "boolean", "integer", "string", "float"
 _NO_GPU = "no effect without a GPU: tritium runs every model on the CPU"
 _SAGEMAKER = "tritium has no SageMaker front-end"
 _VERTEX = "tritium has no Vertex AI front-end"
-_ADDRESS = (
-    "a host or address; Triton's ipv6:[::1] form (and [::1]) binds that IPv6 address only"
-)
+_ADDRESS = "a host or address; Triton's ipv6:[::1] form (and [::1]) binds that IPv6 address only"
 _PORT = (
     "bound before the models load: a port in use stops the start, naming this flag; "
     "connections are accepted once the startup models are loaded (refused before, as "

@@ -100,9 +100,7 @@ class CorsPolicy:
             raise ValueError("CORS needs at least one allowed origin")
         self._any = WILDCARD in parsed
         if self._any and allow_credentials:
-            raise ValueError(
-                "credentials cannot be allowed for any origin ('*'): list the origins"
-            )
+            raise ValueError("credentials cannot be allowed for any origin ('*'): list the origins")
         if max_age_secs < 0:
             raise ValueError(f"max age must be 0 or more seconds, got {max_age_secs}")
         self._origins = frozenset(o.encode("ascii") for o in parsed if o != WILDCARD)

@@ -14,9 +14,7 @@ class MetricsApp:
         self._server = server
         options = server.options
         self._cpu = (
-            CpuSampler(options.metrics.interval_ms / 1000)
-            if options.metrics.allow_cpu
-            else None
+            CpuSampler(options.metrics.interval_ms / 1000) if options.metrics.allow_cpu else None
         )
 
     def __call__(self, request: HttpRequest) -> HttpResponse | Awaitable[HttpResponse]:
