@@ -133,10 +133,12 @@ def _check_repositories(options: ServerOptions) -> str:
 
 
 class InferenceServer:
-    def __init__(self, options: ServerOptions) -> None:
+    def __init__(self, options: ServerOptions, custom_metrics: CustomMetrics | None = None) -> None:
         """Raises RuntimeError when a repository path cannot be read (Triton's ServerNew
         fails the same way, before any model loads), unless ``--exit-on-error=false``: then
-        the server is built without models and stays failed to initialize (``init_error``)."""
+        the server is built without models and stays failed to initialize (``init_error``).
+        ``custom_metrics``: the registry of custom metric families to keep (the in-process
+        API's, shared by its servers as Triton's one registry); by default one of its own."""
         self.options = options
         # Why this server failed to initialize ('' when it did not): nothing loads, and it
         # is never live nor ready.
@@ -146,7 +148,9 @@ class InferenceServer:
             backends.instance_max_restarts, backends.instance_restart_window_secs
         )
         # Python models' pb_utils.MetricFamily values (shown on /metrics) and log levels.
-        self.custom_metrics = CustomMetrics(reserved=FAMILY_NAMES)
+        if custom_metrics is None:
+            custom_metrics = CustomMetrics(reserved=FAMILY_NAMES)
+        self.custom_metrics = custom_metrics
         self.openai_metrics = OpenAIMetrics()  # the OpenAI-compatible routes' own families
         self.logging = _log_settings(options)
         self._model_levels = ModelLogLevels(self.logging.model_levels())

@@ -192,6 +192,47 @@ def test_metrics(server: ts.Server) -> None:
     assert 'nv_inference_request_success{model="simple",version="1"}' in text
 
 
+def test_custom_metrics_are_rendered_and_follow_their_objects(server: ts.Server) -> None:
+    """Triton's ``MetricFamily``/``Metric``: a counter and a gauge with labels, shown by the
+    server's metrics beside its own families; a family whose objects are gone is not."""
+    requests = ts.MetricFamily(ts.MetricKind.COUNTER, "app_requests", "requests seen")
+    depth = ts.MetricFamily(ts.MetricKind.GAUGE, "app_queue_depth", "queue depth")
+    seen = ts.Metric(requests, {"route": "a"})
+    queued = ts.Metric(depth)
+    assert (seen.kind, queued.kind) == (ts.MetricKind.COUNTER, ts.MetricKind.GAUGE)
+    seen.increment(2)
+    seen.increment(3)
+    queued.set_value(7)
+    queued.increment(-2)
+    assert (seen.value, queued.value) == (5.0, 5.0)
+    text = server.metrics()
+    assert "# TYPE app_requests counter" in text
+    assert 'app_requests{route="a"} 5' in text
+    assert "app_queue_depth 5" in text
+    assert "nv_inference_request_success" in text or "nv_inference_count" in text
+    del seen, queued, requests, depth
+    gc.collect()
+    assert "app_requests" not in server.metrics()
+
+
+def test_custom_metric_refusals() -> None:
+    """Triton's errors: a counter goes only up and cannot be set; a name Prometheus refuses,
+    or the server's own family names, are refused; histograms need buckets this API lacks."""
+    counter = ts.Metric(ts.MetricFamily(ts.MetricKind.COUNTER, "app_refusals", "c"))
+    with pytest.raises(ts.InvalidArgumentError, match="monotonically"):
+        counter.increment(-1)
+    with pytest.raises(ts.UnsupportedError, match="does not support Set"):
+        counter.set_value(3)
+    with pytest.raises(ts.InvalidArgumentError, match="Invalid metric name"):
+        ts.MetricFamily(ts.MetricKind.GAUGE, "not a name", "x")
+    with pytest.raises(ts.InvalidArgumentError):
+        ts.MetricFamily(ts.MetricKind.GAUGE, "nv_inference_count", "taken by the server")
+    with pytest.raises(ts.InvalidArgumentError, match="different type"):
+        ts.MetricFamily(ts.MetricKind.GAUGE, "app_refusals", "a counter already")
+    with pytest.raises(ts.UnsupportedError, match="bucket"):
+        ts.MetricFamily(ts.MetricKind.HISTOGRAM, "app_latency", "x")
+
+
 # -- inference -----------------------------------------------------------------------------------
 def test_infer_onnx_simple(server: ts.Server) -> None:
     outputs = _simple(server, SIMPLE_IN * 3)

@@ -11,8 +11,8 @@ import tritium.tritonserver as ts
 SERVER_NAMES = {
     "AlreadyExistsError", "AsyncResponseIterator", "CancelledError", "DLDeviceType", "DataType",
     "InferenceRequest", "InferenceResponse", "InstanceGroupKind", "InternalError",
-    "InvalidArgumentError", "LogFormat", "LogLevel", "MemoryBuffer", "MemoryType",
-    "MetricFormat", "MetricKind", "Model", "ModelBatchFlag", "ModelControlMode",
+    "InvalidArgumentError", "LogFormat", "LogLevel", "MemoryBuffer", "MemoryType", "Metric",
+    "MetricFamily", "MetricFormat", "MetricKind", "Model", "ModelBatchFlag", "ModelControlMode",
     "ModelDictionary", "ModelLoadDeviceLimit", "ModelTxnPropertyFlag", "NotFoundError",
     "Options", "RateLimitMode", "RateLimiterResource", "ResponseIterator", "Server", "Tensor",
     "TritonError", "UnavailableError", "UnknownError", "UnsupportedError",
@@ -33,6 +33,7 @@ MEMBERS = {
         "from_dlpack", "to_host", "to_device",
     },
     ts.ResponseIterator: {"cancel", "__iter__", "__next__"},
+    ts.Metric: {"value", "increment", "set_value", "kind"},
     ts.AsyncResponseIterator: {"cancel", "__aiter__", "__anext__"},
 }  # fmt: skip
 

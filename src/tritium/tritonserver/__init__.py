@@ -20,6 +20,7 @@ from ._enums import (
     ModelTxnPropertyFlag,
     RateLimitMode,
 )
+from ._metrics import Metric, MetricFamily
 from ._errors import (
     AlreadyExistsError,
     CancelledError,
@@ -58,6 +59,8 @@ __all__ = [
     "LogLevel",
     "MemoryBuffer",
     "MemoryType",
+    "Metric",
+    "MetricFamily",
     "MetricFormat",
     "MetricKind",
     "Model",

@@ -27,6 +27,7 @@ from ._errors import (
     UnsupportedError,
     triton_error,
 )
+from . import _metrics
 from ._loop import ServerLoop
 from ._model import Model
 from ._options import Options, server_options
@@ -90,6 +91,7 @@ class Server:
             loop.close()
             raise _mapped(exc) from None
         self._loop, self._core, self._log = loop, core, route
+        _metrics.serving(loop)
         if options.metrics.allow_cpu:
             self._cpu = CpuSampler(options.metrics.interval_ms / 1000)
         if wait_until_ready:
@@ -119,6 +121,7 @@ class Server:
         finally:
             if self._log is not None:
                 self._log.remove()
+            _metrics.stopped(loop)
             loop.close()
             self._loop = self._core = self._log = None
 
@@ -272,7 +275,7 @@ def _start(inference: Inference, client: ClientRequest, handle: Handle) -> None:
 async def _started(options: Any) -> tuple[InferenceServer, _LogRoute]:
     """The server built and started on its loop, its records routed as Triton's from the
     first (a failed start leaves nothing loaded and no route)."""
-    core = InferenceServer(options)
+    core = InferenceServer(options, _metrics.REGISTRY)  # Triton's one registry of the process
     route = _LogRoute(core)
     try:
         if core.init_error:

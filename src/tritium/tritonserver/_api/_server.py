@@ -9,6 +9,7 @@ from .._enums import (
     ModelControlMode,
     RateLimitMode,
 )
+from .._metrics import Metric, MetricFamily
 from .._options import ModelLoadDeviceLimit, Options, RateLimiterResource
 from .._server import ModelDictionary, Server
 
@@ -16,6 +17,8 @@ __all__ = [
     "InstanceGroupKind",
     "LogFormat",
     "LogLevel",
+    "Metric",
+    "MetricFamily",
     "MetricFormat",
     "MetricKind",
     "ModelControlMode",
