@@ -104,7 +104,21 @@ class _HttpOptions:
             raise InvalidArgumentError("thread_count must be greater than 0")
 
 
-class KServeHttp(_Service):
+class _HttpService(_Service):
+    """A service served by tritium's HTTP/1.1 listener (KServe's routes, or /metrics)."""
+
+    def __init__(self, server: Server, options: Any, kind: type) -> None:
+        super().__init__(server, options, kind)
+        self._listener: HttpListener | None = None
+
+    async def _close(self, core: InferenceServer) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener.close_connections()
+            self._listener = None
+
+
+class KServeHttp(_HttpService):
     """The KServe v2 HTTP/REST endpoint (Triton's extensions included)."""
 
     Options = _HttpOptions
@@ -114,7 +128,6 @@ class KServeHttp(_Service):
         options = options if options is not None else _HttpOptions()
         super().__init__(server, options, _HttpOptions)
         _refuse_changed(options, _HttpOptions(), {"thread_count": _THREADS})
-        self._listener: HttpListener | None = None
 
     async def _open(self, core: InferenceServer) -> int:
         given: _HttpOptions = self.options
@@ -123,12 +136,6 @@ class KServeHttp(_Service):
         where = (given.address, given.port)
         self._listener = await listen_http(app, where, limits, None, given.reuse_port)
         return bound_port(self._listener.sockets)
-
-    async def _close(self, core: InferenceServer) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener.close_connections()
-            self._listener = None
 
 
 @dataclass
@@ -143,7 +150,7 @@ class _MetricsOptions:
             raise InvalidArgumentError("thread_count must be greater than 0")
 
 
-class Metrics(_Service):
+class Metrics(_HttpService):
     """The Prometheus endpoint (``GET /metrics``)."""
 
     Options = _MetricsOptions
@@ -153,7 +160,6 @@ class Metrics(_Service):
         options = options if options is not None else _MetricsOptions()
         super().__init__(server, options, _MetricsOptions)
         _refuse_changed(options, _MetricsOptions(), {"thread_count": _THREADS})
-        self._listener: HttpListener | None = None
 
     async def _open(self, core: InferenceServer) -> int:
         given: _MetricsOptions = self.options
@@ -161,12 +167,6 @@ class Metrics(_Service):
         where = (given.address, given.port)
         self._listener = await listen_http(MetricsApp(core), where, limits)
         return bound_port(self._listener.sockets)
-
-    async def _close(self, core: InferenceServer) -> None:
-        if self._listener is not None:
-            self._listener.close()
-            self._listener.close_connections()
-            self._listener = None
 
 
 class Grpc_compression_level(enum.IntEnum):  # noqa: N801 - Triton's name

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import Any, Final
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from typing import Any, Final, TypeVar
 from uuid import uuid4
 
 import orjson
@@ -27,6 +27,8 @@ from .embeddings import EmbeddingModel, document, parse_embeddings
 from .formats import ModelFormat
 from .job import OPENAI, Job, answer, events
 from .schema import parse_body
+
+Read = TypeVar("Read")
 
 OWNER: Final = "tritium"
 # An OpenAI error's status as the access log's (Triton's error kinds)
@@ -84,29 +86,11 @@ class OpenAIRoutes:
 
     def _lookup(self, name: str) -> ModelFormat:
         """The ready model's formats (read once per loaded config)."""
-        try:
-            spec = self.server.inference.model(name, -1).spec
-        except ServerError:
-            raise model_not_found(name) from None
-        known = self._formats.get(name)
-        if known is not None and known[0] is spec:
-            return known[1]
-        found = ModelFormat(spec)
-        self._formats[name] = (spec, found)
-        return found
+        return _per_config(self.server, self._formats, name, ModelFormat)
 
     def _embedding_model(self, name: str) -> EmbeddingModel:
         """The ready model's embedding contract (read once per loaded config)."""
-        try:
-            spec = self.server.inference.model(name, -1).spec
-        except ServerError:
-            raise model_not_found(name) from None
-        known = self._embedders.get(name)
-        if known is not None and known[0] is spec:
-            return known[1]
-        found = EmbeddingModel(spec)
-        self._embedders[name] = (spec, found)
-        return found
+        return _per_config(self.server, self._embedders, name, EmbeddingModel)
 
     # -- completions ---------------------------------------------------------------------------
     def _completions(self, request: HttpRequest) -> Any:
@@ -266,3 +250,23 @@ async def _logged_events(job: Job, calls: Sequence[InferenceCall]) -> AsyncItera
 def _header(headers: dict[bytes, bytes], name: bytes) -> str | None:
     value = headers.get(name)
     return None if value is None else value.decode("latin-1")
+
+
+def _per_config(
+    server: InferenceServer,
+    cache: dict[str, tuple[object, Read]],
+    name: str,
+    read: Callable[[Any], Read],
+) -> Read:
+    """What ``read`` makes of the ready version's config, made again only when the model
+    was loaded anew (its spec object changed); an unknown model is OpenAI's 404."""
+    try:
+        spec = server.inference.model(name, -1).spec
+    except ServerError:
+        raise model_not_found(name) from None
+    known = cache.get(name)
+    if known is not None and known[0] is spec:
+        return known[1]
+    found = read(spec)
+    cache[name] = (spec, found)
+    return found

@@ -11,22 +11,19 @@ import numpy as np
 
 
 @dataclasses.dataclass
-class Request:
-    """One request: its inputs by name (``data``) and its parameters."""
+class _Tensors:
+    """Tensors by name (``data``), used as the mapping itself, as PyTriton's are."""
 
     data: dict[str, np.ndarray]
-    parameters: dict[str, Any] | None = None
-    span: Any | None = None
-    requested_output_names: list[str] | None = None
 
-    def __getitem__(self, input_name: str) -> np.ndarray:
-        return self.data[input_name]
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.data[name]
 
-    def __setitem__(self, input_name: str, input_data: np.ndarray) -> None:
-        self.data[input_name] = input_data
+    def __setitem__(self, name: str, value: np.ndarray) -> None:
+        self.data[name] = value
 
-    def __delitem__(self, input_name: str) -> None:
-        del self.data[input_name]
+    def __delitem__(self, name: str) -> None:
+        del self.data[name]
 
     def __len__(self) -> int:
         return len(self.data)
@@ -45,34 +42,17 @@ class Request:
 
 
 @dataclasses.dataclass
-class Response:
+class Request(_Tensors):
+    """One request: its inputs by name (``data``) and its parameters."""
+
+    parameters: dict[str, Any] | None = None
+    span: Any | None = None
+    requested_output_names: list[str] | None = None
+
+
+@dataclasses.dataclass
+class Response(_Tensors):
     """One response: its outputs by name."""
-
-    data: dict[str, np.ndarray]
-
-    def __getitem__(self, output_name: str) -> np.ndarray:
-        return self.data[output_name]
-
-    def __setitem__(self, output_name: str, output_data: np.ndarray) -> None:
-        self.data[output_name] = output_data
-
-    def __delitem__(self, output_name: str) -> None:
-        del self.data[output_name]
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.data)
-
-    def items(self) -> ItemsView[str, np.ndarray]:
-        return self.data.items()
-
-    def keys(self) -> KeysView[str]:
-        return self.data.keys()
-
-    def values(self) -> ValuesView[np.ndarray]:
-        return self.data.values()
 
 
 Requests = list[Request]
